@@ -1,11 +1,14 @@
 //! `tagma-exec`: the [`Service`] trait that applications implement, the sequential executor
 //! that applies decided batches to it, the bounded per-client reply cache, and a conformance
 //! suite every `Service` must pass.
-//!
-//! TO BE COMPLETED (helper): `todo!()` bodies, the conformance suite, tests.
+
+pub mod conformance;
+pub mod reply_cache;
 
 use bytes::Bytes;
-use tagma_wire::{Batch, ClientId, ConsensusId, Digest, Reply, RequestSeq, ViewId};
+use tagma_wire::{Batch, ClientId, ConsensusId, Digest, Reply, RequestKind, RequestSeq, ViewId};
+
+pub use reply_cache::ReplyCache;
 
 /// What a service learns about the request it executes. Time and randomness reach a service
 /// only through here, so execution stays deterministic.
@@ -42,11 +45,34 @@ pub trait Service: Send + 'static {
     fn state_digest(&self) -> Digest;
 }
 
+/// The per-request seed of the request at position `index` of a batch whose seed is
+/// `batch_seed`.
+///
+/// A splitmix64 step: `z = batch_seed + (index + 1) * 0x9E3779B97F4A7C15` (wrapping), then the
+/// splitmix64 finaliser (xor-shift-multiply mixing). It is a pure function of its inputs, so
+/// every replica derives the same seed for the same request, and distinct indices of one batch
+/// get well-spread, distinct seeds.
+pub fn request_seed(batch_seed: u64, index: usize) -> u64 {
+    let mut z = batch_seed.wrapping_add(
+        (index as u64)
+            .wrapping_add(1)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15),
+    );
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
 /// Applies decided batches to a service in consensus order, tracking the execution position
 /// and caching recent replies per client for retransmissions.
 pub struct Executor<S: Service> {
     pub service: S,
-    // executed_instances, executed_requests, reply cache, view
+    view: ViewId,
+    /// Number of consensus instances executed = the next instance to execute.
+    executed_instances: u64,
+    /// Number of ordered requests executed.
+    executed_requests: u64,
+    reply_cache: ReplyCache,
 }
 
 impl<S: Service> Executor<S> {
@@ -56,12 +82,59 @@ impl<S: Service> Executor<S> {
         reply_cache_per_client: usize,
         reply_cache_clients_max: usize,
     ) -> Self {
-        todo!()
+        Executor {
+            service,
+            view,
+            executed_instances: 0,
+            executed_requests: 0,
+            reply_cache: ReplyCache::new(reply_cache_per_client, reply_cache_clients_max),
+        }
     }
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
     /// instance: asserted), caches the replies and returns them in batch order.
+    ///
+    /// Request `i` of the batch (its position in `batch.requests`) gets the seed
+    /// [`request_seed`]`(batch.seed, i)`. Unordered requests never belong in a batch; they are
+    /// skipped (and trip a debug assertion).
     pub fn execute_batch(&mut self, cid: ConsensusId, batch: &Batch) -> Vec<Reply> {
-        todo!()
+        assert!(
+            cid.0 == self.executed_instances,
+            "executor: batch of instance {} executed out of order (next instance is {})",
+            cid.0,
+            self.executed_instances
+        );
+        let mut replies = Vec::with_capacity(batch.requests.len());
+        for (index, envelope) in batch.requests.iter().enumerate() {
+            let request = &envelope.request;
+            debug_assert!(
+                request.kind == RequestKind::Ordered,
+                "unordered request in the batch of instance {}",
+                cid.0
+            );
+            if request.kind != RequestKind::Ordered {
+                continue;
+            }
+            let ctx = Context {
+                client: request.client,
+                seq: request.seq,
+                cid: Some(cid),
+                timestamp_ms: batch.timestamp_ms,
+                seed: request_seed(batch.seed, index),
+            };
+            let payload = self.service.execute_ordered(&request.payload, &ctx);
+            self.executed_requests += 1;
+            let reply = Reply {
+                client: request.client,
+                seq: request.seq,
+                kind: RequestKind::Ordered,
+                view: self.view,
+                payload,
+            };
+            self.reply_cache.insert(reply.clone());
+            replies.push(reply);
+        }
+        self.executed_instances += 1;
+        replies
     }
     /// Executes an unordered request against the current state.
     pub fn execute_unordered(
@@ -71,19 +144,44 @@ impl<S: Service> Executor<S> {
         payload: &Bytes,
         now_ms: u64,
     ) -> Reply {
-        todo!()
+        let ctx = Context {
+            client,
+            seq,
+            cid: None,
+            timestamp_ms: now_ms,
+            seed: 0,
+        };
+        let payload = self.service.execute_unordered(payload, &ctx);
+        Reply {
+            client,
+            seq,
+            kind: RequestKind::Unordered,
+            view: self.view,
+            payload,
+        }
     }
     /// The cached reply for an ordered request already executed, if still cached.
     pub fn cached_reply(&self, client: ClientId, seq: RequestSeq) -> Option<Reply> {
-        todo!()
+        self.reply_cache.get(client, seq).cloned()
     }
     pub fn executed_instances(&self) -> u64 {
-        todo!()
+        self.executed_instances
     }
     pub fn executed_requests(&self) -> u64 {
-        todo!()
+        self.executed_requests
     }
     pub fn state_digest(&self) -> Digest {
         self.service.state_digest()
     }
+    /// The view stamped on replies.
+    pub fn view(&self) -> ViewId {
+        self.view
+    }
+    /// Changes the view stamped on subsequent replies (after a reconfiguration).
+    pub fn set_view(&mut self, view: ViewId) {
+        self.view = view;
+    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,597 @@
-//! placeholder
+//! `tagma-node`: the production runtime that drives the sans-IO core over real TCP.
+//!
+//! # Threads and queues (SPEC §3, seed 002 Figure 3)
+//! ```text
+//!  accept ──► handshake ──► client reader (1/conn) ──verify MAC──► consensus_queue ─┐
+//!                  │              │ unordered / state query ───────► execution_queue │
+//!                  │              └ (signed requests) ─► signature pool ─► consensus_queue
+//!                  └──────► peer reader (1/peer) ─decode, hash, verify batch─► consensus_queue
+//!  consensus thread: Replica core ── Broadcast/Send ──► peer link queue (1/peer) ─► peer writer
+//!                                 └─ Deliver/ResendReply ──► execution_queue
+//!  execution thread: Executor<Service> ── replies ──► connection queue (1/conn) ─► conn writer
+//! ```
+//! Every queue is bounded by a `[limits]` key. A full consensus or execution queue blocks its
+//! producer (back-pressure that reaches the client's TCP window); a full connection or peer
+//! queue drops the frame and counts it (a slow client must not stall the replica; consensus
+//! messages lost this way are recovered by the protocol's timers).
+
+pub mod auth;
+pub mod cluster_dir;
+pub mod metrics;
+
+use std::collections::{HashMap, HashSet};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use tagma_core::config::ReplicaInfo;
+use tagma_core::{Action, Decision, PeerInput, Replica, ReplicaParams, ValidConfig, VerifiedBatch};
+use tagma_crypto::IdentityKey;
+use tagma_exec::{Executor, Service};
+use tagma_net::{FrameReader, FrameWriter, KeyDirectory, LocalIdentity, NetError, NetLimits};
+use tagma_wire::{
+    Batch, ClientId, ClientMessage, Decode, Encode, PeerMessage, PublicKey, ReplicaId, ReplicaMessage, RequestEnvelope,
+    RequestKind, RequestSeq, Role, StateInfo, ViewId,
+};
+use tracing::{debug, info, info_span, warn};
+
+use crate::auth::{RequestVerifier, SignaturePool};
+pub use crate::metrics::Metrics;
+
+/// Logical clients one connection may carry (bounds the per-connection routing state).
+pub const CLIENTS_PER_CONNECTION_MAX: usize = 4096;
+/// A writer coalesces queued frames into one write of at most this many bytes.
+const WRITE_COALESCE_BYTES: usize = 256 << 10;
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot listen on {addr}: {source} — fix: stop whatever uses that port or change `addr` in tagma.toml")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("cannot serve metrics on {addr}: {source} — fix: change or remove `metrics_addr`")]
+    Metrics { addr: SocketAddr, source: std::io::Error },
+    #[error("replica {0} is not in the configuration")]
+    NotAMember(ReplicaId),
+    #[error("key error: {0}")]
+    Key(#[from] tagma_crypto::CryptoError),
+    #[error("this replica's key does not match the public key configured for replica {0} — fix: use keys/replica-{0}.key from the same `tagma init`")]
+    KeyMismatch(ReplicaId),
+}
+
+/// A running replica.
+pub struct NodeHandle {
+    pub id: ReplicaId,
+    pub metrics: Arc<Metrics>,
+    pub local_addr: SocketAddr,
+    threads: Vec<thread::JoinHandle<()>>,
+}
+
+impl NodeHandle {
+    /// Blocks until the replica stops (it runs until the process is killed).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A client connection's outbound queue.
+#[derive(Clone)]
+struct ConnHandle {
+    id: u64,
+    tx: Sender<Bytes>,
+}
+
+enum ConsensusEvent {
+    Request(RequestEnvelope),
+    Peer { from: ReplicaId, input: PeerInput },
+}
+
+enum ExecEvent {
+    Route { client: ClientId, conn: ConnHandle },
+    Unroute { conn_id: u64 },
+    Deliver(Decision),
+    Resend { client: ClientId, seq: RequestSeq },
+    Unordered { request: RequestEnvelope, conn: ConnHandle },
+    StateQuery { nonce: u64, conn: ConnHandle },
+}
+
+/// Wall-clock milliseconds that never go backwards (monotonic clock offset from the wall
+/// clock at start).
+#[derive(Clone, Copy)]
+struct Clock {
+    start: Instant,
+    base_ms: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        let base_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
+        Clock { start: Instant::now(), base_ms }
+    }
+    fn now_ms(&self) -> u64 {
+        self.base_ms + self.start.elapsed().as_millis() as u64
+    }
+}
+
+struct Directory(Arc<ValidConfig>);
+
+impl KeyDirectory for Directory {
+    fn lookup(&self, role: &Role) -> Option<PublicKey> {
+        match role {
+            Role::Replica(id) => self.0.replica(*id).map(|r| r.public_key),
+            Role::Client(p) => self.0.client_key(*p),
+        }
+    }
+}
+
+/// What every network thread shares.
+struct Shared {
+    me: ReplicaId,
+    cfg: Arc<ValidConfig>,
+    key: Arc<IdentityKey>,
+    limits: NetLimits,
+    metrics: Arc<Metrics>,
+    verifier: Arc<RequestVerifier>,
+    sig_pool: Option<SignaturePool>,
+    consensus_tx: Sender<ConsensusEvent>,
+    exec_tx: Sender<ExecEvent>,
+    next_conn_id: AtomicU64,
+}
+
+impl Shared {
+    /// Counts a rejection and logs it: loudly the first time per reason, quietly after.
+    fn reject(&self, reason: &'static str, detail: impl std::fmt::Display) {
+        if self.metrics.reject(reason) {
+            warn!(reason, "rejected: {detail} (further `{reason}` rejections are logged at debug)");
+        } else {
+            debug!(reason, "rejected: {detail}");
+        }
+    }
+}
+
+/// Starts replica `me` serving `service`. Returns once the listener is bound.
+pub fn start<S: Service>(cfg: ValidConfig, me: ReplicaId, key: IdentityKey, service: S) -> Result<NodeHandle, NodeError> {
+    let info = cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?;
+    if info.public_key != key.public() {
+        return Err(NodeError::KeyMismatch(me));
+    }
+    let cfg = Arc::new(cfg);
+    let lim = &cfg.raw.limits;
+    let limits = NetLimits {
+        frame_bytes_max: lim.frame_bytes_max,
+        handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
+    };
+    let metrics = Arc::new(Metrics::default());
+    if let Some(addr) = info.metrics_addr {
+        metrics::serve(addr, me, metrics.clone()).map_err(|source| NodeError::Metrics { addr, source })?;
+    }
+    let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind { addr: info.addr, source })?;
+    let local_addr = listener.local_addr().map_err(|source| NodeError::Bind { addr: info.addr, source })?;
+    let verifier = Arc::new(RequestVerifier::new(&cfg, me, &key)?);
+    let (consensus_tx, consensus_rx) = bounded(lim.consensus_queue_max);
+    let (exec_tx, exec_rx) = bounded(lim.execution_queue_max);
+    let sig_pool = verifier.signed_requests().then(|| SignaturePool::start(verifier.clone(), lim.signature_threads, lim.consensus_queue_max));
+    let key = Arc::new(key);
+    let shared = Arc::new(Shared {
+        me,
+        cfg: cfg.clone(),
+        key,
+        limits,
+        metrics: metrics.clone(),
+        verifier,
+        sig_pool,
+        consensus_tx,
+        exec_tx: exec_tx.clone(),
+        next_conn_id: AtomicU64::new(1),
+    });
+
+    let mut threads = Vec::new();
+    let mut peer_links = HashMap::new();
+    for peer in cfg.replicas.iter().filter(|r| r.id != me) {
+        let (tx, rx) = bounded::<Bytes>(lim.connection_queue_max);
+        peer_links.insert(peer.id, tx);
+        let (sh, peer) = (shared.clone(), peer.clone());
+        threads.push(spawn(format!("peer-out-{}", peer.id), me, move || peer_writer(&sh, &peer, rx)));
+    }
+    let sh = shared.clone();
+    let params = ReplicaParams::from_config(&cfg, me);
+    threads.push(spawn("consensus".into(), me, move || consensus_loop(&sh, Replica::new(params), consensus_rx, peer_links, exec_tx)));
+    let executor = Executor::new(service, ViewId(0), lim.reply_cache_per_client, lim.clients_max);
+    let sh = shared.clone();
+    threads.push(spawn("execution".into(), me, move || execution_loop(&sh, executor, exec_rx)));
+    let sh = shared.clone();
+    threads.push(spawn("accept".into(), me, move || accept_loop(&sh, listener)));
+    info!(replica = me.0, addr = %local_addr, n = cfg.n(), f = cfg.f, mode = %cfg.mode, "replica started");
+    Ok(NodeHandle { id: me, metrics, local_addr, threads })
+}
+
+fn spawn(name: String, me: ReplicaId, f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
+    thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let _span = info_span!("replica", id = me.0, thread = %name).entered();
+            f()
+        })
+        .expect("spawn replica thread")
+}
+
+fn accept_loop(sh: &Arc<Shared>, listener: TcpListener) {
+    for stream in listener.incoming() {
+        match stream {
+            Ok(stream) => {
+                let sh2 = sh.clone();
+                let me = sh.me;
+                spawn("conn".into(), me, move || serve_connection(&sh2, stream));
+            }
+            Err(e) => warn!("accept failed: {e}"),
+        }
+    }
+}
+
+/// Runs the handshake, then serves the connection as a peer or a client.
+fn serve_connection(sh: &Arc<Shared>, stream: TcpStream) {
+    let peer_addr = stream.peer_addr().ok();
+    let me = LocalIdentity { role: Role::Replica(sh.me), key: &sh.key };
+    let (role, reader, writer) = match tagma_net::accept(stream, &me, &Directory(sh.cfg.clone()), sh.limits) {
+        Ok(x) => x,
+        Err(e) => {
+            sh.reject(e.reason(), format_args!("handshake from {peer_addr:?}: {e}"));
+            return;
+        }
+    };
+    match role {
+        Role::Replica(from) => peer_reader(sh, from, reader, writer),
+        Role::Client(principal) => client_connection(sh, principal, reader, writer),
+    }
+}
+
+/// Reads consensus messages from peer `from`; decodes, hashes and authenticates batches here,
+/// off the consensus thread.
+fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, writer: FrameWriter) {
+    sh.metrics.peer_connections.fetch_add(1, Ordering::Relaxed);
+    debug!(peer = from.0, "peer connected");
+    let threads = sh.cfg.raw.limits.signature_threads;
+    loop {
+        let frame = match reader.read_frame() {
+            Ok(f) => f,
+            Err(NetError::Closed) => break,
+            Err(e) => {
+                sh.reject(e.reason(), format_args!("frame from replica {from}: {e}"));
+                break;
+            }
+        };
+        let msg = match PeerMessage::decode(&frame) {
+            Ok(m) => m,
+            Err(e) => {
+                sh.reject("malformed_message", format_args!("from replica {from}: {e}"));
+                continue;
+            }
+        };
+        let input = match msg {
+            PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
+                Ok(batch) => {
+                    let hash = tagma_crypto::digest(&p.batch);
+                    let authentic = match sh.verifier.verify_all(&batch.requests, threads) {
+                        Ok(()) => true,
+                        Err(e) => {
+                            sh.reject(e.reason(), format_args!("request in PROPOSE {} from replica {from}: {e}", p.cid));
+                            false
+                        }
+                    };
+                    PeerInput::Propose { cid: p.cid, epoch: p.epoch, batch: VerifiedBatch { bytes: p.batch, hash, batch, authentic } }
+                }
+                Err(e) => {
+                    sh.reject("malformed_batch", format_args!("PROPOSE {} from replica {from}: {e}", p.cid));
+                    PeerInput::UndecodablePropose { cid: p.cid, epoch: p.epoch }
+                }
+            },
+            PeerMessage::Write(v) => PeerInput::Write(v),
+            PeerMessage::Accept(v) => PeerInput::Accept(v),
+            PeerMessage::Forward(request) => {
+                let authentic = sh.verifier.verify(&request).is_ok();
+                PeerInput::Forward { request, authentic }
+            }
+        };
+        if sh.consensus_tx.send(ConsensusEvent::Peer { from, input }).is_err() {
+            break;
+        }
+    }
+    writer.shutdown();
+    sh.metrics.peer_connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Keeps an outbound connection to `peer` and writes the frames queued for it, coalescing
+/// everything queued into one write.
+fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
+    let me = LocalIdentity { role: Role::Replica(sh.me), key: &sh.key };
+    let t = &sh.cfg.raw.timeouts;
+    let mut failures = 0u64;
+    loop {
+        let conn = tagma_net::connect(
+            peer.addr,
+            &me,
+            Role::Replica(peer.id),
+            &peer.public_key,
+            sh.limits,
+            Duration::from_millis(t.connect_timeout_ms),
+        );
+        let (_reader, mut writer) = match conn {
+            Ok(c) => c,
+            Err(e) => {
+                failures += 1;
+                if failures == 1 || failures % 100 == 0 {
+                    debug!(peer = peer.id.0, "cannot connect to replica {} at {}: {e} (retrying)", peer.id, peer.addr);
+                }
+                if matches!(e, NetError::UnknownKey { .. } | NetError::WrongPeer { .. } | NetError::BadSignature) {
+                    sh.reject(e.reason(), format_args!("replica {} at {}: {e}", peer.id, peer.addr));
+                }
+                thread::sleep(Duration::from_millis(t.reconnect_delay_ms));
+                continue;
+            }
+        };
+        info!(peer = peer.id.0, "connected to replica {}", peer.id);
+        failures = 0;
+        if write_loop(&rx, &mut writer).is_err() {
+            return; // queue closed: the replica is shutting down
+        }
+        debug!(peer = peer.id.0, "connection to replica {} lost", peer.id);
+    }
+}
+
+/// Drains `rx` into `writer` until the connection fails (`Ok`) or the queue closes (`Err`).
+fn write_loop(rx: &Receiver<Bytes>, writer: &mut FrameWriter) -> Result<(), ()> {
+    loop {
+        let first = rx.recv().map_err(|_| ())?;
+        if writer.push(&first).is_err() {
+            continue;
+        }
+        while writer.pending_bytes() < WRITE_COALESCE_BYTES {
+            match rx.try_recv() {
+                Ok(more) => {
+                    let _ = writer.push(&more);
+                }
+                Err(_) => break,
+            }
+        }
+        if writer.flush().is_err() {
+            writer.shutdown();
+            return Ok(());
+        }
+    }
+}
+
+fn client_connection(sh: &Arc<Shared>, principal: u32, mut reader: FrameReader, mut writer: FrameWriter) {
+    let open = sh.metrics.client_connections.fetch_add(1, Ordering::Relaxed) + 1;
+    if open as usize > sh.cfg.raw.limits.connections_max {
+        sh.metrics.client_connections.fetch_sub(1, Ordering::Relaxed);
+        sh.reject("too_many_connections", format_args!("client principal {principal}: {open} connections open"));
+        writer.shutdown();
+        return;
+    }
+    let id = sh.next_conn_id.fetch_add(1, Ordering::Relaxed);
+    let (tx, rx) = bounded::<Bytes>(sh.cfg.raw.limits.connection_queue_max);
+    let conn = ConnHandle { id, tx };
+    let me = sh.me;
+    let writer_thread = spawn(format!("client-out-{id}"), me, move || {
+        let _ = write_loop(&rx, &mut writer);
+        writer.shutdown();
+    });
+    debug!(conn = id, principal, "client connected");
+    let mut routed: HashSet<ClientId> = HashSet::new();
+    let reason = loop {
+        let frame = match reader.read_frame() {
+            Ok(f) => f,
+            Err(NetError::Closed) => break None,
+            Err(e) => break Some(e),
+        };
+        let msg = match ClientMessage::decode(&frame) {
+            Ok(m) => m,
+            Err(e) => {
+                sh.reject("malformed_message", format_args!("from client principal {principal}: {e}"));
+                continue;
+            }
+        };
+        match msg {
+            ClientMessage::Request(request) => {
+                sh.metrics.requests_received.fetch_add(1, Ordering::Relaxed);
+                let client = request.request.client;
+                if client.principal() != principal {
+                    sh.reject("principal_mismatch", format_args!("connection of principal {principal} sent a request as client {client:?}"));
+                    continue;
+                }
+                if !routed.contains(&client) {
+                    if routed.len() >= CLIENTS_PER_CONNECTION_MAX {
+                        sh.reject("too_many_clients", format_args!("connection {id} carries {} clients", routed.len()));
+                        continue;
+                    }
+                    routed.insert(client);
+                    if sh.exec_tx.send(ExecEvent::Route { client, conn: conn.clone() }).is_err() {
+                        break None;
+                    }
+                }
+                if !accept_request(sh, request, &conn) {
+                    break None;
+                }
+            }
+            ClientMessage::StateQuery { nonce } => {
+                if sh.exec_tx.send(ExecEvent::StateQuery { nonce, conn: conn.clone() }).is_err() {
+                    break None;
+                }
+            }
+        }
+    };
+    if let Some(e) = reason {
+        sh.reject(e.reason(), format_args!("client principal {principal} (connection {id}): {e}; connection closed"));
+    }
+    let _ = sh.exec_tx.send(ExecEvent::Unroute { conn_id: id });
+    drop(conn);
+    let _ = writer_thread.join();
+    sh.metrics.client_connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Authenticates a client request and hands it on. Returns false when the replica is
+/// shutting down.
+fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle) -> bool {
+    let max = sh.cfg.raw.limits.request_bytes_max;
+    if request.request.payload.len() > max {
+        sh.reject("request_too_large", format_args!("{} bytes > request_bytes_max {max}", request.request.payload.len()));
+        return true;
+    }
+    match request.request.kind {
+        RequestKind::Unordered => {
+            if !sh.cfg.raw.cluster.readonly_requests {
+                sh.reject("unordered_disabled", "unordered request while readonly_requests = false");
+                return true;
+            }
+            // Unordered requests are answered only to this connection; the channel MAC
+            // authenticates them, so only the principal check above applies.
+            sh.exec_tx.send(ExecEvent::Unordered { request, conn: conn.clone() }).is_ok()
+        }
+        RequestKind::Ordered => match &sh.sig_pool {
+            Some(pool) => {
+                let sh2 = sh.clone();
+                pool.submit(move |verifier| match verifier.verify(&request) {
+                    Ok(()) => {
+                        let _ = sh2.consensus_tx.send(ConsensusEvent::Request(request));
+                    }
+                    Err(e) => sh2.reject(e.reason(), format_args!("request {:?}/{}: {e}", request.request.client, request.request.seq)),
+                });
+                true
+            }
+            None => match sh.verifier.verify(&request) {
+                Ok(()) => sh.consensus_tx.send(ConsensusEvent::Request(request)).is_ok(),
+                Err(e) => {
+                    sh.reject(e.reason(), format_args!("request {:?}/{}: {e}", request.request.client, request.request.seq));
+                    true
+                }
+            },
+        },
+    }
+}
+
+fn consensus_loop(
+    sh: &Arc<Shared>,
+    mut core: Replica,
+    rx: Receiver<ConsensusEvent>,
+    peers: HashMap<ReplicaId, Sender<Bytes>>,
+    exec_tx: Sender<ExecEvent>,
+) {
+    let clock = Clock::new();
+    const IDLE_WAKE_MS: u64 = 100;
+    loop {
+        let now = clock.now_ms();
+        let wait_ms = core.next_timeout_ms().map(|t| t.saturating_sub(now)).unwrap_or(IDLE_WAKE_MS).min(IDLE_WAKE_MS);
+        let result = match rx.recv_timeout(Duration::from_millis(wait_ms)) {
+            Ok(ConsensusEvent::Request(request)) => core.handle_client_request(clock.now_ms(), request),
+            Ok(ConsensusEvent::Peer { from, input }) => core.handle_peer(clock.now_ms(), from, input),
+            Err(RecvTimeoutError::Timeout) => {
+                let now = clock.now_ms();
+                if core.next_timeout_ms().is_some_and(|t| t <= now) {
+                    core.handle_tick(now);
+                }
+                Ok(())
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        };
+        if let Err(rejection) = result {
+            // Stale messages are the normal tail of every instance: count, don't log.
+            if matches!(rejection, tagma_core::Rejection::Stale { .. }) {
+                sh.metrics.reject(rejection.reason());
+            } else {
+                sh.reject(rejection.reason(), format_args!("{rejection:?}"));
+            }
+        }
+        while let Some(action) = core.poll_action() {
+            match action {
+                Action::Broadcast(msg) => {
+                    let body = msg.to_bytes();
+                    for tx in peers.values() {
+                        send_peer(sh, tx, body.clone());
+                    }
+                }
+                Action::Send { to, msg } => {
+                    if let Some(tx) = peers.get(&to) {
+                        send_peer(sh, tx, msg.to_bytes());
+                    }
+                }
+                Action::Deliver(decision) => {
+                    sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
+                    if exec_tx.send(ExecEvent::Deliver(decision)).is_err() {
+                        return;
+                    }
+                }
+                Action::ResendReply { client, seq } => {
+                    if exec_tx.send(ExecEvent::Resend { client, seq }).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn send_peer(sh: &Shared, tx: &Sender<Bytes>, body: Bytes) {
+    if let Err(TrySendError::Full(_)) = tx.try_send(body) {
+        sh.metrics.peer_messages_dropped.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+fn execution_loop<S: Service>(sh: &Arc<Shared>, mut executor: Executor<S>, rx: Receiver<ExecEvent>) {
+    let clock = Clock::new();
+    let mut routes: HashMap<ClientId, ConnHandle> = HashMap::new();
+    let send = |conn: &ConnHandle, msg: ReplicaMessage| {
+        let counter = match conn.tx.try_send(msg.to_bytes()) {
+            Ok(()) => &sh.metrics.replies_sent,
+            Err(_) => &sh.metrics.replies_dropped,
+        };
+        counter.fetch_add(1, Ordering::Relaxed);
+    };
+    while let Ok(event) = rx.recv() {
+        match event {
+            ExecEvent::Route { client, conn } => {
+                routes.insert(client, conn);
+            }
+            ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
+            ExecEvent::Deliver(decision) => {
+                let replies = executor.execute_batch(decision.cid, &decision.batch);
+                sh.metrics.executed_requests.fetch_add(replies.len() as u64, Ordering::Relaxed);
+                for reply in replies {
+                    match routes.get(&reply.client) {
+                        Some(conn) => send(conn, ReplicaMessage::Reply(reply)),
+                        None => {
+                            // The client is connected elsewhere or gone; it will retransmit.
+                            sh.metrics.replies_dropped.fetch_add(1, Ordering::Relaxed);
+                        }
+                    }
+                }
+            }
+            ExecEvent::Resend { client, seq } => {
+                sh.metrics.reject("replayed_request");
+                if let (Some(reply), Some(conn)) = (executor.cached_reply(client, seq), routes.get(&client)) {
+                    sh.metrics.replies_resent.fetch_add(1, Ordering::Relaxed);
+                    send(conn, ReplicaMessage::Reply(reply));
+                }
+            }
+            ExecEvent::Unordered { request, conn } => {
+                let r = &request.request;
+                let reply = executor.execute_unordered(r.client, r.seq, &r.payload, clock.now_ms());
+                sh.metrics.unordered_executed.fetch_add(1, Ordering::Relaxed);
+                send(&conn, ReplicaMessage::Reply(reply));
+            }
+            ExecEvent::StateQuery { nonce, conn } => {
+                let info = StateInfo {
+                    nonce,
+                    replica: sh.me,
+                    executed_instances: executor.executed_instances(),
+                    executed_requests: executor.executed_requests(),
+                    state_digest: executor.state_digest(),
+                };
+                send(&conn, ReplicaMessage::StateInfo(info));
+            }
+        }
+    }
+}

@@ -1,0 +1,331 @@
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use bytes::Bytes;
+use tagma_wire::{
+    Batch, ClientId, ConsensusId, Digest, Reply, Request, RequestAuth, RequestEnvelope,
+    RequestKind, RequestSeq, ViewId,
+};
+
+use crate::conformance::check_service;
+use crate::{Context, Executor, Service, ServiceError, request_seed};
+
+/// Deliberate defects for proving that the conformance suite catches them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Flaw {
+    None,
+    /// Replies include a process-global counter (non-deterministic across instances).
+    GlobalCounterInReply,
+    /// The snapshot drops the last log byte.
+    LossySnapshot,
+    /// Unordered execution bumps a counter that is part of the digest.
+    MutatingUnordered,
+    /// `install_snapshot` indexes without bounds checks.
+    PanickingInstall,
+}
+
+static GLOBAL: AtomicU64 = AtomicU64::new(0);
+
+/// Appends every request (and its context's seed and timestamp) to a log.
+struct LogService {
+    log: Vec<u8>,
+    reads: Cell<u64>,
+    flaw: Flaw,
+}
+
+impl LogService {
+    fn new(flaw: Flaw) -> Self {
+        LogService {
+            log: Vec::new(),
+            reads: Cell::new(0),
+            flaw,
+        }
+    }
+}
+
+impl Service for LogService {
+    fn execute_ordered(&mut self, request: &Bytes, ctx: &Context) -> Bytes {
+        self.log.extend_from_slice(request);
+        self.log.extend_from_slice(&ctx.seed.to_le_bytes());
+        self.log.extend_from_slice(&ctx.timestamp_ms.to_le_bytes());
+        let mut reply = (self.log.len() as u64).to_le_bytes().to_vec();
+        if self.flaw == Flaw::GlobalCounterInReply {
+            reply.extend_from_slice(&GLOBAL.fetch_add(1, Ordering::Relaxed).to_le_bytes());
+        }
+        Bytes::from(reply)
+    }
+    fn execute_unordered(&self, request: &Bytes, _ctx: &Context) -> Bytes {
+        if self.flaw == Flaw::MutatingUnordered {
+            self.reads.set(self.reads.get() + 1);
+        }
+        let count = self.log.windows(request.len().max(1)).count();
+        Bytes::from((count as u64).to_le_bytes().to_vec())
+    }
+    fn snapshot(&self) -> Bytes {
+        let mut out = vec![1u8];
+        let mut log = self.log.clone();
+        if self.flaw == Flaw::LossySnapshot {
+            log.pop();
+        }
+        out.extend_from_slice(&log);
+        Bytes::from(out)
+    }
+    fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {
+        if self.flaw == Flaw::PanickingInstall {
+            // Deliberately unchecked.
+            let version = snapshot[0];
+            let _ = snapshot[1];
+            if version != 1 {
+                return Err(ServiceError::InvalidSnapshot("bad version".into()));
+            }
+        }
+        match snapshot.split_first() {
+            Some((1, rest)) => {
+                self.log = rest.to_vec();
+                Ok(())
+            }
+            Some(_) => Err(ServiceError::InvalidSnapshot("bad version".into())),
+            None => Err(ServiceError::InvalidSnapshot("empty".into())),
+        }
+    }
+    fn state_digest(&self) -> Digest {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.log);
+        hasher.update(&self.reads.get().to_le_bytes());
+        Digest(hasher.finalize().into())
+    }
+}
+
+fn workload() -> Vec<Bytes> {
+    (0..40u32)
+        .map(|i| Bytes::from(format!("req-{i}-{}", i * i % 7)))
+        .collect()
+}
+
+#[test]
+fn conformance_accepts_correct_service() {
+    check_service(|| LogService::new(Flaw::None), &workload()).unwrap();
+    check_service(|| LogService::new(Flaw::None), &[]).unwrap();
+    check_service(
+        || LogService::new(Flaw::None),
+        &[Bytes::from_static(b"one")],
+    )
+    .unwrap();
+}
+
+#[test]
+fn conformance_rejects_nondeterministic_replies() {
+    let err =
+        check_service(|| LogService::new(Flaw::GlobalCounterInReply), &workload()).unwrap_err();
+    assert!(err.contains("determinism"), "{err}");
+}
+
+#[test]
+fn conformance_rejects_lossy_snapshot() {
+    let err = check_service(|| LogService::new(Flaw::LossySnapshot), &workload()).unwrap_err();
+    assert!(err.contains("snapshot"), "{err}");
+}
+
+#[test]
+fn conformance_rejects_mutating_unordered() {
+    let err = check_service(|| LogService::new(Flaw::MutatingUnordered), &workload()).unwrap_err();
+    assert!(err.contains("unordered"), "{err}");
+}
+
+#[test]
+fn conformance_rejects_panicking_install() {
+    let err = check_service(|| LogService::new(Flaw::PanickingInstall), &workload()).unwrap_err();
+    assert!(err.contains("panicked"), "{err}");
+}
+
+/// Echoes the context it was given, for checking what the executor passes.
+struct EchoService {
+    executed: u64,
+}
+
+fn encode_ctx(request: &Bytes, ctx: &Context) -> Bytes {
+    let mut out = Vec::new();
+    out.extend_from_slice(&ctx.client.0.to_le_bytes());
+    out.extend_from_slice(&ctx.seq.0.to_le_bytes());
+    out.extend_from_slice(&ctx.cid.map_or(u64::MAX, |c| c.0).to_le_bytes());
+    out.extend_from_slice(&ctx.timestamp_ms.to_le_bytes());
+    out.extend_from_slice(&ctx.seed.to_le_bytes());
+    out.extend_from_slice(request);
+    Bytes::from(out)
+}
+
+impl Service for EchoService {
+    fn execute_ordered(&mut self, request: &Bytes, ctx: &Context) -> Bytes {
+        self.executed += 1;
+        encode_ctx(request, ctx)
+    }
+    fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes {
+        encode_ctx(request, ctx)
+    }
+    fn snapshot(&self) -> Bytes {
+        Bytes::from(self.executed.to_le_bytes().to_vec())
+    }
+    fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {
+        let bytes: [u8; 8] = snapshot[..]
+            .try_into()
+            .map_err(|_| ServiceError::InvalidSnapshot("length".into()))?;
+        self.executed = u64::from_le_bytes(bytes);
+        Ok(())
+    }
+    fn state_digest(&self) -> Digest {
+        Digest(blake3::hash(&self.executed.to_le_bytes()).into())
+    }
+}
+
+fn request(client: u64, seq: u64, kind: RequestKind, payload: &'static [u8]) -> RequestEnvelope {
+    RequestEnvelope {
+        request: Request {
+            client: ClientId(client),
+            seq: RequestSeq(seq),
+            kind,
+            view: ViewId(0),
+            payload: Bytes::from_static(payload),
+        },
+        auth: RequestAuth::Macs(Vec::new()),
+    }
+}
+
+fn batch(requests: Vec<RequestEnvelope>) -> Batch {
+    Batch {
+        timestamp_ms: 1234,
+        seed: 99,
+        requests,
+    }
+}
+
+#[test]
+fn executes_batches_in_order_and_caches_replies() {
+    let mut exec = Executor::new(EchoService { executed: 0 }, ViewId(3), 4, 16);
+    assert_eq!(exec.executed_instances(), 0);
+    let replies = exec.execute_batch(
+        ConsensusId(0),
+        &batch(vec![
+            request(1, 1, RequestKind::Ordered, b"a"),
+            request(2, 1, RequestKind::Ordered, b"b"),
+            request(1, 2, RequestKind::Ordered, b"c"),
+        ]),
+    );
+    assert_eq!(replies.len(), 3);
+    for (i, (reply, (client, seq, payload))) in replies
+        .iter()
+        .zip([(1, 1, &b"a"[..]), (2, 1, b"b"), (1, 2, b"c")])
+        .enumerate()
+    {
+        let ctx = Context {
+            client: ClientId(client),
+            seq: RequestSeq(seq),
+            cid: Some(ConsensusId(0)),
+            timestamp_ms: 1234,
+            seed: request_seed(99, i),
+        };
+        assert_eq!(
+            reply,
+            &Reply {
+                client: ClientId(client),
+                seq: RequestSeq(seq),
+                kind: RequestKind::Ordered,
+                view: ViewId(3),
+                payload: encode_ctx(&Bytes::from_static(payload), &ctx),
+            }
+        );
+        assert_eq!(
+            exec.cached_reply(ClientId(client), RequestSeq(seq))
+                .as_ref(),
+            Some(reply)
+        );
+    }
+    assert_eq!(exec.executed_instances(), 1);
+    assert_eq!(exec.executed_requests(), 3);
+    assert_eq!(exec.service.executed, 3);
+
+    // An empty batch still advances the instance counter.
+    assert!(
+        exec.execute_batch(ConsensusId(1), &batch(vec![]))
+            .is_empty()
+    );
+    assert_eq!(exec.executed_instances(), 2);
+    assert_eq!(exec.executed_requests(), 3);
+    assert!(exec.cached_reply(ClientId(1), RequestSeq(3)).is_none());
+
+    exec.set_view(ViewId(4));
+    assert_eq!(exec.view(), ViewId(4));
+    let replies = exec.execute_batch(
+        ConsensusId(2),
+        &batch(vec![request(1, 3, RequestKind::Ordered, b"d")]),
+    );
+    assert_eq!(replies[0].view, ViewId(4));
+    assert_eq!(exec.state_digest(), exec.service.state_digest());
+}
+
+#[test]
+#[should_panic(expected = "out of order")]
+fn out_of_order_instance_panics() {
+    let mut exec = Executor::new(EchoService { executed: 0 }, ViewId(0), 4, 16);
+    exec.execute_batch(ConsensusId(1), &batch(vec![]));
+}
+
+#[test]
+#[cfg(not(debug_assertions))]
+fn unordered_requests_in_batch_are_skipped() {
+    let mut exec = Executor::new(EchoService { executed: 0 }, ViewId(0), 4, 16);
+    let replies = exec.execute_batch(
+        ConsensusId(0),
+        &batch(vec![
+            request(1, 1, RequestKind::Unordered, b"x"),
+            request(1, 1, RequestKind::Ordered, b"y"),
+        ]),
+    );
+    assert_eq!(replies.len(), 1);
+    assert_eq!(exec.executed_requests(), 1);
+}
+
+#[test]
+fn unordered_execution() {
+    let exec = Executor::new(EchoService { executed: 0 }, ViewId(2), 4, 16);
+    let payload = Bytes::from_static(b"q");
+    let reply = exec.execute_unordered(ClientId(5), RequestSeq(9), &payload, 777);
+    let ctx = Context {
+        client: ClientId(5),
+        seq: RequestSeq(9),
+        cid: None,
+        timestamp_ms: 777,
+        seed: 0,
+    };
+    assert_eq!(
+        reply,
+        Reply {
+            client: ClientId(5),
+            seq: RequestSeq(9),
+            kind: RequestKind::Unordered,
+            view: ViewId(2),
+            payload: encode_ctx(&payload, &ctx),
+        }
+    );
+    assert_eq!(exec.executed_requests(), 0);
+    assert!(exec.cached_reply(ClientId(5), RequestSeq(9)).is_none());
+}
+
+#[test]
+fn request_seed_is_deterministic_and_spread() {
+    assert_eq!(request_seed(42, 3), request_seed(42, 3));
+    let seeds: std::collections::HashSet<u64> = (0..1000).map(|i| request_seed(42, i)).collect();
+    assert_eq!(seeds.len(), 1000);
+    assert_ne!(request_seed(42, 0), request_seed(43, 0));
+    assert_ne!(request_seed(0, 0), 0);
+}
+
+#[test]
+#[cfg(debug_assertions)]
+#[should_panic(expected = "unordered request in the batch")]
+fn unordered_request_in_batch_trips_debug_assertion() {
+    let mut exec = Executor::new(EchoService { executed: 0 }, ViewId(0), 4, 16);
+    exec.execute_batch(
+        ConsensusId(0),
+        &batch(vec![request(1, 1, RequestKind::Unordered, b"x")]),
+    );
+}

@@ -1,0 +1,134 @@
+//! Request authentication at a replica, done by network threads (never by the consensus
+//! thread).
+//!
+//! A request proves its origin either with an *authenticator* (one MAC tag per replica; this
+//! replica checks only its own entry, keyed with the static key it shares with the client
+//! principal) or, when `signed_requests = true`, with an Ed25519 signature. Signature checks
+//! run on a pool of `signature_threads` threads so they scale with cores.
+
+use std::collections::BTreeMap;
+use std::thread;
+
+use crossbeam_channel::{Receiver, Sender, bounded};
+use tagma_core::ValidConfig;
+use tagma_crypto::{IdentityKey, MacKey};
+use tagma_wire::{PublicKey, ReplicaId, RequestAuth, RequestEnvelope};
+
+/// Why a request's authentication failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("request from a client principal that is not configured")]
+    UnknownClient,
+    #[error("authenticator has no entry for this replica")]
+    MissingMac,
+    #[error("bad request MAC")]
+    BadMac,
+    #[error("bad request signature")]
+    BadSignature,
+    #[error("this cluster requires signed requests")]
+    SignatureRequired,
+}
+
+impl AuthError {
+    pub fn reason(&self) -> &'static str {
+        match self {
+            AuthError::UnknownClient => "unknown_client",
+            AuthError::MissingMac => "missing_request_mac",
+            AuthError::BadMac => "bad_request_mac",
+            AuthError::BadSignature => "bad_request_signature",
+            AuthError::SignatureRequired => "signature_required",
+        }
+    }
+}
+
+struct ClientKeys {
+    public: PublicKey,
+    mac: MacKey,
+}
+
+/// Verifies requests' authentication for one replica.
+pub struct RequestVerifier {
+    my_index: usize,
+    signed_requests: bool,
+    clients: BTreeMap<u32, ClientKeys>,
+}
+
+impl RequestVerifier {
+    pub fn new(cfg: &ValidConfig, me: ReplicaId, key: &IdentityKey) -> Result<Self, tagma_crypto::CryptoError> {
+        let my_index = cfg.replicas.iter().position(|r| r.id == me).expect("replica is a member");
+        let mut clients = BTreeMap::new();
+        for (principal, public) in &cfg.clients {
+            clients.insert(*principal, ClientKeys { public: *public, mac: key.request_mac_key(public)? });
+        }
+        Ok(RequestVerifier { my_index, signed_requests: cfg.raw.cluster.signed_requests, clients })
+    }
+
+    pub fn signed_requests(&self) -> bool {
+        self.signed_requests
+    }
+
+    /// Checks one request's authentication.
+    pub fn verify(&self, env: &RequestEnvelope) -> Result<(), AuthError> {
+        let keys = self.clients.get(&env.request.client.principal()).ok_or(AuthError::UnknownClient)?;
+        let digest = tagma_crypto::request_digest(&env.request);
+        match &env.auth {
+            RequestAuth::Macs(_) if self.signed_requests => Err(AuthError::SignatureRequired),
+            RequestAuth::Macs(tags) => {
+                let tag = tags.get(self.my_index).ok_or(AuthError::MissingMac)?;
+                if keys.mac.verify_parts(&[digest.as_bytes()], tag) { Ok(()) } else { Err(AuthError::BadMac) }
+            }
+            RequestAuth::Signature(sig) => {
+                tagma_crypto::verify(&keys.public, digest.as_bytes(), sig).map_err(|_| AuthError::BadSignature)
+            }
+        }
+    }
+
+    /// Checks every request of a batch; signatures of large batches are checked on several
+    /// threads. Returns the first failure.
+    pub fn verify_all(&self, requests: &[RequestEnvelope], threads: usize) -> Result<(), AuthError> {
+        const PARALLEL_FROM: usize = 64;
+        if !self.signed_requests || requests.len() < PARALLEL_FROM || threads <= 1 {
+            return requests.iter().try_for_each(|r| self.verify(r));
+        }
+        let chunk = requests.len().div_ceil(threads);
+        thread::scope(|s| {
+            let handles: Vec<_> =
+                requests.chunks(chunk).map(|part| s.spawn(move || part.iter().try_for_each(|r| self.verify(r)))).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(Err(AuthError::BadSignature))).collect::<Result<Vec<()>, _>>().map(|_| ())
+        })
+    }
+}
+
+type Job = Box<dyn FnOnce(&RequestVerifier) + Send>;
+
+/// A pool of threads that verify request signatures and then run a continuation (which
+/// forwards the request to the consensus queue).
+#[derive(Clone)]
+pub struct SignaturePool {
+    tx: Sender<Job>,
+}
+
+impl SignaturePool {
+    pub fn start(verifier: std::sync::Arc<RequestVerifier>, threads: usize, queue_max: usize) -> Self {
+        let (tx, rx): (Sender<Job>, Receiver<Job>) = bounded(queue_max);
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let verifier = verifier.clone();
+            thread::Builder::new()
+                .name(format!("sigverify-{i}"))
+                .spawn(move || {
+                    while let Ok(job) = rx.recv() {
+                        job(&verifier);
+                    }
+                })
+                .expect("spawn signature thread");
+        }
+        SignaturePool { tx }
+    }
+
+    /// Queues a verification job (blocks when the pool is saturated: back-pressure on the
+    /// connection that sent it).
+    pub fn submit(&self, job: impl FnOnce(&RequestVerifier) + Send + 'static) {
+        let _ = self.tx.send(Box::new(job));
+    }
+}

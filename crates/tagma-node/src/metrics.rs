@@ -1,0 +1,131 @@
+//! Replica metrics: lock-free counters on the hot path, rendered in the Prometheus text
+//! format by a tiny HTTP endpoint (`GET /metrics`) when `metrics_addr` is configured.
+//!
+//! Rejections are counted per typed reason (`tagma_rejections_total{reason="bad_mac"}`) and
+//! logged once per reason at `warn`, every later occurrence at `debug`, so a hostile peer
+//! cannot flood the log.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tagma_wire::ReplicaId;
+
+/// Counters shared by every thread of a replica.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    pub requests_received: AtomicU64,
+    pub unordered_executed: AtomicU64,
+    pub decided_instances: AtomicU64,
+    pub executed_requests: AtomicU64,
+    pub replies_sent: AtomicU64,
+    pub replies_resent: AtomicU64,
+    pub replies_dropped: AtomicU64,
+    pub peer_messages_dropped: AtomicU64,
+    pub client_connections: AtomicU64,
+    pub peer_connections: AtomicU64,
+    rejections: Mutex<BTreeMap<&'static str, u64>>,
+}
+
+impl Metrics {
+    /// Counts a rejection; returns true the first time this reason is seen (log it loudly).
+    pub fn reject(&self, reason: &'static str) -> bool {
+        let mut map = self.rejections.lock().unwrap_or_else(|e| e.into_inner());
+        let count = map.entry(reason).or_insert(0);
+        *count += 1;
+        *count == 1
+    }
+
+    pub fn rejections(&self, reason: &str) -> u64 {
+        let map = self.rejections.lock().unwrap_or_else(|e| e.into_inner());
+        map.get(reason).copied().unwrap_or(0)
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self, replica: ReplicaId) -> String {
+        let mut s = String::new();
+        let r = replica.0;
+        let counters: [(&str, &str, &AtomicU64); 10] = [
+            ("tagma_requests_received_total", "Client requests received", &self.requests_received),
+            ("tagma_unordered_executed_total", "Unordered requests executed", &self.unordered_executed),
+            ("tagma_decided_instances_total", "Consensus instances decided", &self.decided_instances),
+            ("tagma_executed_requests_total", "Ordered requests executed", &self.executed_requests),
+            ("tagma_replies_sent_total", "Replies sent to clients", &self.replies_sent),
+            ("tagma_replies_resent_total", "Cached replies resent for retransmitted requests", &self.replies_resent),
+            ("tagma_replies_dropped_total", "Replies dropped (client gone or its queue full)", &self.replies_dropped),
+            ("tagma_peer_messages_dropped_total", "Consensus messages dropped (peer queue full)", &self.peer_messages_dropped),
+            ("tagma_client_connections", "Open client connections", &self.client_connections),
+            ("tagma_peer_connections", "Open inbound replica connections", &self.peer_connections),
+        ];
+        for (name, help, v) in counters {
+            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
+            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{replica=\"{r}\"}} {}\n", v.load(Ordering::Relaxed)));
+        }
+        s.push_str("# HELP tagma_rejections_total Inputs rejected, by typed reason\n# TYPE tagma_rejections_total counter\n");
+        let map = self.rejections.lock().unwrap_or_else(|e| e.into_inner());
+        for (reason, v) in map.iter() {
+            s.push_str(&format!("tagma_rejections_total{{replica=\"{r}\",reason=\"{reason}\"}} {v}\n"));
+        }
+        s
+    }
+}
+
+/// Serves `GET /metrics` on `addr` from a background thread.
+pub fn serve(addr: SocketAddr, replica: ReplicaId, metrics: std::sync::Arc<Metrics>) -> std::io::Result<()> {
+    let listener = TcpListener::bind(addr)?;
+    std::thread::Builder::new().name("metrics".into()).spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 1024];
+            let n = stream.read(&mut buf).unwrap_or(0);
+            let ok = buf[..n].starts_with(b"GET /metrics");
+            let (status, body) = if ok { ("200 OK", metrics.render(replica)) } else { ("404 Not Found", "try GET /metrics\n".to_string()) };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    })?;
+    Ok(())
+}
+
+/// Fetches a replica's metrics text (used by tests and the CLI).
+pub fn scrape(addr: SocketAddr) -> std::io::Result<String> {
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: tagma\r\n\r\n")?;
+    let mut out = String::new();
+    stream.read_to_string(&mut out)?;
+    Ok(out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+}
+
+/// Reads `tagma_rejections_total{..reason="R"}` out of a scraped text.
+pub fn rejection_count(text: &str, reason: &str) -> u64 {
+    let needle = format!("reason=\"{reason}\"}} ");
+    text.lines()
+        .filter(|l| l.starts_with("tagma_rejections_total") && l.contains(&needle))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+        .sum()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejections_are_counted_and_rendered() {
+        let m = Metrics::default();
+        assert!(m.reject("bad_mac"));
+        assert!(!m.reject("bad_mac"));
+        m.requests_received.fetch_add(3, Ordering::Relaxed);
+        let text = m.render(ReplicaId(2));
+        assert!(text.contains("tagma_requests_received_total{replica=\"2\"} 3"), "{text}");
+        assert_eq!(rejection_count(&text, "bad_mac"), 2);
+        assert_eq!(rejection_count(&text, "unknown_key"), 0);
+    }
+}
