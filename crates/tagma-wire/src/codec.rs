@@ -1,8 +1,58 @@
 //! The binary encoding: traits, typed errors, and the byte-level reader/writer.
 //!
-//! TO BE COMPLETED (helper): `Encode`/`Decode` impls for every message in `message.rs`.
+//! # Layout
+//!
+//! - Integers are fixed-width little-endian (`u8`, `u32`, `u64`); identifiers are encoded as
+//!   their inner integer, fixed-size values ([`Digest`], [`MacTag`], [`Signature`], ...) as
+//!   their raw bytes.
+//! - Variable-length byte fields (payloads, the batch carried by a PROPOSE) are a `u32` length
+//!   followed by the bytes. Vector counts are `u32`, except MAC vectors whose count is a `u8`
+//!   (at most [`MAX_MAC_ENTRIES`] entries).
+//! - Before anything is allocated for a length or count, it is checked against the bytes that
+//!   remain (`count × minimum element size ≤ remaining`), so hostile input can never make the
+//!   decoder allocate more than the input size; violations are [`WireError::Truncated`] (byte
+//!   fields) or [`WireError::TooLong`] (counts).
+//! - Enumerations are a `u8` tag; an unknown tag is [`WireError::UnknownTag`]. Every value has
+//!   exactly one encoding, so decode-then-encode reproduces the input bytes exactly.
+//! - Byte fields decode as zero-copy [`Bytes::slice`]s of the input buffer.
+//! - Decoding a whole value rejects trailing bytes ([`WireError::TrailingBytes`]).
+//!
+//! | type | encoding |
+//! |------|----------|
+//! | `Request` | client `u64`, seq `u64`, kind `u8` (0 ordered, 1 unordered), view `u32`, payload (`u32` len + bytes) — 25 bytes + payload |
+//! | `RequestAuth` | tag `u8`: 0 = Macs (`u8` count, count × 16 bytes); 1 = Signature (64 bytes) |
+//! | `RequestEnvelope` | `Request` then `RequestAuth` |
+//! | `Batch` | version `u8` ([`WIRE_VERSION`]), timestamp_ms `u64`, seed `u64`, count `u32`, envelopes |
+//!
+//! A zero-length-payload ordered request with a 4-entry MAC authenticator (a 4-replica view)
+//! encodes as a **91-byte** envelope: 25 (request) + 1 (auth tag) + 1 (count) + 4 × 16 (MACs).
+//!
+//! Top-level messages ([`PeerMessage`], [`ClientMessage`], [`ReplicaMessage`], [`Handshake`])
+//! start with the version byte (`WIRE_VERSION`, otherwise [`WireError::Version`]) and a tag
+//! byte, then the fields:
+//!
+//! | message | tag | fields |
+//! |---------|-----|--------|
+//! | `PeerMessage::Propose` | 1 | cid `u64`, epoch `u32`, batch (`u32` len + encoded `Batch`, carried opaquely) |
+//! | `PeerMessage::Write` | 2 | cid `u64`, epoch `u32`, hash 32 bytes |
+//! | `PeerMessage::Accept` | 3 | cid `u64`, epoch `u32`, hash 32 bytes |
+//! | `PeerMessage::Forward` | 4 | `RequestEnvelope` |
+//! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
+//! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
+//! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
+//! | `ReplicaMessage::StateInfo` | 2 | nonce `u64`, replica `u32`, executed_instances `u64`, executed_requests `u64`, state_digest 32 bytes |
+//! | `Handshake::Hello` | 1 | role (`u8` tag: 0 = Replica, 1 = Client; then `u32`), identity 32 bytes, ephemeral 32 bytes |
+//! | `Handshake::Proof` | 2 | signature 64 bytes |
+//!
+//! Encoding cannot fail; it panics only on values that cannot be represented (a MAC vector of
+//! more than 255 entries, a byte field or batch of more than `u32::MAX` bytes/entries), which
+//! are programming errors, never outside input. Decoding never panics.
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
+
+use crate::WIRE_VERSION;
+use crate::ids::*;
+use crate::message::*;
 
 /// Why bytes could not be decoded. Every variant is a rejection of outside input, never a bug.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -44,4 +94,608 @@ pub trait Encode {
 pub trait Decode: Sized {
     /// Decodes a whole buffer; trailing bytes are an error.
     fn decode(bytes: &Bytes) -> Result<Self, WireError>;
+}
+
+/// Most MAC entries a [`RequestAuth::Macs`] authenticator can carry (its count is a `u8`).
+pub const MAX_MAC_ENTRIES: usize = u8::MAX as usize;
+
+/// Encoded size of a [`Request`] without its payload bytes.
+pub const REQUEST_HEADER_LEN: usize = 8 + 8 + 1 + 4 + 4;
+
+/// Smallest possible encoded [`RequestEnvelope`] (empty payload, empty MAC vector).
+const ENVELOPE_MIN_LEN: usize = REQUEST_HEADER_LEN + 2;
+
+/// Version + tag.
+const HEADER_LEN: usize = 2;
+
+// ----------------------------------------------------------------------------------------------
+// Tags
+// ----------------------------------------------------------------------------------------------
+
+const KIND_ORDERED: u8 = 0;
+const KIND_UNORDERED: u8 = 1;
+
+const AUTH_MACS: u8 = 0;
+const AUTH_SIGNATURE: u8 = 1;
+
+const ROLE_REPLICA: u8 = 0;
+const ROLE_CLIENT: u8 = 1;
+
+const PEER_PROPOSE: u8 = 1;
+const PEER_WRITE: u8 = 2;
+const PEER_ACCEPT: u8 = 3;
+const PEER_FORWARD: u8 = 4;
+
+const CLIENT_REQUEST: u8 = 1;
+const CLIENT_STATE_QUERY: u8 = 2;
+
+const REPLICA_REPLY: u8 = 1;
+const REPLICA_STATE_INFO: u8 = 2;
+
+const HANDSHAKE_HELLO: u8 = 1;
+const HANDSHAKE_PROOF: u8 = 2;
+
+// ----------------------------------------------------------------------------------------------
+// Reader
+// ----------------------------------------------------------------------------------------------
+
+/// A bounds-checked cursor over a received buffer. Invariant: `pos <= buf.len()`.
+struct Reader<'a> {
+    buf: &'a Bytes,
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn new(buf: &'a Bytes) -> Self {
+        Reader { buf, pos: 0 }
+    }
+
+    fn remaining(&self) -> usize {
+        self.buf.len().saturating_sub(self.pos)
+    }
+
+    /// Advances over `n` bytes and returns their range.
+    fn advance(&mut self, n: usize) -> Result<(usize, usize), WireError> {
+        let remaining = self.remaining();
+        if n > remaining {
+            return Err(WireError::Truncated {
+                needed: n - remaining,
+            });
+        }
+        let start = self.pos;
+        let end = start
+            .checked_add(n)
+            .ok_or(WireError::Truncated { needed: n })?;
+        self.pos = end;
+        Ok((start, end))
+    }
+
+    fn take(&mut self, n: usize) -> Result<&'a [u8], WireError> {
+        let (start, end) = self.advance(n)?;
+        let buf: &'a [u8] = self.buf;
+        buf.get(start..end)
+            .ok_or(WireError::Truncated { needed: n })
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], WireError> {
+        let slice = self.take(N)?;
+        <[u8; N]>::try_from(slice).map_err(|_| WireError::Truncated { needed: N })
+    }
+
+    fn u8(&mut self) -> Result<u8, WireError> {
+        Ok(self.array::<1>()?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, WireError> {
+        Ok(u32::from_le_bytes(self.array()?))
+    }
+
+    fn u64(&mut self) -> Result<u64, WireError> {
+        Ok(u64::from_le_bytes(self.array()?))
+    }
+
+    /// A `u32`-length-prefixed byte field, as a zero-copy slice of the input.
+    fn bytes(&mut self) -> Result<Bytes, WireError> {
+        let len = self.u32()? as usize;
+        let (start, end) = self.advance(len)?;
+        Ok(self.buf.slice(start..end))
+    }
+
+    /// Validates a decoded element count against the bytes that remain.
+    fn check_count(
+        &self,
+        count: usize,
+        min_elem: usize,
+        what: &'static str,
+    ) -> Result<usize, WireError> {
+        let remaining = self.remaining();
+        let fits = count
+            .checked_mul(min_elem)
+            .is_some_and(|total| total <= remaining);
+        if fits {
+            Ok(count)
+        } else {
+            Err(WireError::TooLong {
+                what,
+                len: count,
+                max: remaining / min_elem.max(1),
+            })
+        }
+    }
+
+    /// Checks the version byte and returns the message tag.
+    fn header(&mut self) -> Result<u8, WireError> {
+        self.version()?;
+        self.u8()
+    }
+
+    fn version(&mut self) -> Result<(), WireError> {
+        let found = self.u8()?;
+        if found != WIRE_VERSION {
+            return Err(WireError::Version {
+                found,
+                expected: WIRE_VERSION,
+            });
+        }
+        Ok(())
+    }
+
+    fn finish(&self) -> Result<(), WireError> {
+        match self.remaining() {
+            0 => Ok(()),
+            count => Err(WireError::TrailingBytes { count }),
+        }
+    }
+}
+
+/// Decodes a whole buffer with `f`, rejecting trailing bytes.
+fn decode_all<T>(
+    bytes: &Bytes,
+    f: impl FnOnce(&mut Reader<'_>) -> Result<T, WireError>,
+) -> Result<T, WireError> {
+    let mut r = Reader::new(bytes);
+    let value = f(&mut r)?;
+    r.finish()?;
+    Ok(value)
+}
+
+// ----------------------------------------------------------------------------------------------
+// Writer helpers (no reservation: callers reserve the exact total once)
+// ----------------------------------------------------------------------------------------------
+
+fn put_len(out: &mut BytesMut, len: usize, what: &str) {
+    let len = u32::try_from(len).unwrap_or_else(|_| panic!("{what} longer than u32::MAX"));
+    out.put_u32_le(len);
+}
+
+fn put_bytes(out: &mut BytesMut, bytes: &[u8]) {
+    put_len(out, bytes.len(), "byte field");
+    out.put_slice(bytes);
+}
+
+fn put_header(out: &mut BytesMut, tag: u8) {
+    out.put_u8(WIRE_VERSION);
+    out.put_u8(tag);
+}
+
+fn kind_tag(kind: RequestKind) -> u8 {
+    match kind {
+        RequestKind::Ordered => KIND_ORDERED,
+        RequestKind::Unordered => KIND_UNORDERED,
+    }
+}
+
+fn read_kind(r: &mut Reader<'_>) -> Result<RequestKind, WireError> {
+    match r.u8()? {
+        KIND_ORDERED => Ok(RequestKind::Ordered),
+        KIND_UNORDERED => Ok(RequestKind::Unordered),
+        tag => Err(WireError::UnknownTag {
+            what: "request kind",
+            tag,
+        }),
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Request / RequestAuth / RequestEnvelope / Batch
+// ----------------------------------------------------------------------------------------------
+
+fn put_request(out: &mut BytesMut, req: &Request) {
+    out.put_u64_le(req.client.0);
+    out.put_u64_le(req.seq.0);
+    out.put_u8(kind_tag(req.kind));
+    out.put_u32_le(req.view.0);
+    put_bytes(out, &req.payload);
+}
+
+fn read_request(r: &mut Reader<'_>) -> Result<Request, WireError> {
+    Ok(Request {
+        client: ClientId(r.u64()?),
+        seq: RequestSeq(r.u64()?),
+        kind: read_kind(r)?,
+        view: ViewId(r.u32()?),
+        payload: r.bytes()?,
+    })
+}
+
+fn auth_len(auth: &RequestAuth) -> usize {
+    match auth {
+        RequestAuth::Macs(macs) => 2 + macs.len() * MacTag::LEN,
+        RequestAuth::Signature(_) => 1 + Signature::LEN,
+    }
+}
+
+fn put_auth(out: &mut BytesMut, auth: &RequestAuth) {
+    match auth {
+        RequestAuth::Macs(macs) => {
+            let count = u8::try_from(macs.len())
+                .unwrap_or_else(|_| panic!("at most {MAX_MAC_ENTRIES} MAC entries"));
+            out.put_u8(AUTH_MACS);
+            out.put_u8(count);
+            for mac in macs {
+                out.put_slice(&mac.0);
+            }
+        }
+        RequestAuth::Signature(sig) => {
+            out.put_u8(AUTH_SIGNATURE);
+            out.put_slice(&sig.0);
+        }
+    }
+}
+
+fn read_auth(r: &mut Reader<'_>) -> Result<RequestAuth, WireError> {
+    match r.u8()? {
+        AUTH_MACS => {
+            let count = r.u8()? as usize;
+            let count = r.check_count(count, MacTag::LEN, "MAC vector")?;
+            let mut macs = Vec::with_capacity(count);
+            for _ in 0..count {
+                macs.push(MacTag(r.array()?));
+            }
+            Ok(RequestAuth::Macs(macs))
+        }
+        AUTH_SIGNATURE => Ok(RequestAuth::Signature(Signature(r.array()?))),
+        tag => Err(WireError::UnknownTag {
+            what: "request auth",
+            tag,
+        }),
+    }
+}
+
+fn envelope_len(env: &RequestEnvelope) -> usize {
+    env.request.encoded_len() + auth_len(&env.auth)
+}
+
+fn put_envelope(out: &mut BytesMut, env: &RequestEnvelope) {
+    put_request(out, &env.request);
+    put_auth(out, &env.auth);
+}
+
+fn read_envelope(r: &mut Reader<'_>) -> Result<RequestEnvelope, WireError> {
+    Ok(RequestEnvelope {
+        request: read_request(r)?,
+        auth: read_auth(r)?,
+    })
+}
+
+fn batch_len(batch: &Batch) -> usize {
+    1 + 8 + 8 + 4 + batch.requests.iter().map(envelope_len).sum::<usize>()
+}
+
+fn put_batch(out: &mut BytesMut, batch: &Batch) {
+    out.put_u8(WIRE_VERSION);
+    out.put_u64_le(batch.timestamp_ms);
+    out.put_u64_le(batch.seed);
+    put_len(out, batch.requests.len(), "batch");
+    for env in &batch.requests {
+        put_envelope(out, env);
+    }
+}
+
+fn read_batch(r: &mut Reader<'_>) -> Result<Batch, WireError> {
+    r.version()?;
+    let timestamp_ms = r.u64()?;
+    let seed = r.u64()?;
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, ENVELOPE_MIN_LEN, "batch")?;
+    let mut requests = Vec::with_capacity(count);
+    for _ in 0..count {
+        requests.push(read_envelope(r)?);
+    }
+    Ok(Batch {
+        timestamp_ms,
+        seed,
+        requests,
+    })
+}
+
+impl Encode for Request {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        put_request(out, self);
+    }
+    fn encoded_len(&self) -> usize {
+        REQUEST_HEADER_LEN + self.payload.len()
+    }
+}
+
+impl Decode for Request {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, read_request)
+    }
+}
+
+impl Encode for RequestEnvelope {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        put_envelope(out, self);
+    }
+    fn encoded_len(&self) -> usize {
+        envelope_len(self)
+    }
+}
+
+impl Decode for RequestEnvelope {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, read_envelope)
+    }
+}
+
+impl Encode for Batch {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        put_batch(out, self);
+    }
+    fn encoded_len(&self) -> usize {
+        batch_len(self)
+    }
+}
+
+impl Decode for Batch {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, read_batch)
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Handshake
+// ----------------------------------------------------------------------------------------------
+
+impl Encode for Handshake {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        match self {
+            Handshake::Hello {
+                role,
+                identity,
+                ephemeral,
+            } => {
+                put_header(out, HANDSHAKE_HELLO);
+                match role {
+                    Role::Replica(id) => {
+                        out.put_u8(ROLE_REPLICA);
+                        out.put_u32_le(id.0);
+                    }
+                    Role::Client(principal) => {
+                        out.put_u8(ROLE_CLIENT);
+                        out.put_u32_le(*principal);
+                    }
+                }
+                out.put_slice(&identity.0);
+                out.put_slice(&ephemeral.0);
+            }
+            Handshake::Proof { signature } => {
+                put_header(out, HANDSHAKE_PROOF);
+                out.put_slice(&signature.0);
+            }
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        HEADER_LEN
+            + match self {
+                Handshake::Hello { .. } => 1 + 4 + PublicKey::LEN + KexPublic::LEN,
+                Handshake::Proof { .. } => Signature::LEN,
+            }
+    }
+}
+
+impl Decode for Handshake {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, |r| match r.header()? {
+            HANDSHAKE_HELLO => {
+                let role = match r.u8()? {
+                    ROLE_REPLICA => Role::Replica(ReplicaId(r.u32()?)),
+                    ROLE_CLIENT => Role::Client(r.u32()?),
+                    tag => return Err(WireError::UnknownTag { what: "role", tag }),
+                };
+                Ok(Handshake::Hello {
+                    role,
+                    identity: PublicKey(r.array()?),
+                    ephemeral: KexPublic(r.array()?),
+                })
+            }
+            HANDSHAKE_PROOF => Ok(Handshake::Proof {
+                signature: Signature(r.array()?),
+            }),
+            tag => Err(WireError::UnknownTag {
+                what: "handshake",
+                tag,
+            }),
+        })
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// PeerMessage
+// ----------------------------------------------------------------------------------------------
+
+const VOTE_LEN: usize = 8 + 4 + Digest::LEN;
+
+fn put_vote(out: &mut BytesMut, vote: &Vote) {
+    out.put_u64_le(vote.cid.0);
+    out.put_u32_le(vote.epoch.0);
+    out.put_slice(&vote.hash.0);
+}
+
+fn read_vote(r: &mut Reader<'_>) -> Result<Vote, WireError> {
+    Ok(Vote {
+        cid: ConsensusId(r.u64()?),
+        epoch: Epoch(r.u32()?),
+        hash: Digest(r.array()?),
+    })
+}
+
+impl Encode for PeerMessage {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        match self {
+            PeerMessage::Propose(p) => {
+                put_header(out, PEER_PROPOSE);
+                out.put_u64_le(p.cid.0);
+                out.put_u32_le(p.epoch.0);
+                put_bytes(out, &p.batch);
+            }
+            PeerMessage::Write(v) => {
+                put_header(out, PEER_WRITE);
+                put_vote(out, v);
+            }
+            PeerMessage::Accept(v) => {
+                put_header(out, PEER_ACCEPT);
+                put_vote(out, v);
+            }
+            PeerMessage::Forward(env) => {
+                put_header(out, PEER_FORWARD);
+                put_envelope(out, env);
+            }
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        HEADER_LEN
+            + match self {
+                PeerMessage::Propose(p) => 8 + 4 + 4 + p.batch.len(),
+                PeerMessage::Write(_) | PeerMessage::Accept(_) => VOTE_LEN,
+                PeerMessage::Forward(env) => envelope_len(env),
+            }
+    }
+}
+
+impl Decode for PeerMessage {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, |r| match r.header()? {
+            PEER_PROPOSE => Ok(PeerMessage::Propose(Propose {
+                cid: ConsensusId(r.u64()?),
+                epoch: Epoch(r.u32()?),
+                batch: r.bytes()?,
+            })),
+            PEER_WRITE => Ok(PeerMessage::Write(read_vote(r)?)),
+            PEER_ACCEPT => Ok(PeerMessage::Accept(read_vote(r)?)),
+            PEER_FORWARD => Ok(PeerMessage::Forward(read_envelope(r)?)),
+            tag => Err(WireError::UnknownTag {
+                what: "peer message",
+                tag,
+            }),
+        })
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// ClientMessage
+// ----------------------------------------------------------------------------------------------
+
+impl Encode for ClientMessage {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        match self {
+            ClientMessage::Request(env) => {
+                put_header(out, CLIENT_REQUEST);
+                put_envelope(out, env);
+            }
+            ClientMessage::StateQuery { nonce } => {
+                put_header(out, CLIENT_STATE_QUERY);
+                out.put_u64_le(*nonce);
+            }
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        HEADER_LEN
+            + match self {
+                ClientMessage::Request(env) => envelope_len(env),
+                ClientMessage::StateQuery { .. } => 8,
+            }
+    }
+}
+
+impl Decode for ClientMessage {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, |r| match r.header()? {
+            CLIENT_REQUEST => Ok(ClientMessage::Request(read_envelope(r)?)),
+            CLIENT_STATE_QUERY => Ok(ClientMessage::StateQuery { nonce: r.u64()? }),
+            tag => Err(WireError::UnknownTag {
+                what: "client message",
+                tag,
+            }),
+        })
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// ReplicaMessage
+// ----------------------------------------------------------------------------------------------
+
+const STATE_INFO_LEN: usize = 8 + 4 + 8 + 8 + Digest::LEN;
+
+impl Encode for ReplicaMessage {
+    fn encode(&self, out: &mut BytesMut) {
+        out.reserve(self.encoded_len());
+        match self {
+            ReplicaMessage::Reply(reply) => {
+                put_header(out, REPLICA_REPLY);
+                out.put_u64_le(reply.client.0);
+                out.put_u64_le(reply.seq.0);
+                out.put_u8(kind_tag(reply.kind));
+                out.put_u32_le(reply.view.0);
+                put_bytes(out, &reply.payload);
+            }
+            ReplicaMessage::StateInfo(info) => {
+                put_header(out, REPLICA_STATE_INFO);
+                out.put_u64_le(info.nonce);
+                out.put_u32_le(info.replica.0);
+                out.put_u64_le(info.executed_instances);
+                out.put_u64_le(info.executed_requests);
+                out.put_slice(&info.state_digest.0);
+            }
+        }
+    }
+    fn encoded_len(&self) -> usize {
+        HEADER_LEN
+            + match self {
+                ReplicaMessage::Reply(reply) => 8 + 8 + 1 + 4 + 4 + reply.payload.len(),
+                ReplicaMessage::StateInfo(_) => STATE_INFO_LEN,
+            }
+    }
+}
+
+impl Decode for ReplicaMessage {
+    fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+        decode_all(bytes, |r| match r.header()? {
+            REPLICA_REPLY => Ok(ReplicaMessage::Reply(Reply {
+                client: ClientId(r.u64()?),
+                seq: RequestSeq(r.u64()?),
+                kind: read_kind(r)?,
+                view: ViewId(r.u32()?),
+                payload: r.bytes()?,
+            })),
+            REPLICA_STATE_INFO => Ok(ReplicaMessage::StateInfo(StateInfo {
+                nonce: r.u64()?,
+                replica: ReplicaId(r.u32()?),
+                executed_instances: r.u64()?,
+                executed_requests: r.u64()?,
+                state_digest: Digest(r.array()?),
+            })),
+            tag => Err(WireError::UnknownTag {
+                what: "replica message",
+                tag,
+            }),
+        })
+    }
 }

@@ -1,0 +1,492 @@
+//! The threaded proxy: one reader thread per replica connection, one maintenance thread
+//! (retransmission, fallback, timeouts, reconnection), callers on any thread.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::task::{Context as TaskContext, Poll, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tagma_core::ValidConfig;
+use tagma_core::config::ReplicaInfo;
+use tagma_crypto::{Authenticator, IdentityKey};
+use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError, NetLimits};
+use tagma_wire::{
+    ClientId, ClientMessage, Decode, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth, RequestEnvelope, RequestKind,
+    RequestSeq, Role, StateInfo, ViewId,
+};
+use tracing::debug;
+
+use crate::voting::Voter;
+
+/// Why an invocation failed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error(
+        "cluster unreachable: connected to {connected} of {needed} replicas needed ({details}) — fix: start the replicas (`tagma replica --dir DIR --id N`) and check the addresses in tagma.toml"
+    )]
+    Unreachable { connected: usize, needed: usize, details: String },
+    #[error("no reply quorum after {after_ms} ms ({replies} replies, {quorum} matching needed) — fix: check that enough replicas are running and connected to each other")]
+    Timeout { after_ms: u64, replies: usize, quorum: usize },
+    #[error("replies disagree: no {quorum} matching replies among {replies}")]
+    NoQuorum { replies: usize, quorum: usize },
+    #[error("request of {bytes} bytes exceeds request_bytes_max = {max}")]
+    TooLarge { bytes: usize, max: usize },
+    #[error("invalid client key: {0}")]
+    Key(String),
+    #[error("the proxy was closed")]
+    Closed,
+}
+
+/// Proxy settings beyond the cluster configuration.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// The configured client principal whose key this proxy holds.
+    pub principal: u32,
+    /// Instance part of the client id; a random one if `None` (a fresh session).
+    pub instance: Option<u32>,
+    /// Most requests in flight; `invoke_async` blocks beyond it.
+    pub outstanding_max: usize,
+}
+
+impl ClientOptions {
+    pub fn new(principal: u32) -> Self {
+        ClientOptions { principal, instance: None, outstanding_max: 128 }
+    }
+}
+
+#[derive(Default)]
+struct SlotState {
+    result: Option<Result<Bytes, ClientError>>,
+    waker: Option<Waker>,
+}
+
+#[derive(Default)]
+struct Slot {
+    state: Mutex<SlotState>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn complete(&self, result: Result<Bytes, ClientError>) {
+        let mut st = lock(&self.state);
+        if st.result.is_none() {
+            st.result = Some(result);
+            if let Some(w) = st.waker.take() {
+                w.wake();
+            }
+            self.ready.notify_all();
+        }
+    }
+}
+
+/// The pending result of an asynchronous invocation.
+pub struct ReplyFuture {
+    slot: Arc<Slot>,
+}
+
+impl ReplyFuture {
+    /// Blocks until the reply quorum is reached or the invocation fails.
+    pub fn wait(self) -> Result<Bytes, ClientError> {
+        let mut st = lock(&self.slot.state);
+        loop {
+            if let Some(r) = st.result.take() {
+                return r;
+            }
+            st = self.slot.ready.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+impl Future for ReplyFuture {
+    type Output = Result<Bytes, ClientError>;
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<Self::Output> {
+        let mut st = lock(&self.slot.state);
+        match st.result.take() {
+            Some(r) => Poll::Ready(r),
+            None => {
+                st.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+struct Call {
+    payload: Bytes,
+    frame: Bytes,
+    voter: Voter,
+    first_sent: Instant,
+    last_sent: Instant,
+    slot: Arc<Slot>,
+}
+
+struct Link {
+    info: ReplicaInfo,
+    writer: Mutex<Option<FrameWriter>>,
+    last_attempt: Mutex<Option<Instant>>,
+}
+
+struct Inner {
+    client: ClientId,
+    key: IdentityKey,
+    auth: Authenticator,
+    signed: bool,
+    n: usize,
+    ordered_quorum: usize,
+    unordered_quorum: usize,
+    request_bytes_max: usize,
+    limits: NetLimits,
+    connect_timeout: Duration,
+    reconnect_delay: Duration,
+    retransmit: Duration,
+    invoke_timeout: Duration,
+    links: Vec<Link>,
+    calls: Mutex<HashMap<(RequestKind, RequestSeq), Call>>,
+    queries: Mutex<HashMap<u64, crossbeam_channel::Sender<StateInfo>>>,
+    next_seq: [AtomicU64; 2],
+    next_nonce: AtomicU64,
+    outstanding: Mutex<usize>,
+    outstanding_freed: Condvar,
+    outstanding_max: usize,
+    closed: AtomicBool,
+}
+
+/// A client's proxy to the replicated service. Cheap to share: `Proxy` is `Send + Sync` and
+/// all methods take `&self`.
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn random_u32() -> u32 {
+    // Instance ids only need to differ between concurrent proxies of one principal.
+    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let h = tagma_crypto::digest(&[t.to_le_bytes().as_slice(), &std::process::id().to_le_bytes()].concat());
+    u32::from_le_bytes([h.0[0], h.0[1], h.0[2], h.0[3]])
+}
+
+impl Proxy {
+    /// Connects to every replica of `cfg` (in parallel) as client principal
+    /// `options.principal` with `key`. Fails with [`ClientError::Unreachable`] when fewer
+    /// replicas than a reply quorum answer; the others are retried in the background.
+    pub fn connect(cfg: &ValidConfig, key: IdentityKey, options: ClientOptions) -> Result<Proxy, ClientError> {
+        let replica_keys: Vec<_> = cfg.replicas.iter().map(|r| r.public_key).collect();
+        let auth = Authenticator::new(&key, &replica_keys).map_err(|e| ClientError::Key(e.to_string()))?;
+        let raw = &cfg.raw;
+        let q = cfg.quorums();
+        let instance = options.instance.unwrap_or_else(random_u32);
+        let inner = Arc::new(Inner {
+            client: ClientId::new(options.principal, instance),
+            key,
+            auth,
+            signed: raw.cluster.signed_requests,
+            n: cfg.n(),
+            ordered_quorum: q.reply_quorum(raw.cluster.readonly_requests),
+            unordered_quorum: q.unordered_reply_quorum(),
+            request_bytes_max: raw.limits.request_bytes_max,
+            limits: NetLimits {
+                frame_bytes_max: raw.limits.frame_bytes_max,
+                handshake_timeout: Duration::from_millis(raw.timeouts.handshake_timeout_ms),
+            },
+            connect_timeout: Duration::from_millis(raw.timeouts.connect_timeout_ms),
+            reconnect_delay: Duration::from_millis(raw.timeouts.reconnect_delay_ms.max(10)),
+            retransmit: Duration::from_millis(raw.timeouts.client_retransmit_ms),
+            invoke_timeout: Duration::from_millis(raw.timeouts.client_invoke_timeout_ms),
+            links: cfg
+                .replicas
+                .iter()
+                .map(|r| Link { info: r.clone(), writer: Mutex::new(None), last_attempt: Mutex::new(None) })
+                .collect(),
+            calls: Mutex::new(HashMap::new()),
+            queries: Mutex::new(HashMap::new()),
+            next_seq: [AtomicU64::new(1), AtomicU64::new(1)],
+            next_nonce: AtomicU64::new(1),
+            outstanding: Mutex::new(0),
+            outstanding_freed: Condvar::new(),
+            outstanding_max: options.outstanding_max.max(1),
+            closed: AtomicBool::new(false),
+        });
+        let errors: Vec<Option<String>> = thread::scope(|s| {
+            let handles: Vec<_> = (0..inner.links.len()).map(|i| s.spawn({
+                let inner = inner.clone();
+                move || inner.connect_link(i).err().map(|e| format!("replica {} at {}: {e}", inner.links[i].info.id, inner.links[i].info.addr))
+            })).collect();
+            handles.into_iter().map(|h| h.join().unwrap_or(Some("connect thread panicked".into()))).collect()
+        });
+        let connected = errors.iter().filter(|e| e.is_none()).count();
+        if connected < inner.ordered_quorum {
+            inner.close();
+            let details = errors.into_iter().flatten().collect::<Vec<_>>().join("; ");
+            return Err(ClientError::Unreachable { connected, needed: inner.ordered_quorum, details });
+        }
+        let weak = Arc::downgrade(&inner);
+        thread::Builder::new()
+            .name(format!("tagma-client-{:x}", inner.client.0))
+            .spawn(move || maintenance_loop(weak))
+            .expect("spawn client maintenance thread");
+        Ok(Proxy { inner })
+    }
+
+    pub fn client_id(&self) -> ClientId {
+        self.inner.client
+    }
+
+    /// Totally ordered invocation; blocks until a reply quorum is reached.
+    pub fn invoke_ordered(&self, request: Bytes) -> Result<Bytes, ClientError> {
+        self.invoke_async(request, RequestKind::Ordered)?.wait()
+    }
+
+    /// Read-only invocation without ordering; falls back to ordered when replies disagree.
+    pub fn invoke_unordered(&self, request: Bytes) -> Result<Bytes, ClientError> {
+        self.invoke_async(request, RequestKind::Unordered)?.wait()
+    }
+
+    /// Sends a request and returns immediately (after waiting for a free slot when
+    /// `outstanding_max` requests are in flight).
+    pub fn invoke_async(&self, request: Bytes, kind: RequestKind) -> Result<ReplyFuture, ClientError> {
+        let inner = &self.inner;
+        if request.len() > inner.request_bytes_max {
+            return Err(ClientError::TooLarge { bytes: request.len(), max: inner.request_bytes_max });
+        }
+        {
+            let mut n = lock(&inner.outstanding);
+            while *n >= inner.outstanding_max {
+                if inner.closed.load(Ordering::Relaxed) {
+                    return Err(ClientError::Closed);
+                }
+                n = inner.outstanding_freed.wait_timeout(n, Duration::from_millis(100)).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+            }
+            *n += 1;
+        }
+        let slot = Arc::new(Slot::default());
+        inner.start_call(request, kind, slot.clone());
+        Ok(ReplyFuture { slot })
+    }
+
+    /// Asks every replica for its execution position and state digest.
+    pub fn query_states(&self, timeout: Duration) -> Vec<(ReplicaId, Option<StateInfo>)> {
+        let inner = &self.inner;
+        let mut waits = Vec::new();
+        for (i, link) in inner.links.iter().enumerate() {
+            let nonce = inner.next_nonce.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            lock(&inner.queries).insert(nonce, tx);
+            let frame = ClientMessage::StateQuery { nonce }.to_bytes();
+            inner.send_to(i, &frame);
+            waits.push((link.info.id, nonce, rx));
+        }
+        let deadline = Instant::now() + timeout;
+        waits
+            .into_iter()
+            .map(|(id, nonce, rx)| {
+                let got = rx.recv_deadline(deadline).ok();
+                lock(&inner.queries).remove(&nonce);
+                (id, got)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+impl Inner {
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        for link in &self.links {
+            if let Some(w) = lock(&link.writer).take() {
+                w.shutdown();
+            }
+        }
+        let calls: Vec<_> = lock(&self.calls).drain().map(|(_, c)| c).collect();
+        for c in calls {
+            c.slot.complete(Err(ClientError::Closed));
+        }
+        self.outstanding_freed.notify_all();
+    }
+
+    fn connect_link(self: &Arc<Self>, i: usize) -> Result<(), NetError> {
+        let link = &self.links[i];
+        *lock(&link.last_attempt) = Some(Instant::now());
+        let principal = self.client.principal();
+        let me = LocalIdentity { role: Role::Client(principal), key: &self.key };
+        let (reader, writer) =
+            tagma_net::connect(link.info.addr, &me, Role::Replica(link.info.id), &link.info.public_key, self.limits, self.connect_timeout)?;
+        *lock(&link.writer) = Some(writer);
+        let weak = Arc::downgrade(self);
+        let id = link.info.id;
+        thread::Builder::new()
+            .name(format!("tagma-client-r{}", id.0))
+            .spawn(move || reader_loop(weak, i, id, reader))
+            .map_err(NetError::Io)?;
+        Ok(())
+    }
+
+    fn build_frame(&self, kind: RequestKind, seq: RequestSeq, payload: Bytes) -> Bytes {
+        let request = Request { client: self.client, seq, kind, view: ViewId(0), payload };
+        let digest = tagma_crypto::request_digest(&request);
+        let auth = if self.signed { RequestAuth::Signature(self.key.sign(digest.as_bytes())) } else { RequestAuth::Macs(self.auth.tags(&digest)) };
+        ClientMessage::Request(RequestEnvelope { request, auth }).to_bytes()
+    }
+
+    fn start_call(&self, payload: Bytes, kind: RequestKind, slot: Arc<Slot>) {
+        let seq = RequestSeq(self.next_seq[kind as usize].fetch_add(1, Ordering::Relaxed));
+        let frame = self.build_frame(kind, seq, payload.clone());
+        let quorum = if kind == RequestKind::Ordered { self.ordered_quorum } else { self.unordered_quorum };
+        let now = Instant::now();
+        let call = Call { payload, frame: frame.clone(), voter: Voter::new(quorum, self.n), first_sent: now, last_sent: now, slot };
+        lock(&self.calls).insert((kind, seq), call);
+        self.send_all(&frame);
+    }
+
+    fn finish(&self, call: Call, result: Result<Bytes, ClientError>) {
+        call.slot.complete(result);
+        let mut n = lock(&self.outstanding);
+        *n = n.saturating_sub(1);
+        self.outstanding_freed.notify_one();
+    }
+
+    /// An unordered read that cannot be decided is re-issued as an ordered request, keeping
+    /// the caller's future.
+    fn fall_back_to_ordered(&self, call: Call) {
+        debug!(client = self.client.0, "unordered replies disagree or time out: retrying ordered");
+        self.start_call(call.payload, RequestKind::Ordered, call.slot);
+    }
+
+    fn send_all(&self, frame: &Bytes) {
+        for i in 0..self.links.len() {
+            self.send_to(i, frame);
+        }
+    }
+
+    fn send_to(&self, i: usize, frame: &Bytes) {
+        let mut guard = lock(&self.links[i].writer);
+        if let Some(w) = guard.as_mut() {
+            if w.push(frame).and_then(|_| w.flush()).is_err() {
+                w.shutdown();
+                *guard = None;
+            }
+        }
+    }
+
+    fn on_reply(&self, from: ReplicaId, msg: ReplicaMessage) {
+        let reply = match msg {
+            ReplicaMessage::Reply(r) => r,
+            ReplicaMessage::StateInfo(info) => {
+                if let Some(tx) = lock(&self.queries).remove(&info.nonce) {
+                    let _ = tx.send(info);
+                }
+                return;
+            }
+        };
+        if reply.client != self.client {
+            return;
+        }
+        let key = (reply.kind, reply.seq);
+        let mut calls = lock(&self.calls);
+        let Some(call) = calls.get_mut(&key) else { return };
+        if let Some(result) = call.voter.add(from, reply.payload) {
+            let call = calls.remove(&key).expect("present");
+            drop(calls);
+            self.finish(call, Ok(result));
+        } else if call.voter.exhausted() {
+            let call = calls.remove(&key).expect("present");
+            drop(calls);
+            if reply.kind == RequestKind::Unordered {
+                self.fall_back_to_ordered(call);
+            } else {
+                let (replies, quorum) = (call.voter.replies(), call.voter.quorum());
+                self.finish(call, Err(ClientError::NoQuorum { replies, quorum }));
+            }
+        }
+    }
+
+    /// Retransmissions, unordered fallbacks on timeout, invocation timeouts, reconnection.
+    fn maintain(self: &Arc<Self>) {
+        let now = Instant::now();
+        for (i, link) in self.links.iter().enumerate() {
+            let down = lock(&link.writer).is_none();
+            let due = lock(&link.last_attempt).is_none_or(|t| now.duration_since(t) >= self.reconnect_delay);
+            if down && due {
+                if let Err(e) = self.connect_link(i) {
+                    debug!("reconnect to replica {} failed: {e}", link.info.id);
+                }
+            }
+        }
+        let mut resend = Vec::new();
+        let mut expired = Vec::new();
+        let mut fallback = Vec::new();
+        {
+            let mut calls = lock(&self.calls);
+            let keys: Vec<_> = calls.keys().copied().collect();
+            for key in keys {
+                let call = calls.get_mut(&key).expect("present");
+                if now.duration_since(call.first_sent) >= self.invoke_timeout {
+                    expired.push(calls.remove(&key).expect("present"));
+                } else if now.duration_since(call.last_sent) >= self.retransmit {
+                    if key.0 == RequestKind::Unordered {
+                        fallback.push(calls.remove(&key).expect("present"));
+                    } else {
+                        call.last_sent = now;
+                        resend.push(call.frame.clone());
+                    }
+                }
+            }
+        }
+        for frame in resend {
+            self.send_all(&frame);
+        }
+        for call in fallback {
+            self.fall_back_to_ordered(call);
+        }
+        for call in expired {
+            let (replies, quorum) = (call.voter.replies(), call.voter.quorum());
+            let after_ms = self.invoke_timeout.as_millis() as u64;
+            self.finish(call, Err(ClientError::Timeout { after_ms, replies, quorum }));
+        }
+    }
+}
+
+fn reader_loop(inner: Weak<Inner>, index: usize, from: ReplicaId, mut reader: FrameReader) {
+    loop {
+        let frame = reader.read_frame();
+        let Some(inner) = inner.upgrade() else { return };
+        match frame {
+            Ok(frame) => match ReplicaMessage::decode(&frame) {
+                Ok(msg) => inner.on_reply(from, msg),
+                Err(e) => debug!("malformed reply from replica {from}: {e}"),
+            },
+            Err(e) => {
+                debug!("connection to replica {from} lost: {e}");
+                if let Some(w) = lock(&inner.links[index].writer).take() {
+                    w.shutdown();
+                }
+                return;
+            }
+        }
+    }
+}
+
+fn maintenance_loop(inner: Weak<Inner>) {
+    loop {
+        let Some(strong) = inner.upgrade() else { return };
+        if strong.closed.load(Ordering::Relaxed) {
+            return;
+        }
+        let tick = (strong.retransmit / 4).clamp(Duration::from_millis(5), Duration::from_millis(50));
+        strong.maintain();
+        drop(strong);
+        thread::sleep(tick);
+    }
+}

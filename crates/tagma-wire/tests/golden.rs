@@ -1,0 +1,121 @@
+//! Golden vectors: they pin the wire format. Each constant is the encoding of one fixed sample
+//! from `common`, written field by field (spaces separate fields and are ignored). If one of
+//! these tests fails, the wire format changed: that needs a `WIRE_VERSION` bump, not a new
+//! vector.
+//!
+//! Shared pieces, for reading the vectors:
+//! - request header: client `03000000 07000000` (principal 7, instance 3), seq `2a00…` (42),
+//!   kind (`00` ordered / `01` unordered), view `02000000`, payload length, payload;
+//! - MAC auth: tag `00`, count `02`, 2 × 16 bytes; signature auth: tag `01`, 64 bytes;
+//! - top-level messages: version `01`, tag, fields.
+
+mod common;
+
+use std::fmt::Debug;
+
+use bytes::Bytes;
+use tagma_wire::*;
+
+const HANDSHAKE_HELLO_REPLICA: &str = "01 01 00 03000000 1111111111111111111111111111111111111111111111111111111111111111 2222222222222222222222222222222222222222222222222222222222222222";
+const HANDSHAKE_HELLO_CLIENT: &str = "01 01 01 09000000 3333333333333333333333333333333333333333333333333333333333333333 4444444444444444444444444444444444444444444444444444444444444444";
+const HANDSHAKE_PROOF: &str = "01 02 55555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555555";
+const REQUEST: &str = "03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076";
+const ENVELOPE_MACS: &str = "03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+const ENVELOPE_SIG: &str = "03000000 07000000 2a00000000000000 01 02000000 05000000 676574206b 01 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const BATCH: &str = "01 0068e5cf8b010000 efcdab8967452301 02000000 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2 03000000 07000000 2a00000000000000 01 02000000 05000000 676574206b 01 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const PEER_PROPOSE: &str = "01 01 0500000000000000 01000000 07000000 016f7061717565";
+const PEER_WRITE: &str = "01 02 0500000000000000 01000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+const PEER_ACCEPT: &str = "01 03 0500000000000000 01000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+const PEER_FORWARD: &str = "01 04 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+const CLIENT_REQUEST_MACS: &str = "01 01 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+const CLIENT_REQUEST_SIG: &str = "01 01 03000000 07000000 2a00000000000000 01 02000000 05000000 676574206b 01 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
+const CLIENT_STATE_QUERY: &str = "01 02 4d00000000000000";
+const REPLICA_REPLY: &str = "01 01 03000000 07000000 2a00000000000000 00 02000000 02000000 6f6b";
+const REPLICA_STATE_INFO: &str = "01 02 4d00000000000000 01000000 0a00000000000000 fa00000000000000 dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
+
+fn unhex(spaced: &str) -> Vec<u8> {
+    let hex: Vec<u8> = spaced
+        .bytes()
+        .filter(|b| !b.is_ascii_whitespace())
+        .collect();
+    assert!(hex.len().is_multiple_of(2), "odd hex length");
+    hex.chunks(2)
+        .map(|pair| u8::from_str_radix(std::str::from_utf8(pair).unwrap(), 16).unwrap())
+        .collect()
+}
+
+fn golden<T: Encode + Decode + PartialEq + Debug>(name: &str, value: &T, expected: &str) {
+    let expected = unhex(expected);
+    let encoded = value.to_bytes();
+    assert_eq!(
+        common::hex(&encoded),
+        common::hex(&expected),
+        "{name}: encoding changed"
+    );
+    assert_eq!(value.encoded_len(), expected.len(), "{name}: encoded_len");
+    assert_eq!(
+        &T::decode(&Bytes::from(expected)).unwrap(),
+        value,
+        "{name}: decode"
+    );
+}
+
+fn find<T>(list: Vec<(&'static str, T)>, name: &str) -> T {
+    list.into_iter().find(|(n, _)| *n == name).unwrap().1
+}
+
+#[test]
+fn golden_handshake() {
+    let hs = common::handshakes;
+    golden(
+        "hello_replica",
+        &find(hs(), "hello_replica"),
+        HANDSHAKE_HELLO_REPLICA,
+    );
+    golden(
+        "hello_client",
+        &find(hs(), "hello_client"),
+        HANDSHAKE_HELLO_CLIENT,
+    );
+    golden("proof", &find(hs(), "proof"), HANDSHAKE_PROOF);
+}
+
+#[test]
+fn golden_request_types() {
+    golden(
+        "request",
+        &common::request(RequestKind::Ordered, b"put k v"),
+        REQUEST,
+    );
+    golden("envelope_macs", &common::mac_envelope(), ENVELOPE_MACS);
+    golden("envelope_sig", &common::sig_envelope(), ENVELOPE_SIG);
+    golden("batch", &common::batch(), BATCH);
+}
+
+#[test]
+fn golden_peer() {
+    let p = common::peer_messages;
+    golden("propose", &find(p(), "propose"), PEER_PROPOSE);
+    golden("write", &find(p(), "write"), PEER_WRITE);
+    golden("accept", &find(p(), "accept"), PEER_ACCEPT);
+    golden("forward", &find(p(), "forward"), PEER_FORWARD);
+}
+
+#[test]
+fn golden_client() {
+    let c = common::client_messages;
+    golden(
+        "request_macs",
+        &find(c(), "request_macs"),
+        CLIENT_REQUEST_MACS,
+    );
+    golden("request_sig", &find(c(), "request_sig"), CLIENT_REQUEST_SIG);
+    golden("state_query", &find(c(), "state_query"), CLIENT_STATE_QUERY);
+}
+
+#[test]
+fn golden_replica() {
+    let r = common::replica_messages;
+    golden("reply", &find(r(), "reply"), REPLICA_REPLY);
+    golden("state_info", &find(r(), "state_info"), REPLICA_STATE_INFO);
+}
