@@ -1,1 +1,339 @@
-fn main() {}
+//! The `tagma` command. Run `tagma --help`.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use clap::{Parser, Subcommand};
+use tagma_cli::cluster::{LocalCluster, converged_states, digests_equal};
+use tagma_cli::init::{InitOptions, init_cluster, keygen};
+use tagma_cli::workload::{self, WorkloadOptions};
+use tagma_client::{ClientOptions, Proxy};
+use tagma_core::Mode;
+use tagma_crypto::IdentityKey;
+use tagma_kv::{KvOp, KvReply, KvService};
+use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
+use tagma_wire::ReplicaId;
+
+#[derive(Parser)]
+#[command(
+    name = "tagma",
+    version,
+    about = "Byzantine fault-tolerant state machine replication (Mod-SMaRt) — run a replicated key-value service",
+    long_about = "tagma replicates a deterministic service over n replicas that keep working while up to f of \
+them crash (cft mode, n >= 2f+1) or behave arbitrarily (bft mode, n >= 3f+1).\n\n\
+Quick start:\n  tagma demo                          # a local 4-replica cluster under load, checked end to end\n  \
+tagma init --replicas 4 --dir c1     # write a cluster directory (config + keys)\n  \
+tagma replica --dir c1 --id 0        # run one replica (one per terminal, ids 0..3)\n  \
+tagma kv --dir c1 put hello world    # talk to the cluster"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Start a temporary local cluster, drive a mixed key-value workload, and check that every
+    /// replica ends with the same state.
+    Demo(DemoArgs),
+    /// Write a ready-to-run local cluster directory: tagma.toml and Ed25519 keys for the
+    /// replicas, a client and an administrator.
+    Init {
+        /// Number of replicas.
+        #[arg(long, default_value_t = 4)]
+        replicas: usize,
+        /// Crash-fault-tolerant mode (n >= 2f+1) instead of Byzantine (n >= 3f+1).
+        #[arg(long)]
+        cft: bool,
+        /// Faults tolerated [default: the largest the replica count allows].
+        #[arg(long)]
+        f: Option<u32>,
+        /// Cluster directory to create.
+        #[arg(long)]
+        dir: PathBuf,
+        /// Replica i listens on BASE+i and serves metrics on BASE+100+i.
+        #[arg(long, default_value_t = 7100)]
+        base_port: u16,
+        /// Address the replicas listen on.
+        #[arg(long, default_value = "127.0.0.1")]
+        host: String,
+        /// Overwrite an existing tagma.toml.
+        #[arg(long)]
+        force: bool,
+    },
+    /// Generate one Ed25519 key pair: writes the secret key file and prints the public key.
+    Keygen {
+        /// Where to write the secret key.
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Run one replica of a cluster (until killed).
+    Replica {
+        #[arg(long)]
+        dir: PathBuf,
+        /// This replica's id in tagma.toml.
+        #[arg(long)]
+        id: u32,
+    },
+    /// Invoke the replicated key-value service.
+    Kv {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Client secret key [default: DIR/keys/client.key].
+        #[arg(long)]
+        key: Option<PathBuf>,
+        /// Client principal id of that key.
+        #[arg(long, default_value_t = DEFAULT_CLIENT_PRINCIPAL)]
+        principal: u32,
+        /// Send reads unordered (faster; falls back to ordered if replicas disagree).
+        #[arg(long)]
+        unordered: bool,
+        #[command(subcommand)]
+        op: KvCmd,
+    },
+    /// Show every replica's execution position and state digest.
+    Status {
+        #[arg(long)]
+        dir: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum KvCmd {
+    Put { key: String, value: String },
+    Get { key: String },
+    Delete { key: String },
+    /// Set KEY to NEW if its value is EXPECTED (or absent, with --absent).
+    Cas {
+        key: String,
+        #[arg(required_unless_present = "absent")]
+        expected: Option<String>,
+        new: String,
+        #[arg(long)]
+        absent: bool,
+    },
+    /// Add DELTA to the 64-bit counter at KEY.
+    Incr {
+        key: String,
+        #[arg(allow_hyphen_values = true)]
+        delta: i64,
+    },
+    /// List keys starting with PREFIX.
+    Scan {
+        prefix: String,
+        #[arg(long, default_value_t = 100)]
+        limit: u32,
+    },
+}
+
+#[derive(clap::Args)]
+struct DemoArgs {
+    /// Number of replicas.
+    #[arg(long, default_value_t = 4)]
+    replicas: usize,
+    /// Crash-fault-tolerant mode (the default is Byzantine fault tolerance).
+    #[arg(long)]
+    cft: bool,
+    /// Concurrent closed-loop clients.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Length of the measured run.
+    #[arg(long, default_value_t = 10)]
+    duration_s: u64,
+    /// Print one JSON object instead of the human summary.
+    #[arg(long)]
+    json: bool,
+    /// Keep the cluster directory (printed) instead of deleting it.
+    #[arg(long)]
+    keep: bool,
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Cmd::Replica { .. }) { "info" } else { "warn" };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    if let Err(e) = run(cli) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn run(cli: Cli) -> Result<()> {
+    match cli.command {
+        Cmd::Demo(args) => demo(args),
+        Cmd::Init { replicas, cft, f, dir, base_port, host, force } => {
+            let mode = if cft { Mode::Cft } else { Mode::Bft };
+            let cfg = init_cluster(&dir, &InitOptions { replicas, mode, f, base_port: Some(base_port), host, force })?;
+            println!("wrote {} ({} replicas, f = {}, {} mode) and keys in {}", cluster_dir::config_path(&dir).display(), cfg.n(), cfg.f, cfg.mode, dir.join("keys").display());
+            println!("start each replica with: tagma replica --dir {} --id <0..{}>", dir.display(), cfg.n() - 1);
+            Ok(())
+        }
+        Cmd::Keygen { out } => {
+            let public = keygen(&out)?;
+            println!("{public}");
+            eprintln!("secret key written to {}; paste the public key above into tagma.toml", out.display());
+            Ok(())
+        }
+        Cmd::Replica { dir, id } => {
+            let cfg = cluster_dir::load_config(&dir)?;
+            let id = ReplicaId(id);
+            cluster_dir::check_member(&dir, &cfg, id)?;
+            let key = IdentityKey::read_file(&cluster_dir::replica_key_path(&dir, id))?;
+            std::fs::create_dir_all(cluster_dir::data_dir(&dir, &cfg, id)).context("cannot create the data directory")?;
+            let node = tagma_node::start(cfg, id, key, KvService::new())?;
+            node.join();
+            Ok(())
+        }
+        Cmd::Kv { dir, key, principal, unordered, op } => kv(dir, key, principal, unordered, op),
+        Cmd::Status { dir } => {
+            let cfg = cluster_dir::load_config(&dir)?;
+            let key = IdentityKey::read_file(&cluster_dir::client_key_path(&dir))?;
+            let proxy = Proxy::connect(&cfg, key, ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL))?;
+            for (id, state) in proxy.query_states(Duration::from_secs(2)) {
+                match state {
+                    Some(s) => println!(
+                        "replica {id}: executed {} instances / {} requests, state digest {}",
+                        s.executed_instances,
+                        s.executed_requests,
+                        s.state_digest.to_hex()
+                    ),
+                    None => println!("replica {id}: no answer"),
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn kv(dir: PathBuf, key: Option<PathBuf>, principal: u32, unordered: bool, op: KvCmd) -> Result<()> {
+    let cfg = cluster_dir::load_config(&dir)?;
+    let key = IdentityKey::read_file(&key.unwrap_or_else(|| cluster_dir::client_key_path(&dir)))?;
+    let proxy = Proxy::connect(&cfg, key, ClientOptions::new(principal))?;
+    let b = |s: String| Bytes::from(s.into_bytes());
+    let op = match op {
+        KvCmd::Put { key, value } => KvOp::Put { key: b(key), value: b(value) },
+        KvCmd::Get { key } => KvOp::Get { key: b(key) },
+        KvCmd::Delete { key } => KvOp::Delete { key: b(key) },
+        KvCmd::Cas { key, expected, new, absent } => {
+            KvOp::Cas { key: b(key), expected: if absent { None } else { expected.map(b) }, new: b(new) }
+        }
+        KvCmd::Incr { key, delta } => KvOp::Incr { key: b(key), delta },
+        KvCmd::Scan { prefix, limit } => KvOp::Scan { prefix: b(prefix), limit },
+    };
+    let reply = if unordered && op.is_read_only() { proxy.invoke_unordered(op.encode())? } else { proxy.invoke_ordered(op.encode())? };
+    let show = |v: &Option<Bytes>| v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "(absent)".into());
+    match KvReply::decode(&reply).context("undecodable reply")? {
+        KvReply::Put { previous } => println!("ok (previous: {})", show(&previous)),
+        KvReply::Get { value } => println!("{}", show(&value)),
+        KvReply::Delete { previous } => println!("deleted (previous: {})", show(&previous)),
+        KvReply::Cas { applied, current } => println!("{} (current: {})", if applied { "applied" } else { "not applied" }, show(&current)),
+        KvReply::Incr { value } => println!("{value}"),
+        KvReply::Scan { pairs } => {
+            for (k, v) in pairs {
+                println!("{}\t{}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
+            }
+        }
+        KvReply::Error { message } => bail!("service error: {message}"),
+    }
+    Ok(())
+}
+
+fn demo(args: DemoArgs) -> Result<()> {
+    if args.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    let mode = if args.cft { Mode::Cft } else { Mode::Bft };
+    let exe = std::env::current_exe().context("cannot find the tagma executable")?;
+    let mut cluster = LocalCluster::create(&exe, args.replicas, mode, None)?;
+    if !args.json {
+        eprintln!("starting {} replicas ({} mode, f = {}) in {}", cluster.cfg.n(), cluster.cfg.mode, cluster.cfg.f, cluster.dir.display());
+    }
+    cluster.start_all()?;
+    let ready_timeout = Duration::from_secs(20);
+    let mut proxies = Vec::with_capacity(args.clients);
+    for _ in 0..args.clients {
+        proxies.push(cluster.proxy(ready_timeout)?);
+    }
+    // One ordered no-op first: the cluster is ready when it orders a request.
+    proxies[0].invoke_ordered(KvOp::Get { key: Bytes::from_static(b"demo/ready") }.encode()).context("the cluster did not order a first request")?;
+    let checker = cluster.proxy(ready_timeout)?;
+    let opts = WorkloadOptions { duration: Duration::from_secs(args.duration_s), ..Default::default() };
+    let progress = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let bar = if args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.duration_s) };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} s  {msg}").expect("valid template").progress_chars("=> "),
+    );
+    let started = Instant::now();
+    let report = std::thread::scope(|s| {
+        let worker = s.spawn(|| workload::run(proxies, &opts, &progress, &stop));
+        while !worker.is_finished() {
+            std::thread::sleep(Duration::from_millis(200));
+            let secs = started.elapsed().as_secs_f64();
+            bar.set_position((secs as u64).min(args.duration_s));
+            let done = progress.load(Ordering::Relaxed);
+            bar.set_message(format!("{done} ops, {:.0} ops/s", done as f64 / secs.max(1e-3)));
+        }
+        worker.join().expect("workload panicked")
+    });
+    bar.finish_and_clear();
+    let live: Vec<ReplicaId> = cluster.cfg.members();
+    let states = converged_states(&checker, &live, Duration::from_secs(20));
+    let (states, equal) = match states {
+        Ok(s) => {
+            let eq = digests_equal(&s);
+            (s, eq)
+        }
+        Err(e) => {
+            eprintln!("warning: {e}");
+            (Vec::new(), false)
+        }
+    };
+    drop(checker);
+    cluster.stop_all();
+    let (p50, p90, p99) = (report.percentile_ms(50.0), report.percentile_ms(90.0), report.percentile_ms(99.0));
+    if args.json {
+        let out = serde_json::json!({
+            "replicas": cluster.cfg.n(),
+            "f": cluster.cfg.f,
+            "mode": cluster.cfg.mode.to_string(),
+            "clients": args.clients,
+            "duration_s": report.elapsed.as_secs_f64(),
+            "completed_ops": report.completed,
+            "failed_ops": report.errors,
+            "throughput_ops_s": (report.throughput_ops_s() * 10.0).round() / 10.0,
+            "latency_ms": { "p50": p50, "p90": p90, "p99": p99 },
+            "linearizability_violations": report.violations.len(),
+            "executed_instances": states.first().map(|s| s.executed_instances),
+            "state_digest": states.first().map(|s| s.state_digest.to_hex()),
+            "state_digests_equal": equal,
+        });
+        println!("{out}");
+    } else {
+        println!("tagma demo: {} replicas, {} mode, f = {}, {} clients, {:.1} s", cluster.cfg.n(), cluster.cfg.mode, cluster.cfg.f, args.clients, report.elapsed.as_secs_f64());
+        println!("  completed ops      {} ({} failed)", report.completed, report.errors);
+        println!("  throughput         {:.0} ops/s", report.throughput_ops_s());
+        println!("  latency            p50 {p50:.2} ms   p90 {p90:.2} ms   p99 {p99:.2} ms");
+        println!("  model violations   {}", report.violations.len());
+        for s in &states {
+            println!("  replica {}          {} instances, {} requests, digest {}", s.replica, s.executed_instances, s.executed_requests, &s.state_digest.to_hex()[..16]);
+        }
+        println!("  state digests      {}", if equal { "equal on every replica" } else { "DIFFER" });
+    }
+    for v in report.violations.iter().take(5) {
+        eprintln!("violation: {v}");
+    }
+    if args.keep {
+        let kept = cluster.dir.clone();
+        std::mem::forget(cluster);
+        eprintln!("cluster directory kept at {}", kept.display());
+    }
+    if !equal || !report.violations.is_empty() {
+        bail!("the run did not check out (digests equal: {equal}, violations: {})", report.violations.len());
+    }
+    Ok(())
+}

@@ -1,0 +1,181 @@
+//! A local cluster of replica *processes* (`tagma replica`), used by `tagma demo` and the
+//! multi-process tests.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tagma_client::{ClientOptions, Proxy};
+use tagma_core::ValidConfig;
+use tagma_crypto::IdentityKey;
+use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
+use tagma_wire::{Digest, ReplicaId, StateInfo};
+
+use crate::init::{InitOptions, init_cluster};
+
+/// Replica processes started from one cluster directory. Dropping it kills them.
+pub struct LocalCluster {
+    pub dir: PathBuf,
+    pub cfg: ValidConfig,
+    exe: PathBuf,
+    children: Vec<Option<Child>>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+impl LocalCluster {
+    /// Initialises a cluster in `dir` (a fresh temporary directory if `None`) with free ports
+    /// on 127.0.0.1. `exe` is the `tagma` binary that runs the replicas.
+    pub fn create(exe: &Path, replicas: usize, mode: tagma_core::Mode, dir: Option<PathBuf>) -> Result<Self> {
+        let (tmp, dir) = match dir {
+            Some(d) => (None, d),
+            None => {
+                let t = tempfile::Builder::new().prefix("tagma-cluster-").tempdir()?;
+                let d = t.path().to_path_buf();
+                (Some(t), d)
+            }
+        };
+        let opts = InitOptions { replicas, mode, f: None, base_port: None, host: "127.0.0.1".into(), force: true };
+        let cfg = init_cluster(&dir, &opts)?;
+        std::fs::create_dir_all(dir.join("logs"))?;
+        let children = (0..replicas).map(|_| None).collect();
+        Ok(LocalCluster { dir, cfg, exe: exe.to_path_buf(), children, _tmp: tmp })
+    }
+
+    /// Rewrites `tagma.toml` after `edit` changed the configuration (before starting).
+    pub fn reconfigure(&mut self, edit: impl FnOnce(&mut tagma_core::Config)) -> Result<()> {
+        let mut raw = self.cfg.raw.clone();
+        edit(&mut raw);
+        self.cfg = raw.clone().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
+        std::fs::write(cluster_dir::config_path(&self.dir), raw.documented_toml())?;
+        Ok(())
+    }
+
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.join("logs").join(format!("replica-{i}.log"))
+    }
+
+    /// Starts replica `i` as a child process (logs go to `logs/replica-<i>.log`).
+    pub fn start(&mut self, i: usize) -> Result<()> {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(i))?;
+        let child = Command::new(&self.exe)
+            .arg("replica")
+            .arg("--dir")
+            .arg(&self.dir)
+            .arg("--id")
+            .arg(i.to_string())
+            .env("RUST_LOG", std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {} replica", self.exe.display()))?;
+        self.children[i] = Some(child);
+        Ok(())
+    }
+
+    pub fn start_all(&mut self) -> Result<()> {
+        for i in 0..self.children.len() {
+            self.start(i)?;
+        }
+        Ok(())
+    }
+
+    /// SIGKILLs replica `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    pub fn is_running(&mut self, i: usize) -> bool {
+        match self.children[i].as_mut() {
+            Some(c) => matches!(c.try_wait(), Ok(None)),
+            None => false,
+        }
+    }
+
+    pub fn stop_all(&mut self) {
+        for i in 0..self.children.len() {
+            self.kill(i);
+        }
+    }
+
+    pub fn client_key(&self) -> Result<IdentityKey> {
+        Ok(IdentityKey::read_file(&cluster_dir::client_key_path(&self.dir))?)
+    }
+
+    /// A proxy for the cluster's client principal, retrying until the replicas accept
+    /// connections or `timeout` passes.
+    pub fn proxy(&self, timeout: Duration) -> Result<Proxy> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            match Proxy::connect(&self.cfg, self.client_key()?, ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL)) {
+                Ok(p) => return Ok(p),
+                Err(e) if Instant::now() >= deadline => bail!("{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Waits until every replica in `live` reports the same execution position, then returns
+    /// their state reports.
+    pub fn converged_states(&self, proxy: &Proxy, live: &[ReplicaId], timeout: Duration) -> Result<Vec<StateInfo>> {
+        converged_states(proxy, live, timeout)
+    }
+
+    /// Prints the tail of every replica log (for failing tests).
+    pub fn dump_logs(&self) {
+        for i in 0..self.children.len() {
+            let text = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
+            let tail: Vec<_> = text.lines().rev().take(30).collect();
+            eprintln!("--- replica {i} log (last lines) ---");
+            for l in tail.into_iter().rev() {
+                eprintln!("{l}");
+            }
+        }
+    }
+}
+
+impl Drop for LocalCluster {
+    fn drop(&mut self) {
+        self.stop_all();
+    }
+}
+
+/// Polls replicas until all of `live` report the same number of executed instances twice in a
+/// row, then returns their reports.
+pub fn converged_states(proxy: &Proxy, live: &[ReplicaId], timeout: Duration) -> Result<Vec<StateInfo>> {
+    let deadline = Instant::now() + timeout;
+    let mut last: Option<u64> = None;
+    loop {
+        let states: Vec<StateInfo> = proxy
+            .query_states(Duration::from_secs(2))
+            .into_iter()
+            .filter(|(id, _)| live.contains(id))
+            .filter_map(|(_, s)| s)
+            .collect();
+        if states.len() == live.len() {
+            let first = states[0].executed_instances;
+            if states.iter().all(|s| s.executed_instances == first) {
+                if last == Some(first) {
+                    return Ok(states);
+                }
+                last = Some(first);
+            } else {
+                last = None;
+            }
+        }
+        if Instant::now() >= deadline {
+            bail!("replicas did not converge within {timeout:?}: {states:?}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// Whether all reports carry the same state digest.
+pub fn digests_equal(states: &[StateInfo]) -> bool {
+    let first: Option<Digest> = states.first().map(|s| s.state_digest);
+    !states.is_empty() && states.iter().all(|s| Some(s.state_digest) == first)
+}

@@ -1,0 +1,11 @@
+//! `tagma-cli`: the `tagma` command and the pieces it is made of, kept in a library so the
+//! multi-process tests drive exactly what users run.
+//!
+//! - [`init`]: writes a cluster directory (keys and a documented `tagma.toml`);
+//! - [`cluster`]: starts and stops replica *processes* of a local cluster;
+//! - [`workload`]: the mixed key-value workload of `tagma demo`, which checks every result a
+//!   client gets for its own keys against a sequential model (linearizability per key).
+
+pub mod cluster;
+pub mod init;
+pub mod workload;
