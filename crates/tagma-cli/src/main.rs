@@ -131,9 +131,9 @@ enum KvCmd {
 
 #[derive(clap::Args)]
 struct DemoArgs {
-    /// Number of replicas.
-    #[arg(long, default_value_t = 4)]
-    replicas: usize,
+    /// Number of replicas [default: 4 in bft mode, 3 with --cft].
+    #[arg(long)]
+    replicas: Option<usize>,
     /// Crash-fault-tolerant mode (the default is Byzantine fault tolerance).
     #[arg(long)]
     cft: bool,
@@ -248,7 +248,8 @@ fn demo(args: DemoArgs) -> Result<()> {
     }
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
     let exe = std::env::current_exe().context("cannot find the tagma executable")?;
-    let mut cluster = LocalCluster::create(&exe, args.replicas, mode, None)?;
+    let replicas = args.replicas.unwrap_or(if args.cft { 3 } else { 4 });
+    let mut cluster = LocalCluster::create(&exe, replicas, mode, None)?;
     if !args.json {
         eprintln!("starting {} replicas ({} mode, f = {}) in {}", cluster.cfg.n(), cluster.cfg.mode, cluster.cfg.f, cluster.dir.display());
     }

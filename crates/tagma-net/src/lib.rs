@@ -569,6 +569,13 @@ impl FrameWriter {
     pub fn pending_bytes(&self) -> usize {
         self.buf.len()
     }
+    /// Writes `bytes` as they are — no length, no MAC — on the authenticated connection.
+    /// Only for robustness tests that must put malformed frames (truncated, oversized,
+    /// badly MAC'd) behind a valid handshake; a correct peer never calls it.
+    pub fn write_unframed(&mut self, bytes: &[u8]) -> Result<(), NetError> {
+        self.stream.write_all(bytes)?;
+        Ok(())
+    }
     /// Closes both directions of the socket.
     pub fn shutdown(&self) {
         let _ = self.stream.shutdown(Shutdown::Both);

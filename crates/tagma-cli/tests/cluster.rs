@@ -1,0 +1,220 @@
+//! Multi-process tests: real `tagma replica` processes on 127.0.0.1, real TCP, real clients.
+//!
+//! The tests in this file run one at a time (each starts its own cluster; the CI machine has
+//! two cores).
+
+use std::net::{SocketAddr, TcpStream};
+use std::io::Write;
+use std::path::Path;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tagma_cli::cluster::{LocalCluster, digests_equal};
+use tagma_cli::workload::{self, WorkloadOptions};
+use tagma_client::Proxy;
+use tagma_core::Mode;
+use tagma_crypto::{Authenticator, IdentityKey};
+use tagma_kv::{KvOp, KvReply};
+use tagma_net::{LocalIdentity, NetLimits};
+use tagma_node::metrics::{rejection_count, scrape};
+use tagma_wire::{
+    ClientId, ClientMessage, Decode, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth, RequestEnvelope, RequestKind,
+    RequestSeq, Role, ViewId,
+};
+
+static SERIAL: Mutex<()> = Mutex::new(());
+const READY: Duration = Duration::from_secs(30);
+
+fn exe() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_tagma"))
+}
+
+fn cluster(n: usize, mode: Mode) -> LocalCluster {
+    let mut c = LocalCluster::create(exe(), n, mode, None).expect("create cluster");
+    c.start_all().expect("start replicas");
+    c
+}
+
+fn proxies(c: &LocalCluster, k: usize) -> Vec<Proxy> {
+    (0..k).map(|_| c.proxy(READY).expect("connect client")).collect()
+}
+
+/// Runs `clients` closed-loop clients for `ops` operations each and checks the results and
+/// the final digests of `live` replicas.
+fn serve_and_check(c: &LocalCluster, clients: usize, ops: u64, live: &[ReplicaId]) {
+    let opts = WorkloadOptions { duration: Duration::from_secs(120), ops_per_client: Some(ops), ..Default::default() };
+    let report = workload::run(proxies(c, clients), &opts, &AtomicU64::new(0), &AtomicBool::new(false));
+    if !report.violations.is_empty() || report.errors > 0 {
+        c.dump_logs();
+    }
+    assert!(report.violations.is_empty(), "linearizability violations: {:?}", &report.violations[..report.violations.len().min(5)]);
+    assert_eq!(report.errors, 0, "failed ops, first: {:?}", report.first_error);
+    assert!(report.completed >= clients as u64 * ops);
+    let checker = c.proxy(READY).unwrap();
+    let states = c.converged_states(&checker, live, Duration::from_secs(30)).unwrap();
+    assert!(digests_equal(&states), "digests differ: {states:?}");
+    assert!(states[0].executed_requests >= clients as u64 * ops / 2, "{states:?}");
+}
+
+#[test]
+fn bft_four_replicas_serve_concurrent_clients() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster(4, Mode::Bft);
+    serve_and_check(&c, 6, 600, &c.cfg.members());
+}
+
+#[test]
+fn cft_three_replicas_serve_concurrent_clients() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster(3, Mode::Cft);
+    serve_and_check(&c, 6, 600, &c.cfg.members());
+}
+
+#[test]
+fn follower_killed_with_sigkill_keeps_the_service_running() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = cluster(4, Mode::Bft);
+    let clients = proxies(&c, 4);
+    let progress = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let opts = WorkloadOptions { duration: Duration::from_secs(8), ..Default::default() };
+    let (report, at_kill) = std::thread::scope(|s| {
+        let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while progress.load(Ordering::Relaxed) < 500 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let at_kill = progress.load(Ordering::Relaxed);
+        c.kill(3);
+        (worker.join().unwrap(), at_kill)
+    });
+    assert!(at_kill >= 500, "the cluster served only {at_kill} ops before the kill");
+    assert!(!c.is_running(3));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(report.completed > at_kill + 500, "only {} ops after the kill (at kill: {at_kill})", report.completed - at_kill);
+    let checker = c.proxy(READY).unwrap();
+    let live = [ReplicaId(0), ReplicaId(1), ReplicaId(2)];
+    let states = c.converged_states(&checker, &live, Duration::from_secs(30)).unwrap();
+    assert!(digests_equal(&states), "{states:?}");
+}
+
+struct Raw {
+    reader: tagma_net::FrameReader,
+    writer: tagma_net::FrameWriter,
+}
+
+fn limits(c: &LocalCluster) -> NetLimits {
+    NetLimits { frame_bytes_max: c.cfg.raw.limits.frame_bytes_max, handshake_timeout: Duration::from_secs(5) }
+}
+
+/// An authenticated client connection to replica 0, speaking raw frames.
+fn raw_client(c: &LocalCluster, key: &IdentityKey, principal: u32) -> Result<Raw, tagma_net::NetError> {
+    let r = &c.cfg.replicas[0];
+    let me = LocalIdentity { role: Role::Client(principal), key };
+    let (reader, writer) = tagma_net::connect(r.addr, &me, Role::Replica(r.id), &r.public_key, limits(c), Duration::from_secs(2))?;
+    Ok(Raw { reader, writer })
+}
+
+fn metrics_addr(c: &LocalCluster) -> SocketAddr {
+    c.cfg.replicas[0].metrics_addr.expect("init writes metrics addresses")
+}
+
+/// Waits until replica 0 has counted `reason` at least `at_least` times.
+fn wait_rejection(c: &LocalCluster, reason: &str, at_least: u64) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = scrape(metrics_addr(c)).map(|t| rejection_count(&t, reason)).unwrap_or(0);
+        if n >= at_least || Instant::now() >= deadline {
+            return n;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn ordered_frame(c: &LocalCluster, key: &IdentityKey, client: ClientId, seq: u64, op: &KvOp) -> Bytes {
+    let request = Request { client, seq: RequestSeq(seq), kind: RequestKind::Ordered, view: ViewId(0), payload: op.encode() };
+    let replica_keys: Vec<_> = c.cfg.replicas.iter().map(|r| r.public_key).collect();
+    let tags = Authenticator::new(key, &replica_keys).unwrap().tags(&tagma_crypto::request_digest(&request));
+    ClientMessage::Request(RequestEnvelope { request, auth: RequestAuth::Macs(tags) }).to_bytes()
+}
+
+fn still_serves(c: &LocalCluster, proxy: &Proxy, tag: &str) {
+    let op = KvOp::Put { key: Bytes::from(format!("alive/{tag}")), value: Bytes::from_static(b"yes") };
+    let reply = proxy.invoke_ordered(op.encode()).unwrap_or_else(|e| panic!("after {tag}: {e}"));
+    assert!(matches!(KvReply::decode(&reply).unwrap(), KvReply::Put { .. }));
+    let text = scrape(metrics_addr(c)).unwrap();
+    assert!(text.contains("tagma_requests_received_total"), "replica 0 still answers metrics after {tag}");
+}
+
+#[test]
+fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster(4, Mode::Bft);
+    let proxy = c.proxy(READY).unwrap();
+    still_serves(&c, &proxy, "start");
+    let key = c.client_key().unwrap();
+    let addr = c.cfg.replicas[0].addr;
+
+    // Garbage bytes instead of a handshake.
+    let mut s = TcpStream::connect(addr).unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: tagma\r\n\r\n\xff\xfe garbage").unwrap();
+    drop(s);
+    assert!(wait_rejection(&c, "malformed_handshake", 1) >= 1, "garbage bytes");
+    still_serves(&c, &proxy, "garbage");
+
+    // A client key the cluster does not know (claiming the configured principal, and another).
+    let stranger = IdentityKey::generate();
+    assert!(raw_client(&c, &stranger, 1).is_err());
+    assert!(raw_client(&c, &stranger, 77).is_err());
+    assert!(wait_rejection(&c, "unknown_key", 2) >= 2, "unknown client key");
+    still_serves(&c, &proxy, "unknown key");
+
+    // A truncated frame: the header promises 100 bytes, 10 arrive, then the peer closes.
+    let mut raw = raw_client(&c, &key, 1).unwrap();
+    let mut bytes = 100u32.to_le_bytes().to_vec();
+    bytes.extend_from_slice(&[0u8; 10]);
+    raw.writer.write_unframed(&bytes).unwrap();
+    raw.writer.shutdown();
+    assert!(wait_rejection(&c, "truncated", 1) >= 1, "truncated frame");
+    still_serves(&c, &proxy, "truncated");
+
+    // An oversized frame header.
+    let mut raw = raw_client(&c, &key, 1).unwrap();
+    raw.writer.write_unframed(&u32::MAX.to_le_bytes()).unwrap();
+    assert!(wait_rejection(&c, "frame_too_large", 1) >= 1, "oversized frame");
+    still_serves(&c, &proxy, "oversized");
+
+    // A frame with a wrong MAC.
+    let mut raw = raw_client(&c, &key, 1).unwrap();
+    let body = ClientMessage::StateQuery { nonce: 1 }.to_bytes();
+    let mut frame = (body.len() as u32).to_le_bytes().to_vec();
+    frame.extend_from_slice(&body);
+    frame.extend_from_slice(&[0xAB; 16]);
+    raw.writer.write_unframed(&frame).unwrap();
+    assert!(wait_rejection(&c, "bad_mac", 1) >= 1, "bad MAC");
+    still_serves(&c, &proxy, "bad mac");
+
+    // A replayed old request: executed once, answered from the reply cache afterwards.
+    let client = ClientId::new(1, 0xDEAD);
+    let incr = KvOp::Incr { key: Bytes::from_static(b"replay/ctr"), delta: 5 };
+    let mut raw = raw_client(&c, &key, 1).unwrap();
+    let frame = ordered_frame(&c, &key, client, 1, &incr);
+    raw.writer.push(&frame).unwrap();
+    raw.writer.flush().unwrap();
+    let first = raw.reader.read_frame().unwrap();
+    let before = wait_rejection(&c, "replayed_request", 0);
+    raw.writer.push(&frame).unwrap();
+    raw.writer.flush().unwrap();
+    let again = raw.reader.read_frame().unwrap();
+    assert_eq!(ReplicaMessage::decode(&first).unwrap(), ReplicaMessage::decode(&again).unwrap(), "the cached reply is resent");
+    assert!(wait_rejection(&c, "replayed_request", before + 1) > before, "replay counted");
+    let value = proxy.invoke_ordered(KvOp::Get { key: Bytes::from_static(b"replay/ctr") }.encode()).unwrap();
+    assert_eq!(
+        KvReply::decode(&value).unwrap(),
+        KvReply::Get { value: Some(Bytes::copy_from_slice(&5i64.to_le_bytes())) },
+        "the replayed increment was not executed twice"
+    );
+    still_serves(&c, &proxy, "replay");
+}

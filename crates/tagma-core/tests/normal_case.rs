@@ -1,0 +1,1150 @@
+//! Mod-SMaRt normal case: exact actions per input, rejections, and whole in-memory clusters.
+//!
+//! Authentication is the network stage's job: requests carry an empty MAC vector and batches
+//! are marked authentic (or not) by hand.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+use tagma_core::{
+    Action, Decision, Mode, PeerInput, ProposalFault, Quorums, Rejection, Replica, ReplicaParams,
+    VerifiedBatch,
+};
+use tagma_wire::{
+    Batch, ClientId, ConsensusId, Decode, Digest, Encode, Epoch, PeerMessage, Propose, ReplicaId,
+    Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, ViewId, Vote,
+};
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+const E0: Epoch = Epoch(0);
+
+fn r(id: u32) -> ReplicaId {
+    ReplicaId(id)
+}
+
+fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
+    ReplicaParams {
+        me: r(me),
+        members: (0..n).map(r).collect(),
+        quorums: Quorums::new(mode, n as usize, 1),
+        view: ViewId(0),
+        batch_size_max: 16,
+        batch_bytes_max: 64 << 10,
+        request_bytes_max: 1024,
+        client_pending_max: 100,
+        pending_requests_max: 10_000,
+        clients_max: 1000,
+        future_messages_max: 1000,
+        request_timeout_ms: 1000,
+        seed: u64::from(me),
+    }
+}
+
+fn bft(me: u32) -> Replica {
+    Replica::new(params(Mode::Bft, 4, me))
+}
+
+fn cft(me: u32) -> Replica {
+    Replica::new(params(Mode::Cft, 3, me))
+}
+
+fn req(client: u64, seq: u64) -> RequestEnvelope {
+    req_sized(client, seq, 8)
+}
+
+fn req_sized(client: u64, seq: u64, payload_bytes: usize) -> RequestEnvelope {
+    RequestEnvelope {
+        request: Request {
+            client: ClientId(client),
+            seq: RequestSeq(seq),
+            kind: RequestKind::Ordered,
+            view: ViewId(0),
+            payload: Bytes::from(vec![seq as u8; payload_bytes]),
+        },
+        auth: RequestAuth::Macs(vec![]),
+    }
+}
+
+/// What the network stage hands the core for a received PROPOSE.
+fn verified(bytes: &Bytes) -> VerifiedBatch {
+    VerifiedBatch {
+        bytes: bytes.clone(),
+        hash: tagma_crypto::digest(bytes),
+        batch: Batch::decode(bytes).expect("a leader's batch decodes"),
+        authentic: true,
+    }
+}
+
+fn batch_of(timestamp_ms: u64, requests: Vec<RequestEnvelope>) -> Batch {
+    Batch {
+        timestamp_ms,
+        seed: 0,
+        requests,
+    }
+}
+
+/// A PROPOSE input for `batch`, as the network stage would deliver it.
+fn propose(cid: u64, batch: &Batch) -> (PeerInput, Digest) {
+    let bytes = batch.to_bytes();
+    let verified = verified(&bytes);
+    let hash = verified.hash;
+    (
+        PeerInput::Propose {
+            cid: ConsensusId(cid),
+            epoch: E0,
+            batch: verified,
+        },
+        hash,
+    )
+}
+
+fn vote(cid: u64, hash: Digest) -> Vote {
+    Vote {
+        cid: ConsensusId(cid),
+        epoch: E0,
+        hash,
+    }
+}
+
+fn drain(replica: &mut Replica) -> Vec<Action> {
+    std::iter::from_fn(|| replica.poll_action()).collect()
+}
+
+fn write(cid: u64, hash: Digest) -> Action {
+    Action::Broadcast(PeerMessage::Write(vote(cid, hash)))
+}
+
+fn accept(cid: u64, hash: Digest) -> Action {
+    Action::Broadcast(PeerMessage::Accept(vote(cid, hash)))
+}
+
+fn deliver(cid: u64, hash: Digest, batch: Batch) -> Action {
+    Action::Deliver(Decision {
+        cid: ConsensusId(cid),
+        epoch: E0,
+        hash,
+        batch,
+    })
+}
+
+/// The PROPOSE a leader broadcast as the first of `actions`; checks that the rest is exactly
+/// its own vote (`Write` in BFT, `Accept` in CFT).
+fn take_proposal(actions: &[Action], cid: u64, mode: Mode) -> (Bytes, Digest, Batch) {
+    assert_eq!(actions.len(), 2, "PROPOSE then own vote: {actions:?}");
+    let Action::Broadcast(PeerMessage::Propose(p)) = &actions[0] else {
+        panic!("expected a PROPOSE, got {:?}", actions[0]);
+    };
+    assert_eq!((p.cid, p.epoch), (ConsensusId(cid), E0));
+    let v = verified(&p.batch);
+    let own_vote = match mode {
+        Mode::Bft => write(cid, v.hash),
+        Mode::Cft => accept(cid, v.hash),
+    };
+    assert_eq!(actions[1], own_vote);
+    (p.batch.clone(), v.hash, v.batch)
+}
+
+fn ids(batch: &Batch) -> Vec<(u64, u64)> {
+    batch
+        .requests
+        .iter()
+        .map(|e| (e.request.client.0, e.request.seq.0))
+        .collect()
+}
+
+/// Completes instance `cid` on a BFT replica holding the proposal: WRITEs and ACCEPTs from
+/// replicas 1 and 2 (the leader 0 is assumed to be the replica itself or to have voted).
+fn complete_on_leader(leader: &mut Replica, cid: u64, hash: Digest) -> Vec<Action> {
+    for from in [1, 2] {
+        leader
+            .handle_peer(0, r(from), PeerInput::Write(vote(cid, hash)))
+            .unwrap();
+    }
+    for from in [1, 2] {
+        leader
+            .handle_peer(0, r(from), PeerInput::Accept(vote(cid, hash)))
+            .unwrap();
+    }
+    drain(leader)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Exact actions, one input at a time
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn bft_leader_proposes_votes_and_decides() {
+    let mut leader = bft(0);
+    assert_eq!(leader.leader(), r(0));
+    leader.handle_client_request(5, req(1, 1)).unwrap();
+    let actions = drain(&mut leader);
+    let (_, hash, batch) = take_proposal(&actions, 0, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 1)]);
+    assert_eq!(batch.timestamp_ms, 5);
+    // While cid 0 runs, a new request waits.
+    leader.handle_client_request(6, req(2, 1)).unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+    assert_eq!(leader.stats().pending_requests, 2);
+
+    leader
+        .handle_peer(7, r(1), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+    leader
+        .handle_peer(7, r(2), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut leader), vec![accept(0, hash)]);
+    leader
+        .handle_peer(7, r(3), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+    leader
+        .handle_peer(8, r(1), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+    leader
+        .handle_peer(8, r(3), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    // Decided; the waiting request is proposed at once as cid 1.
+    let actions = drain(&mut leader);
+    assert_eq!(actions[0], deliver(0, hash, batch.clone()));
+    let (_, _, batch1) = take_proposal(&actions[1..], 1, Mode::Bft);
+    assert_eq!(ids(&batch1), vec![(2, 1)]);
+    assert_eq!(batch1.timestamp_ms, 8);
+    assert_eq!(leader.next_cid(), ConsensusId(1));
+    let stats = leader.stats();
+    assert_eq!(
+        (
+            stats.decided_instances,
+            stats.decided_requests,
+            stats.proposals_sent
+        ),
+        (1, 1, 2)
+    );
+    assert_eq!(stats.pending_requests, 1);
+}
+
+#[test]
+fn bft_leader_proposes_next_request_after_decision() {
+    let mut leader = bft(0);
+    leader.handle_client_request(1, req(1, 1)).unwrap();
+    let (_, hash, batch) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert_eq!(
+        complete_on_leader(&mut leader, 0, hash),
+        vec![accept(0, hash), deliver(0, hash, batch)]
+    );
+    leader.handle_client_request(2, req(1, 2)).unwrap();
+    let (_, _, batch1) = take_proposal(&drain(&mut leader), 1, Mode::Bft);
+    assert_eq!(ids(&batch1), vec![(1, 2)]);
+}
+
+#[test]
+fn bft_follower_writes_accepts_and_delivers() {
+    let mut follower = bft(1);
+    let batch = batch_of(3, vec![req(1, 1), req(2, 1)]);
+    let (input, hash) = propose(0, &batch);
+    follower.handle_peer(3, r(0), input).unwrap();
+    assert_eq!(drain(&mut follower), vec![write(0, hash)]);
+    follower
+        .handle_peer(3, r(0), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    follower
+        .handle_peer(3, r(2), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![accept(0, hash)]);
+    follower
+        .handle_peer(3, r(0), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    follower
+        .handle_peer(3, r(3), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
+    assert_eq!(follower.next_cid(), ConsensusId(1));
+    // A follower never proposes.
+    follower.handle_client_request(4, req(3, 1)).unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+}
+
+#[test]
+fn votes_before_the_propose_are_counted_when_it_arrives() {
+    let mut follower = bft(1);
+    let batch = batch_of(3, vec![req(1, 1)]);
+    let (input, hash) = propose(0, &batch);
+    let other = tagma_crypto::digest(b"another value");
+    for from in [0, 2] {
+        follower
+            .handle_peer(1, r(from), PeerInput::Write(vote(0, hash)))
+            .unwrap();
+    }
+    // Votes for another hash are kept but never count for ours.
+    follower
+        .handle_peer(1, r(3), PeerInput::Write(vote(0, other)))
+        .unwrap();
+    follower
+        .handle_peer(1, r(3), PeerInput::Accept(vote(0, other)))
+        .unwrap();
+    follower
+        .handle_peer(1, r(0), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    // A second vote from the same sender does not count twice.
+    follower
+        .handle_peer(1, r(0), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    follower.handle_peer(2, r(0), input).unwrap();
+    assert_eq!(drain(&mut follower), vec![write(0, hash), accept(0, hash)]);
+    follower
+        .handle_peer(2, r(2), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
+}
+
+#[test]
+fn write_quorum_for_another_value_sends_no_accept() {
+    let mut follower = bft(1);
+    let (input, hash) = propose(0, &batch_of(3, vec![req(1, 1)]));
+    let other = tagma_crypto::digest(b"another value");
+    follower.handle_peer(1, r(0), input).unwrap();
+    assert_eq!(drain(&mut follower), vec![write(0, hash)]);
+    for from in [0, 2, 3] {
+        follower
+            .handle_peer(1, r(from), PeerInput::Write(vote(0, other)))
+            .unwrap();
+        follower
+            .handle_peer(1, r(from), PeerInput::Accept(vote(0, other)))
+            .unwrap();
+    }
+    assert_eq!(drain(&mut follower), vec![]);
+    assert_eq!(follower.next_cid(), ConsensusId(0));
+}
+
+#[test]
+fn cft_follower_accepts_without_write_and_decides_on_a_majority() {
+    let mut follower = cft(1);
+    let batch = batch_of(3, vec![req(1, 1)]);
+    let (input, hash) = propose(0, &batch);
+    follower.handle_peer(3, r(0), input).unwrap();
+    assert_eq!(drain(&mut follower), vec![accept(0, hash)]);
+    // WRITEs mean nothing in CFT.
+    follower
+        .handle_peer(3, r(2), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    follower
+        .handle_peer(3, r(0), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
+}
+
+#[test]
+fn cft_leader_decides_with_one_accept() {
+    let mut leader = cft(0);
+    leader.handle_client_request(1, req(1, 1)).unwrap();
+    let (_, hash, batch) = take_proposal(&drain(&mut leader), 0, Mode::Cft);
+    leader
+        .handle_peer(2, r(2), PeerInput::Accept(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut leader), vec![deliver(0, hash, batch)]);
+}
+
+#[test]
+fn leader_batch_seeds_are_deterministic_and_timestamps_monotonic() {
+    let run = || {
+        let mut leader = bft(0);
+        let mut seeds = Vec::new();
+        let mut timestamps = Vec::new();
+        // The clock goes backwards at cid 1: the timestamp must not.
+        for (cid, now) in [(0u64, 100u64), (1, 50), (2, 200)] {
+            leader.handle_client_request(now, req(1, cid + 1)).unwrap();
+            let (_, hash, batch) = take_proposal(&drain(&mut leader), cid, Mode::Bft);
+            seeds.push(batch.seed);
+            timestamps.push(batch.timestamp_ms);
+            complete_on_leader(&mut leader, cid, hash);
+        }
+        (seeds, timestamps)
+    };
+    let (seeds, timestamps) = run();
+    assert_eq!(run().0, seeds);
+    assert_eq!(timestamps, vec![100, 100, 200]);
+    assert!(seeds[0] != seeds[1] && seeds[1] != seeds[2]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rejections
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn propose_from_a_non_leader_is_rejected() {
+    let mut follower = bft(1);
+    let (input, _) = propose(0, &batch_of(1, vec![req(1, 1)]));
+    assert_eq!(
+        follower.handle_peer(1, r(2), input.clone()),
+        Err(Rejection::NotFromLeader { from: r(2) })
+    );
+    assert_eq!(drain(&mut follower), vec![]);
+    // The real leader's copy is still taken.
+    follower.handle_peer(1, r(0), input).unwrap();
+    assert_eq!(drain(&mut follower).len(), 1);
+}
+
+#[test]
+fn equivocation_keeps_the_first_proposal() {
+    let mut follower = bft(1);
+    let first = batch_of(1, vec![req(1, 1)]);
+    let (input, hash) = propose(0, &first);
+    let (second, _) = propose(0, &batch_of(1, vec![req(2, 1)]));
+    follower.handle_peer(1, r(0), input.clone()).unwrap();
+    assert_eq!(drain(&mut follower), vec![write(0, hash)]);
+    assert_eq!(
+        follower.handle_peer(1, r(0), second),
+        Err(Rejection::Equivocation {
+            from: r(0),
+            cid: ConsensusId(0)
+        })
+    );
+    // An identical copy is ignored.
+    assert_eq!(follower.handle_peer(1, r(0), input), Ok(()));
+    assert_eq!(drain(&mut follower), vec![]);
+    for from in [0, 2] {
+        follower
+            .handle_peer(1, r(from), PeerInput::Write(vote(0, hash)))
+            .unwrap();
+    }
+    for from in [0, 2] {
+        follower
+            .handle_peer(1, r(from), PeerInput::Accept(vote(0, hash)))
+            .unwrap();
+    }
+    assert_eq!(
+        drain(&mut follower),
+        vec![accept(0, hash), deliver(0, hash, first)]
+    );
+}
+
+/// Decides `batch` as cid `cid` on a BFT follower (replica 1).
+fn decide_on_follower(follower: &mut Replica, cid: u64, batch: &Batch) {
+    let (input, hash) = propose(cid, batch);
+    follower.handle_peer(1, r(0), input).unwrap();
+    for from in [0, 2] {
+        follower
+            .handle_peer(1, r(from), PeerInput::Write(vote(cid, hash)))
+            .unwrap();
+        follower
+            .handle_peer(1, r(from), PeerInput::Accept(vote(cid, hash)))
+            .unwrap();
+    }
+    let actions = drain(follower);
+    assert_eq!(actions.last(), Some(&deliver(cid, hash, batch.clone())));
+}
+
+fn assert_invalid(follower: &mut Replica, cid: u64, input: PeerInput, fault: ProposalFault) {
+    assert_eq!(
+        follower.handle_peer(1, r(0), input),
+        Err(Rejection::InvalidProposal {
+            from: r(0),
+            cid: ConsensusId(cid),
+            fault: fault.clone(),
+        })
+    );
+    // No WRITE, no ACCEPT; the fault is recorded against the leader.
+    assert_eq!(drain(follower), vec![]);
+    assert_eq!(
+        follower.suspected_leader_fault(),
+        Some(&(ConsensusId(cid), fault))
+    );
+}
+
+#[test]
+fn replayed_request_in_a_proposal_is_invalid() {
+    let mut follower = bft(1);
+    decide_on_follower(&mut follower, 0, &batch_of(1, vec![req(1, 1)]));
+    let (input, hash) = propose(1, &batch_of(2, vec![req(2, 1), req(1, 1)]));
+    assert_invalid(
+        &mut follower,
+        1,
+        input,
+        ProposalFault::Replayed {
+            client: ClientId(1),
+            seq: RequestSeq(1),
+        },
+    );
+    // Even a quorum of votes for it does not make this replica vote or decide.
+    for from in [0, 2, 3] {
+        follower
+            .handle_peer(1, r(from), PeerInput::Write(vote(1, hash)))
+            .unwrap();
+        follower
+            .handle_peer(1, r(from), PeerInput::Accept(vote(1, hash)))
+            .unwrap();
+    }
+    assert_eq!(drain(&mut follower), vec![]);
+    assert_eq!(follower.next_cid(), ConsensusId(1));
+}
+
+#[test]
+fn out_of_sequence_request_is_invalid() {
+    let mut follower = bft(1);
+    let (input, _) = propose(0, &batch_of(1, vec![req(1, 2)]));
+    assert_invalid(
+        &mut follower,
+        0,
+        input,
+        ProposalFault::OutOfSequence {
+            client: ClientId(1),
+            seq: RequestSeq(2),
+            expected: RequestSeq(1),
+        },
+    );
+}
+
+#[test]
+fn unauthentic_batch_is_invalid() {
+    let mut follower = bft(1);
+    let (mut input, _) = propose(0, &batch_of(1, vec![req(1, 1)]));
+    if let PeerInput::Propose { batch, .. } = &mut input {
+        batch.authentic = false;
+    }
+    assert_invalid(&mut follower, 0, input, ProposalFault::Unauthentic);
+}
+
+#[test]
+fn oversized_batches_are_invalid() {
+    let mut follower = bft(1);
+    let too_many: Vec<_> = (1..=17).map(|client| req(client, 1)).collect();
+    let (input, _) = propose(0, &batch_of(1, too_many));
+    assert_invalid(
+        &mut follower,
+        0,
+        input,
+        ProposalFault::TooManyRequests { count: 17 },
+    );
+
+    let big: Vec<_> = (1..=16).map(|client| req_sized(client, 1, 1024)).collect();
+    let batch = batch_of(1, big);
+    let bytes = batch.to_bytes().len();
+    assert!(bytes > 16 * 1024);
+    let mut p = params(Mode::Bft, 4, 1);
+    p.batch_bytes_max = 16 * 1024;
+    let mut small = Replica::new(p);
+    let (input, _) = propose(0, &batch);
+    assert_invalid(&mut small, 0, input, ProposalFault::TooManyBytes { bytes });
+    let mut follower = bft(1);
+    let (input, _) = propose(0, &batch_of(1, vec![]));
+    assert_invalid(&mut follower, 0, input, ProposalFault::Empty);
+}
+
+#[test]
+fn undecodable_propose_from_the_leader_is_invalid() {
+    let mut follower = bft(1);
+    let input = PeerInput::UndecodablePropose {
+        cid: ConsensusId(0),
+        epoch: E0,
+    };
+    assert_invalid(&mut follower, 0, input.clone(), ProposalFault::Undecodable);
+    // A different PROPOSE after it is an equivocation; the same again is ignored.
+    assert_eq!(follower.handle_peer(1, r(0), input), Ok(()));
+    let (valid, _) = propose(0, &batch_of(1, vec![req(1, 1)]));
+    assert_eq!(
+        follower.handle_peer(1, r(0), valid),
+        Err(Rejection::Equivocation {
+            from: r(0),
+            cid: ConsensusId(0)
+        })
+    );
+}
+
+#[test]
+fn timestamp_must_not_regress() {
+    let mut follower = bft(1);
+    decide_on_follower(&mut follower, 0, &batch_of(100, vec![req(1, 1)]));
+    let (input, _) = propose(1, &batch_of(99, vec![req(1, 2)]));
+    assert_invalid(
+        &mut follower,
+        1,
+        input,
+        ProposalFault::TimestampRegressed {
+            timestamp_ms: 99,
+            previous_ms: 100,
+        },
+    );
+}
+
+#[test]
+fn bad_requests_in_a_proposal_are_invalid() {
+    let mut unordered = req(1, 1);
+    unordered.request.kind = RequestKind::Unordered;
+    let mut wrong_view = req(1, 1);
+    wrong_view.request.view = ViewId(1);
+    let cases = [
+        (
+            unordered,
+            ProposalFault::UnorderedRequest {
+                client: ClientId(1),
+                seq: RequestSeq(1),
+            },
+        ),
+        (
+            wrong_view,
+            ProposalFault::WrongView {
+                client: ClientId(1),
+                seq: RequestSeq(1),
+            },
+        ),
+        (
+            req_sized(1, 1, 1025),
+            ProposalFault::RequestTooLarge {
+                client: ClientId(1),
+                seq: RequestSeq(1),
+                bytes: 1025,
+            },
+        ),
+    ];
+    for (request, fault) in cases {
+        let mut follower = bft(1);
+        let (input, _) = propose(0, &batch_of(1, vec![request]));
+        assert_invalid(&mut follower, 0, input, fault);
+    }
+}
+
+#[test]
+fn non_member_messages_are_rejected() {
+    let mut follower = bft(1);
+    let (input, hash) = propose(0, &batch_of(1, vec![req(1, 1)]));
+    for input in [
+        input,
+        PeerInput::Write(vote(0, hash)),
+        PeerInput::Accept(vote(0, hash)),
+        PeerInput::Forward {
+            request: req(1, 1),
+            authentic: true,
+        },
+    ] {
+        assert_eq!(
+            follower.handle_peer(1, r(9), input),
+            Err(Rejection::NotAMember { from: r(9) })
+        );
+    }
+    assert_eq!(drain(&mut follower), vec![]);
+    assert_eq!(follower.clients().pending_total(), 0);
+}
+
+#[test]
+fn retransmitted_delivered_request_gets_its_reply_resent() {
+    let mut leader = bft(0);
+    leader.handle_client_request(1, req(1, 1)).unwrap();
+    let (_, hash, _) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    complete_on_leader(&mut leader, 0, hash);
+    leader.handle_client_request(2, req(1, 1)).unwrap();
+    assert_eq!(
+        drain(&mut leader),
+        vec![Action::ResendReply {
+            client: ClientId(1),
+            seq: RequestSeq(1)
+        }]
+    );
+    // A late forward of it is silently ignored.
+    leader
+        .handle_peer(
+            2,
+            r(1),
+            PeerInput::Forward {
+                request: req(1, 1),
+                authentic: true,
+            },
+        )
+        .unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+}
+
+#[test]
+fn forwarded_requests_are_proposed_if_authentic() {
+    let mut leader = bft(0);
+    assert_eq!(
+        leader.handle_peer(
+            1,
+            r(2),
+            PeerInput::Forward {
+                request: req(1, 1),
+                authentic: false,
+            }
+        ),
+        Err(Rejection::Unauthentic)
+    );
+    assert_eq!(drain(&mut leader), vec![]);
+    leader
+        .handle_peer(
+            1,
+            r(2),
+            PeerInput::Forward {
+                request: req(1, 1),
+                authentic: true,
+            },
+        )
+        .unwrap();
+    let (_, _, batch) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 1)]);
+}
+
+#[test]
+fn client_request_admission_and_flow_control() {
+    let mut p = params(Mode::Bft, 4, 1);
+    p.client_pending_max = 2;
+    p.pending_requests_max = 3;
+    let mut follower = Replica::new(p);
+    let mut unordered = req(1, 1);
+    unordered.request.kind = RequestKind::Unordered;
+    assert_eq!(
+        follower.handle_client_request(0, unordered),
+        Err(Rejection::NotOrdered)
+    );
+    let mut wrong_view = req(1, 1);
+    wrong_view.request.view = ViewId(7);
+    assert_eq!(
+        follower.handle_client_request(0, wrong_view),
+        Err(Rejection::WrongView { view: ViewId(7) })
+    );
+    assert_eq!(
+        follower.handle_client_request(0, req_sized(1, 1, 1025)),
+        Err(Rejection::RequestTooLarge {
+            bytes: 1025,
+            max: 1024
+        })
+    );
+    follower.handle_client_request(0, req(1, 1)).unwrap();
+    assert_eq!(
+        follower.handle_client_request(0, req(1, 1)),
+        Err(Rejection::Duplicate {
+            client: ClientId(1),
+            seq: RequestSeq(1)
+        })
+    );
+    follower.handle_client_request(0, req(1, 2)).unwrap();
+    assert_eq!(
+        follower.handle_client_request(0, req(1, 3)),
+        Err(Rejection::SequenceTooFarAhead {
+            client: ClientId(1),
+            seq: RequestSeq(3)
+        })
+    );
+    follower.handle_client_request(0, req(2, 1)).unwrap();
+    assert_eq!(
+        follower.handle_client_request(0, req(3, 1)),
+        Err(Rejection::Overloaded)
+    );
+    assert_eq!(follower.stats().pending_requests, 3);
+    assert_eq!(drain(&mut follower), vec![]);
+    // A decision frees room.
+    decide_on_follower(&mut follower, 0, &batch_of(1, vec![req(1, 1), req(2, 1)]));
+    assert_eq!(follower.stats().pending_requests, 1);
+    follower.handle_client_request(0, req(1, 3)).unwrap();
+    follower.handle_client_request(0, req(3, 1)).unwrap();
+}
+
+#[test]
+fn future_votes_are_used_once_their_instance_starts() {
+    let mut follower = bft(1);
+    let batch0 = batch_of(1, vec![req(1, 1)]);
+    let batch1 = batch_of(2, vec![req(1, 2)]);
+    let (propose0, h0) = propose(0, &batch0);
+    let (propose1, h1) = propose(1, &batch1);
+    // Everything about cid 1 arrives first, votes before the PROPOSE.
+    follower
+        .handle_peer(1, r(0), PeerInput::Write(vote(1, h1)))
+        .unwrap();
+    follower
+        .handle_peer(1, r(0), PeerInput::Accept(vote(1, h1)))
+        .unwrap();
+    follower.handle_peer(1, r(0), propose1).unwrap();
+    follower
+        .handle_peer(1, r(2), PeerInput::Write(vote(1, h1)))
+        .unwrap();
+    follower
+        .handle_peer(1, r(2), PeerInput::Accept(vote(1, h1)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    assert_eq!(follower.stats().future_messages_buffered, 5);
+
+    follower.handle_peer(2, r(0), propose0).unwrap();
+    assert_eq!(drain(&mut follower), vec![write(0, h0)]);
+    for from in [0, 2] {
+        follower
+            .handle_peer(2, r(from), PeerInput::Write(vote(0, h0)))
+            .unwrap();
+    }
+    assert_eq!(drain(&mut follower), vec![accept(0, h0)]);
+    follower
+        .handle_peer(2, r(0), PeerInput::Accept(vote(0, h0)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    follower
+        .handle_peer(2, r(2), PeerInput::Accept(vote(0, h0)))
+        .unwrap();
+    assert_eq!(
+        drain(&mut follower),
+        vec![
+            deliver(0, h0, batch0),
+            write(1, h1),
+            accept(1, h1),
+            deliver(1, h1, batch1),
+        ]
+    );
+    assert_eq!(follower.next_cid(), ConsensusId(2));
+    assert_eq!(follower.stats().future_messages_buffered, 0);
+}
+
+#[test]
+fn future_buffer_is_bounded() {
+    let mut p = params(Mode::Bft, 4, 1);
+    p.future_messages_max = 6; // two per other member
+    let mut follower = Replica::new(p);
+    let h = tagma_crypto::digest(b"x");
+    let w = |cid| PeerInput::Write(vote(cid, h));
+    follower.handle_peer(0, r(0), w(1)).unwrap();
+    follower.handle_peer(0, r(0), w(2)).unwrap();
+    // One sender cannot take more than its share.
+    assert_eq!(
+        follower.handle_peer(0, r(0), w(3)),
+        Err(Rejection::FutureBufferFull)
+    );
+    for from in [2, 3] {
+        follower.handle_peer(0, r(from), w(1)).unwrap();
+        follower.handle_peer(0, r(from), w(2)).unwrap();
+    }
+    assert_eq!(follower.stats().future_messages_buffered, 6);
+    assert_eq!(
+        follower.handle_peer(0, r(2), w(1)),
+        Err(Rejection::FutureBufferFull)
+    );
+    // Too far ahead is refused whatever the room.
+    let mut follower = Replica::new(params(Mode::Bft, 4, 1));
+    assert_eq!(
+        follower.handle_peer(0, r(0), w(1001)),
+        Err(Rejection::FutureBufferFull)
+    );
+    follower.handle_peer(0, r(0), w(1000)).unwrap();
+}
+
+#[test]
+fn stale_messages_are_rejected() {
+    let mut follower = bft(1);
+    let batch = batch_of(1, vec![req(1, 1)]);
+    decide_on_follower(&mut follower, 0, &batch);
+    let (input, hash) = propose(0, &batch);
+    for input in [
+        input,
+        PeerInput::Write(vote(0, hash)),
+        PeerInput::Accept(vote(0, hash)),
+    ] {
+        assert_eq!(
+            follower.handle_peer(1, r(3), input),
+            Err(Rejection::Stale {
+                cid: ConsensusId(0)
+            })
+        );
+    }
+    assert_eq!(drain(&mut follower), vec![]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Proposer: batch limits and fairness
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn proposer_respects_batch_size_max_and_round_robin() {
+    let mut p = params(Mode::Bft, 4, 0);
+    p.batch_size_max = 3;
+    let mut leader = Replica::new(p);
+    leader.handle_client_request(0, req(1, 1)).unwrap();
+    let (_, mut hash, batch) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 1)]);
+    for seq in 2..=5 {
+        leader.handle_client_request(0, req(1, seq)).unwrap();
+    }
+    for seq in 1..=2 {
+        leader.handle_client_request(0, req(2, seq)).unwrap();
+    }
+    leader.handle_client_request(0, req(3, 1)).unwrap();
+    // Client 4's requests wait behind a gap.
+    leader.handle_client_request(0, req(4, 2)).unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+    let expected = [
+        vec![(2, 1), (3, 1), (1, 2)],
+        vec![(2, 2), (1, 3), (1, 4)],
+        vec![(1, 5)],
+    ];
+    for (i, want) in expected.iter().enumerate() {
+        let cid = i as u64;
+        let actions = complete_on_leader(&mut leader, cid, hash);
+        let (_, next_hash, next) = take_proposal(&actions[2..], cid + 1, Mode::Bft);
+        assert_eq!(&ids(&next), want, "batch of cid {}", cid + 1);
+        hash = next_hash;
+    }
+    let actions = complete_on_leader(&mut leader, 3, hash);
+    assert_eq!(actions.len(), 2, "nothing left to propose: {actions:?}");
+    assert_eq!(leader.stats().pending_requests, 1);
+}
+
+#[test]
+fn proposer_respects_batch_bytes_max() {
+    let mut p = params(Mode::Bft, 4, 0);
+    p.batch_bytes_max = 2600; // room for two 1 KiB requests, not three
+    let mut leader = Replica::new(p);
+    leader
+        .handle_client_request(0, req_sized(1, 1, 1024))
+        .unwrap();
+    let (bytes, hash, _) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert!(bytes.len() <= 2600);
+    for client in 2..=4 {
+        leader
+            .handle_client_request(0, req_sized(client, 1, 1024))
+            .unwrap();
+    }
+    let actions = complete_on_leader(&mut leader, 0, hash);
+    let (bytes, hash, batch) = take_proposal(&actions[2..], 1, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(2, 1), (3, 1)]);
+    assert!(bytes.len() <= 2600);
+    let actions = complete_on_leader(&mut leader, 1, hash);
+    let (_, _, batch) = take_proposal(&actions[2..], 2, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(4, 1)]);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Whole clusters in memory
+// ---------------------------------------------------------------------------------------------
+
+/// A tiny deterministic generator for the cluster loop's choices.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: usize) -> usize {
+        self.0 = self
+            .0
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        ((self.0 >> 33) % n as u64) as usize
+    }
+}
+
+struct Cluster {
+    replicas: Vec<Replica>,
+    /// (from, to, message) in flight.
+    network: VecDeque<(ReplicaId, ReplicaId, PeerMessage)>,
+    delivered: Vec<Vec<Decision>>,
+    /// Replicas whose outgoing messages are dropped.
+    silent: BTreeSet<ReplicaId>,
+    /// Replicas that receive nothing either (crashed).
+    crashed: BTreeSet<ReplicaId>,
+    /// Deliver network messages in a random order instead of FIFO.
+    reorder: bool,
+    rng: Rng,
+    now_ms: u64,
+}
+
+impl Cluster {
+    fn new(mode: Mode, n: u32, seed: u64) -> Self {
+        let replicas: Vec<_> = (0..n).map(|me| Replica::new(params(mode, n, me))).collect();
+        Cluster {
+            delivered: vec![Vec::new(); replicas.len()],
+            replicas,
+            network: VecDeque::new(),
+            silent: BTreeSet::new(),
+            crashed: BTreeSet::new(),
+            reorder: false,
+            rng: Rng(seed),
+            now_ms: 0,
+        }
+    }
+
+    fn collect(&mut self, i: usize) {
+        let from = self.replicas[i].me();
+        while let Some(action) = self.replicas[i].poll_action() {
+            match action {
+                Action::Broadcast(msg) => {
+                    for to in (0..self.replicas.len() as u32).map(r) {
+                        if to != from {
+                            self.send(from, to, msg.clone());
+                        }
+                    }
+                }
+                Action::Send { to, msg } => self.send(from, to, msg),
+                Action::Deliver(decision) => {
+                    let expected = self.delivered[i].len() as u64;
+                    assert_eq!(
+                        decision.cid,
+                        ConsensusId(expected),
+                        "replica {i} out of order"
+                    );
+                    self.delivered[i].push(decision);
+                }
+                Action::ResendReply { .. } => {}
+            }
+        }
+    }
+
+    fn send(&mut self, from: ReplicaId, to: ReplicaId, msg: PeerMessage) {
+        if !self.silent.contains(&from) && !self.crashed.contains(&from) {
+            self.network.push_back((from, to, msg));
+        }
+    }
+
+    fn client_request(&mut self, request: RequestEnvelope) {
+        self.now_ms += 1;
+        for i in 0..self.replicas.len() {
+            if self.crashed.contains(&r(i as u32)) {
+                continue;
+            }
+            // A follower may already have ordered it (ResendReply): that is fine.
+            self.replicas[i]
+                .handle_client_request(self.now_ms, request.clone())
+                .unwrap();
+            self.collect(i);
+        }
+    }
+
+    /// Delivers one network message; false if none is in flight.
+    fn step(&mut self) -> bool {
+        let index = if self.reorder && !self.network.is_empty() {
+            self.rng.below(self.network.len())
+        } else {
+            0
+        };
+        let Some((from, to, msg)) = self.network.remove(index) else {
+            return false;
+        };
+        if self.crashed.contains(&to) {
+            return true;
+        }
+        self.now_ms += 1;
+        let input = match msg {
+            PeerMessage::Propose(Propose { cid, epoch, batch }) => PeerInput::Propose {
+                cid,
+                epoch,
+                batch: verified(&batch),
+            },
+            PeerMessage::Write(v) => PeerInput::Write(v),
+            PeerMessage::Accept(v) => PeerInput::Accept(v),
+            PeerMessage::Forward(request) => PeerInput::Forward {
+                request,
+                authentic: true,
+            },
+        };
+        let i = to.0 as usize;
+        match self.replicas[i].handle_peer(self.now_ms, from, input) {
+            // Late votes of decided instances are normal.
+            Ok(()) | Err(Rejection::Stale { .. }) => {}
+            Err(other) => panic!("replica {i} rejected a message from {from}: {other:?}"),
+        }
+        self.collect(i);
+        true
+    }
+
+    fn run_until_quiet(&mut self) {
+        while self.step() {}
+    }
+
+    /// `clients` clients each send `per_client` requests to all replicas, interleaved with
+    /// network steps; then the network drains.
+    fn run_workload(&mut self, clients: u64, per_client: u64) {
+        let mut next_seq: BTreeMap<u64, u64> = (1..=clients).map(|c| (c, 1)).collect();
+        while !next_seq.is_empty() {
+            if self.rng.below(3) == 0 {
+                let keys: Vec<u64> = next_seq.keys().copied().collect();
+                let client = keys[self.rng.below(keys.len())];
+                let seq = next_seq[&client];
+                self.client_request(req(client, seq));
+                if seq == per_client {
+                    next_seq.remove(&client);
+                } else {
+                    next_seq.insert(client, seq + 1);
+                }
+            } else {
+                self.step();
+            }
+        }
+        self.run_until_quiet();
+    }
+
+    /// All live replicas decided the same sequence, containing every request exactly once,
+    /// per-client sequence numbers in order.
+    fn check(&self, clients: u64, per_client: u64) {
+        let live: Vec<usize> = (0..self.replicas.len())
+            .filter(|i| !self.crashed.contains(&r(*i as u32)))
+            .collect();
+        let reference = &self.delivered[live[0]];
+        for &i in &live {
+            assert_eq!(&self.delivered[i], reference, "replica {i} diverged");
+            assert_eq!(self.replicas[i].stats().pending_requests, 0);
+        }
+        let mut seen: BTreeMap<u64, u64> = BTreeMap::new();
+        for decision in reference {
+            assert!(!decision.batch.requests.is_empty());
+            assert!(decision.batch.requests.len() <= 16);
+            for e in &decision.batch.requests {
+                let last = seen.entry(e.request.client.0).or_insert(0);
+                assert_eq!(e.request.seq.0, *last + 1, "client order broken");
+                *last += 1;
+            }
+        }
+        let want: BTreeMap<u64, u64> = (1..=clients).map(|c| (c, per_client)).collect();
+        assert_eq!(seen, want, "every request exactly once");
+        let timestamps: Vec<u64> = reference.iter().map(|d| d.batch.timestamp_ms).collect();
+        assert!(timestamps.windows(2).all(|w| w[0] <= w[1]));
+    }
+}
+
+#[test]
+fn bft_cluster_orders_every_request_once() {
+    let mut cluster = Cluster::new(Mode::Bft, 4, 1);
+    cluster.run_workload(5, 60);
+    cluster.check(5, 60);
+    assert!(cluster.delivered[0].len() > 1);
+}
+
+#[test]
+fn bft_cluster_with_reordering_network() {
+    for seed in 1..=5 {
+        let mut cluster = Cluster::new(Mode::Bft, 4, seed);
+        cluster.reorder = true;
+        cluster.run_workload(6, 50);
+        cluster.check(6, 50);
+    }
+}
+
+#[test]
+fn cft_cluster_orders_every_request_once() {
+    for reorder in [false, true] {
+        let mut cluster = Cluster::new(Mode::Cft, 3, 7);
+        cluster.reorder = reorder;
+        cluster.run_workload(5, 60);
+        cluster.check(5, 60);
+    }
+}
+
+#[test]
+fn bft_cluster_decides_with_a_silent_follower() {
+    let mut cluster = Cluster::new(Mode::Bft, 4, 3);
+    cluster.silent.insert(r(3));
+    cluster.run_workload(4, 50);
+    // The silent follower still hears everything, so it agrees too.
+    cluster.check(4, 50);
+
+    let mut cluster = Cluster::new(Mode::Bft, 4, 4);
+    cluster.crashed.insert(r(2));
+    cluster.reorder = true;
+    cluster.run_workload(4, 50);
+    cluster.check(4, 50);
+    assert!(cluster.delivered[2].is_empty());
+}
+
+#[test]
+fn cft_cluster_decides_with_a_crashed_follower() {
+    let mut cluster = Cluster::new(Mode::Cft, 3, 5);
+    cluster.crashed.insert(r(2));
+    cluster.run_workload(4, 50);
+    cluster.check(4, 50);
+}
