@@ -26,20 +26,40 @@ pub struct LocalCluster {
 impl LocalCluster {
     /// Initialises a cluster in `dir` (a fresh temporary directory if `None`) with free ports
     /// on 127.0.0.1. `exe` is the `tagma` binary that runs the replicas.
-    pub fn create(exe: &Path, replicas: usize, mode: tagma_core::Mode, dir: Option<PathBuf>) -> Result<Self> {
+    pub fn create(
+        exe: &Path,
+        replicas: usize,
+        mode: tagma_core::Mode,
+        dir: Option<PathBuf>,
+    ) -> Result<Self> {
         let (tmp, dir) = match dir {
             Some(d) => (None, d),
             None => {
-                let t = tempfile::Builder::new().prefix("tagma-cluster-").tempdir()?;
+                let t = tempfile::Builder::new()
+                    .prefix("tagma-cluster-")
+                    .tempdir()?;
                 let d = t.path().to_path_buf();
                 (Some(t), d)
             }
         };
-        let opts = InitOptions { replicas, mode, f: None, base_port: None, host: "127.0.0.1".into(), force: true };
+        let opts = InitOptions {
+            replicas,
+            mode,
+            f: None,
+            base_port: None,
+            host: "127.0.0.1".into(),
+            force: true,
+        };
         let cfg = init_cluster(&dir, &opts)?;
         std::fs::create_dir_all(dir.join("logs"))?;
         let children = (0..replicas).map(|_| None).collect();
-        Ok(LocalCluster { dir, cfg, exe: exe.to_path_buf(), children, _tmp: tmp })
+        Ok(LocalCluster {
+            dir,
+            cfg,
+            exe: exe.to_path_buf(),
+            children,
+            _tmp: tmp,
+        })
     }
 
     /// Rewrites `tagma.toml` after `edit` changed the configuration (before starting).
@@ -57,14 +77,20 @@ impl LocalCluster {
 
     /// Starts replica `i` as a child process (logs go to `logs/replica-<i>.log`).
     pub fn start(&mut self, i: usize) -> Result<()> {
-        let log = std::fs::OpenOptions::new().create(true).append(true).open(self.log_path(i))?;
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))?;
         let child = Command::new(&self.exe)
             .arg("replica")
             .arg("--dir")
             .arg(&self.dir)
             .arg("--id")
             .arg(i.to_string())
-            .env("RUST_LOG", std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()))
+            .env(
+                "RUST_LOG",
+                std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()),
+            )
             .stdin(Stdio::null())
             .stdout(log.try_clone()?)
             .stderr(log)
@@ -103,7 +129,9 @@ impl LocalCluster {
     }
 
     pub fn client_key(&self) -> Result<IdentityKey> {
-        Ok(IdentityKey::read_file(&cluster_dir::client_key_path(&self.dir))?)
+        Ok(IdentityKey::read_file(&cluster_dir::client_key_path(
+            &self.dir,
+        ))?)
     }
 
     /// A proxy for the cluster's client principal, retrying until the replicas accept
@@ -111,7 +139,11 @@ impl LocalCluster {
     pub fn proxy(&self, timeout: Duration) -> Result<Proxy> {
         let deadline = Instant::now() + timeout;
         loop {
-            match Proxy::connect(&self.cfg, self.client_key()?, ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL)) {
+            match Proxy::connect(
+                &self.cfg,
+                self.client_key()?,
+                ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
+            ) {
                 Ok(p) => return Ok(p),
                 Err(e) if Instant::now() >= deadline => bail!("{e}"),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
@@ -121,7 +153,12 @@ impl LocalCluster {
 
     /// Waits until every replica in `live` reports the same execution position, then returns
     /// their state reports.
-    pub fn converged_states(&self, proxy: &Proxy, live: &[ReplicaId], timeout: Duration) -> Result<Vec<StateInfo>> {
+    pub fn converged_states(
+        &self,
+        proxy: &Proxy,
+        live: &[ReplicaId],
+        timeout: Duration,
+    ) -> Result<Vec<StateInfo>> {
         converged_states(proxy, live, timeout)
     }
 
@@ -146,7 +183,11 @@ impl Drop for LocalCluster {
 
 /// Polls replicas until all of `live` report the same number of executed instances twice in a
 /// row, then returns their reports.
-pub fn converged_states(proxy: &Proxy, live: &[ReplicaId], timeout: Duration) -> Result<Vec<StateInfo>> {
+pub fn converged_states(
+    proxy: &Proxy,
+    live: &[ReplicaId],
+    timeout: Duration,
+) -> Result<Vec<StateInfo>> {
     let deadline = Instant::now() + timeout;
     let mut last: Option<u64> = None;
     loop {

@@ -34,7 +34,8 @@ pub fn max_f(mode: Mode, n: usize) -> u32 {
 }
 
 fn free_port(host: &str) -> Result<u16> {
-    let l = TcpListener::bind((host, 0)).with_context(|| format!("cannot bind a port on {host}"))?;
+    let l =
+        TcpListener::bind((host, 0)).with_context(|| format!("cannot bind a port on {host}"))?;
     Ok(l.local_addr()?.port())
 }
 
@@ -42,15 +43,22 @@ fn free_port(host: &str) -> Result<u16> {
 pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ValidConfig> {
     let cfg_path = cluster_dir::config_path(dir);
     if cfg_path.exists() && !opts.force {
-        bail!("{} already exists — fix: pass --force to overwrite it, or choose another --dir", cfg_path.display());
+        bail!(
+            "{} already exists — fix: pass --force to overwrite it, or choose another --dir",
+            cfg_path.display()
+        );
     }
-    let f = opts.f.unwrap_or_else(|| max_f(opts.mode, opts.replicas).max(1));
-    std::fs::create_dir_all(dir.join("keys")).with_context(|| format!("cannot create {}", dir.join("keys").display()))?;
+    let f = opts
+        .f
+        .unwrap_or_else(|| max_f(opts.mode, opts.replicas).max(1));
+    std::fs::create_dir_all(dir.join("keys"))
+        .with_context(|| format!("cannot create {}", dir.join("keys").display()))?;
     let mut replicas = Vec::new();
     for i in 0..opts.replicas {
         let key = IdentityKey::generate();
         let path = cluster_dir::replica_key_path(dir, ReplicaId(i as u32));
-        key.write_file(&path).with_context(|| format!("cannot write {}", path.display()))?;
+        key.write_file(&path)
+            .with_context(|| format!("cannot write {}", path.display()))?;
         let (port, metrics_port) = match opts.base_port {
             Some(b) => (b + i as u16, b + 100 + i as u16),
             None => (free_port(&opts.host)?, free_port(&opts.host)?),
@@ -67,30 +75,47 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ValidConfig> {
     let admin = IdentityKey::generate();
     admin.write_file(&cluster_dir::admin_key_path(dir))?;
     let config = Config {
-        cluster: ClusterSection { mode: opts.mode, f, ..Default::default() },
+        cluster: ClusterSection {
+            mode: opts.mode,
+            f,
+            ..Default::default()
+        },
         replicas,
-        clients: vec![ClientEntry { id: DEFAULT_CLIENT_PRINCIPAL, public_key: client.public().to_hex() }],
-        admin: Some(AdminEntry { public_key: admin.public().to_hex() }),
+        clients: vec![ClientEntry {
+            id: DEFAULT_CLIENT_PRINCIPAL,
+            public_key: client.public().to_hex(),
+        }],
+        admin: Some(AdminEntry {
+            public_key: admin.public().to_hex(),
+        }),
         batch: Default::default(),
         timeouts: Default::default(),
         limits: Default::default(),
         storage: Default::default(),
     };
-    let valid = config.clone().validate().map_err(|e| anyhow::anyhow!("{e}"))?;
-    std::fs::write(&cfg_path, config.documented_toml()).with_context(|| format!("cannot write {}", cfg_path.display()))?;
+    let valid = config
+        .clone()
+        .validate()
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    std::fs::write(&cfg_path, config.documented_toml())
+        .with_context(|| format!("cannot write {}", cfg_path.display()))?;
     Ok(valid)
 }
 
 /// `tagma keygen`: writes a new secret key file and returns the public key in hex.
 pub fn keygen(out: &Path) -> Result<String> {
     if out.exists() {
-        bail!("{} already exists — fix: choose another --out path (keys are never overwritten)", out.display());
+        bail!(
+            "{} already exists — fix: choose another --out path (keys are never overwritten)",
+            out.display()
+        );
     }
     if let Some(parent) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
         std::fs::create_dir_all(parent)?;
     }
     let key = IdentityKey::generate();
-    key.write_file(out).with_context(|| format!("cannot write {}", out.display()))?;
+    key.write_file(out)
+        .with_context(|| format!("cannot write {}", out.display()))?;
     Ok(key.public().to_hex())
 }
 
@@ -101,17 +126,33 @@ mod tests {
     #[test]
     fn init_writes_a_valid_cluster() {
         let dir = tempfile::tempdir().unwrap();
-        let opts = InitOptions { replicas: 4, mode: Mode::Bft, f: None, base_port: Some(7100), host: "127.0.0.1".into(), force: false };
+        let opts = InitOptions {
+            replicas: 4,
+            mode: Mode::Bft,
+            f: None,
+            base_port: Some(7100),
+            host: "127.0.0.1".into(),
+            force: false,
+        };
         let cfg = init_cluster(dir.path(), &opts).unwrap();
         assert_eq!((cfg.n(), cfg.f), (4, 1));
         let loaded = cluster_dir::load_config(dir.path()).unwrap();
         assert_eq!(loaded.replicas, cfg.replicas);
         for r in &cfg.replicas {
-            let key = IdentityKey::read_file(&cluster_dir::replica_key_path(dir.path(), r.id)).unwrap();
+            let key =
+                IdentityKey::read_file(&cluster_dir::replica_key_path(dir.path(), r.id)).unwrap();
             assert_eq!(key.public(), r.public_key);
         }
-        assert!(init_cluster(dir.path(), &opts).is_err(), "refuses to overwrite without --force");
-        let cft = InitOptions { replicas: 3, mode: Mode::Cft, force: true, ..opts };
+        assert!(
+            init_cluster(dir.path(), &opts).is_err(),
+            "refuses to overwrite without --force"
+        );
+        let cft = InitOptions {
+            replicas: 3,
+            mode: Mode::Cft,
+            force: true,
+            ..opts
+        };
         assert_eq!(init_cluster(dir.path(), &cft).unwrap().f, 1);
     }
 

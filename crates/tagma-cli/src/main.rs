@@ -103,9 +103,16 @@ enum Cmd {
 
 #[derive(Subcommand)]
 enum KvCmd {
-    Put { key: String, value: String },
-    Get { key: String },
-    Delete { key: String },
+    Put {
+        key: String,
+        value: String,
+    },
+    Get {
+        key: String,
+    },
+    Delete {
+        key: String,
+    },
     /// Set KEY to NEW if its value is EXPECTED (or absent, with --absent).
     Cas {
         key: String,
@@ -153,9 +160,17 @@ struct DemoArgs {
 
 fn main() {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Cmd::Replica { .. }) { "info" } else { "warn" };
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    let default_level = if matches!(cli.command, Cmd::Replica { .. }) {
+        "info"
+    } else {
+        "warn"
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     if let Err(e) = run(cli) {
         eprintln!("error: {e:#}");
         std::process::exit(1);
@@ -165,17 +180,49 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Cmd::Demo(args) => demo(args),
-        Cmd::Init { replicas, cft, f, dir, base_port, host, force } => {
+        Cmd::Init {
+            replicas,
+            cft,
+            f,
+            dir,
+            base_port,
+            host,
+            force,
+        } => {
             let mode = if cft { Mode::Cft } else { Mode::Bft };
-            let cfg = init_cluster(&dir, &InitOptions { replicas, mode, f, base_port: Some(base_port), host, force })?;
-            println!("wrote {} ({} replicas, f = {}, {} mode) and keys in {}", cluster_dir::config_path(&dir).display(), cfg.n(), cfg.f, cfg.mode, dir.join("keys").display());
-            println!("start each replica with: tagma replica --dir {} --id <0..{}>", dir.display(), cfg.n() - 1);
+            let cfg = init_cluster(
+                &dir,
+                &InitOptions {
+                    replicas,
+                    mode,
+                    f,
+                    base_port: Some(base_port),
+                    host,
+                    force,
+                },
+            )?;
+            println!(
+                "wrote {} ({} replicas, f = {}, {} mode) and keys in {}",
+                cluster_dir::config_path(&dir).display(),
+                cfg.n(),
+                cfg.f,
+                cfg.mode,
+                dir.join("keys").display()
+            );
+            println!(
+                "start each replica with: tagma replica --dir {} --id <0..{}>",
+                dir.display(),
+                cfg.n() - 1
+            );
             Ok(())
         }
         Cmd::Keygen { out } => {
             let public = keygen(&out)?;
             println!("{public}");
-            eprintln!("secret key written to {}; paste the public key above into tagma.toml", out.display());
+            eprintln!(
+                "secret key written to {}; paste the public key above into tagma.toml",
+                out.display()
+            );
             Ok(())
         }
         Cmd::Replica { dir, id } => {
@@ -183,12 +230,19 @@ fn run(cli: Cli) -> Result<()> {
             let id = ReplicaId(id);
             cluster_dir::check_member(&dir, &cfg, id)?;
             let key = IdentityKey::read_file(&cluster_dir::replica_key_path(&dir, id))?;
-            std::fs::create_dir_all(cluster_dir::data_dir(&dir, &cfg, id)).context("cannot create the data directory")?;
+            std::fs::create_dir_all(cluster_dir::data_dir(&dir, &cfg, id))
+                .context("cannot create the data directory")?;
             let node = tagma_node::start(cfg, id, key, KvService::new())?;
             node.join();
             Ok(())
         }
-        Cmd::Kv { dir, key, principal, unordered, op } => kv(dir, key, principal, unordered, op),
+        Cmd::Kv {
+            dir,
+            key,
+            principal,
+            unordered,
+            op,
+        } => kv(dir, key, principal, unordered, op),
         Cmd::Status { dir } => {
             let cfg = cluster_dir::load_config(&dir)?;
             let key = IdentityKey::read_file(&cluster_dir::client_key_path(&dir))?;
@@ -209,32 +263,67 @@ fn run(cli: Cli) -> Result<()> {
     }
 }
 
-fn kv(dir: PathBuf, key: Option<PathBuf>, principal: u32, unordered: bool, op: KvCmd) -> Result<()> {
+fn kv(
+    dir: PathBuf,
+    key: Option<PathBuf>,
+    principal: u32,
+    unordered: bool,
+    op: KvCmd,
+) -> Result<()> {
     let cfg = cluster_dir::load_config(&dir)?;
     let key = IdentityKey::read_file(&key.unwrap_or_else(|| cluster_dir::client_key_path(&dir)))?;
     let proxy = Proxy::connect(&cfg, key, ClientOptions::new(principal))?;
     let b = |s: String| Bytes::from(s.into_bytes());
     let op = match op {
-        KvCmd::Put { key, value } => KvOp::Put { key: b(key), value: b(value) },
+        KvCmd::Put { key, value } => KvOp::Put {
+            key: b(key),
+            value: b(value),
+        },
         KvCmd::Get { key } => KvOp::Get { key: b(key) },
         KvCmd::Delete { key } => KvOp::Delete { key: b(key) },
-        KvCmd::Cas { key, expected, new, absent } => {
-            KvOp::Cas { key: b(key), expected: if absent { None } else { expected.map(b) }, new: b(new) }
-        }
+        KvCmd::Cas {
+            key,
+            expected,
+            new,
+            absent,
+        } => KvOp::Cas {
+            key: b(key),
+            expected: if absent { None } else { expected.map(b) },
+            new: b(new),
+        },
         KvCmd::Incr { key, delta } => KvOp::Incr { key: b(key), delta },
-        KvCmd::Scan { prefix, limit } => KvOp::Scan { prefix: b(prefix), limit },
+        KvCmd::Scan { prefix, limit } => KvOp::Scan {
+            prefix: b(prefix),
+            limit,
+        },
     };
-    let reply = if unordered && op.is_read_only() { proxy.invoke_unordered(op.encode())? } else { proxy.invoke_ordered(op.encode())? };
-    let show = |v: &Option<Bytes>| v.as_ref().map(|v| String::from_utf8_lossy(v).into_owned()).unwrap_or_else(|| "(absent)".into());
+    let reply = if unordered && op.is_read_only() {
+        proxy.invoke_unordered(op.encode())?
+    } else {
+        proxy.invoke_ordered(op.encode())?
+    };
+    let show = |v: &Option<Bytes>| {
+        v.as_ref()
+            .map(|v| String::from_utf8_lossy(v).into_owned())
+            .unwrap_or_else(|| "(absent)".into())
+    };
     match KvReply::decode(&reply).context("undecodable reply")? {
         KvReply::Put { previous } => println!("ok (previous: {})", show(&previous)),
         KvReply::Get { value } => println!("{}", show(&value)),
         KvReply::Delete { previous } => println!("deleted (previous: {})", show(&previous)),
-        KvReply::Cas { applied, current } => println!("{} (current: {})", if applied { "applied" } else { "not applied" }, show(&current)),
+        KvReply::Cas { applied, current } => println!(
+            "{} (current: {})",
+            if applied { "applied" } else { "not applied" },
+            show(&current)
+        ),
         KvReply::Incr { value } => println!("{value}"),
         KvReply::Scan { pairs } => {
             for (k, v) in pairs {
-                println!("{}\t{}", String::from_utf8_lossy(&k), String::from_utf8_lossy(&v));
+                println!(
+                    "{}\t{}",
+                    String::from_utf8_lossy(&k),
+                    String::from_utf8_lossy(&v)
+                );
             }
         }
         KvReply::Error { message } => bail!("service error: {message}"),
@@ -251,7 +340,13 @@ fn demo(args: DemoArgs) -> Result<()> {
     let replicas = args.replicas.unwrap_or(if args.cft { 3 } else { 4 });
     let mut cluster = LocalCluster::create(&exe, replicas, mode, None)?;
     if !args.json {
-        eprintln!("starting {} replicas ({} mode, f = {}) in {}", cluster.cfg.n(), cluster.cfg.mode, cluster.cfg.f, cluster.dir.display());
+        eprintln!(
+            "starting {} replicas ({} mode, f = {}) in {}",
+            cluster.cfg.n(),
+            cluster.cfg.mode,
+            cluster.cfg.f,
+            cluster.dir.display()
+        );
     }
     cluster.start_all()?;
     let ready_timeout = Duration::from_secs(20);
@@ -260,14 +355,30 @@ fn demo(args: DemoArgs) -> Result<()> {
         proxies.push(cluster.proxy(ready_timeout)?);
     }
     // One ordered no-op first: the cluster is ready when it orders a request.
-    proxies[0].invoke_ordered(KvOp::Get { key: Bytes::from_static(b"demo/ready") }.encode()).context("the cluster did not order a first request")?;
+    proxies[0]
+        .invoke_ordered(
+            KvOp::Get {
+                key: Bytes::from_static(b"demo/ready"),
+            }
+            .encode(),
+        )
+        .context("the cluster did not order a first request")?;
     let checker = cluster.proxy(ready_timeout)?;
-    let opts = WorkloadOptions { duration: Duration::from_secs(args.duration_s), ..Default::default() };
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(args.duration_s),
+        ..Default::default()
+    };
     let progress = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let bar = if args.json { indicatif::ProgressBar::hidden() } else { indicatif::ProgressBar::new(args.duration_s) };
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(args.duration_s)
+    };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} s  {msg}").expect("valid template").progress_chars("=> "),
+        indicatif::ProgressStyle::with_template("{spinner} [{bar:30}] {pos}/{len} s  {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
     );
     let started = Instant::now();
     let report = std::thread::scope(|s| {
@@ -277,7 +388,10 @@ fn demo(args: DemoArgs) -> Result<()> {
             let secs = started.elapsed().as_secs_f64();
             bar.set_position((secs as u64).min(args.duration_s));
             let done = progress.load(Ordering::Relaxed);
-            bar.set_message(format!("{done} ops, {:.0} ops/s", done as f64 / secs.max(1e-3)));
+            bar.set_message(format!(
+                "{done} ops, {:.0} ops/s",
+                done as f64 / secs.max(1e-3)
+            ));
         }
         worker.join().expect("workload panicked")
     });
@@ -296,7 +410,11 @@ fn demo(args: DemoArgs) -> Result<()> {
     };
     drop(checker);
     cluster.stop_all();
-    let (p50, p90, p99) = (report.percentile_ms(50.0), report.percentile_ms(90.0), report.percentile_ms(99.0));
+    let (p50, p90, p99) = (
+        report.percentile_ms(50.0),
+        report.percentile_ms(90.0),
+        report.percentile_ms(99.0),
+    );
     if args.json {
         let out = serde_json::json!({
             "replicas": cluster.cfg.n(),
@@ -315,15 +433,41 @@ fn demo(args: DemoArgs) -> Result<()> {
         });
         println!("{out}");
     } else {
-        println!("tagma demo: {} replicas, {} mode, f = {}, {} clients, {:.1} s", cluster.cfg.n(), cluster.cfg.mode, cluster.cfg.f, args.clients, report.elapsed.as_secs_f64());
-        println!("  completed ops      {} ({} failed)", report.completed, report.errors);
-        println!("  throughput         {:.0} ops/s", report.throughput_ops_s());
+        println!(
+            "tagma demo: {} replicas, {} mode, f = {}, {} clients, {:.1} s",
+            cluster.cfg.n(),
+            cluster.cfg.mode,
+            cluster.cfg.f,
+            args.clients,
+            report.elapsed.as_secs_f64()
+        );
+        println!(
+            "  completed ops      {} ({} failed)",
+            report.completed, report.errors
+        );
+        println!(
+            "  throughput         {:.0} ops/s",
+            report.throughput_ops_s()
+        );
         println!("  latency            p50 {p50:.2} ms   p90 {p90:.2} ms   p99 {p99:.2} ms");
         println!("  model violations   {}", report.violations.len());
         for s in &states {
-            println!("  replica {}          {} instances, {} requests, digest {}", s.replica, s.executed_instances, s.executed_requests, &s.state_digest.to_hex()[..16]);
+            println!(
+                "  replica {}          {} instances, {} requests, digest {}",
+                s.replica,
+                s.executed_instances,
+                s.executed_requests,
+                &s.state_digest.to_hex()[..16]
+            );
         }
-        println!("  state digests      {}", if equal { "equal on every replica" } else { "DIFFER" });
+        println!(
+            "  state digests      {}",
+            if equal {
+                "equal on every replica"
+            } else {
+                "DIFFER"
+            }
+        );
     }
     for v in report.violations.iter().take(5) {
         eprintln!("violation: {v}");
@@ -334,7 +478,10 @@ fn demo(args: DemoArgs) -> Result<()> {
         eprintln!("cluster directory kept at {}", kept.display());
     }
     if !equal || !report.violations.is_empty() {
-        bail!("the run did not check out (digests equal: {equal}, violations: {})", report.violations.len());
+        bail!(
+            "the run did not check out (digests equal: {equal}, violations: {})",
+            report.violations.len()
+        );
     }
     Ok(())
 }

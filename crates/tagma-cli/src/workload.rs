@@ -26,7 +26,12 @@ pub struct WorkloadOptions {
 
 impl Default for WorkloadOptions {
     fn default() -> Self {
-        WorkloadOptions { duration: Duration::from_secs(10), ops_per_client: None, unordered_reads: true, keys_per_client: 16 }
+        WorkloadOptions {
+            duration: Duration::from_secs(10),
+            ops_per_client: None,
+            unordered_reads: true,
+            keys_per_client: 16,
+        }
     }
 }
 
@@ -81,7 +86,12 @@ impl Rng {
 
 /// Runs one closed-loop client per proxy until the deadline, `stop`, or the op budget.
 /// `progress` counts completed operations across clients.
-pub fn run(proxies: Vec<Proxy>, opts: &WorkloadOptions, progress: &AtomicU64, stop: &AtomicBool) -> WorkloadReport {
+pub fn run(
+    proxies: Vec<Proxy>,
+    opts: &WorkloadOptions,
+    progress: &AtomicU64,
+    stop: &AtomicBool,
+) -> WorkloadReport {
     let start = Instant::now();
     let deadline = start + opts.duration;
     let reports: Vec<WorkloadReport> = std::thread::scope(|s| {
@@ -90,9 +100,15 @@ pub fn run(proxies: Vec<Proxy>, opts: &WorkloadOptions, progress: &AtomicU64, st
             .enumerate()
             .map(|(i, p)| s.spawn(move || client_loop(i, p, opts, deadline, progress, stop)))
             .collect();
-        handles.into_iter().map(|h| h.join().expect("workload client panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("workload client panicked"))
+            .collect()
     });
-    let mut total = WorkloadReport { elapsed: start.elapsed(), ..Default::default() };
+    let mut total = WorkloadReport {
+        elapsed: start.elapsed(),
+        ..Default::default()
+    };
     for r in reports {
         total.completed += r.completed;
         total.errors += r.errors;
@@ -116,13 +132,21 @@ impl Client<'_> {
     fn call(&mut self, op: &KvOp, unordered: bool) -> Result<KvReply, ClientError> {
         let started = Instant::now();
         let payload = op.encode();
-        let result = if unordered { self.proxy.invoke_unordered(payload) } else { self.proxy.invoke_ordered(payload) };
+        let result = if unordered {
+            self.proxy.invoke_unordered(payload)
+        } else {
+            self.proxy.invoke_ordered(payload)
+        };
         match result {
             Ok(bytes) => {
-                self.report.latencies_us.push(started.elapsed().as_micros() as u64);
+                self.report
+                    .latencies_us
+                    .push(started.elapsed().as_micros() as u64);
                 self.report.completed += 1;
                 KvReply::decode(&bytes).map_err(|e| {
-                    self.report.violations.push(format!("undecodable reply to {op:?}: {e}"));
+                    self.report
+                        .violations
+                        .push(format!("undecodable reply to {op:?}: {e}"));
                     ClientError::Closed
                 })
             }
@@ -138,7 +162,9 @@ impl Client<'_> {
 
     fn check(&mut self, op: &KvOp, got: KvReply, expected: KvReply) {
         if got != expected {
-            self.report.violations.push(format!("{op:?}: got {got:?}, expected {expected:?}"));
+            self.report
+                .violations
+                .push(format!("{op:?}: got {got:?}, expected {expected:?}"));
         }
     }
 
@@ -168,76 +194,154 @@ fn client_loop(
     let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ ((index as u64 + 1) * 0x1000_0001));
     let id = proxy.client_id().0;
     let prefix = format!("c{id:016x}/");
-    let keys: Vec<Bytes> = (0..opts.keys_per_client.max(1)).map(|j| Bytes::from(format!("{prefix}k{j:02}"))).collect();
+    let keys: Vec<Bytes> = (0..opts.keys_per_client.max(1))
+        .map(|j| Bytes::from(format!("{prefix}k{j:02}")))
+        .collect();
     let counter = Bytes::from(format!("{prefix}ctr"));
     let shared = Bytes::from_static(b"shared/ctr");
-    let mut c = Client { proxy, model: BTreeMap::new(), report: WorkloadReport::default(), shared_seen: 0 };
+    let mut c = Client {
+        proxy,
+        model: BTreeMap::new(),
+        report: WorkloadReport::default(),
+        shared_seen: 0,
+    };
     let mut ops = 0u64;
-    while Instant::now() < deadline && !stop.load(Ordering::Relaxed) && opts.ops_per_client.is_none_or(|m| ops < m) {
+    while Instant::now() < deadline
+        && !stop.load(Ordering::Relaxed)
+        && opts.ops_per_client.is_none_or(|m| ops < m)
+    {
         ops += 1;
         let key = keys[rng.below(keys.len() as u64) as usize].clone();
         let roll = rng.below(100);
         let (op, unordered) = match roll {
-            0..35 => (KvOp::Put { key: key.clone(), value: Bytes::from(format!("v{}", rng.next() % 1_000_000)) }, false),
-            35..55 => (KvOp::Get { key: key.clone() }, opts.unordered_reads && rng.below(2) == 0),
+            0..35 => (
+                KvOp::Put {
+                    key: key.clone(),
+                    value: Bytes::from(format!("v{}", rng.next() % 1_000_000)),
+                },
+                false,
+            ),
+            35..55 => (
+                KvOp::Get { key: key.clone() },
+                opts.unordered_reads && rng.below(2) == 0,
+            ),
             55..65 => (KvOp::Delete { key: key.clone() }, false),
             65..75 => {
-                let expected = if rng.below(10) < 7 { c.model.get(&key).cloned() } else { Some(Bytes::from_static(b"nope")) };
-                (KvOp::Cas { key: key.clone(), expected, new: Bytes::from(format!("cas{}", rng.next() % 1000)) }, false)
+                let expected = if rng.below(10) < 7 {
+                    c.model.get(&key).cloned()
+                } else {
+                    Some(Bytes::from_static(b"nope"))
+                };
+                (
+                    KvOp::Cas {
+                        key: key.clone(),
+                        expected,
+                        new: Bytes::from(format!("cas{}", rng.next() % 1000)),
+                    },
+                    false,
+                )
             }
-            75..85 => (KvOp::Incr { key: counter.clone(), delta: 1 + rng.below(5) as i64 }, false),
-            85..95 => (KvOp::Incr { key: shared.clone(), delta: 1 }, false),
-            _ => (KvOp::Scan { prefix: Bytes::from(prefix.clone()), limit: 100 }, opts.unordered_reads && rng.below(2) == 0),
+            75..85 => (
+                KvOp::Incr {
+                    key: counter.clone(),
+                    delta: 1 + rng.below(5) as i64,
+                },
+                false,
+            ),
+            85..95 => (
+                KvOp::Incr {
+                    key: shared.clone(),
+                    delta: 1,
+                },
+                false,
+            ),
+            _ => (
+                KvOp::Scan {
+                    prefix: Bytes::from(prefix.clone()),
+                    limit: 100,
+                },
+                opts.unordered_reads && rng.below(2) == 0,
+            ),
         };
         let reply = match c.call(&op, unordered) {
             Ok(r) => r,
             Err(_) => {
                 let touched = match &op {
                     KvOp::Incr { key, .. } if *key == shared => None,
-                    KvOp::Incr { key, .. } | KvOp::Put { key, .. } | KvOp::Delete { key, .. } | KvOp::Cas { key, .. } => Some(key.clone()),
+                    KvOp::Incr { key, .. }
+                    | KvOp::Put { key, .. }
+                    | KvOp::Delete { key, .. }
+                    | KvOp::Cas { key, .. } => Some(key.clone()),
                     _ => None,
                 };
-                if let Some(k) = touched {
-                    if !c.resync(&k) {
-                        break;
-                    }
+                if let Some(k) = touched
+                    && !c.resync(&k)
+                {
+                    break;
                 }
                 continue;
             }
         };
         progress.fetch_add(1, Ordering::Relaxed);
         let expected = match &op {
-            KvOp::Put { key, value } => KvReply::Put { previous: c.model.insert(key.clone(), value.clone()) },
-            KvOp::Get { key } => KvReply::Get { value: c.model.get(key).cloned() },
-            KvOp::Delete { key } => KvReply::Delete { previous: c.model.remove(key) },
+            KvOp::Put { key, value } => KvReply::Put {
+                previous: c.model.insert(key.clone(), value.clone()),
+            },
+            KvOp::Get { key } => KvReply::Get {
+                value: c.model.get(key).cloned(),
+            },
+            KvOp::Delete { key } => KvReply::Delete {
+                previous: c.model.remove(key),
+            },
             KvOp::Cas { key, expected, new } => {
                 let current = c.model.get(key).cloned();
                 if current == *expected {
                     c.model.insert(key.clone(), new.clone());
-                    KvReply::Cas { applied: true, current: Some(new.clone()) }
+                    KvReply::Cas {
+                        applied: true,
+                        current: Some(new.clone()),
+                    }
                 } else {
-                    KvReply::Cas { applied: false, current }
+                    KvReply::Cas {
+                        applied: false,
+                        current,
+                    }
                 }
             }
             KvOp::Incr { key, delta } if *key == shared => {
                 if let KvReply::Incr { value } = reply {
                     if value <= c.shared_seen {
-                        c.report.violations.push(format!("shared counter went from {} to {value}", c.shared_seen));
+                        c.report.violations.push(format!(
+                            "shared counter went from {} to {value}",
+                            c.shared_seen
+                        ));
                     }
                     c.shared_seen = value;
                     continue;
                 }
-                KvReply::Incr { value: c.shared_seen + delta }
+                KvReply::Incr {
+                    value: c.shared_seen + delta,
+                }
             }
             KvOp::Incr { key, delta } => {
-                let old = c.model.get(key).map(|v| i64::from_le_bytes(v[..8].try_into().expect("8-byte counter"))).unwrap_or(0);
+                let old = c
+                    .model
+                    .get(key)
+                    .map(|v| i64::from_le_bytes(v[..8].try_into().expect("8-byte counter")))
+                    .unwrap_or(0);
                 let new = old + delta;
-                c.model.insert(key.clone(), Bytes::copy_from_slice(&new.to_le_bytes()));
+                c.model
+                    .insert(key.clone(), Bytes::copy_from_slice(&new.to_le_bytes()));
                 KvReply::Incr { value: new }
             }
-            KvOp::Scan { limit, .. } => {
-                KvReply::Scan { pairs: c.model.iter().take(*limit as usize).map(|(k, v)| (k.clone(), v.clone())).collect() }
-            }
+            KvOp::Scan { limit, .. } => KvReply::Scan {
+                pairs: c
+                    .model
+                    .iter()
+                    .take(*limit as usize)
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+            },
         };
         c.check(&op, reply, expected);
     }

@@ -3,8 +3,8 @@
 //! The tests in this file run one at a time (each starts its own cluster; the CI machine has
 //! two cores).
 
-use std::net::{SocketAddr, TcpStream};
 use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -20,8 +20,8 @@ use tagma_kv::{KvOp, KvReply};
 use tagma_net::{LocalIdentity, NetLimits};
 use tagma_node::metrics::{rejection_count, scrape};
 use tagma_wire::{
-    ClientId, ClientMessage, Decode, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth, RequestEnvelope, RequestKind,
-    RequestSeq, Role, ViewId,
+    ClientId, ClientMessage, Decode, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth,
+    RequestEnvelope, RequestKind, RequestSeq, Role, ViewId,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -38,24 +38,48 @@ fn cluster(n: usize, mode: Mode) -> LocalCluster {
 }
 
 fn proxies(c: &LocalCluster, k: usize) -> Vec<Proxy> {
-    (0..k).map(|_| c.proxy(READY).expect("connect client")).collect()
+    (0..k)
+        .map(|_| c.proxy(READY).expect("connect client"))
+        .collect()
 }
 
 /// Runs `clients` closed-loop clients for `ops` operations each and checks the results and
 /// the final digests of `live` replicas.
 fn serve_and_check(c: &LocalCluster, clients: usize, ops: u64, live: &[ReplicaId]) {
-    let opts = WorkloadOptions { duration: Duration::from_secs(120), ops_per_client: Some(ops), ..Default::default() };
-    let report = workload::run(proxies(c, clients), &opts, &AtomicU64::new(0), &AtomicBool::new(false));
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(120),
+        ops_per_client: Some(ops),
+        ..Default::default()
+    };
+    let report = workload::run(
+        proxies(c, clients),
+        &opts,
+        &AtomicU64::new(0),
+        &AtomicBool::new(false),
+    );
     if !report.violations.is_empty() || report.errors > 0 {
         c.dump_logs();
     }
-    assert!(report.violations.is_empty(), "linearizability violations: {:?}", &report.violations[..report.violations.len().min(5)]);
-    assert_eq!(report.errors, 0, "failed ops, first: {:?}", report.first_error);
+    assert!(
+        report.violations.is_empty(),
+        "linearizability violations: {:?}",
+        &report.violations[..report.violations.len().min(5)]
+    );
+    assert_eq!(
+        report.errors, 0,
+        "failed ops, first: {:?}",
+        report.first_error
+    );
     assert!(report.completed >= clients as u64 * ops);
     let checker = c.proxy(READY).unwrap();
-    let states = c.converged_states(&checker, live, Duration::from_secs(30)).unwrap();
+    let states = c
+        .converged_states(&checker, live, Duration::from_secs(30))
+        .unwrap();
     assert!(digests_equal(&states), "digests differ: {states:?}");
-    assert!(states[0].executed_requests >= clients as u64 * ops / 2, "{states:?}");
+    assert!(
+        states[0].executed_requests >= clients as u64 * ops / 2,
+        "{states:?}"
+    );
 }
 
 #[test]
@@ -79,7 +103,10 @@ fn follower_killed_with_sigkill_keeps_the_service_running() {
     let clients = proxies(&c, 4);
     let progress = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
-    let opts = WorkloadOptions { duration: Duration::from_secs(8), ..Default::default() };
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(8),
+        ..Default::default()
+    };
     let (report, at_kill) = std::thread::scope(|s| {
         let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
         let deadline = Instant::now() + Duration::from_secs(20);
@@ -90,13 +117,22 @@ fn follower_killed_with_sigkill_keeps_the_service_running() {
         c.kill(3);
         (worker.join().unwrap(), at_kill)
     });
-    assert!(at_kill >= 500, "the cluster served only {at_kill} ops before the kill");
+    assert!(
+        at_kill >= 500,
+        "the cluster served only {at_kill} ops before the kill"
+    );
     assert!(!c.is_running(3));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
-    assert!(report.completed > at_kill + 500, "only {} ops after the kill (at kill: {at_kill})", report.completed - at_kill);
+    assert!(
+        report.completed > at_kill + 500,
+        "only {} ops after the kill (at kill: {at_kill})",
+        report.completed - at_kill
+    );
     let checker = c.proxy(READY).unwrap();
     let live = [ReplicaId(0), ReplicaId(1), ReplicaId(2)];
-    let states = c.converged_states(&checker, &live, Duration::from_secs(30)).unwrap();
+    let states = c
+        .converged_states(&checker, &live, Duration::from_secs(30))
+        .unwrap();
     assert!(digests_equal(&states), "{states:?}");
 }
 
@@ -106,26 +142,47 @@ struct Raw {
 }
 
 fn limits(c: &LocalCluster) -> NetLimits {
-    NetLimits { frame_bytes_max: c.cfg.raw.limits.frame_bytes_max, handshake_timeout: Duration::from_secs(5) }
+    NetLimits {
+        frame_bytes_max: c.cfg.raw.limits.frame_bytes_max,
+        handshake_timeout: Duration::from_secs(5),
+    }
 }
 
 /// An authenticated client connection to replica 0, speaking raw frames.
-fn raw_client(c: &LocalCluster, key: &IdentityKey, principal: u32) -> Result<Raw, tagma_net::NetError> {
+fn raw_client(
+    c: &LocalCluster,
+    key: &IdentityKey,
+    principal: u32,
+) -> Result<Raw, tagma_net::NetError> {
     let r = &c.cfg.replicas[0];
-    let me = LocalIdentity { role: Role::Client(principal), key };
-    let (reader, writer) = tagma_net::connect(r.addr, &me, Role::Replica(r.id), &r.public_key, limits(c), Duration::from_secs(2))?;
+    let me = LocalIdentity {
+        role: Role::Client(principal),
+        key,
+    };
+    let (reader, writer) = tagma_net::connect(
+        r.addr,
+        &me,
+        Role::Replica(r.id),
+        &r.public_key,
+        limits(c),
+        Duration::from_secs(2),
+    )?;
     Ok(Raw { reader, writer })
 }
 
 fn metrics_addr(c: &LocalCluster) -> SocketAddr {
-    c.cfg.replicas[0].metrics_addr.expect("init writes metrics addresses")
+    c.cfg.replicas[0]
+        .metrics_addr
+        .expect("init writes metrics addresses")
 }
 
 /// Waits until replica 0 has counted `reason` at least `at_least` times.
 fn wait_rejection(c: &LocalCluster, reason: &str, at_least: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let n = scrape(metrics_addr(c)).map(|t| rejection_count(&t, reason)).unwrap_or(0);
+        let n = scrape(metrics_addr(c))
+            .map(|t| rejection_count(&t, reason))
+            .unwrap_or(0);
         if n >= at_least || Instant::now() >= deadline {
             return n;
         }
@@ -133,19 +190,48 @@ fn wait_rejection(c: &LocalCluster, reason: &str, at_least: u64) -> u64 {
     }
 }
 
-fn ordered_frame(c: &LocalCluster, key: &IdentityKey, client: ClientId, seq: u64, op: &KvOp) -> Bytes {
-    let request = Request { client, seq: RequestSeq(seq), kind: RequestKind::Ordered, view: ViewId(0), payload: op.encode() };
+fn ordered_frame(
+    c: &LocalCluster,
+    key: &IdentityKey,
+    client: ClientId,
+    seq: u64,
+    op: &KvOp,
+) -> Bytes {
+    let request = Request {
+        client,
+        seq: RequestSeq(seq),
+        kind: RequestKind::Ordered,
+        view: ViewId(0),
+        payload: op.encode(),
+    };
     let replica_keys: Vec<_> = c.cfg.replicas.iter().map(|r| r.public_key).collect();
-    let tags = Authenticator::new(key, &replica_keys).unwrap().tags(&tagma_crypto::request_digest(&request));
-    ClientMessage::Request(RequestEnvelope { request, auth: RequestAuth::Macs(tags) }).to_bytes()
+    let tags = Authenticator::new(key, &replica_keys)
+        .unwrap()
+        .tags(&tagma_crypto::request_digest(&request));
+    ClientMessage::Request(RequestEnvelope {
+        request,
+        auth: RequestAuth::Macs(tags),
+    })
+    .to_bytes()
 }
 
 fn still_serves(c: &LocalCluster, proxy: &Proxy, tag: &str) {
-    let op = KvOp::Put { key: Bytes::from(format!("alive/{tag}")), value: Bytes::from_static(b"yes") };
-    let reply = proxy.invoke_ordered(op.encode()).unwrap_or_else(|e| panic!("after {tag}: {e}"));
-    assert!(matches!(KvReply::decode(&reply).unwrap(), KvReply::Put { .. }));
+    let op = KvOp::Put {
+        key: Bytes::from(format!("alive/{tag}")),
+        value: Bytes::from_static(b"yes"),
+    };
+    let reply = proxy
+        .invoke_ordered(op.encode())
+        .unwrap_or_else(|e| panic!("after {tag}: {e}"));
+    assert!(matches!(
+        KvReply::decode(&reply).unwrap(),
+        KvReply::Put { .. }
+    ));
     let text = scrape(metrics_addr(c)).unwrap();
-    assert!(text.contains("tagma_requests_received_total"), "replica 0 still answers metrics after {tag}");
+    assert!(
+        text.contains("tagma_requests_received_total"),
+        "replica 0 still answers metrics after {tag}"
+    );
 }
 
 #[test]
@@ -159,16 +245,23 @@ fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
 
     // Garbage bytes instead of a handshake.
     let mut s = TcpStream::connect(addr).unwrap();
-    s.write_all(b"GET / HTTP/1.1\r\nHost: tagma\r\n\r\n\xff\xfe garbage").unwrap();
+    s.write_all(b"GET / HTTP/1.1\r\nHost: tagma\r\n\r\n\xff\xfe garbage")
+        .unwrap();
     drop(s);
-    assert!(wait_rejection(&c, "malformed_handshake", 1) >= 1, "garbage bytes");
+    assert!(
+        wait_rejection(&c, "malformed_handshake", 1) >= 1,
+        "garbage bytes"
+    );
     still_serves(&c, &proxy, "garbage");
 
     // A client key the cluster does not know (claiming the configured principal, and another).
     let stranger = IdentityKey::generate();
     assert!(raw_client(&c, &stranger, 1).is_err());
     assert!(raw_client(&c, &stranger, 77).is_err());
-    assert!(wait_rejection(&c, "unknown_key", 2) >= 2, "unknown client key");
+    assert!(
+        wait_rejection(&c, "unknown_key", 2) >= 2,
+        "unknown client key"
+    );
     still_serves(&c, &proxy, "unknown key");
 
     // A truncated frame: the header promises 100 bytes, 10 arrive, then the peer closes.
@@ -183,7 +276,10 @@ fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
     // An oversized frame header.
     let mut raw = raw_client(&c, &key, 1).unwrap();
     raw.writer.write_unframed(&u32::MAX.to_le_bytes()).unwrap();
-    assert!(wait_rejection(&c, "frame_too_large", 1) >= 1, "oversized frame");
+    assert!(
+        wait_rejection(&c, "frame_too_large", 1) >= 1,
+        "oversized frame"
+    );
     still_serves(&c, &proxy, "oversized");
 
     // A frame with a wrong MAC.
@@ -198,7 +294,10 @@ fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
 
     // A replayed old request: executed once, answered from the reply cache afterwards.
     let client = ClientId::new(1, 0xDEAD);
-    let incr = KvOp::Incr { key: Bytes::from_static(b"replay/ctr"), delta: 5 };
+    let incr = KvOp::Incr {
+        key: Bytes::from_static(b"replay/ctr"),
+        delta: 5,
+    };
     let mut raw = raw_client(&c, &key, 1).unwrap();
     let frame = ordered_frame(&c, &key, client, 1, &incr);
     raw.writer.push(&frame).unwrap();
@@ -208,12 +307,28 @@ fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
     raw.writer.push(&frame).unwrap();
     raw.writer.flush().unwrap();
     let again = raw.reader.read_frame().unwrap();
-    assert_eq!(ReplicaMessage::decode(&first).unwrap(), ReplicaMessage::decode(&again).unwrap(), "the cached reply is resent");
-    assert!(wait_rejection(&c, "replayed_request", before + 1) > before, "replay counted");
-    let value = proxy.invoke_ordered(KvOp::Get { key: Bytes::from_static(b"replay/ctr") }.encode()).unwrap();
+    assert_eq!(
+        ReplicaMessage::decode(&first).unwrap(),
+        ReplicaMessage::decode(&again).unwrap(),
+        "the cached reply is resent"
+    );
+    assert!(
+        wait_rejection(&c, "replayed_request", before + 1) > before,
+        "replay counted"
+    );
+    let value = proxy
+        .invoke_ordered(
+            KvOp::Get {
+                key: Bytes::from_static(b"replay/ctr"),
+            }
+            .encode(),
+        )
+        .unwrap();
     assert_eq!(
         KvReply::decode(&value).unwrap(),
-        KvReply::Get { value: Some(Bytes::copy_from_slice(&5i64.to_le_bytes())) },
+        KvReply::Get {
+            value: Some(Bytes::copy_from_slice(&5i64.to_le_bytes()))
+        },
         "the replayed increment was not executed twice"
     );
     still_serves(&c, &proxy, "replay");

@@ -16,8 +16,8 @@ use tagma_core::config::ReplicaInfo;
 use tagma_crypto::{Authenticator, IdentityKey};
 use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError, NetLimits};
 use tagma_wire::{
-    ClientId, ClientMessage, Decode, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth, RequestEnvelope, RequestKind,
-    RequestSeq, Role, StateInfo, ViewId,
+    ClientId, ClientMessage, Decode, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth,
+    RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
 };
 use tracing::debug;
 
@@ -29,9 +29,19 @@ pub enum ClientError {
     #[error(
         "cluster unreachable: connected to {connected} of {needed} replicas needed ({details}) — fix: start the replicas (`tagma replica --dir DIR --id N`) and check the addresses in tagma.toml"
     )]
-    Unreachable { connected: usize, needed: usize, details: String },
-    #[error("no reply quorum after {after_ms} ms ({replies} replies, {quorum} matching needed) — fix: check that enough replicas are running and connected to each other")]
-    Timeout { after_ms: u64, replies: usize, quorum: usize },
+    Unreachable {
+        connected: usize,
+        needed: usize,
+        details: String,
+    },
+    #[error(
+        "no reply quorum after {after_ms} ms ({replies} replies, {quorum} matching needed) — fix: check that enough replicas are running and connected to each other"
+    )]
+    Timeout {
+        after_ms: u64,
+        replies: usize,
+        quorum: usize,
+    },
     #[error("replies disagree: no {quorum} matching replies among {replies}")]
     NoQuorum { replies: usize, quorum: usize },
     #[error("request of {bytes} bytes exceeds request_bytes_max = {max}")]
@@ -55,7 +65,11 @@ pub struct ClientOptions {
 
 impl ClientOptions {
     pub fn new(principal: u32) -> Self {
-        ClientOptions { principal, instance: None, outstanding_max: 128 }
+        ClientOptions {
+            principal,
+            instance: None,
+            outstanding_max: 128,
+        }
     }
 }
 
@@ -168,8 +182,17 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 
 fn random_u32() -> u32 {
     // Instance ids only need to differ between concurrent proxies of one principal.
-    let t = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
-    let h = tagma_crypto::digest(&[t.to_le_bytes().as_slice(), &std::process::id().to_le_bytes()].concat());
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let h = tagma_crypto::digest(
+        &[
+            t.to_le_bytes().as_slice(),
+            &std::process::id().to_le_bytes(),
+        ]
+        .concat(),
+    );
     u32::from_le_bytes([h.0[0], h.0[1], h.0[2], h.0[3]])
 }
 
@@ -177,9 +200,14 @@ impl Proxy {
     /// Connects to every replica of `cfg` (in parallel) as client principal
     /// `options.principal` with `key`. Fails with [`ClientError::Unreachable`] when fewer
     /// replicas than a reply quorum answer; the others are retried in the background.
-    pub fn connect(cfg: &ValidConfig, key: IdentityKey, options: ClientOptions) -> Result<Proxy, ClientError> {
+    pub fn connect(
+        cfg: &ValidConfig,
+        key: IdentityKey,
+        options: ClientOptions,
+    ) -> Result<Proxy, ClientError> {
         let replica_keys: Vec<_> = cfg.replicas.iter().map(|r| r.public_key).collect();
-        let auth = Authenticator::new(&key, &replica_keys).map_err(|e| ClientError::Key(e.to_string()))?;
+        let auth =
+            Authenticator::new(&key, &replica_keys).map_err(|e| ClientError::Key(e.to_string()))?;
         let raw = &cfg.raw;
         let q = cfg.quorums();
         let instance = options.instance.unwrap_or_else(random_u32);
@@ -203,7 +231,11 @@ impl Proxy {
             links: cfg
                 .replicas
                 .iter()
-                .map(|r| Link { info: r.clone(), writer: Mutex::new(None), last_attempt: Mutex::new(None) })
+                .map(|r| Link {
+                    info: r.clone(),
+                    writer: Mutex::new(None),
+                    last_attempt: Mutex::new(None),
+                })
                 .collect(),
             calls: Mutex::new(HashMap::new()),
             queries: Mutex::new(HashMap::new()),
@@ -215,17 +247,35 @@ impl Proxy {
             closed: AtomicBool::new(false),
         });
         let errors: Vec<Option<String>> = thread::scope(|s| {
-            let handles: Vec<_> = (0..inner.links.len()).map(|i| s.spawn({
-                let inner = inner.clone();
-                move || inner.connect_link(i).err().map(|e| format!("replica {} at {}: {e}", inner.links[i].info.id, inner.links[i].info.addr))
-            })).collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(Some("connect thread panicked".into()))).collect()
+            let handles: Vec<_> = (0..inner.links.len())
+                .map(|i| {
+                    s.spawn({
+                        let inner = inner.clone();
+                        move || {
+                            inner.connect_link(i).err().map(|e| {
+                                format!(
+                                    "replica {} at {}: {e}",
+                                    inner.links[i].info.id, inner.links[i].info.addr
+                                )
+                            })
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Some("connect thread panicked".into())))
+                .collect()
         });
         let connected = errors.iter().filter(|e| e.is_none()).count();
         if connected < inner.ordered_quorum {
             inner.close();
             let details = errors.into_iter().flatten().collect::<Vec<_>>().join("; ");
-            return Err(ClientError::Unreachable { connected, needed: inner.ordered_quorum, details });
+            return Err(ClientError::Unreachable {
+                connected,
+                needed: inner.ordered_quorum,
+                details,
+            });
         }
         let weak = Arc::downgrade(&inner);
         thread::Builder::new()
@@ -251,10 +301,17 @@ impl Proxy {
 
     /// Sends a request and returns immediately (after waiting for a free slot when
     /// `outstanding_max` requests are in flight).
-    pub fn invoke_async(&self, request: Bytes, kind: RequestKind) -> Result<ReplyFuture, ClientError> {
+    pub fn invoke_async(
+        &self,
+        request: Bytes,
+        kind: RequestKind,
+    ) -> Result<ReplyFuture, ClientError> {
         let inner = &self.inner;
         if request.len() > inner.request_bytes_max {
-            return Err(ClientError::TooLarge { bytes: request.len(), max: inner.request_bytes_max });
+            return Err(ClientError::TooLarge {
+                bytes: request.len(),
+                max: inner.request_bytes_max,
+            });
         }
         {
             let mut n = lock(&inner.outstanding);
@@ -262,7 +319,11 @@ impl Proxy {
                 if inner.closed.load(Ordering::Relaxed) {
                     return Err(ClientError::Closed);
                 }
-                n = inner.outstanding_freed.wait_timeout(n, Duration::from_millis(100)).map(|(g, _)| g).unwrap_or_else(|e| e.into_inner().0);
+                n = inner
+                    .outstanding_freed
+                    .wait_timeout(n, Duration::from_millis(100))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
             }
             *n += 1;
         }
@@ -320,9 +381,18 @@ impl Inner {
         let link = &self.links[i];
         *lock(&link.last_attempt) = Some(Instant::now());
         let principal = self.client.principal();
-        let me = LocalIdentity { role: Role::Client(principal), key: &self.key };
-        let (reader, writer) =
-            tagma_net::connect(link.info.addr, &me, Role::Replica(link.info.id), &link.info.public_key, self.limits, self.connect_timeout)?;
+        let me = LocalIdentity {
+            role: Role::Client(principal),
+            key: &self.key,
+        };
+        let (reader, writer) = tagma_net::connect(
+            link.info.addr,
+            &me,
+            Role::Replica(link.info.id),
+            &link.info.public_key,
+            self.limits,
+            self.connect_timeout,
+        )?;
         *lock(&link.writer) = Some(writer);
         let weak = Arc::downgrade(self);
         let id = link.info.id;
@@ -334,18 +404,39 @@ impl Inner {
     }
 
     fn build_frame(&self, kind: RequestKind, seq: RequestSeq, payload: Bytes) -> Bytes {
-        let request = Request { client: self.client, seq, kind, view: ViewId(0), payload };
+        let request = Request {
+            client: self.client,
+            seq,
+            kind,
+            view: ViewId(0),
+            payload,
+        };
         let digest = tagma_crypto::request_digest(&request);
-        let auth = if self.signed { RequestAuth::Signature(self.key.sign(digest.as_bytes())) } else { RequestAuth::Macs(self.auth.tags(&digest)) };
+        let auth = if self.signed {
+            RequestAuth::Signature(self.key.sign(digest.as_bytes()))
+        } else {
+            RequestAuth::Macs(self.auth.tags(&digest))
+        };
         ClientMessage::Request(RequestEnvelope { request, auth }).to_bytes()
     }
 
     fn start_call(&self, payload: Bytes, kind: RequestKind, slot: Arc<Slot>) {
         let seq = RequestSeq(self.next_seq[kind as usize].fetch_add(1, Ordering::Relaxed));
         let frame = self.build_frame(kind, seq, payload.clone());
-        let quorum = if kind == RequestKind::Ordered { self.ordered_quorum } else { self.unordered_quorum };
+        let quorum = if kind == RequestKind::Ordered {
+            self.ordered_quorum
+        } else {
+            self.unordered_quorum
+        };
         let now = Instant::now();
-        let call = Call { payload, frame: frame.clone(), voter: Voter::new(quorum, self.n), first_sent: now, last_sent: now, slot };
+        let call = Call {
+            payload,
+            frame: frame.clone(),
+            voter: Voter::new(quorum, self.n),
+            first_sent: now,
+            last_sent: now,
+            slot,
+        };
         lock(&self.calls).insert((kind, seq), call);
         self.send_all(&frame);
     }
@@ -360,7 +451,10 @@ impl Inner {
     /// An unordered read that cannot be decided is re-issued as an ordered request, keeping
     /// the caller's future.
     fn fall_back_to_ordered(&self, call: Call) {
-        debug!(client = self.client.0, "unordered replies disagree or time out: retrying ordered");
+        debug!(
+            client = self.client.0,
+            "unordered replies disagree or time out: retrying ordered"
+        );
         self.start_call(call.payload, RequestKind::Ordered, call.slot);
     }
 
@@ -372,11 +466,11 @@ impl Inner {
 
     fn send_to(&self, i: usize, frame: &Bytes) {
         let mut guard = lock(&self.links[i].writer);
-        if let Some(w) = guard.as_mut() {
-            if w.push(frame).and_then(|_| w.flush()).is_err() {
-                w.shutdown();
-                *guard = None;
-            }
+        if let Some(w) = guard.as_mut()
+            && w.push(frame).and_then(|_| w.flush()).is_err()
+        {
+            w.shutdown();
+            *guard = None;
         }
     }
 
@@ -395,7 +489,9 @@ impl Inner {
         }
         let key = (reply.kind, reply.seq);
         let mut calls = lock(&self.calls);
-        let Some(call) = calls.get_mut(&key) else { return };
+        let Some(call) = calls.get_mut(&key) else {
+            return;
+        };
         if let Some(result) = call.voter.add(from, reply.payload) {
             let call = calls.remove(&key).expect("present");
             drop(calls);
@@ -417,11 +513,13 @@ impl Inner {
         let now = Instant::now();
         for (i, link) in self.links.iter().enumerate() {
             let down = lock(&link.writer).is_none();
-            let due = lock(&link.last_attempt).is_none_or(|t| now.duration_since(t) >= self.reconnect_delay);
-            if down && due {
-                if let Err(e) = self.connect_link(i) {
-                    debug!("reconnect to replica {} failed: {e}", link.info.id);
-                }
+            let due = lock(&link.last_attempt)
+                .is_none_or(|t| now.duration_since(t) >= self.reconnect_delay);
+            if down
+                && due
+                && let Err(e) = self.connect_link(i)
+            {
+                debug!("reconnect to replica {} failed: {e}", link.info.id);
             }
         }
         let mut resend = Vec::new();
@@ -453,7 +551,14 @@ impl Inner {
         for call in expired {
             let (replies, quorum) = (call.voter.replies(), call.voter.quorum());
             let after_ms = self.invoke_timeout.as_millis() as u64;
-            self.finish(call, Err(ClientError::Timeout { after_ms, replies, quorum }));
+            self.finish(
+                call,
+                Err(ClientError::Timeout {
+                    after_ms,
+                    replies,
+                    quorum,
+                }),
+            );
         }
     }
 }
@@ -480,11 +585,14 @@ fn reader_loop(inner: Weak<Inner>, index: usize, from: ReplicaId, mut reader: Fr
 
 fn maintenance_loop(inner: Weak<Inner>) {
     loop {
-        let Some(strong) = inner.upgrade() else { return };
+        let Some(strong) = inner.upgrade() else {
+            return;
+        };
         if strong.closed.load(Ordering::Relaxed) {
             return;
         }
-        let tick = (strong.retransmit / 4).clamp(Duration::from_millis(5), Duration::from_millis(50));
+        let tick =
+            (strong.retransmit / 4).clamp(Duration::from_millis(5), Duration::from_millis(50));
         strong.maintain();
         drop(strong);
         thread::sleep(tick);

@@ -18,8 +18,15 @@ pub struct Voter {
 
 impl Voter {
     pub fn new(quorum: usize, n: usize) -> Self {
-        assert!(quorum >= 1 && quorum <= n, "reply quorum {quorum} impossible with n = {n}");
-        Voter { quorum, n, replies: BTreeMap::new() }
+        assert!(
+            quorum >= 1 && quorum <= n,
+            "reply quorum {quorum} impossible with n = {n}"
+        );
+        Voter {
+            quorum,
+            n,
+            replies: BTreeMap::new(),
+        }
     }
 
     /// Records `from`'s reply; returns the accepted payload once a quorum matches.
@@ -35,7 +42,12 @@ impl Voter {
     /// True when no payload can reach the quorum any more, even if every silent replica
     /// answers (the replies disagree).
     pub fn exhausted(&self) -> bool {
-        let best = self.replies.values().map(|p| self.replies.values().filter(|q| *q == p).count()).max().unwrap_or(0);
+        let best = self
+            .replies
+            .values()
+            .map(|p| self.replies.values().filter(|q| *q == p).count())
+            .max()
+            .unwrap_or(0);
         best + (self.n - self.replies.len()) < self.quorum
     }
 

@@ -54,13 +54,31 @@ pub struct RequestVerifier {
 }
 
 impl RequestVerifier {
-    pub fn new(cfg: &ValidConfig, me: ReplicaId, key: &IdentityKey) -> Result<Self, tagma_crypto::CryptoError> {
-        let my_index = cfg.replicas.iter().position(|r| r.id == me).expect("replica is a member");
+    pub fn new(
+        cfg: &ValidConfig,
+        me: ReplicaId,
+        key: &IdentityKey,
+    ) -> Result<Self, tagma_crypto::CryptoError> {
+        let my_index = cfg
+            .replicas
+            .iter()
+            .position(|r| r.id == me)
+            .expect("replica is a member");
         let mut clients = BTreeMap::new();
         for (principal, public) in &cfg.clients {
-            clients.insert(*principal, ClientKeys { public: *public, mac: key.request_mac_key(public)? });
+            clients.insert(
+                *principal,
+                ClientKeys {
+                    public: *public,
+                    mac: key.request_mac_key(public)?,
+                },
+            );
         }
-        Ok(RequestVerifier { my_index, signed_requests: cfg.raw.cluster.signed_requests, clients })
+        Ok(RequestVerifier {
+            my_index,
+            signed_requests: cfg.raw.cluster.signed_requests,
+            clients,
+        })
     }
 
     pub fn signed_requests(&self) -> bool {
@@ -69,32 +87,50 @@ impl RequestVerifier {
 
     /// Checks one request's authentication.
     pub fn verify(&self, env: &RequestEnvelope) -> Result<(), AuthError> {
-        let keys = self.clients.get(&env.request.client.principal()).ok_or(AuthError::UnknownClient)?;
+        let keys = self
+            .clients
+            .get(&env.request.client.principal())
+            .ok_or(AuthError::UnknownClient)?;
         let digest = tagma_crypto::request_digest(&env.request);
         match &env.auth {
             RequestAuth::Macs(_) if self.signed_requests => Err(AuthError::SignatureRequired),
             RequestAuth::Macs(tags) => {
                 let tag = tags.get(self.my_index).ok_or(AuthError::MissingMac)?;
-                if keys.mac.verify_parts(&[digest.as_bytes()], tag) { Ok(()) } else { Err(AuthError::BadMac) }
+                if keys.mac.verify_parts(&[digest.as_bytes()], tag) {
+                    Ok(())
+                } else {
+                    Err(AuthError::BadMac)
+                }
             }
             RequestAuth::Signature(sig) => {
-                tagma_crypto::verify(&keys.public, digest.as_bytes(), sig).map_err(|_| AuthError::BadSignature)
+                tagma_crypto::verify(&keys.public, digest.as_bytes(), sig)
+                    .map_err(|_| AuthError::BadSignature)
             }
         }
     }
 
     /// Checks every request of a batch; signatures of large batches are checked on several
     /// threads. Returns the first failure.
-    pub fn verify_all(&self, requests: &[RequestEnvelope], threads: usize) -> Result<(), AuthError> {
+    pub fn verify_all(
+        &self,
+        requests: &[RequestEnvelope],
+        threads: usize,
+    ) -> Result<(), AuthError> {
         const PARALLEL_FROM: usize = 64;
         if !self.signed_requests || requests.len() < PARALLEL_FROM || threads <= 1 {
             return requests.iter().try_for_each(|r| self.verify(r));
         }
         let chunk = requests.len().div_ceil(threads);
         thread::scope(|s| {
-            let handles: Vec<_> =
-                requests.chunks(chunk).map(|part| s.spawn(move || part.iter().try_for_each(|r| self.verify(r)))).collect();
-            handles.into_iter().map(|h| h.join().unwrap_or(Err(AuthError::BadSignature))).collect::<Result<Vec<()>, _>>().map(|_| ())
+            let handles: Vec<_> = requests
+                .chunks(chunk)
+                .map(|part| s.spawn(move || part.iter().try_for_each(|r| self.verify(r))))
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Err(AuthError::BadSignature)))
+                .collect::<Result<Vec<()>, _>>()
+                .map(|_| ())
         })
     }
 }
@@ -109,7 +145,11 @@ pub struct SignaturePool {
 }
 
 impl SignaturePool {
-    pub fn start(verifier: std::sync::Arc<RequestVerifier>, threads: usize, queue_max: usize) -> Self {
+    pub fn start(
+        verifier: std::sync::Arc<RequestVerifier>,
+        threads: usize,
+        queue_max: usize,
+    ) -> Self {
         let (tx, rx): (Sender<Job>, Receiver<Job>) = bounded(queue_max);
         for i in 0..threads.max(1) {
             let rx = rx.clone();

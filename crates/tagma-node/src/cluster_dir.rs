@@ -20,10 +20,19 @@ pub const DEFAULT_CLIENT_PRINCIPAL: u32 = 1;
 /// Errors loading a cluster directory; each names the path and the fix.
 #[derive(Debug, thiserror::Error)]
 pub enum ClusterDirError {
-    #[error("cannot read {path}: {source} — fix: create the cluster with `tagma init --dir {dir}` or pass the right --dir")]
-    Read { path: PathBuf, dir: PathBuf, source: std::io::Error },
+    #[error(
+        "cannot read {path}: {source} — fix: create the cluster with `tagma init --dir {dir}` or pass the right --dir"
+    )]
+    Read {
+        path: PathBuf,
+        dir: PathBuf,
+        source: std::io::Error,
+    },
     #[error("{path}: {source}")]
-    Config { path: PathBuf, source: tagma_core::ConfigError },
+    Config {
+        path: PathBuf,
+        source: tagma_core::ConfigError,
+    },
     #[error(transparent)]
     Key(#[from] tagma_crypto::CryptoError),
     #[error("replica {id} is not in {path} — fix: use one of the ids listed there ({ids})")]
@@ -47,13 +56,18 @@ pub fn admin_key_path(dir: &Path) -> PathBuf {
 }
 
 pub fn data_dir(dir: &Path, cfg: &ValidConfig, id: ReplicaId) -> PathBuf {
-    dir.join(&cfg.raw.storage.data_dir).join(format!("replica-{}", id.0))
+    dir.join(&cfg.raw.storage.data_dir)
+        .join(format!("replica-{}", id.0))
 }
 
 /// Reads and validates `DIR/tagma.toml`.
 pub fn load_config(dir: &Path) -> Result<ValidConfig, ClusterDirError> {
     let path = config_path(dir);
-    let text = std::fs::read_to_string(&path).map_err(|source| ClusterDirError::Read { path: path.clone(), dir: dir.to_path_buf(), source })?;
+    let text = std::fs::read_to_string(&path).map_err(|source| ClusterDirError::Read {
+        path: path.clone(),
+        dir: dir.to_path_buf(),
+        source,
+    })?;
     Config::from_toml(&text).map_err(|source| ClusterDirError::Config { path, source })
 }
 
@@ -62,6 +76,15 @@ pub fn check_member(dir: &Path, cfg: &ValidConfig, id: ReplicaId) -> Result<(), 
     if cfg.replica(id).is_some() {
         return Ok(());
     }
-    let ids = cfg.replicas.iter().map(|r| r.id.0.to_string()).collect::<Vec<_>>().join(", ");
-    Err(ClusterDirError::NoSuchReplica { id: id.0, path: config_path(dir), ids })
+    let ids = cfg
+        .replicas
+        .iter()
+        .map(|r| r.id.0.to_string())
+        .collect::<Vec<_>>()
+        .join(", ");
+    Err(ClusterDirError::NoSuchReplica {
+        id: id.0,
+        path: config_path(dir),
+        ids,
+    })
 }

@@ -34,8 +34,8 @@ use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
 use tagma_net::{FrameReader, FrameWriter, KeyDirectory, LocalIdentity, NetError, NetLimits};
 use tagma_wire::{
-    Batch, ClientId, ClientMessage, Decode, Encode, PeerMessage, PublicKey, ReplicaId, ReplicaMessage, RequestEnvelope,
-    RequestKind, RequestSeq, Role, StateInfo, ViewId,
+    Batch, ClientId, ClientMessage, Decode, Encode, PeerMessage, PublicKey, ReplicaId,
+    ReplicaMessage, RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
 };
 use tracing::{debug, info, info_span, warn};
 
@@ -49,15 +49,25 @@ const WRITE_COALESCE_BYTES: usize = 256 << 10;
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("cannot listen on {addr}: {source} — fix: stop whatever uses that port or change `addr` in tagma.toml")]
-    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error(
+        "cannot listen on {addr}: {source} — fix: stop whatever uses that port or change `addr` in tagma.toml"
+    )]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("cannot serve metrics on {addr}: {source} — fix: change or remove `metrics_addr`")]
-    Metrics { addr: SocketAddr, source: std::io::Error },
+    Metrics {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
     #[error("replica {0} is not in the configuration")]
     NotAMember(ReplicaId),
     #[error("key error: {0}")]
     Key(#[from] tagma_crypto::CryptoError),
-    #[error("this replica's key does not match the public key configured for replica {0} — fix: use keys/replica-{0}.key from the same `tagma init`")]
+    #[error(
+        "this replica's key does not match the public key configured for replica {0} — fix: use keys/replica-{0}.key from the same `tagma init`"
+    )]
     KeyMismatch(ReplicaId),
 }
 
@@ -91,12 +101,26 @@ enum ConsensusEvent {
 }
 
 enum ExecEvent {
-    Route { client: ClientId, conn: ConnHandle },
-    Unroute { conn_id: u64 },
+    Route {
+        client: ClientId,
+        conn: ConnHandle,
+    },
+    Unroute {
+        conn_id: u64,
+    },
     Deliver(Decision),
-    Resend { client: ClientId, seq: RequestSeq },
-    Unordered { request: RequestEnvelope, conn: ConnHandle },
-    StateQuery { nonce: u64, conn: ConnHandle },
+    Resend {
+        client: ClientId,
+        seq: RequestSeq,
+    },
+    Unordered {
+        request: RequestEnvelope,
+        conn: ConnHandle,
+    },
+    StateQuery {
+        nonce: u64,
+        conn: ConnHandle,
+    },
 }
 
 /// Wall-clock milliseconds that never go backwards (monotonic clock offset from the wall
@@ -109,8 +133,14 @@ struct Clock {
 
 impl Clock {
     fn new() -> Self {
-        let base_ms = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_millis() as u64).unwrap_or(0);
-        Clock { start: Instant::now(), base_ms }
+        let base_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.as_millis() as u64)
+            .unwrap_or(0);
+        Clock {
+            start: Instant::now(),
+            base_ms,
+        }
     }
     fn now_ms(&self) -> u64 {
         self.base_ms + self.start.elapsed().as_millis() as u64
@@ -146,7 +176,10 @@ impl Shared {
     /// Counts a rejection and logs it: loudly the first time per reason, quietly after.
     fn reject(&self, reason: &'static str, detail: impl std::fmt::Display) {
         if self.metrics.reject(reason) {
-            warn!(reason, "rejected: {detail} (further `{reason}` rejections are logged at debug)");
+            warn!(
+                reason,
+                "rejected: {detail} (further `{reason}` rejections are logged at debug)"
+            );
         } else {
             debug!(reason, "rejected: {detail}");
         }
@@ -154,7 +187,12 @@ impl Shared {
 }
 
 /// Starts replica `me` serving `service`. Returns once the listener is bound.
-pub fn start<S: Service>(cfg: ValidConfig, me: ReplicaId, key: IdentityKey, service: S) -> Result<NodeHandle, NodeError> {
+pub fn start<S: Service>(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    service: S,
+) -> Result<NodeHandle, NodeError> {
     let info = cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?;
     if info.public_key != key.public() {
         return Err(NodeError::KeyMismatch(me));
@@ -167,14 +205,27 @@ pub fn start<S: Service>(cfg: ValidConfig, me: ReplicaId, key: IdentityKey, serv
     };
     let metrics = Arc::new(Metrics::default());
     if let Some(addr) = info.metrics_addr {
-        metrics::serve(addr, me, metrics.clone()).map_err(|source| NodeError::Metrics { addr, source })?;
+        metrics::serve(addr, me, metrics.clone())
+            .map_err(|source| NodeError::Metrics { addr, source })?;
     }
-    let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind { addr: info.addr, source })?;
-    let local_addr = listener.local_addr().map_err(|source| NodeError::Bind { addr: info.addr, source })?;
+    let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind {
+        addr: info.addr,
+        source,
+    })?;
+    let local_addr = listener.local_addr().map_err(|source| NodeError::Bind {
+        addr: info.addr,
+        source,
+    })?;
     let verifier = Arc::new(RequestVerifier::new(&cfg, me, &key)?);
     let (consensus_tx, consensus_rx) = bounded(lim.consensus_queue_max);
     let (exec_tx, exec_rx) = bounded(lim.execution_queue_max);
-    let sig_pool = verifier.signed_requests().then(|| SignaturePool::start(verifier.clone(), lim.signature_threads, lim.consensus_queue_max));
+    let sig_pool = verifier.signed_requests().then(|| {
+        SignaturePool::start(
+            verifier.clone(),
+            lim.signature_threads,
+            lim.consensus_queue_max,
+        )
+    });
     let key = Arc::new(key);
     let shared = Arc::new(Shared {
         me,
@@ -195,18 +246,36 @@ pub fn start<S: Service>(cfg: ValidConfig, me: ReplicaId, key: IdentityKey, serv
         let (tx, rx) = bounded::<Bytes>(lim.connection_queue_max);
         peer_links.insert(peer.id, tx);
         let (sh, peer) = (shared.clone(), peer.clone());
-        threads.push(spawn(format!("peer-out-{}", peer.id), me, move || peer_writer(&sh, &peer, rx)));
+        threads.push(spawn(format!("peer-out-{}", peer.id), me, move || {
+            peer_writer(&sh, &peer, rx)
+        }));
     }
     let sh = shared.clone();
     let params = ReplicaParams::from_config(&cfg, me);
-    threads.push(spawn("consensus".into(), me, move || consensus_loop(&sh, Replica::new(params), consensus_rx, peer_links, exec_tx)));
-    let executor = Executor::new(service, ViewId(0), lim.reply_cache_per_client, lim.clients_max);
+    threads.push(spawn("consensus".into(), me, move || {
+        consensus_loop(&sh, Replica::new(params), consensus_rx, peer_links, exec_tx)
+    }));
+    let executor = Executor::new(
+        service,
+        ViewId(0),
+        lim.reply_cache_per_client,
+        lim.clients_max,
+    );
     let sh = shared.clone();
-    threads.push(spawn("execution".into(), me, move || execution_loop(&sh, executor, exec_rx)));
+    threads.push(spawn("execution".into(), me, move || {
+        execution_loop(&sh, executor, exec_rx)
+    }));
     let sh = shared.clone();
-    threads.push(spawn("accept".into(), me, move || accept_loop(&sh, listener)));
+    threads.push(spawn("accept".into(), me, move || {
+        accept_loop(&sh, listener)
+    }));
     info!(replica = me.0, addr = %local_addr, n = cfg.n(), f = cfg.f, mode = %cfg.mode, "replica started");
-    Ok(NodeHandle { id: me, metrics, local_addr, threads })
+    Ok(NodeHandle {
+        id: me,
+        metrics,
+        local_addr,
+        threads,
+    })
 }
 
 fn spawn(name: String, me: ReplicaId, f: impl FnOnce() + Send + 'static) -> thread::JoinHandle<()> {
@@ -235,14 +304,21 @@ fn accept_loop(sh: &Arc<Shared>, listener: TcpListener) {
 /// Runs the handshake, then serves the connection as a peer or a client.
 fn serve_connection(sh: &Arc<Shared>, stream: TcpStream) {
     let peer_addr = stream.peer_addr().ok();
-    let me = LocalIdentity { role: Role::Replica(sh.me), key: &sh.key };
-    let (role, reader, writer) = match tagma_net::accept(stream, &me, &Directory(sh.cfg.clone()), sh.limits) {
-        Ok(x) => x,
-        Err(e) => {
-            sh.reject(e.reason(), format_args!("handshake from {peer_addr:?}: {e}"));
-            return;
-        }
+    let me = LocalIdentity {
+        role: Role::Replica(sh.me),
+        key: &sh.key,
     };
+    let (role, reader, writer) =
+        match tagma_net::accept(stream, &me, &Directory(sh.cfg.clone()), sh.limits) {
+            Ok(x) => x,
+            Err(e) => {
+                sh.reject(
+                    e.reason(),
+                    format_args!("handshake from {peer_addr:?}: {e}"),
+                );
+                return;
+            }
+        };
     match role {
         Role::Replica(from) => peer_reader(sh, from, reader, writer),
         Role::Client(principal) => client_connection(sh, principal, reader, writer),
@@ -267,7 +343,10 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
         let msg = match PeerMessage::decode(&frame) {
             Ok(m) => m,
             Err(e) => {
-                sh.reject("malformed_message", format_args!("from replica {from}: {e}"));
+                sh.reject(
+                    "malformed_message",
+                    format_args!("from replica {from}: {e}"),
+                );
                 continue;
             }
         };
@@ -278,15 +357,36 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
                     let authentic = match sh.verifier.verify_all(&batch.requests, threads) {
                         Ok(()) => true,
                         Err(e) => {
-                            sh.reject(e.reason(), format_args!("request in PROPOSE {} from replica {from}: {e}", p.cid));
+                            sh.reject(
+                                e.reason(),
+                                format_args!(
+                                    "request in PROPOSE {} from replica {from}: {e}",
+                                    p.cid
+                                ),
+                            );
                             false
                         }
                     };
-                    PeerInput::Propose { cid: p.cid, epoch: p.epoch, batch: VerifiedBatch { bytes: p.batch, hash, batch, authentic } }
+                    PeerInput::Propose {
+                        cid: p.cid,
+                        epoch: p.epoch,
+                        batch: VerifiedBatch {
+                            bytes: p.batch,
+                            hash,
+                            batch,
+                            authentic,
+                        },
+                    }
                 }
                 Err(e) => {
-                    sh.reject("malformed_batch", format_args!("PROPOSE {} from replica {from}: {e}", p.cid));
-                    PeerInput::UndecodablePropose { cid: p.cid, epoch: p.epoch }
+                    sh.reject(
+                        "malformed_batch",
+                        format_args!("PROPOSE {} from replica {from}: {e}", p.cid),
+                    );
+                    PeerInput::UndecodablePropose {
+                        cid: p.cid,
+                        epoch: p.epoch,
+                    }
                 }
             },
             PeerMessage::Write(v) => PeerInput::Write(v),
@@ -296,7 +396,11 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
                 PeerInput::Forward { request, authentic }
             }
         };
-        if sh.consensus_tx.send(ConsensusEvent::Peer { from, input }).is_err() {
+        if sh
+            .consensus_tx
+            .send(ConsensusEvent::Peer { from, input })
+            .is_err()
+        {
             break;
         }
     }
@@ -307,7 +411,10 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
 /// Keeps an outbound connection to `peer` and writes the frames queued for it, coalescing
 /// everything queued into one write.
 fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
-    let me = LocalIdentity { role: Role::Replica(sh.me), key: &sh.key };
+    let me = LocalIdentity {
+        role: Role::Replica(sh.me),
+        key: &sh.key,
+    };
     let t = &sh.cfg.raw.timeouts;
     let mut failures = 0u64;
     loop {
@@ -323,11 +430,22 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
             Ok(c) => c,
             Err(e) => {
                 failures += 1;
-                if failures == 1 || failures % 100 == 0 {
-                    debug!(peer = peer.id.0, "cannot connect to replica {} at {}: {e} (retrying)", peer.id, peer.addr);
+                if failures == 1 || failures.is_multiple_of(100) {
+                    debug!(
+                        peer = peer.id.0,
+                        "cannot connect to replica {} at {}: {e} (retrying)", peer.id, peer.addr
+                    );
                 }
-                if matches!(e, NetError::UnknownKey { .. } | NetError::WrongPeer { .. } | NetError::BadSignature) {
-                    sh.reject(e.reason(), format_args!("replica {} at {}: {e}", peer.id, peer.addr));
+                if matches!(
+                    e,
+                    NetError::UnknownKey { .. }
+                        | NetError::WrongPeer { .. }
+                        | NetError::BadSignature
+                ) {
+                    sh.reject(
+                        e.reason(),
+                        format_args!("replica {} at {}: {e}", peer.id, peer.addr),
+                    );
                 }
                 thread::sleep(Duration::from_millis(t.reconnect_delay_ms));
                 continue;
@@ -364,11 +482,25 @@ fn write_loop(rx: &Receiver<Bytes>, writer: &mut FrameWriter) -> Result<(), ()> 
     }
 }
 
-fn client_connection(sh: &Arc<Shared>, principal: u32, mut reader: FrameReader, mut writer: FrameWriter) {
-    let open = sh.metrics.client_connections.fetch_add(1, Ordering::Relaxed) + 1;
+fn client_connection(
+    sh: &Arc<Shared>,
+    principal: u32,
+    mut reader: FrameReader,
+    mut writer: FrameWriter,
+) {
+    let open = sh
+        .metrics
+        .client_connections
+        .fetch_add(1, Ordering::Relaxed)
+        + 1;
     if open as usize > sh.cfg.raw.limits.connections_max {
-        sh.metrics.client_connections.fetch_sub(1, Ordering::Relaxed);
-        sh.reject("too_many_connections", format_args!("client principal {principal}: {open} connections open"));
+        sh.metrics
+            .client_connections
+            .fetch_sub(1, Ordering::Relaxed);
+        sh.reject(
+            "too_many_connections",
+            format_args!("client principal {principal}: {open} connections open"),
+        );
         writer.shutdown();
         return;
     }
@@ -391,7 +523,10 @@ fn client_connection(sh: &Arc<Shared>, principal: u32, mut reader: FrameReader, 
         let msg = match ClientMessage::decode(&frame) {
             Ok(m) => m,
             Err(e) => {
-                sh.reject("malformed_message", format_args!("from client principal {principal}: {e}"));
+                sh.reject(
+                    "malformed_message",
+                    format_args!("from client principal {principal}: {e}"),
+                );
                 continue;
             }
         };
@@ -405,11 +540,21 @@ fn client_connection(sh: &Arc<Shared>, principal: u32, mut reader: FrameReader, 
                 }
                 if !routed.contains(&client) {
                     if routed.len() >= CLIENTS_PER_CONNECTION_MAX {
-                        sh.reject("too_many_clients", format_args!("connection {id} carries {} clients", routed.len()));
+                        sh.reject(
+                            "too_many_clients",
+                            format_args!("connection {id} carries {} clients", routed.len()),
+                        );
                         continue;
                     }
                     routed.insert(client);
-                    if sh.exec_tx.send(ExecEvent::Route { client, conn: conn.clone() }).is_err() {
+                    if sh
+                        .exec_tx
+                        .send(ExecEvent::Route {
+                            client,
+                            conn: conn.clone(),
+                        })
+                        .is_err()
+                    {
                         break None;
                     }
                 }
@@ -418,19 +563,31 @@ fn client_connection(sh: &Arc<Shared>, principal: u32, mut reader: FrameReader, 
                 }
             }
             ClientMessage::StateQuery { nonce } => {
-                if sh.exec_tx.send(ExecEvent::StateQuery { nonce, conn: conn.clone() }).is_err() {
+                if sh
+                    .exec_tx
+                    .send(ExecEvent::StateQuery {
+                        nonce,
+                        conn: conn.clone(),
+                    })
+                    .is_err()
+                {
                     break None;
                 }
             }
         }
     };
     if let Some(e) = reason {
-        sh.reject(e.reason(), format_args!("client principal {principal} (connection {id}): {e}; connection closed"));
+        sh.reject(
+            e.reason(),
+            format_args!("client principal {principal} (connection {id}): {e}; connection closed"),
+        );
     }
     let _ = sh.exec_tx.send(ExecEvent::Unroute { conn_id: id });
     drop(conn);
     let _ = writer_thread.join();
-    sh.metrics.client_connections.fetch_sub(1, Ordering::Relaxed);
+    sh.metrics
+        .client_connections
+        .fetch_sub(1, Ordering::Relaxed);
 }
 
 /// Authenticates a client request and hands it on. Returns false when the replica is
@@ -438,18 +595,32 @@ fn client_connection(sh: &Arc<Shared>, principal: u32, mut reader: FrameReader, 
 fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle) -> bool {
     let max = sh.cfg.raw.limits.request_bytes_max;
     if request.request.payload.len() > max {
-        sh.reject("request_too_large", format_args!("{} bytes > request_bytes_max {max}", request.request.payload.len()));
+        sh.reject(
+            "request_too_large",
+            format_args!(
+                "{} bytes > request_bytes_max {max}",
+                request.request.payload.len()
+            ),
+        );
         return true;
     }
     match request.request.kind {
         RequestKind::Unordered => {
             if !sh.cfg.raw.cluster.readonly_requests {
-                sh.reject("unordered_disabled", "unordered request while readonly_requests = false");
+                sh.reject(
+                    "unordered_disabled",
+                    "unordered request while readonly_requests = false",
+                );
                 return true;
             }
             // Unordered requests are answered only to this connection; the channel MAC
             // authenticates them, so only the principal check above applies.
-            sh.exec_tx.send(ExecEvent::Unordered { request, conn: conn.clone() }).is_ok()
+            sh.exec_tx
+                .send(ExecEvent::Unordered {
+                    request,
+                    conn: conn.clone(),
+                })
+                .is_ok()
         }
         RequestKind::Ordered => match &sh.sig_pool {
             Some(pool) => {
@@ -458,14 +629,29 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
                     Ok(()) => {
                         let _ = sh2.consensus_tx.send(ConsensusEvent::Request(request));
                     }
-                    Err(e) => sh2.reject(e.reason(), format_args!("request {:?}/{}: {e}", request.request.client, request.request.seq)),
+                    Err(e) => sh2.reject(
+                        e.reason(),
+                        format_args!(
+                            "request {:?}/{}: {e}",
+                            request.request.client, request.request.seq
+                        ),
+                    ),
                 });
                 true
             }
             None => match sh.verifier.verify(&request) {
-                Ok(()) => sh.consensus_tx.send(ConsensusEvent::Request(request)).is_ok(),
+                Ok(()) => sh
+                    .consensus_tx
+                    .send(ConsensusEvent::Request(request))
+                    .is_ok(),
                 Err(e) => {
-                    sh.reject(e.reason(), format_args!("request {:?}/{}: {e}", request.request.client, request.request.seq));
+                    sh.reject(
+                        e.reason(),
+                        format_args!(
+                            "request {:?}/{}: {e}",
+                            request.request.client, request.request.seq
+                        ),
+                    );
                     true
                 }
             },
@@ -484,10 +670,18 @@ fn consensus_loop(
     const IDLE_WAKE_MS: u64 = 100;
     loop {
         let now = clock.now_ms();
-        let wait_ms = core.next_timeout_ms().map(|t| t.saturating_sub(now)).unwrap_or(IDLE_WAKE_MS).min(IDLE_WAKE_MS);
+        let wait_ms = core
+            .next_timeout_ms()
+            .map(|t| t.saturating_sub(now))
+            .unwrap_or(IDLE_WAKE_MS)
+            .min(IDLE_WAKE_MS);
         let result = match rx.recv_timeout(Duration::from_millis(wait_ms)) {
-            Ok(ConsensusEvent::Request(request)) => core.handle_client_request(clock.now_ms(), request),
-            Ok(ConsensusEvent::Peer { from, input }) => core.handle_peer(clock.now_ms(), from, input),
+            Ok(ConsensusEvent::Request(request)) => {
+                core.handle_client_request(clock.now_ms(), request)
+            }
+            Ok(ConsensusEvent::Peer { from, input }) => {
+                core.handle_peer(clock.now_ms(), from, input)
+            }
             Err(RecvTimeoutError::Timeout) => {
                 let now = clock.now_ms();
                 if core.next_timeout_ms().is_some_and(|t| t <= now) {
@@ -536,11 +730,17 @@ fn consensus_loop(
 
 fn send_peer(sh: &Shared, tx: &Sender<Bytes>, body: Bytes) {
     if let Err(TrySendError::Full(_)) = tx.try_send(body) {
-        sh.metrics.peer_messages_dropped.fetch_add(1, Ordering::Relaxed);
+        sh.metrics
+            .peer_messages_dropped
+            .fetch_add(1, Ordering::Relaxed);
     }
 }
 
-fn execution_loop<S: Service>(sh: &Arc<Shared>, mut executor: Executor<S>, rx: Receiver<ExecEvent>) {
+fn execution_loop<S: Service>(
+    sh: &Arc<Shared>,
+    mut executor: Executor<S>,
+    rx: Receiver<ExecEvent>,
+) {
     let clock = Clock::new();
     let mut routes: HashMap<ClientId, ConnHandle> = HashMap::new();
     let send = |conn: &ConnHandle, msg: ReplicaMessage| {
@@ -558,7 +758,9 @@ fn execution_loop<S: Service>(sh: &Arc<Shared>, mut executor: Executor<S>, rx: R
             ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
             ExecEvent::Deliver(decision) => {
                 let replies = executor.execute_batch(decision.cid, &decision.batch);
-                sh.metrics.executed_requests.fetch_add(replies.len() as u64, Ordering::Relaxed);
+                sh.metrics
+                    .executed_requests
+                    .fetch_add(replies.len() as u64, Ordering::Relaxed);
                 for reply in replies {
                     match routes.get(&reply.client) {
                         Some(conn) => send(conn, ReplicaMessage::Reply(reply)),
@@ -571,7 +773,9 @@ fn execution_loop<S: Service>(sh: &Arc<Shared>, mut executor: Executor<S>, rx: R
             }
             ExecEvent::Resend { client, seq } => {
                 sh.metrics.reject("replayed_request");
-                if let (Some(reply), Some(conn)) = (executor.cached_reply(client, seq), routes.get(&client)) {
+                if let (Some(reply), Some(conn)) =
+                    (executor.cached_reply(client, seq), routes.get(&client))
+                {
                     sh.metrics.replies_resent.fetch_add(1, Ordering::Relaxed);
                     send(conn, ReplicaMessage::Reply(reply));
                 }
@@ -579,7 +783,9 @@ fn execution_loop<S: Service>(sh: &Arc<Shared>, mut executor: Executor<S>, rx: R
             ExecEvent::Unordered { request, conn } => {
                 let r = &request.request;
                 let reply = executor.execute_unordered(r.client, r.seq, &r.payload, clock.now_ms());
-                sh.metrics.unordered_executed.fetch_add(1, Ordering::Relaxed);
+                sh.metrics
+                    .unordered_executed
+                    .fetch_add(1, Ordering::Relaxed);
                 send(&conn, ReplicaMessage::Reply(reply));
             }
             ExecEvent::StateQuery { nonce, conn } => {

@@ -49,32 +49,85 @@ impl Metrics {
         let mut s = String::new();
         let r = replica.0;
         let counters: [(&str, &str, &AtomicU64); 10] = [
-            ("tagma_requests_received_total", "Client requests received", &self.requests_received),
-            ("tagma_unordered_executed_total", "Unordered requests executed", &self.unordered_executed),
-            ("tagma_decided_instances_total", "Consensus instances decided", &self.decided_instances),
-            ("tagma_executed_requests_total", "Ordered requests executed", &self.executed_requests),
-            ("tagma_replies_sent_total", "Replies sent to clients", &self.replies_sent),
-            ("tagma_replies_resent_total", "Cached replies resent for retransmitted requests", &self.replies_resent),
-            ("tagma_replies_dropped_total", "Replies dropped (client gone or its queue full)", &self.replies_dropped),
-            ("tagma_peer_messages_dropped_total", "Consensus messages dropped (peer queue full)", &self.peer_messages_dropped),
-            ("tagma_client_connections", "Open client connections", &self.client_connections),
-            ("tagma_peer_connections", "Open inbound replica connections", &self.peer_connections),
+            (
+                "tagma_requests_received_total",
+                "Client requests received",
+                &self.requests_received,
+            ),
+            (
+                "tagma_unordered_executed_total",
+                "Unordered requests executed",
+                &self.unordered_executed,
+            ),
+            (
+                "tagma_decided_instances_total",
+                "Consensus instances decided",
+                &self.decided_instances,
+            ),
+            (
+                "tagma_executed_requests_total",
+                "Ordered requests executed",
+                &self.executed_requests,
+            ),
+            (
+                "tagma_replies_sent_total",
+                "Replies sent to clients",
+                &self.replies_sent,
+            ),
+            (
+                "tagma_replies_resent_total",
+                "Cached replies resent for retransmitted requests",
+                &self.replies_resent,
+            ),
+            (
+                "tagma_replies_dropped_total",
+                "Replies dropped (client gone or its queue full)",
+                &self.replies_dropped,
+            ),
+            (
+                "tagma_peer_messages_dropped_total",
+                "Consensus messages dropped (peer queue full)",
+                &self.peer_messages_dropped,
+            ),
+            (
+                "tagma_client_connections",
+                "Open client connections",
+                &self.client_connections,
+            ),
+            (
+                "tagma_peer_connections",
+                "Open inbound replica connections",
+                &self.peer_connections,
+            ),
         ];
         for (name, help, v) in counters {
-            let kind = if name.ends_with("_total") { "counter" } else { "gauge" };
-            s.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{replica=\"{r}\"}} {}\n", v.load(Ordering::Relaxed)));
+            let kind = if name.ends_with("_total") {
+                "counter"
+            } else {
+                "gauge"
+            };
+            s.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} {kind}\n{name}{{replica=\"{r}\"}} {}\n",
+                v.load(Ordering::Relaxed)
+            ));
         }
         s.push_str("# HELP tagma_rejections_total Inputs rejected, by typed reason\n# TYPE tagma_rejections_total counter\n");
         let map = self.rejections.lock().unwrap_or_else(|e| e.into_inner());
         for (reason, v) in map.iter() {
-            s.push_str(&format!("tagma_rejections_total{{replica=\"{r}\",reason=\"{reason}\"}} {v}\n"));
+            s.push_str(&format!(
+                "tagma_rejections_total{{replica=\"{r}\",reason=\"{reason}\"}} {v}\n"
+            ));
         }
         s
     }
 }
 
 /// Serves `GET /metrics` on `addr` from a background thread.
-pub fn serve(addr: SocketAddr, replica: ReplicaId, metrics: std::sync::Arc<Metrics>) -> std::io::Result<()> {
+pub fn serve(
+    addr: SocketAddr,
+    replica: ReplicaId,
+    metrics: std::sync::Arc<Metrics>,
+) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr)?;
     std::thread::Builder::new().name("metrics".into()).spawn(move || {
         for stream in listener.incoming() {
@@ -101,7 +154,10 @@ pub fn scrape(addr: SocketAddr) -> std::io::Result<String> {
     stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: tagma\r\n\r\n")?;
     let mut out = String::new();
     stream.read_to_string(&mut out)?;
-    Ok(out.split_once("\r\n\r\n").map(|(_, b)| b.to_string()).unwrap_or_default())
+    Ok(out
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
 }
 
 /// Reads `tagma_rejections_total{..reason="R"}` out of a scraped text.
@@ -124,7 +180,10 @@ mod tests {
         assert!(!m.reject("bad_mac"));
         m.requests_received.fetch_add(3, Ordering::Relaxed);
         let text = m.render(ReplicaId(2));
-        assert!(text.contains("tagma_requests_received_total{replica=\"2\"} 3"), "{text}");
+        assert!(
+            text.contains("tagma_requests_received_total{replica=\"2\"} 3"),
+            "{text}"
+        );
         assert_eq!(rejection_count(&text, "bad_mac"), 2);
         assert_eq!(rejection_count(&text, "unknown_key"), 0);
     }
