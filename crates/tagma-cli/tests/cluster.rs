@@ -333,3 +333,28 @@ fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
     );
     still_serves(&c, &proxy, "replay");
 }
+
+#[test]
+fn signed_requests_are_required_and_verified() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = LocalCluster::create(exe(), 4, Mode::Bft, None).unwrap();
+    c.reconfigure(|cfg| cfg.cluster.signed_requests = true)
+        .unwrap();
+    c.start_all().unwrap();
+    serve_and_check(&c, 3, 200, &c.cfg.members());
+    // A request authenticated with MACs only is refused when signatures are required.
+    let key = c.client_key().unwrap();
+    let mut raw = raw_client(&c, &key, 1).unwrap();
+    let frame = ordered_frame(
+        &c,
+        &key,
+        ClientId::new(1, 0xBEEF),
+        1,
+        &KvOp::Get {
+            key: Bytes::from_static(b"x"),
+        },
+    );
+    raw.writer.push(&frame).unwrap();
+    raw.writer.flush().unwrap();
+    assert!(wait_rejection(&c, "signature_required", 1) >= 1);
+}
