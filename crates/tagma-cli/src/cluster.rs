@@ -100,11 +100,57 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Starts every replica and waits until all of them accept connections.
     pub fn start_all(&mut self) -> Result<()> {
         for i in 0..self.children.len() {
             self.start(i)?;
         }
+        for i in 0..self.children.len() {
+            self.wait_ready(i, Duration::from_secs(20))?;
+        }
         Ok(())
+    }
+
+    /// Waits until replica `i` answers on its metrics endpoint (opened after its listener);
+    /// fails with the end of its log if the process exits first.
+    pub fn wait_ready(&mut self, i: usize, timeout: Duration) -> Result<()> {
+        let addr = self.cfg.replicas[i]
+            .metrics_addr
+            .context("replica has no metrics_addr")?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if tagma_node::metrics::scrape(addr).is_ok() {
+                return Ok(());
+            }
+            if !self.is_running(i) || Instant::now() >= deadline {
+                let log = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
+                let lines: Vec<&str> = log.lines().collect();
+                let tail = lines[lines.len().saturating_sub(5)..].join("\n");
+                bail!("replica {i} did not come up:\n{tail}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// Creates and starts a cluster in a fresh temporary directory, retrying with new ports
+    /// when a replica cannot start (another process may take a port between `init` choosing
+    /// it and the replica binding it).
+    pub fn launch(
+        exe: &Path,
+        replicas: usize,
+        mode: tagma_core::Mode,
+        edit: impl Fn(&mut tagma_core::Config),
+    ) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            let mut c = LocalCluster::create(exe, replicas, mode, None)?;
+            c.reconfigure(&edit)?;
+            match c.start_all() {
+                Ok(()) => return Ok(c),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
     }
 
     /// SIGKILLs replica `i`.

@@ -338,17 +338,16 @@ fn demo(args: DemoArgs) -> Result<()> {
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
     let exe = std::env::current_exe().context("cannot find the tagma executable")?;
     let replicas = args.replicas.unwrap_or(if args.cft { 3 } else { 4 });
-    let mut cluster = LocalCluster::create(&exe, replicas, mode, None)?;
+    let mut cluster = LocalCluster::launch(&exe, replicas, mode, |_| {})?;
     if !args.json {
         eprintln!(
-            "starting {} replicas ({} mode, f = {}) in {}",
+            "started {} replicas ({} mode, f = {}) in {}",
             cluster.cfg.n(),
             cluster.cfg.mode,
             cluster.cfg.f,
             cluster.dir.display()
         );
     }
-    cluster.start_all()?;
     let ready_timeout = Duration::from_secs(20);
     let mut proxies = Vec::with_capacity(args.clients);
     for _ in 0..args.clients {

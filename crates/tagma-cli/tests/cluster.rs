@@ -32,9 +32,7 @@ fn exe() -> &'static Path {
 }
 
 fn cluster(n: usize, mode: Mode) -> LocalCluster {
-    let mut c = LocalCluster::create(exe(), n, mode, None).expect("create cluster");
-    c.start_all().expect("start replicas");
-    c
+    LocalCluster::launch(exe(), n, mode, |_| {}).expect("start a local cluster")
 }
 
 fn proxies(c: &LocalCluster, k: usize) -> Vec<Proxy> {
@@ -337,10 +335,10 @@ fn bad_input_is_rejected_with_typed_reasons_and_the_replica_keeps_serving() {
 #[test]
 fn signed_requests_are_required_and_verified() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut c = LocalCluster::create(exe(), 4, Mode::Bft, None).unwrap();
-    c.reconfigure(|cfg| cfg.cluster.signed_requests = true)
-        .unwrap();
-    c.start_all().unwrap();
+    let c = LocalCluster::launch(exe(), 4, Mode::Bft, |cfg| {
+        cfg.cluster.signed_requests = true
+    })
+    .unwrap();
     serve_and_check(&c, 3, 200, &c.cfg.members());
     // A request authenticated with MACs only is refused when signatures are required.
     let key = c.client_key().unwrap();

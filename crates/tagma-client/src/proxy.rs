@@ -137,6 +137,11 @@ struct Call {
     first_sent: Instant,
     last_sent: Instant,
     slot: Arc<Slot>,
+    /// The caller was told the call timed out, but the request keeps being retransmitted:
+    /// replicas order a client's requests by contiguous sequence numbers, so giving up on
+    /// one would block every later request of this client. It still holds its
+    /// `outstanding` slot, which bounds how many such requests can pile up.
+    abandoned: bool,
 }
 
 struct Link {
@@ -314,10 +319,18 @@ impl Proxy {
             });
         }
         {
+            let waited = Instant::now();
             let mut n = lock(&inner.outstanding);
             while *n >= inner.outstanding_max {
                 if inner.closed.load(Ordering::Relaxed) {
                     return Err(ClientError::Closed);
+                }
+                if waited.elapsed() >= inner.invoke_timeout {
+                    return Err(ClientError::Timeout {
+                        after_ms: inner.invoke_timeout.as_millis() as u64,
+                        replies: 0,
+                        quorum: inner.ordered_quorum,
+                    });
                 }
                 n = inner
                     .outstanding_freed
@@ -436,6 +449,7 @@ impl Inner {
             first_sent: now,
             last_sent: now,
             slot,
+            abandoned: false,
         };
         lock(&self.calls).insert((kind, seq), call);
         self.send_all(&frame);
@@ -530,9 +544,12 @@ impl Inner {
             let keys: Vec<_> = calls.keys().copied().collect();
             for key in keys {
                 let call = calls.get_mut(&key).expect("present");
-                if now.duration_since(call.first_sent) >= self.invoke_timeout {
-                    expired.push(calls.remove(&key).expect("present"));
-                } else if now.duration_since(call.last_sent) >= self.retransmit {
+                if !call.abandoned && now.duration_since(call.first_sent) >= self.invoke_timeout {
+                    call.abandoned = true;
+                    let (replies, quorum) = (call.voter.replies(), call.voter.quorum());
+                    expired.push((call.slot.clone(), replies, quorum));
+                }
+                if now.duration_since(call.last_sent) >= self.retransmit {
                     if key.0 == RequestKind::Unordered {
                         fallback.push(calls.remove(&key).expect("present"));
                     } else {
@@ -548,17 +565,13 @@ impl Inner {
         for call in fallback {
             self.fall_back_to_ordered(call);
         }
-        for call in expired {
-            let (replies, quorum) = (call.voter.replies(), call.voter.quorum());
-            let after_ms = self.invoke_timeout.as_millis() as u64;
-            self.finish(
-                call,
-                Err(ClientError::Timeout {
-                    after_ms,
-                    replies,
-                    quorum,
-                }),
-            );
+        let after_ms = self.invoke_timeout.as_millis() as u64;
+        for (slot, replies, quorum) in expired {
+            slot.complete(Err(ClientError::Timeout {
+                after_ms,
+                replies,
+                quorum,
+            }));
         }
     }
 }

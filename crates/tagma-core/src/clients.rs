@@ -9,16 +9,15 @@
 //!   They differ between replicas (clients reach replicas in different orders) and are only
 //!   used by the leader to build batches.
 //!
-//! The session table is bounded by `clients_max`. When a decision would make it larger, the
-//! session whose last delivery is oldest is evicted (ties broken by client id). Eviction
-//! happens only at decision time, so it is deterministic across replicas.
-//!
-//! **Caveat of eviction:** an evicted client is forgotten entirely: its next ordered request
-//! must be seq 1 again, and a faulty leader could re-propose that client's old requests
-//! starting at seq 1 without being detected as a replay. Clients that stay active are never
-//! evicted while fewer than `clients_max` clients are more recent.
+//! The session table is bounded by `clients_max` and sessions are **never evicted**: forgetting
+//! a client's last sequence number would let its old requests be ordered again (by a faulty
+//! leader, or by a late retransmission). When the table is full, requests of new clients are
+//! refused (`Rejection::SessionsFull` at admission, `ProposalFault::TooManySessions` in a
+//! proposal); both checks read only decided state, so all correct replicas agree.
+//! Reclaiming sessions safely needs client session management (a replicated watermark), which
+//! is future work.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use tagma_wire::{
@@ -71,8 +70,6 @@ pub enum Admission {
 struct Session {
     /// The last ordered sequence number (0: none yet).
     last_delivered: RequestSeq,
-    /// The instance that delivered it (key in the eviction index).
-    last_cid: ConsensusId,
 }
 
 /// Per-client sessions and pending queues. Owned by the `Replica`.
@@ -81,8 +78,6 @@ pub struct Clients {
     limits: ClientLimits,
     /// Replicated: bounded by `clients_max`, changed only by decisions.
     sessions: BTreeMap<ClientId, Session>,
-    /// Eviction index: (instance of last delivery, client), oldest first.
-    by_last_delivery: BTreeSet<(ConsensusId, ClientId)>,
     /// Local: clients with at least one pending request (never empty queues).
     pending: BTreeMap<ClientId, BTreeMap<RequestSeq, RequestEnvelope>>,
     /// Requests in `pending`, all clients together.
@@ -98,15 +93,13 @@ impl Clients {
         Clients {
             limits,
             sessions: BTreeMap::new(),
-            by_last_delivery: BTreeSet::new(),
             pending: BTreeMap::new(),
             pending_total: 0,
             round_robin_cursor: None,
         }
     }
 
-    /// The last ordered sequence number of `client` (0 if none, or if its session was
-    /// evicted).
+    /// The last ordered sequence number of `client` (0 if none).
     pub fn last_delivered(&self, client: ClientId) -> RequestSeq {
         self.sessions
             .get(&client)
@@ -181,6 +174,9 @@ impl Clients {
         if seq <= last {
             return Ok(Admission::AlreadyDelivered);
         }
+        if last == RequestSeq(0) && self.sessions.len() >= limits.clients_max {
+            return Err(Rejection::SessionsFull { client });
+        }
         let queue_len = self.pending_of(client);
         if self
             .pending
@@ -219,6 +215,8 @@ impl Clients {
         let mut chosen: Vec<RequestEnvelope> = Vec::new();
         let mut bytes = BATCH_OVERHEAD_BYTES;
         let mut last_taken: Option<ClientId> = None;
+        // New sessions this batch may open without exceeding `clients_max`.
+        let mut new_sessions_left = limits.clients_max.saturating_sub(self.sessions.len());
         // Clients with a proposable next request, in round-robin order, with the next
         // sequence number to take from each.
         let mut round: Vec<(ClientId, RequestSeq)> = self
@@ -228,6 +226,14 @@ impl Clients {
                 self.pending[&client]
                     .contains_key(&next)
                     .then_some((client, next))
+            })
+            .filter(|&(client, _)| {
+                if self.sessions.contains_key(&client) {
+                    return true;
+                }
+                let room = new_sessions_left > 0;
+                new_sessions_left = new_sessions_left.saturating_sub(1);
+                room
             })
             .collect();
         'rounds: while !round.is_empty() {
@@ -300,6 +306,7 @@ impl Clients {
         }
         // Per client, the next sequence number the batch must contain.
         let mut expected: BTreeMap<ClientId, RequestSeq> = BTreeMap::new();
+        let mut new_sessions = 0usize;
         for envelope in &batch.requests {
             let r = &envelope.request;
             let (client, seq) = (r.client, r.seq);
@@ -315,6 +322,12 @@ impl Clients {
                     seq,
                     bytes: r.payload.len(),
                 });
+            }
+            if !expected.contains_key(&client) && !self.sessions.contains_key(&client) {
+                new_sessions += 1;
+                if self.sessions.len() + new_sessions > limits.clients_max {
+                    return Err(ProposalFault::TooManySessions);
+                }
             }
             let next = expected
                 .entry(client)
@@ -340,8 +353,8 @@ impl Clients {
         Ok(())
     }
 
-    /// A batch was decided in instance `cid`: advance the sessions, drop what is now
-    /// ordered from the pending queues, and evict the oldest sessions beyond `clients_max`.
+    /// A batch was decided in instance `cid`: advance the sessions and drop what is now
+    /// ordered from the pending queues.
     ///
     /// The batch was validated by [`Clients::validate_proposal`] before it could be decided,
     /// so its sequence numbers continue every session.
@@ -350,33 +363,16 @@ impl Clients {
             let (client, seq) = (envelope.request.client, envelope.request.seq);
             let session = self.sessions.entry(client).or_insert(Session {
                 last_delivered: RequestSeq(0),
-                last_cid: cid,
             });
             debug_assert_eq!(
                 seq,
                 session.last_delivered.next(),
                 "decided out of sequence"
             );
-            self.by_last_delivery.remove(&(session.last_cid, client));
             session.last_delivered = seq;
-            session.last_cid = cid;
-            self.by_last_delivery.insert((cid, client));
             self.drop_pending_up_to(client, seq);
         }
-        while self.sessions.len() > self.limits.clients_max {
-            let (_, client) = self
-                .by_last_delivery
-                .pop_first()
-                .expect("index covers every session");
-            self.sessions.remove(&client);
-            // Its queued requests continue the forgotten numbering and could never be
-            // proposed in sequence again.
-            if let Some(queue) = self.pending.remove(&client) {
-                self.pending_total -= queue.len();
-            }
-            tracing::debug!(%client, "client session evicted");
-        }
-        debug_assert_eq!(self.sessions.len(), self.by_last_delivery.len());
+        tracing::trace!(%cid, sessions = self.sessions.len(), "sessions advanced");
         debug_assert!(self.sessions.len() <= self.limits.clients_max);
     }
 
@@ -660,22 +656,44 @@ mod tests {
     }
 
     #[test]
-    fn eviction_of_the_oldest_session() {
+    fn sessions_are_never_evicted_and_new_clients_are_refused_when_full() {
         let mut c = Clients::new(limits()); // clients_max = 2
         c.on_decided(ConsensusId(0), &batch(vec![req(1, 1, 0)]));
         c.on_decided(ConsensusId(1), &batch(vec![req(2, 1, 0)]));
-        c.on_decided(ConsensusId(2), &batch(vec![req(1, 2, 0)]));
-        c.admit(req(2, 3, 0)).unwrap();
-        // Client 3 makes three sessions: client 2 (last delivery at cid 1) goes.
-        c.on_decided(ConsensusId(3), &batch(vec![req(3, 1, 0)]));
         assert_eq!(c.sessions_len(), 2);
-        assert_eq!(c.last_delivered(ClientId(2)), RequestSeq(0));
-        assert_eq!(c.last_delivered(ClientId(1)), RequestSeq(2));
-        assert_eq!(c.pending_of(ClientId(2)), 0);
-        assert_eq!(c.pending_total(), 0);
-        // Within one decision the tie is broken by client id.
-        c.on_decided(ConsensusId(4), &batch(vec![req(5, 1, 0), req(4, 1, 0)]));
-        assert_eq!(c.last_delivered(ClientId(4)), RequestSeq(1));
-        assert_eq!(c.last_delivered(ClientId(5)), RequestSeq(1));
+        // A third client is refused at admission…
+        assert_eq!(
+            c.admit(req(3, 1, 0)),
+            Err(Rejection::SessionsFull {
+                client: ClientId(3)
+            })
+        );
+        // …and a proposal that would open its session is invalid.
+        assert_eq!(
+            c.validate_proposal(&batch(vec![req(3, 1, 0)]), 100, true, 0),
+            Err(ProposalFault::TooManySessions)
+        );
+        // Known clients keep their numbering: an old request is still a replay.
+        assert_eq!(c.admit(req(1, 1, 0)), Ok(Admission::AlreadyDelivered));
+        assert_eq!(
+            c.validate_proposal(&batch(vec![req(1, 1, 0)]), 100, true, 0),
+            Err(ProposalFault::Replayed {
+                client: ClientId(1),
+                seq: RequestSeq(1)
+            })
+        );
+        assert_eq!(c.admit(req(1, 2, 0)), Ok(Admission::Queued));
+        assert_eq!(c.select_batch().len(), 1);
+    }
+
+    #[test]
+    fn the_leader_opens_no_more_sessions_than_fit() {
+        let mut c = Clients::new(limits()); // clients_max = 2
+        c.on_decided(ConsensusId(0), &batch(vec![req(1, 1, 0)]));
+        for client in [2, 3] {
+            c.admit(req(client, 1, 0)).unwrap();
+        }
+        let chosen = c.select_batch();
+        assert_eq!(chosen.len(), 1, "only one new session fits");
     }
 }

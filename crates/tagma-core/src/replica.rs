@@ -174,6 +174,8 @@ pub enum ProposalFault {
         timestamp_ms: u64,
         previous_ms: u64,
     },
+    /// The batch would open more client sessions than `clients_max` allows.
+    TooManySessions,
 }
 
 /// Why an input was not taken. Returned to the caller, which logs it once and counts it.
@@ -199,6 +201,10 @@ pub enum Rejection {
     SequenceTooFarAhead {
         client: ClientId,
         seq: RequestSeq,
+    },
+    /// The session table holds `clients_max` clients; new clients are refused.
+    SessionsFull {
+        client: ClientId,
     },
     /// Already pending (a duplicate).
     Duplicate {
@@ -244,6 +250,7 @@ impl Rejection {
             Rejection::WrongView { .. } => "wrong_view",
             Rejection::SequenceTooFarAhead { .. } => "sequence_too_far_ahead",
             Rejection::Duplicate { .. } => "duplicate",
+            Rejection::SessionsFull { .. } => "sessions_full",
             Rejection::NotAMember { .. } => "not_a_member",
             Rejection::NotFromLeader { .. } => "not_from_leader",
             Rejection::Stale { .. } => "stale",

@@ -168,14 +168,20 @@ struct SessionKeys {
     recv: MacKey,
 }
 
-/// Clears the handshake timeouts and builds the two halves on clones of `stream`.
+/// A write that makes no progress for this long fails, so a peer that stops reading cannot
+/// block a writer thread forever (the connection is then closed and, for replica links,
+/// re-established).
+pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Replaces the handshake timeouts (no read timeout; the write-stall timeout) and builds the
+/// two halves on clones of `stream`.
 fn split(
     stream: TcpStream,
     keys: SessionKeys,
     limits: NetLimits,
 ) -> Result<(FrameReader, FrameWriter), NetError> {
     stream.set_read_timeout(None)?;
-    stream.set_write_timeout(None)?;
+    stream.set_write_timeout(Some(WRITE_STALL_TIMEOUT))?;
     let read_stream = stream.try_clone()?;
     let reader = FrameReader {
         stream: read_stream,

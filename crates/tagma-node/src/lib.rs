@@ -12,8 +12,9 @@
 //! ```
 //! Every queue is bounded by a `[limits]` key. A full consensus or execution queue blocks its
 //! producer (back-pressure that reaches the client's TCP window); a full connection or peer
-//! queue drops the frame and counts it (a slow client must not stall the replica; consensus
-//! messages lost this way are recovered by the protocol's timers).
+//! queue drops the frame and counts it (a slow client must not stall the replica). A replica
+//! that misses consensus messages this way falls behind; catching up (decision forwarding
+//! and state transfer) is the subject of the leader-change and durability work.
 
 pub mod auth;
 pub mod cluster_dir;
@@ -204,10 +205,6 @@ pub fn start<S: Service>(
         handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
     };
     let metrics = Arc::new(Metrics::default());
-    if let Some(addr) = info.metrics_addr {
-        metrics::serve(addr, me, metrics.clone())
-            .map_err(|source| NodeError::Metrics { addr, source })?;
-    }
     let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind {
         addr: info.addr,
         source,
@@ -216,6 +213,12 @@ pub fn start<S: Service>(
         addr: info.addr,
         source,
     })?;
+    // Metrics come up after the listener, so a reachable metrics endpoint means the replica
+    // accepts connections (the readiness probe of `tagma demo` and the tests).
+    if let Some(addr) = info.metrics_addr {
+        metrics::serve(addr, me, metrics.clone())
+            .map_err(|source| NodeError::Metrics { addr, source })?;
+    }
     let verifier = Arc::new(RequestVerifier::new(&cfg, me, &key)?);
     let (consensus_tx, consensus_rx) = bounded(lim.consensus_queue_max);
     let (exec_tx, exec_rx) = bounded(lim.execution_queue_max);
