@@ -156,6 +156,15 @@ struct DemoArgs {
     /// Keep the cluster directory (printed) instead of deleting it.
     #[arg(long)]
     keep: bool,
+    /// SIGKILL the leader replica this many seconds into the run and report
+    /// `leader_failover_ms`: the time from the kill to the first completion of a request
+    /// issued after it.
+    #[arg(long)]
+    kill_leader_at_s: Option<f64>,
+    /// Override `timeouts.request_timeout_ms` (the replicas' request timer, which bounds
+    /// leader-failure detection).
+    #[arg(long)]
+    request_timeout_ms: Option<u64>,
 }
 
 fn main() {
@@ -338,7 +347,12 @@ fn demo(args: DemoArgs) -> Result<()> {
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
     let exe = std::env::current_exe().context("cannot find the tagma executable")?;
     let replicas = args.replicas.unwrap_or(if args.cft { 3 } else { 4 });
-    let mut cluster = LocalCluster::launch(&exe, replicas, mode, |_| {})?;
+    let timeout = args.request_timeout_ms;
+    let mut cluster = LocalCluster::launch(&exe, replicas, mode, |cfg| {
+        if let Some(t) = timeout {
+            cfg.timeouts.request_timeout_ms = t;
+        }
+    })?;
     if !args.json {
         eprintln!(
             "started {} replicas ({} mode, f = {}) in {}",
@@ -363,10 +377,13 @@ fn demo(args: DemoArgs) -> Result<()> {
         )
         .context("the cluster did not order a first request")?;
     let checker = cluster.proxy(ready_timeout)?;
+    let probe = std::sync::Arc::new(workload::FailoverProbe::default());
     let opts = WorkloadOptions {
         duration: Duration::from_secs(args.duration_s),
+        failover: Some(probe.clone()),
         ..Default::default()
     };
+    let mut killed: Option<usize> = None;
     let progress = AtomicU64::new(0);
     let stop = AtomicBool::new(false);
     let bar = if args.json {
@@ -383,8 +400,17 @@ fn demo(args: DemoArgs) -> Result<()> {
     let report = std::thread::scope(|s| {
         let worker = s.spawn(|| workload::run(proxies, &opts, &progress, &stop));
         while !worker.is_finished() {
-            std::thread::sleep(Duration::from_millis(200));
+            std::thread::sleep(Duration::from_millis(20));
             let secs = started.elapsed().as_secs_f64();
+            if killed.is_none() && args.kill_leader_at_s.is_some_and(|t| secs >= t) {
+                let leader = current_leader(&cluster);
+                probe.fault();
+                cluster.kill(leader);
+                killed = Some(leader);
+                bar.println(format!(
+                    "killed the leader (replica {leader}) at {secs:.1} s"
+                ));
+            }
             bar.set_position((secs as u64).min(args.duration_s));
             let done = progress.load(Ordering::Relaxed);
             bar.set_message(format!(
@@ -395,7 +421,13 @@ fn demo(args: DemoArgs) -> Result<()> {
         worker.join().expect("workload panicked")
     });
     bar.finish_and_clear();
-    let live: Vec<ReplicaId> = cluster.cfg.members();
+    let live: Vec<ReplicaId> = cluster
+        .cfg
+        .members()
+        .into_iter()
+        .filter(|r| Some(r.0 as usize) != killed)
+        .collect();
+    let failover_ms = killed.and(probe.failover_ms());
     let states = converged_states(&checker, &live, Duration::from_secs(20));
     let (states, equal) = match states {
         Ok(s) => {
@@ -429,6 +461,9 @@ fn demo(args: DemoArgs) -> Result<()> {
             "executed_instances": states.first().map(|s| s.executed_instances),
             "state_digest": states.first().map(|s| s.state_digest.to_hex()),
             "state_digests_equal": equal,
+            "killed_leader": killed,
+            "leader_failover_ms": failover_ms.map(|ms| (ms * 10.0).round() / 10.0),
+            "request_timeout_ms": cluster.cfg.raw.timeouts.request_timeout_ms,
         });
         println!("{out}");
     } else {
@@ -467,6 +502,15 @@ fn demo(args: DemoArgs) -> Result<()> {
                 "DIFFER"
             }
         );
+        if let Some(leader) = killed {
+            match failover_ms {
+                Some(ms) => println!(
+                    "  leader failover    {ms:.0} ms (replica {leader} killed; request timer {} ms)",
+                    cluster.cfg.raw.timeouts.request_timeout_ms
+                ),
+                None => println!("  leader failover    none: no request completed after the kill"),
+            }
+        }
     }
     for v in report.violations.iter().take(5) {
         eprintln!("violation: {v}");
@@ -483,4 +527,22 @@ fn demo(args: DemoArgs) -> Result<()> {
         );
     }
     Ok(())
+}
+
+/// The current leader, as the replicas' metrics report it (the first live replica that
+/// answers).
+fn current_leader(cluster: &LocalCluster) -> usize {
+    for r in &cluster.cfg.replicas {
+        let Some(addr) = r.metrics_addr else { continue };
+        if let Ok(text) = tagma_node::metrics::scrape(addr) {
+            let leader = text
+                .lines()
+                .find(|l| l.starts_with("tagma_leader{"))
+                .and_then(|l| l.rsplit(' ').next()?.parse::<usize>().ok());
+            if let Some(l) = leader {
+                return l;
+            }
+        }
+    }
+    0
 }

@@ -6,6 +6,7 @@
 //! everyone, must look strictly increasing to each client.
 
 use std::collections::BTreeMap;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -22,6 +23,42 @@ pub struct WorkloadOptions {
     /// Send half of the reads unordered.
     pub unordered_reads: bool,
     pub keys_per_client: usize,
+    /// Measures failover: the first completion of a request issued after a fault.
+    pub failover: Option<std::sync::Arc<FailoverProbe>>,
+}
+
+/// Records when a fault was injected and when the first request issued after it completed.
+#[derive(Debug, Default)]
+pub struct FailoverProbe {
+    fault_at: Mutex<Option<Instant>>,
+    first_completion: Mutex<Option<Instant>>,
+}
+
+impl FailoverProbe {
+    /// Marks the moment of the fault.
+    pub fn fault(&self) {
+        *self.fault_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(Instant::now());
+    }
+
+    fn completed(&self, started: Instant, now: Instant) {
+        let fault = *self.fault_at.lock().unwrap_or_else(|e| e.into_inner());
+        if fault.is_some_and(|f| started >= f) {
+            self.first_completion
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .get_or_insert(now);
+        }
+    }
+
+    /// Milliseconds from the fault to the first completion of a request issued after it.
+    pub fn failover_ms(&self) -> Option<f64> {
+        let fault = (*self.fault_at.lock().unwrap_or_else(|e| e.into_inner()))?;
+        let done = (*self
+            .first_completion
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()))?;
+        Some(done.duration_since(fault).as_secs_f64() * 1000.0)
+    }
 }
 
 impl Default for WorkloadOptions {
@@ -31,6 +68,7 @@ impl Default for WorkloadOptions {
             ops_per_client: None,
             unordered_reads: true,
             keys_per_client: 16,
+            failover: None,
         }
     }
 }
@@ -123,6 +161,7 @@ pub fn run(
 
 struct Client<'a> {
     proxy: &'a Proxy,
+    failover: Option<&'a FailoverProbe>,
     model: BTreeMap<Bytes, Bytes>,
     report: WorkloadReport,
     shared_seen: i64,
@@ -139,6 +178,11 @@ impl Client<'_> {
         };
         match result {
             Ok(bytes) => {
+                // Unordered reads complete without a leader: only ordered requests measure
+                // failover.
+                if let Some(probe) = self.failover.filter(|_| !unordered) {
+                    probe.completed(started, Instant::now());
+                }
                 self.report
                     .latencies_us
                     .push(started.elapsed().as_micros() as u64);
@@ -201,6 +245,7 @@ fn client_loop(
     let shared = Bytes::from_static(b"shared/ctr");
     let mut c = Client {
         proxy,
+        failover: opts.failover.as_deref(),
         model: BTreeMap::new(),
         report: WorkloadReport::default(),
         shared_seen: 0,

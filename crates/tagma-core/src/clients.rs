@@ -54,6 +54,27 @@ pub struct ClientLimits {
     pub client_pending_max: usize,
     pub pending_requests_max: usize,
     pub clients_max: usize,
+    /// Request timer period (SPEC §3: first expiry forwards, second suspects the leader).
+    pub request_timeout_ms: u64,
+}
+
+/// The request timer of one client: it watches the client's *head* request (the next
+/// sequence number to order), the only one the leader can propose. Requests behind a gap are
+/// not timed, so a client that skips a sequence number cannot force leader changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct HeadTimer {
+    seq: RequestSeq,
+    deadline_ms: u64,
+    /// The first expiry already forwarded the request.
+    forwarded: bool,
+}
+
+/// A head request whose timer expired.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Expired {
+    pub request: RequestEnvelope,
+    /// True on the second (or later) expiry: the leader is suspected.
+    pub forwarded_before: bool,
 }
 
 /// What happened to an admitted request.
@@ -85,6 +106,12 @@ pub struct Clients {
     /// The client where the previous batch's round-robin stopped; the next batch starts
     /// with the client after it.
     round_robin_cursor: Option<ClientId>,
+    /// Request timers, one per client whose head request is pending, and their index by
+    /// deadline.
+    timers: BTreeMap<ClientId, HeadTimer>,
+    timer_index: BTreeMap<(u64, ClientId), ()>,
+    /// The time of the input being processed (set by the replica).
+    now_ms: u64,
 }
 
 impl Clients {
@@ -96,7 +123,97 @@ impl Clients {
             pending: BTreeMap::new(),
             pending_total: 0,
             round_robin_cursor: None,
+            timers: BTreeMap::new(),
+            timer_index: BTreeMap::new(),
+            now_ms: 0,
         }
+    }
+
+    /// The time of the current input; request timers started from now on use it.
+    pub fn set_now(&mut self, now_ms: u64) {
+        debug_assert!(now_ms >= self.now_ms, "time went backwards");
+        self.now_ms = self.now_ms.max(now_ms);
+    }
+
+    /// The earliest request-timer deadline.
+    pub fn next_deadline_ms(&self) -> Option<u64> {
+        self.timer_index.keys().next().map(|(d, _)| *d)
+    }
+
+    /// Removes and returns the head requests whose timers expired at `now_ms`, re-arming
+    /// each for another period and marking it forwarded.
+    pub fn take_expired(&mut self, now_ms: u64) -> Vec<Expired> {
+        let mut out = Vec::new();
+        while let Some((&(deadline, client), _)) = self.timer_index.first_key_value() {
+            if deadline > now_ms {
+                break;
+            }
+            self.timer_index.remove(&(deadline, client));
+            let timer = self.timers.get_mut(&client).expect("indexed timer exists");
+            let request = self.pending[&client][&timer.seq].clone();
+            out.push(Expired {
+                request,
+                forwarded_before: timer.forwarded,
+            });
+            timer.forwarded = true;
+            timer.deadline_ms = now_ms + self.limits.request_timeout_ms;
+            self.timer_index.insert((timer.deadline_ms, client), ());
+        }
+        out
+    }
+
+    /// Restarts every request timer from `now_ms` (a new regency gives its leader a full
+    /// period); forwarded flags are kept, so a request still pending after the next period
+    /// suspects the new leader at once.
+    pub fn restart_timers(&mut self, now_ms: u64) {
+        self.timer_index.clear();
+        let deadline = now_ms + self.limits.request_timeout_ms;
+        for (client, timer) in self.timers.iter_mut() {
+            timer.deadline_ms = deadline;
+            self.timer_index.insert((deadline, *client), ());
+        }
+    }
+
+    /// Keeps `client`'s timer on its head request: starts one when the head becomes
+    /// pending, drops it when the head is ordered or absent.
+    fn refresh_timer(&mut self, client: ClientId) {
+        let head = self.last_delivered(client).next();
+        let has_head = self
+            .pending
+            .get(&client)
+            .is_some_and(|q| q.contains_key(&head));
+        let current = self.timers.get(&client).copied();
+        match current {
+            Some(t) if t.seq == head && has_head => {}
+            _ => {
+                if let Some(t) = current {
+                    self.timer_index.remove(&(t.deadline_ms, client));
+                    self.timers.remove(&client);
+                }
+                if has_head {
+                    let deadline_ms = self.now_ms + self.limits.request_timeout_ms;
+                    self.timers.insert(
+                        client,
+                        HeadTimer {
+                            seq: head,
+                            deadline_ms,
+                            forwarded: false,
+                        },
+                    );
+                    self.timer_index.insert((deadline_ms, client), ());
+                }
+            }
+        }
+        debug_assert_eq!(self.timers.len(), self.timer_index.len());
+    }
+
+    /// Up to `max` pending head requests (for a STOP, so the next leader learns them).
+    pub fn head_requests(&self, max: usize) -> Vec<RequestEnvelope> {
+        self.timers
+            .iter()
+            .take(max)
+            .map(|(client, t)| self.pending[client][&t.seq].clone())
+            .collect()
     }
 
     /// The last ordered sequence number of `client` (0 if none).
@@ -196,6 +313,7 @@ impl Clients {
         }
         self.pending.entry(client).or_default().insert(seq, request);
         self.pending_total += 1;
+        self.refresh_timer(client);
         debug_assert!(self.pending_total <= limits.pending_requests_max);
         Ok(Admission::Queued)
     }
@@ -371,6 +489,7 @@ impl Clients {
             );
             session.last_delivered = seq;
             self.drop_pending_up_to(client, seq);
+            self.refresh_timer(client);
         }
         tracing::trace!(%cid, sessions = self.sessions.len(), "sessions advanced");
         debug_assert!(self.sessions.len() <= self.limits.clients_max);
@@ -406,6 +525,7 @@ mod tests {
             client_pending_max: 3,
             pending_requests_max: 8,
             clients_max: 2,
+            request_timeout_ms: 1000,
         }
     }
 
@@ -508,6 +628,7 @@ mod tests {
         let mut c = Clients::new(ClientLimits {
             pending_requests_max: 100,
             clients_max: 100,
+            request_timeout_ms: 1000,
             ..limits()
         });
         for client in 1..=3 {
@@ -541,6 +662,7 @@ mod tests {
             batch_bytes_max: BATCH_OVERHEAD_BYTES + 2 * per + per / 2,
             pending_requests_max: 100,
             clients_max: 100,
+            request_timeout_ms: 1000,
             ..limits()
         });
         for client in 1..=3 {

@@ -143,7 +143,7 @@ pub struct TimeoutSection {
 impl Default for TimeoutSection {
     fn default() -> Self {
         TimeoutSection {
-            request_timeout_ms: 2000,
+            request_timeout_ms: 1000,
             client_retransmit_ms: 1000,
             client_invoke_timeout_ms: 30_000,
             connect_timeout_ms: 1000,
@@ -180,6 +180,8 @@ pub struct LimitSection {
     pub connections_max: usize,
     /// Threads that verify client signatures (when `signed_requests`).
     pub signature_threads: usize,
+    /// Decided instances kept in memory, with their proofs, for replicas that fell behind.
+    pub decisions_kept: usize,
 }
 
 impl Default for LimitSection {
@@ -197,6 +199,7 @@ impl Default for LimitSection {
             connection_queue_max: 16_384,
             connections_max: 4096,
             signature_threads: 2,
+            decisions_kept: 256,
         }
     }
 }
@@ -385,7 +388,7 @@ impl Config {
         let b = &self.batch;
         let l = &self.limits;
         let t = &self.timeouts;
-        let positive: [(&str, u64); 18] = [
+        let positive: [(&str, u64); 19] = [
             ("batch.batch_size_max", b.batch_size_max as u64),
             ("batch.batch_bytes_max", b.batch_bytes_max as u64),
             ("limits.frame_bytes_max", l.frame_bytes_max as u64),
@@ -403,6 +406,7 @@ impl Config {
             ("limits.connection_queue_max", l.connection_queue_max as u64),
             ("limits.connections_max", l.connections_max as u64),
             ("limits.signature_threads", l.signature_threads as u64),
+            ("limits.decisions_kept", l.decisions_kept as u64),
             ("timeouts.request_timeout_ms", t.request_timeout_ms),
             ("timeouts.client_retransmit_ms", t.client_retransmit_ms),
             (
@@ -603,6 +607,12 @@ impl Config {
                 "Threads verifying client signatures",
                 l.signature_threads,
                 d.signature_threads,
+            ),
+            (
+                "decisions_kept",
+                "Decided instances kept in memory for replicas that fell behind",
+                l.decisions_kept,
+                d.decisions_kept,
             ),
         ];
         for (k, doc, v, def) in lim {

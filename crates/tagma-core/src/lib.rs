@@ -11,8 +11,10 @@
 
 pub mod clients;
 pub mod config;
+pub mod proof;
 pub mod quorum;
 pub mod replica;
+pub mod sync;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use quorum::{Mode, Quorums};

@@ -28,14 +28,18 @@
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
+use tagma_crypto::IdentityKey;
 use tagma_wire::{
-    Batch, ClientId, ConsensusId, Digest, Encode, Epoch, PeerMessage, Propose, Regency, ReplicaId,
-    RequestEnvelope, RequestSeq, ViewId, Vote,
+    Accept, Batch, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest, Encode, Epoch,
+    PeerMessage, Propose, PublicKey, Regency, ReplicaId, RequestEnvelope, RequestSeq, Signature,
+    SignedCollect, Stop, StopData, Sync, ViewId, Vote, collect_signing_bytes,
 };
 
 use crate::clients::{Admission, ClientLimits, Clients};
 use crate::config::ValidConfig;
+use crate::proof::{DecisionLog, ProofChecker, sign_accept};
 use crate::quorum::{Mode, Quorums};
+use crate::sync::{self, Choice, Normalized};
 
 /// Everything the core needs from the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,6 +59,12 @@ pub struct ReplicaParams {
     pub request_timeout_ms: u64,
     /// Seed for the leader's choice of per-batch seeds (deterministic).
     pub seed: u64,
+    /// Members' Ed25519 public keys, in the order of `members` (to check signed ACCEPTs,
+    /// collects and decision proofs).
+    pub member_keys: Vec<PublicKey>,
+    /// Decided instances (with their ACCEPT signatures) kept in memory for decision
+    /// forwarding to replicas that fell behind.
+    pub decisions_kept: usize,
 }
 
 impl ReplicaParams {
@@ -74,6 +84,8 @@ impl ReplicaParams {
             future_messages_max: r.limits.future_messages_max,
             request_timeout_ms: r.timeouts.request_timeout_ms,
             seed: 0x7461_676d_6100_0000 ^ me.0 as u64,
+            member_keys: cfg.replicas.iter().map(|r| r.public_key).collect(),
+            decisions_kept: r.limits.decisions_kept,
         }
     }
 }
@@ -106,12 +118,83 @@ pub enum PeerInput {
         epoch: Epoch,
     },
     Write(Vote),
-    Accept(Vote),
+    /// A signed ACCEPT (the signature is checked lazily, when a proof is built).
+    Accept(Accept),
+    /// STOP; the network stage has dropped requests whose authentication failed.
+    Stop(Stop),
+    StopData(StopData),
+    /// SYNC, with whether every request of its fresh proposal authenticated.
+    Sync {
+        sync: Sync,
+        proposal_authentic: bool,
+    },
+    DecisionRequest {
+        cid: ConsensusId,
+    },
+    Decision(DecidedInstance),
     /// A forwarded request, with whether its authentication verified.
     Forward {
         request: RequestEnvelope,
         authentic: bool,
     },
+}
+
+impl PeerInput {
+    /// Maps a received message to the core's input the way the network stage must:
+    /// PROPOSE batches are decoded and hashed, and `authentic` is asked about the requests
+    /// that need checking (a PROPOSE's batch, a forwarded request, each request of a STOP —
+    /// unauthentic ones are dropped —, and a SYNC's fresh proposal).
+    pub fn from_message(
+        msg: PeerMessage,
+        authentic: impl Fn(&[RequestEnvelope]) -> bool,
+    ) -> PeerInput {
+        match msg {
+            PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
+                Ok(batch) => {
+                    let hash = tagma_crypto::digest(&p.batch);
+                    let ok = authentic(&batch.requests);
+                    PeerInput::Propose {
+                        cid: p.cid,
+                        epoch: p.epoch,
+                        batch: VerifiedBatch {
+                            bytes: p.batch,
+                            hash,
+                            batch,
+                            authentic: ok,
+                        },
+                    }
+                }
+                Err(_) => PeerInput::UndecodablePropose {
+                    cid: p.cid,
+                    epoch: p.epoch,
+                },
+            },
+            PeerMessage::Write(v) => PeerInput::Write(v),
+            PeerMessage::Accept(a) => PeerInput::Accept(a),
+            PeerMessage::Forward(request) => {
+                let ok = authentic(std::slice::from_ref(&request));
+                PeerInput::Forward {
+                    request,
+                    authentic: ok,
+                }
+            }
+            PeerMessage::Stop(mut stop) => {
+                stop.requests.retain(|r| authentic(std::slice::from_ref(r)));
+                PeerInput::Stop(stop)
+            }
+            PeerMessage::StopData(data) => PeerInput::StopData(data),
+            PeerMessage::Sync(sync) => {
+                let proposal_authentic = sync.proposal.is_empty()
+                    || Batch::decode(&sync.proposal).is_ok_and(|b| authentic(&b.requests));
+                PeerInput::Sync {
+                    sync,
+                    proposal_authentic,
+                }
+            }
+            PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
+            PeerMessage::Decision(d) => PeerInput::Decision(d),
+        }
+    }
 }
 
 /// A decided instance, handed to execution.
@@ -134,6 +217,14 @@ pub enum Action {
     Deliver(Decision),
     /// A client retransmitted a request that is already ordered: resend its cached reply.
     ResendReply { client: ClientId, seq: RequestSeq },
+    /// A new regency was installed (observability: logs, metrics, failover measurements).
+    RegencyInstalled { regency: Regency, leader: ReplicaId },
+    /// HOOK(state transfer): this replica is behind by instances that no peer keeps in
+    /// memory any more; it needs a checkpoint and log from the others (durability issue).
+    StateTransferNeeded {
+        next_cid: ConsensusId,
+        known_decided: ConsensusId,
+    },
 }
 
 /// Why a proposal is invalid. A correct replica never WRITEs or ACCEPTs an invalid proposal.
@@ -230,6 +321,22 @@ pub enum Rejection {
     },
     /// The buffer for future instances is full.
     FutureBufferFull,
+    /// A message from this replica's own id (only a key compromise could produce it).
+    FromSelf,
+    /// A STOPDATA that is not for this leader's regency or whose collect does not verify.
+    InvalidStopData {
+        from: ReplicaId,
+    },
+    /// A SYNC whose evidence does not verify (the leader is then suspected).
+    InvalidSync {
+        from: ReplicaId,
+        reason: &'static str,
+    },
+    /// A forwarded decision whose proof does not verify.
+    InvalidProof {
+        from: ReplicaId,
+        cid: ConsensusId,
+    },
     InvalidProposal {
         from: ReplicaId,
         cid: ConsensusId,
@@ -257,6 +364,10 @@ impl Rejection {
             Rejection::Equivocation { .. } => "equivocation",
             Rejection::FutureBufferFull => "future_buffer_full",
             Rejection::InvalidProposal { .. } => "invalid_proposal",
+            Rejection::FromSelf => "from_self",
+            Rejection::InvalidStopData { .. } => "invalid_stopdata",
+            Rejection::InvalidSync { .. } => "invalid_sync",
+            Rejection::InvalidProof { .. } => "invalid_proof",
             Rejection::Unauthentic => "unauthentic",
         }
     }
@@ -270,13 +381,75 @@ pub struct CoreStats {
     pub pending_requests: u64,
     pub proposals_sent: u64,
     pub future_messages_buffered: u64,
+    /// Regencies installed (leader changes).
+    pub leader_changes: u64,
+    /// Instances decided from a forwarded proof (catch-up) rather than by voting.
+    pub decisions_forwarded_in: u64,
+}
+
+/// Requests carried in one STOP, at most.
+const STOP_REQUESTS_MAX: usize = 64;
+/// Votes are kept for epochs at most this far above the installed regency.
+const FUTURE_EPOCHS_MAX: u32 = 16;
+/// Forwarded decisions kept for later instances while catching up.
+const FUTURE_DECISIONS_MAX: usize = 64;
+/// Values kept in a collect's write set.
+const WRITE_SET_MAX: usize = 8;
+
+/// Leader-change state (SPEC §3 synchronization phase, reference §1.4).
+#[derive(Default)]
+struct SyncState {
+    /// The regency this replica asked for (`> regency` while a change is in progress).
+    next_regency: Regency,
+    /// The highest regency each replica sent a STOP for (this replica included).
+    stops: BTreeMap<ReplicaId, Regency>,
+    /// Our STOP, retransmitted until the regency is installed.
+    own_stop: Option<Stop>,
+    stop_retransmit_ms: Option<u64>,
+    /// Installed the regency, waiting for its SYNC.
+    waiting_sync: bool,
+    sync_deadline_ms: Option<u64>,
+    /// Regencies that ended without a decision in a row (doubles the SYNC timeout).
+    failed_regencies: u32,
+    /// New leader: the STOPDATAs of the current regency (own included).
+    stopdata: BTreeMap<ReplicaId, StopData>,
+    /// A SYNC whose last decided instance is ahead of us: applied once we caught up.
+    pending: Option<Finalise>,
+    /// The highest epoch each peer sent a consensus message in (to notice a regency that
+    /// was installed without us, e.g. while this replica was down).
+    epochs_seen: BTreeMap<ReplicaId, Epoch>,
+}
+
+/// The outcome of a verified SYNC, applied by [`Replica::finalise`].
+#[derive(Clone, Debug)]
+struct Finalise {
+    last_decided: Option<DecidedInstance>,
+    current_cid: ConsensusId,
+    /// The value for `current_cid` in the new epoch (`None`: the leader proposes normally).
+    value: Option<(Bytes, bool)>,
+    proposal_authentic: bool,
+}
+
+/// Catch-up (decision forwarding, reference §1.9): detects that this replica is behind and
+/// asks the others for the decided instances it missed.
+#[derive(Default)]
+struct CatchUp {
+    /// The highest instance each peer sent a consensus message for.
+    highest_seen: BTreeMap<ReplicaId, ConsensusId>,
+    /// When f+1 peers were first seen ahead (`None`: not behind).
+    behind_since_ms: Option<u64>,
+    next_request_ms: u64,
+    /// Verified decisions for instances after the next one.
+    future: BTreeMap<ConsensusId, DecidedInstance>,
+    state_transfer_signalled: bool,
 }
 
 /// The replica core. See the module documentation for the calling protocol.
 pub struct Replica {
     params: ReplicaParams,
-    /// Installed regency; the epoch of every instance started in it. Always 0 until leader
-    /// change is implemented.
+    key: IdentityKey,
+    checker: ProofChecker,
+    /// Installed regency; the epoch of every instance started in it.
     regency: Regency,
     clients: Clients,
     /// The instance in progress (the next one to decide).
@@ -285,17 +458,21 @@ pub struct Replica {
     last_decided_timestamp_ms: u64,
     /// The last decided instance, for the ordering invariant.
     last_decided: Option<ConsensusId>,
+    decisions: DecisionLog,
     future: FutureBuffer,
+    sync: SyncState,
+    catch_up: CatchUp,
     /// The leader's source of per-batch seeds.
     rng: SplitMix64,
     actions: VecDeque<Action>,
     stats: CoreStats,
     /// The last fault a leader committed, recorded by [`Replica::suspect_leader`].
     leader_fault: Option<(ConsensusId, ProposalFault)>,
+    now_ms: u64,
 }
 
 impl Replica {
-    pub fn new(params: ReplicaParams) -> Self {
+    pub fn new(params: ReplicaParams, key: IdentityKey) -> Self {
         assert!(
             !params.members.is_empty() && params.members.windows(2).all(|w| w[0] < w[1]),
             "members must be non-empty and ascending"
@@ -305,11 +482,26 @@ impl Replica {
             params.quorums.n,
             "members and quorums disagree"
         );
-        assert!(
-            params.members.contains(&params.me),
-            "this replica is not a member"
+        assert_eq!(
+            params.members.len(),
+            params.member_keys.len(),
+            "one key per member"
         );
-        assert!(params.batch_size_max > 0 && params.future_messages_max > 0);
+        let me_index = params
+            .members
+            .iter()
+            .position(|m| *m == params.me)
+            .expect("this replica is not a member");
+        assert_eq!(
+            params.member_keys[me_index],
+            key.public(),
+            "the key does not match this replica's configured key"
+        );
+        assert!(
+            params.batch_size_max > 0
+                && params.future_messages_max > 0
+                && params.request_timeout_ms > 0
+        );
         let clients = Clients::new(ClientLimits {
             view: params.view,
             batch_size_max: params.batch_size_max,
@@ -318,29 +510,44 @@ impl Replica {
             client_pending_max: params.client_pending_max,
             pending_requests_max: params.pending_requests_max,
             clients_max: params.clients_max,
+            request_timeout_ms: params.request_timeout_ms,
         });
         let future = FutureBuffer::new(params.future_messages_max, params.members.len());
+        let checker = ProofChecker::new(
+            &params.members,
+            &params.member_keys,
+            params.quorums.accept_quorum(),
+        );
         Replica {
             rng: SplitMix64(params.seed),
+            key,
+            checker,
             regency: Regency(0),
             clients,
             instance: Instance::new(ConsensusId(0)),
             last_decided_timestamp_ms: 0,
             last_decided: None,
+            decisions: DecisionLog::new(params.decisions_kept),
             future,
+            sync: SyncState::default(),
+            catch_up: CatchUp::default(),
             actions: VecDeque::new(),
             stats: CoreStats::default(),
             leader_fault: None,
+            now_ms: 0,
             params,
         }
     }
     pub fn me(&self) -> ReplicaId {
         self.params.me
     }
-    /// The current leader.
+    /// The leader of the installed regency: round-robin over the view's members.
     pub fn leader(&self) -> ReplicaId {
-        let members = &self.params.members;
-        members[self.regency.0 as usize % members.len()]
+        self.leader_of(self.regency)
+    }
+    /// The installed regency.
+    pub fn regency(&self) -> Regency {
+        self.regency
     }
     /// The next instance this replica will decide.
     pub fn next_cid(&self) -> ConsensusId {
@@ -357,8 +564,7 @@ impl Replica {
     pub fn clients(&self) -> &Clients {
         &self.clients
     }
-    /// The last proposal fault this replica blamed on a leader, with its instance. Leader
-    /// change will act on it; for now it is only recorded.
+    /// The last proposal fault this replica blamed on a leader, with its instance.
     pub fn suspected_leader_fault(&self) -> Option<&(ConsensusId, ProposalFault)> {
         self.leader_fault.as_ref()
     }
@@ -369,47 +575,120 @@ impl Replica {
         now_ms: u64,
         request: RequestEnvelope,
     ) -> Result<(), Rejection> {
+        self.set_now(now_ms);
         let (client, seq) = (request.request.client, request.request.seq);
         match self.clients.admit(request)? {
             Admission::AlreadyDelivered => {
                 self.actions.push_back(Action::ResendReply { client, seq });
             }
-            Admission::Queued => self.settle(now_ms),
+            Admission::Queued => self.settle(),
         }
         Ok(())
     }
-    /// A consensus message from authenticated peer `from`.
+    /// A message from authenticated peer `from`.
     pub fn handle_peer(
         &mut self,
         now_ms: u64,
         from: ReplicaId,
         input: PeerInput,
     ) -> Result<(), Rejection> {
+        self.set_now(now_ms);
+        if from == self.params.me {
+            return Err(Rejection::FromSelf);
+        }
         if !self.params.members.contains(&from) {
             return Err(Rejection::NotAMember { from });
         }
         let result = match input {
             PeerInput::Forward { request, authentic } => self.on_forward(request, authentic),
+            PeerInput::Stop(stop) => self.on_stop(from, stop),
+            PeerInput::StopData(data) => self.on_stopdata(from, data),
+            PeerInput::Sync {
+                sync,
+                proposal_authentic,
+            } => self.on_sync(from, sync, proposal_authentic),
+            PeerInput::DecisionRequest { cid } => {
+                self.on_decision_request(from, cid);
+                Ok(())
+            }
+            PeerInput::Decision(decided) => self.on_decision(from, decided),
             consensus => self.on_consensus_input(from, consensus),
         };
-        self.settle(now_ms);
+        self.settle();
         result
     }
-    /// Timers whose deadline passed.
-    pub fn handle_tick(&mut self, _now_ms: u64) {
-        // No timers in the normal case. The request timers (forward on first expiry, suspect
-        // the leader on the second) arrive with leader change.
+    /// Timers whose deadline passed: request timers (first expiry forwards the request to
+    /// all replicas, the second suspects the leader), STOP retransmission, the SYNC timeout,
+    /// and catch-up requests.
+    pub fn handle_tick(&mut self, now_ms: u64) {
+        self.set_now(now_ms);
+        let expired = self.clients.take_expired(now_ms);
+        let mut suspect = Vec::new();
+        for e in expired {
+            if e.forwarded_before {
+                suspect.push(e.request);
+            } else {
+                // SPEC §3: first expiry → forward to all (the client may have skipped some).
+                self.actions
+                    .push_back(Action::Broadcast(PeerMessage::Forward(e.request)));
+            }
+        }
+        if !suspect.is_empty() {
+            tracing::debug!(leader = %self.leader(), requests = suspect.len(), "request timers expired twice: suspecting the leader");
+            self.suspect(suspect);
+        }
+        if self.sync.stop_retransmit_ms.is_some_and(|t| t <= now_ms)
+            && let Some(stop) = self.sync.own_stop.clone()
+        {
+            self.actions
+                .push_back(Action::Broadcast(PeerMessage::Stop(stop)));
+            self.sync.stop_retransmit_ms = Some(now_ms + self.params.request_timeout_ms);
+        }
+        if self.sync.sync_deadline_ms.is_some_and(|t| t <= now_ms) {
+            // The new leader did not synchronise in time: move on to the next one.
+            tracing::debug!(regency = %self.regency, "no SYNC in time: suspecting the new leader");
+            self.sync.sync_deadline_ms = None;
+            self.sync.failed_regencies += 1;
+            self.start_stop(
+                Regency(self.regency.0 + 1),
+                self.clients.head_requests(STOP_REQUESTS_MAX),
+            );
+        }
+        self.maybe_request_decisions();
+        self.settle();
     }
     /// The earliest time at which `handle_tick` must be called, if any timer is armed.
     pub fn next_timeout_ms(&self) -> Option<u64> {
-        None
+        let catch_up = self
+            .catch_up
+            .behind_since_ms
+            .map(|_| self.catch_up.next_request_ms);
+        [
+            self.clients.next_deadline_ms(),
+            self.sync.stop_retransmit_ms,
+            self.sync.sync_deadline_ms,
+            catch_up,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
     }
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
+    fn set_now(&mut self, now_ms: u64) {
+        self.now_ms = self.now_ms.max(now_ms);
+        self.clients.set_now(self.now_ms);
+    }
+
     fn epoch(&self) -> Epoch {
         Epoch(self.regency.0)
+    }
+
+    fn leader_of(&self, regency: Regency) -> ReplicaId {
+        let members = &self.params.members;
+        members[regency.0 as usize % members.len()]
     }
 
     fn is_leader(&self) -> bool {
@@ -425,39 +704,54 @@ impl Replica {
         self.clients.admit(request).map(|_| ())
     }
 
-    /// Routes a consensus message by instance: older → stale, later → buffered, current →
-    /// handled now.
+    /// Routes a consensus message by instance: older → stale (late ACCEPT signatures are
+    /// kept for proofs), later → buffered, current → handled now.
     fn on_consensus_input(&mut self, from: ReplicaId, input: PeerInput) -> Result<(), Rejection> {
         let (cid, epoch) = match &input {
             PeerInput::Propose { cid, epoch, .. }
             | PeerInput::UndecodablePropose { cid, epoch } => (*cid, *epoch),
-            PeerInput::Write(v) | PeerInput::Accept(v) => (v.cid, v.epoch),
-            PeerInput::Forward { .. } => unreachable!("forwards are handled by on_forward"),
+            PeerInput::Write(v) => (v.cid, v.epoch),
+            PeerInput::Accept(a) => (a.vote.cid, a.vote.epoch),
+            _ => unreachable!("non-consensus inputs are routed by handle_peer"),
         };
         let next = self.instance.cid;
         if cid < next {
+            if let PeerInput::Accept(a) = &input {
+                self.decisions.add_signature(from, &a.vote, a.signature);
+            }
             return Err(Rejection::Stale { cid });
         }
         if cid > next {
+            self.note_ahead(from, cid);
             tracing::trace!(%from, %cid, "buffering a message for a later instance");
             return self.future.push(next, cid, from, input);
         }
-        // TODO(leader change): buffer messages of a later epoch instead of dropping them.
-        if epoch != self.epoch() {
+        // Votes of the current regency and of later ones (bounded) are kept: a replica that
+        // installs a regency late must not lose them. Earlier epochs are frozen.
+        self.note_epoch(from, epoch);
+        let current = self.epoch();
+        if epoch < current || epoch.0 > current.0.saturating_add(FUTURE_EPOCHS_MAX) {
             return Err(Rejection::Stale { cid });
         }
         match input {
-            PeerInput::Propose { batch, .. } => self.on_propose(from, epoch, Some(batch)),
-            PeerInput::UndecodablePropose { .. } => self.on_propose(from, epoch, None),
+            PeerInput::Propose { batch, .. } if epoch == current => {
+                self.on_propose(from, epoch, Some(batch))
+            }
+            PeerInput::UndecodablePropose { .. } if epoch == current => {
+                self.on_propose(from, epoch, None)
+            }
+            PeerInput::Propose { .. } | PeerInput::UndecodablePropose { .. } => {
+                Err(Rejection::Stale { cid })
+            }
             PeerInput::Write(vote) => {
                 self.on_write(from, vote);
                 Ok(())
             }
-            PeerInput::Accept(vote) => {
-                self.on_accept(from, vote);
+            PeerInput::Accept(accept) => {
+                self.on_accept(from, accept);
                 Ok(())
             }
-            PeerInput::Forward { .. } => unreachable!("forwards are handled by on_forward"),
+            _ => unreachable!("non-consensus inputs are routed by handle_peer"),
         }
     }
 
@@ -471,6 +765,10 @@ impl Replica {
         let cid = self.instance.cid;
         if from != self.leader() {
             return Err(Rejection::NotFromLeader { from });
+        }
+        if self.sync.waiting_sync {
+            // The new leader's SYNC comes first on the same link; a PROPOSE before it is stale.
+            return Err(Rejection::Stale { cid });
         }
         let hash = batch.as_ref().map(|b| b.hash);
         // Only the first PROPOSE of an epoch is taken; an identical copy is ignored.
@@ -486,14 +784,26 @@ impl Replica {
             Some(b) => self.clients.validate_proposal(
                 &b.batch,
                 b.bytes.len(),
-                b.authentic,
+                true,
                 self.last_decided_timestamp_ms,
             ),
         };
         match (verdict, batch) {
-            (Ok(()), Some(b)) => {
+            (Ok(()), Some(b)) if b.authentic => {
                 self.take_proposal(epoch, b);
                 Ok(())
+            }
+            (Ok(()), Some(b)) => {
+                // Mod-SMaRt with MAC authenticators: a request this replica cannot
+                // authenticate may still be genuine (a faulty client can corrupt one entry of
+                // its authenticator). Wait for f+1 vouchers instead of blaming the leader.
+                self.instance.epoch_mut(epoch).proposal = ProposalSlot::Unverified(b);
+                self.check_quorums(epoch);
+                Err(Rejection::InvalidProposal {
+                    from,
+                    cid,
+                    fault: ProposalFault::Unauthentic,
+                })
             }
             (Err(fault), _) => {
                 self.instance.epoch_mut(epoch).proposal = ProposalSlot::Invalid(hash);
@@ -507,32 +817,65 @@ impl Replica {
     /// A valid proposal becomes the value of the epoch: vote for it (WRITE in BFT, ACCEPT in
     /// CFT), then check whether votes that came before it complete a quorum.
     fn take_proposal(&mut self, epoch: Epoch, batch: VerifiedBatch) {
+        let state = self.instance.epoch_mut(epoch);
+        debug_assert!(matches!(
+            state.proposal,
+            ProposalSlot::Empty | ProposalSlot::Unverified(_)
+        ));
+        state.proposal = ProposalSlot::Valid(batch);
+        self.vote_for_proposal(epoch);
+        self.check_quorums(epoch);
+    }
+
+    /// Sends this replica's vote for the epoch's (valid) proposal.
+    fn vote_for_proposal(&mut self, epoch: Epoch) {
         let cid = self.instance.cid;
         let me = self.params.me;
-        let hash = batch.hash;
         let mode = self.params.quorums.mode;
         let state = self.instance.epoch_mut(epoch);
-        debug_assert!(matches!(state.proposal, ProposalSlot::Empty));
-        state.proposal = ProposalSlot::Valid(batch);
-        let vote = Vote { cid, epoch, hash };
+        let ProposalSlot::Valid(batch) = &state.proposal else {
+            unreachable!("voting for a valid proposal")
+        };
+        let hash = batch.hash;
+        debug_assert!(!state.write_sent, "voted twice for one epoch");
+        state.write_sent = true;
         match mode {
             // Mod-SMaRt: valid PROPOSE → WRITE.
             Mode::Bft => {
                 let fresh = state.writes.add(me, hash);
                 debug_assert!(fresh, "own WRITE counted twice");
                 self.actions
-                    .push_back(Action::Broadcast(PeerMessage::Write(vote)));
+                    .push_back(Action::Broadcast(PeerMessage::Write(Vote {
+                        cid,
+                        epoch,
+                        hash,
+                    })));
             }
             // CFT has no WRITE step: valid PROPOSE → ACCEPT.
-            Mode::Cft => {
-                let fresh = state.accepts.add(me, hash);
-                debug_assert!(fresh, "own ACCEPT counted twice");
-                state.accept_sent = true;
-                self.actions
-                    .push_back(Action::Broadcast(PeerMessage::Accept(vote)));
-            }
+            Mode::Cft => self.send_accept(epoch, hash),
         }
-        self.check_quorums(epoch);
+    }
+
+    /// Signs, counts and broadcasts this replica's ACCEPT.
+    fn send_accept(&mut self, epoch: Epoch, hash: Digest) {
+        let vote = Vote {
+            cid: self.instance.cid,
+            epoch,
+            hash,
+        };
+        let signature = sign_accept(&self.key, &vote);
+        let me = self.params.me;
+        let state = self.instance.epoch_mut(epoch);
+        debug_assert!(!state.accept_sent, "ACCEPT sent twice in one epoch");
+        state.accept_sent = true;
+        let fresh = state.accepts.add(me, hash);
+        debug_assert!(fresh, "own ACCEPT counted twice");
+        state.accept_signatures.insert(me, (hash, signature));
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::Accept(Accept {
+                vote,
+                signature,
+            })));
     }
 
     fn on_write(&mut self, from: ReplicaId, vote: Vote) {
@@ -550,55 +893,65 @@ impl Replica {
         }
     }
 
-    fn on_accept(&mut self, from: ReplicaId, vote: Vote) {
-        if self
-            .instance
-            .epoch_mut(vote.epoch)
-            .accepts
-            .add(from, vote.hash)
-        {
+    fn on_accept(&mut self, from: ReplicaId, accept: Accept) {
+        let vote = accept.vote;
+        let state = self.instance.epoch_mut(vote.epoch);
+        if state.accepts.add(from, vote.hash) {
+            state
+                .accept_signatures
+                .insert(from, (vote.hash, accept.signature));
             self.check_quorums(vote.epoch);
         }
     }
 
     /// Mod-SMaRt steps 3–4, for the value of the PROPOSE this replica holds: a write quorum →
-    /// ACCEPT (BFT); an accept quorum → decide. Votes for other hashes never count.
+    /// ACCEPT (BFT); an accept quorum → decide. Votes for other hashes never count. An
+    /// unverified proposal is voted for once f+1 others vouch for it.
     fn check_quorums(&mut self, epoch: Epoch) {
-        let cid = self.instance.cid;
-        let me = self.params.me;
+        if epoch != self.epoch() {
+            return; // votes of a later regency wait until it is installed
+        }
         let quorums = self.params.quorums;
+        let me = self.params.me;
         let state = self.instance.epoch_mut(epoch);
-        let ProposalSlot::Valid(proposal) = &state.proposal else {
-            return;
+        let (hash, unverified) = match &state.proposal {
+            ProposalSlot::Valid(b) => (b.hash, false),
+            ProposalSlot::Unverified(b) => (b.hash, true),
+            _ => return,
         };
-        let hash = proposal.hash;
+        if unverified {
+            let vouchers = match quorums.mode {
+                Mode::Bft => state.writes.count_except(hash, me),
+                Mode::Cft => state.accepts.count_except(hash, me),
+            };
+            let decided = state.accepts.count(hash) >= quorums.accept_quorum();
+            if vouchers < quorums.one_correct() && !decided {
+                return;
+            }
+            let ProposalSlot::Unverified(b) = std::mem::take(&mut state.proposal) else {
+                unreachable!()
+            };
+            state.proposal = ProposalSlot::Valid(b);
+            self.vote_for_proposal(epoch);
+        }
+        let state = self.instance.epoch_mut(epoch);
         if quorums.mode == Mode::Bft
             && !state.accept_sent
             && state.writes.count(hash) >= quorums.write_quorum()
         {
             // Mod-SMaRt: quorum of WRITEs → ACCEPT.
-            state.accept_sent = true;
-            let fresh = state.accepts.add(me, hash);
-            debug_assert!(fresh, "own ACCEPT counted twice");
-            self.actions
-                .push_back(Action::Broadcast(PeerMessage::Accept(Vote {
-                    cid,
-                    epoch,
-                    hash,
-                })));
+            self.send_accept(epoch, hash);
         }
-        if state.accepts.count(hash) >= quorums.accept_quorum() {
+        if self.instance.epoch_mut(epoch).accepts.count(hash) >= quorums.accept_quorum() {
             // Mod-SMaRt: quorum of ACCEPTs → decided.
             self.decide(epoch);
         }
     }
 
-    /// The current instance decided the value of `epoch`: hand it to execution, advance the
-    /// client sessions, and start the next instance.
+    /// The current instance decided the value of `epoch` by voting.
     fn decide(&mut self, epoch: Epoch) {
         let cid = self.instance.cid;
-        let next = Instance::new(cid.next());
-        let mut instance = std::mem::replace(&mut self.instance, next);
+        let mut instance = std::mem::replace(&mut self.instance, Instance::new(cid.next()));
         let state = instance
             .epochs
             .remove(&epoch)
@@ -606,43 +959,122 @@ impl Replica {
         let ProposalSlot::Valid(value) = state.proposal else {
             unreachable!("only a valid proposal is decided")
         };
-        // An instance decides once: its state is replaced right here and every later message
-        // for it is `Stale`, so no cid is ever decided with two hashes.
-        if let Some(last_cid) = self.last_decided {
-            debug_assert_eq!(last_cid.next(), cid, "decisions out of order");
-        } else {
-            debug_assert_eq!(cid, ConsensusId(0), "first decision is not instance 0");
+        let signatures = state
+            .accept_signatures
+            .into_iter()
+            .filter(|(_, (h, _))| *h == value.hash)
+            .map(|(from, (_, sig))| (from, sig))
+            .collect();
+        self.commit(
+            cid,
+            epoch,
+            value.hash,
+            value.bytes,
+            value.batch,
+            signatures,
+            None,
+        );
+    }
+
+    /// Records a decision of the current instance (by voting or from a verified proof), hands
+    /// it to execution, advances the client sessions, and starts the next instance.
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &mut self,
+        cid: ConsensusId,
+        epoch: Epoch,
+        hash: Digest,
+        bytes: Bytes,
+        batch: Batch,
+        signatures: BTreeMap<ReplicaId, Signature>,
+        proof: Option<tagma_wire::DecisionProof>,
+    ) {
+        // An instance decides once: its state is replaced before this is called and every
+        // later message for it is `Stale`, so no cid is ever decided with two hashes.
+        match self.last_decided {
+            Some(last) => debug_assert_eq!(last.next(), cid, "decisions out of order"),
+            None => debug_assert_eq!(cid, ConsensusId(0), "first decision is not instance 0"),
         }
-        let batch = value.batch;
-        debug_assert!(batch.timestamp_ms >= self.last_decided_timestamp_ms);
+        if self.instance.cid == cid {
+            self.instance = Instance::new(cid.next());
+        }
+        debug_assert_eq!(self.instance.cid, cid.next());
         self.last_decided = Some(cid);
-        self.last_decided_timestamp_ms = batch.timestamp_ms;
+        self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(batch.timestamp_ms);
         self.clients.on_decided(cid, &batch);
+        self.decisions
+            .record(cid, epoch, hash, bytes, signatures, proof);
         self.stats.decided_instances += 1;
         self.stats.decided_requests += batch.requests.len() as u64;
+        self.sync.failed_regencies = 0;
+        if self
+            .catch_up
+            .highest_seen
+            .values()
+            .filter(|c| **c > cid)
+            .count()
+            < self.params.quorums.one_correct()
+        {
+            self.catch_up.behind_since_ms = None;
+        }
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), "decided");
         self.actions.push_back(Action::Deliver(Decision {
             cid,
             epoch,
-            hash: value.hash,
+            hash,
             batch,
         }));
     }
 
-    /// After every input: replay buffered messages of the instance that became current, and
-    /// let the leader propose, until neither makes progress.
-    fn settle(&mut self, now_ms: u64) {
+    /// Decides the current instance from a verified proof (catch-up or SYNC).
+    fn commit_proven(&mut self, decided: DecidedInstance, hash: Digest) -> bool {
+        debug_assert_eq!(decided.cid, self.instance.cid);
+        let Ok(batch) = Batch::decode(&decided.batch) else {
+            // A quorum signed it, so correct replicas decoded it: only a hash collision could
+            // bring us here.
+            tracing::error!(cid = %decided.cid, "a proven batch does not decode");
+            return false;
+        };
+        self.stats.decisions_forwarded_in += 1;
+        let signatures = decided.proof.accepts.iter().copied().collect();
+        self.commit(
+            decided.cid,
+            decided.proof.epoch,
+            hash,
+            decided.batch,
+            batch,
+            signatures,
+            Some(decided.proof),
+        );
+        true
+    }
+
+    /// After every input: apply forwarded decisions and buffered messages of the instance
+    /// that became current, a pending SYNC, and let the leader propose, until nothing moves.
+    fn settle(&mut self) {
         loop {
             let cid = self.instance.cid;
+            if let Some(decided) = self.catch_up.future.remove(&cid) {
+                let hash = tagma_crypto::digest(&decided.batch);
+                self.commit_proven(decided, hash);
+                continue;
+            }
+            self.catch_up.future.retain(|c, _| *c > cid);
             for (from, input) in self.future.take(cid) {
                 if let Err(rejection) = self.on_consensus_input(from, input) {
-                    tracing::debug!(%from, %cid, reason = rejection.reason(), "buffered message rejected");
+                    tracing::trace!(%from, %cid, reason = rejection.reason(), "buffered message rejected");
                 }
             }
             if self.instance.cid != cid {
                 continue;
             }
-            self.try_propose(now_ms);
+            if let Some(pending) = self.sync.pending.take() {
+                self.finalise(pending);
+                if self.instance.cid != cid {
+                    continue;
+                }
+            }
+            self.try_propose();
             if self.instance.cid == cid {
                 return;
             }
@@ -651,41 +1083,21 @@ impl Replica {
 
     /// Mod-SMaRt step 1 (leader): propose the next batch if no instance is in progress and a
     /// request is waiting.
-    fn try_propose(&mut self, now_ms: u64) {
+    fn try_propose(&mut self) {
         let epoch = self.epoch();
-        if !self.is_leader() || !self.instance.epoch_mut(epoch).proposal.is_empty() {
+        if !self.is_leader()
+            || self.sync.waiting_sync
+            || self.sync.pending.is_some()
+            || !self.instance.epoch_mut(epoch).proposal.is_empty()
+        {
             return;
         }
-        let requests = self.clients.select_batch();
-        if requests.is_empty() {
+        let Some((bytes, batch)) = self.build_batch() else {
             return;
-        }
-        let batch = Batch {
-            timestamp_ms: now_ms.max(self.last_decided_timestamp_ms),
-            seed: self.rng.next_u64(),
-            requests,
         };
-        let bytes = batch.to_bytes();
-        assert!(
-            bytes.len() <= self.params.batch_bytes_max,
-            "batch of {} bytes exceeds batch_bytes_max = {}: the size estimate in clients.rs is too small",
-            bytes.len(),
-            self.params.batch_bytes_max
-        );
-        debug_assert!(batch.requests.len() <= self.params.batch_size_max);
-        debug_assert_eq!(
-            self.clients.validate_proposal(
-                &batch,
-                bytes.len(),
-                true,
-                self.last_decided_timestamp_ms
-            ),
-            Ok(()),
-            "the leader built an invalid batch"
-        );
         let hash = tagma_crypto::digest(&bytes);
         let cid = self.instance.cid;
-        tracing::debug!(%cid, requests = batch.requests.len(), bytes = bytes.len(), "proposing");
+        tracing::debug!(%cid, %epoch, requests = batch.requests.len(), bytes = bytes.len(), "proposing");
         self.actions
             .push_back(Action::Broadcast(PeerMessage::Propose(Propose {
                 cid,
@@ -705,12 +1117,576 @@ impl Replica {
         );
     }
 
-    /// HOOK(leader change): an invalid proposal from the leader must make this replica
-    /// suspect it and start a leader change (SPEC §3, reference §1.2 step 2). For now it is
-    /// only recorded.
+    /// The leader's next batch, encoded, or `None` if nothing can be proposed.
+    fn build_batch(&mut self) -> Option<(Bytes, Batch)> {
+        let requests = self.clients.select_batch();
+        if requests.is_empty() {
+            return None;
+        }
+        let batch = Batch {
+            timestamp_ms: self.now_ms.max(self.last_decided_timestamp_ms),
+            seed: self.rng.next_u64(),
+            requests,
+        };
+        let bytes = batch.to_bytes();
+        assert!(
+            bytes.len() <= self.params.batch_bytes_max,
+            "batch of {} bytes exceeds batch_bytes_max = {}: the size estimate in clients.rs is too small",
+            bytes.len(),
+            self.params.batch_bytes_max
+        );
+        debug_assert_eq!(
+            self.clients.validate_proposal(
+                &batch,
+                bytes.len(),
+                true,
+                self.last_decided_timestamp_ms
+            ),
+            Ok(()),
+            "the leader built an invalid batch"
+        );
+        Some((bytes, batch))
+    }
+
+    /// An invalid proposal from the leader: suspect it at once (SPEC §3; reference §1.2
+    /// step 2) — a correct leader never proposes one.
     fn suspect_leader(&mut self, cid: ConsensusId, fault: ProposalFault) {
         tracing::debug!(leader = %self.leader(), %cid, ?fault, "invalid proposal from the leader");
         self.leader_fault = Some((cid, fault));
+        self.suspect(self.clients.head_requests(STOP_REQUESTS_MAX));
+    }
+
+    // ---- synchronization phase (leader change) -------------------------------------------
+
+    /// This replica suspects the current leader: ask for the next regency (once per change).
+    fn suspect(&mut self, requests: Vec<RequestEnvelope>) {
+        if self.sync.next_regency > self.regency {
+            return; // a change is already under way; its STOP is being retransmitted
+        }
+        self.start_stop(Regency(self.regency.0 + 1), requests);
+    }
+
+    /// Sends STOP(`regency`) to all and records it (SPEC §3: STOP(next regency, requests)).
+    fn start_stop(&mut self, regency: Regency, requests: Vec<RequestEnvelope>) {
+        debug_assert!(regency > self.regency);
+        if regency <= self.sync.next_regency && self.sync.next_regency > self.regency {
+            return;
+        }
+        self.sync.next_regency = regency;
+        let stop = Stop { regency, requests };
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::Stop(stop.clone())));
+        self.sync.own_stop = Some(stop);
+        self.sync.stop_retransmit_ms = Some(self.now_ms + self.params.request_timeout_ms);
+        self.sync.stops.insert(self.params.me, regency);
+        self.check_stops();
+    }
+
+    fn on_stop(&mut self, from: ReplicaId, stop: Stop) -> Result<(), Rejection> {
+        // The requests are learned whatever the regency (a faulty client may have sent them
+        // to some replicas only); the network stage kept only authentic ones.
+        for request in stop.requests {
+            let _ = self.clients.admit(request);
+        }
+        if stop.regency <= self.regency {
+            return Err(Rejection::Stale {
+                cid: self.instance.cid,
+            });
+        }
+        let entry = self.sync.stops.entry(from).or_insert(stop.regency);
+        *entry = (*entry).max(stop.regency);
+        self.check_stops();
+        Ok(())
+    }
+
+    /// Replicas that asked for regency `regency` or a later one.
+    fn stops_at_least(&self, regency: Regency) -> usize {
+        self.sync.stops.values().filter(|r| **r >= regency).count()
+    }
+
+    /// STOP thresholds: join a change that f+1 replicas want (one faulty replica cannot force
+    /// one); install it once n−f replicas want it.
+    fn check_stops(&mut self) {
+        let q = self.params.quorums;
+        let floor = self.sync.next_regency.max(self.regency);
+        let wanted: Vec<Regency> = self
+            .sync
+            .stops
+            .values()
+            .copied()
+            .filter(|r| *r > floor)
+            .collect();
+        if let Some(join) = wanted
+            .into_iter()
+            .filter(|r| self.stops_at_least(*r) >= q.stop_join())
+            .max()
+        {
+            tracing::debug!(regency = %join, "joining a leader change");
+            let requests = self.clients.head_requests(STOP_REQUESTS_MAX);
+            self.start_stop(join, requests);
+            return; // start_stop re-checks
+        }
+        let next = self.sync.next_regency;
+        if next > self.regency && self.stops_at_least(next) >= q.stop_install() {
+            self.install(next);
+        }
+    }
+
+    /// Installs `regency`: freezes the earlier epochs, sends STOPDATA to the new leader, and
+    /// waits for its SYNC.
+    fn install(&mut self, regency: Regency) {
+        debug_assert!(regency > self.regency);
+        self.regency = regency;
+        self.sync.next_regency = regency;
+        self.sync.stops.retain(|_, r| *r > regency);
+        self.sync.own_stop = None;
+        self.sync.stop_retransmit_ms = None;
+        self.sync.stopdata.clear();
+        self.sync.pending = None;
+        self.sync.waiting_sync = true;
+        let backoff = 1u64 << self.sync.failed_regencies.min(6);
+        self.sync.sync_deadline_ms = Some(self.now_ms + self.params.request_timeout_ms * backoff);
+        self.clients.restart_timers(self.now_ms);
+        self.stats.leader_changes += 1;
+        let leader = self.leader();
+        tracing::info!(%regency, %leader, cid = %self.instance.cid, "installed a new regency");
+        self.actions
+            .push_back(Action::RegencyInstalled { regency, leader });
+        let data = StopData {
+            regency,
+            last_decided: self.proven_last(),
+            collect: self.signed_collect(),
+        };
+        if leader == self.params.me {
+            self.sync.stopdata.insert(leader, data);
+            self.try_sync();
+        } else {
+            self.actions.push_back(Action::Send {
+                to: leader,
+                msg: PeerMessage::StopData(data),
+            });
+        }
+    }
+
+    /// The last decided instance with a verified proof, if one can be built.
+    fn proven_last(&mut self) -> Option<DecidedInstance> {
+        let last = self.decisions.last_cid()?;
+        self.decisions.proven(last, &self.checker)
+    }
+
+    /// This replica's signed collect for the instance in progress.
+    fn signed_collect(&self) -> SignedCollect {
+        let mut write_quorum = None;
+        let mut writes: BTreeMap<Digest, (Epoch, Bytes)> = BTreeMap::new();
+        for (epoch, state) in &self.instance.epochs {
+            let ProposalSlot::Valid(b) = &state.proposal else {
+                continue;
+            };
+            if state.accept_sent {
+                // BFT: ACCEPT is sent only on a WRITE quorum; CFT: accepting is the quorum step.
+                write_quorum = Some((*epoch, b.hash));
+            }
+            if state.write_sent {
+                writes.insert(b.hash, (*epoch, b.bytes.clone()));
+            }
+        }
+        let mut write_set: Vec<(Epoch, Bytes)> = writes.into_values().collect();
+        write_set.sort_by_key(|(e, _)| *e);
+        if write_set.len() > WRITE_SET_MAX {
+            write_set.drain(..write_set.len() - WRITE_SET_MAX);
+        }
+        let collect = Collect {
+            replica: self.params.me,
+            regency: self.regency,
+            cid: self.instance.cid,
+            write_quorum,
+            write_set,
+        };
+        let signature = self.key.sign(&collect_signing_bytes(&collect));
+        SignedCollect { collect, signature }
+    }
+
+    fn valid_collect(&self, sc: &SignedCollect, regency: Regency) -> bool {
+        let c = &sc.collect;
+        c.regency == regency
+            && self.params.members.contains(&c.replica)
+            && c.write_set.windows(2).all(|w| w[0].0 < w[1].0)
+            && self
+                .params
+                .members
+                .iter()
+                .position(|m| *m == c.replica)
+                .is_some_and(|i| {
+                    tagma_crypto::verify(
+                        &self.params.member_keys[i],
+                        &collect_signing_bytes(c),
+                        &sc.signature,
+                    )
+                    .is_ok()
+                })
+    }
+
+    /// New leader: a STOPDATA for the installed regency.
+    fn on_stopdata(&mut self, from: ReplicaId, mut data: StopData) -> Result<(), Rejection> {
+        if data.regency != self.regency || !self.is_leader() || !self.sync.waiting_sync {
+            return Err(Rejection::Stale {
+                cid: self.instance.cid,
+            });
+        }
+        if data.collect.collect.replica != from || !self.valid_collect(&data.collect, self.regency)
+        {
+            return Err(Rejection::InvalidStopData { from });
+        }
+        if data
+            .last_decided
+            .as_ref()
+            .is_some_and(|d| self.checker.check(d).is_none())
+        {
+            data.last_decided = None; // an unproven claim is ignored
+        }
+        self.sync.stopdata.insert(from, data);
+        self.try_sync();
+        Ok(())
+    }
+
+    /// The highest proven decision among STOPDATAs, the instance to synchronise, and the
+    /// normalised collects (reference §1.4d).
+    fn sync_inputs<'a>(
+        &self,
+        last: impl Iterator<Item = &'a DecidedInstance>,
+        collects: &[SignedCollect],
+    ) -> (Option<DecidedInstance>, ConsensusId, Vec<Normalized>) {
+        let last_highest = last.max_by_key(|d| d.cid).cloned();
+        let current = last_highest
+            .as_ref()
+            .map_or(ConsensusId(0), |d| d.cid.next());
+        let mut normalized: Vec<Normalized> = collects
+            .iter()
+            .map(|sc| {
+                let c = &sc.collect;
+                if c.cid != current {
+                    return Normalized::empty(c.replica);
+                }
+                Normalized {
+                    replica: c.replica,
+                    write_quorum: c.write_quorum,
+                    write_set: c
+                        .write_set
+                        .iter()
+                        .map(|(e, v)| (*e, tagma_crypto::digest(v), v.clone()))
+                        .collect(),
+                }
+            })
+            .collect();
+        normalized.sort_by_key(|n| n.replica);
+        normalized.dedup_by_key(|n| n.replica);
+        (last_highest, current, normalized)
+    }
+
+    /// New leader: once n−f STOPDATAs are in and the value choice is sound, send SYNC.
+    fn try_sync(&mut self) {
+        let q = self.params.quorums;
+        if self.sync.stopdata.len() < q.stop_install() {
+            return;
+        }
+        let collects: Vec<SignedCollect> = self
+            .sync
+            .stopdata
+            .values()
+            .map(|d| d.collect.clone())
+            .collect();
+        let lasts: Vec<DecidedInstance> = self
+            .sync
+            .stopdata
+            .values()
+            .filter_map(|d| d.last_decided.clone())
+            .collect();
+        let (last_decided, current, normalized) = self.sync_inputs(lasts.iter(), &collects);
+        let choice = sync::choose(&q, &normalized);
+        if choice == Choice::Unsound {
+            tracing::debug!(regency = %self.regency, "value choice not sound yet; waiting for more STOPDATA");
+            return;
+        }
+        // A fresh batch only if nothing can have been decided and this leader is up to date
+        // (its sessions must match the others' to build a valid batch).
+        let proposal = match (&choice, self.instance.cid == current) {
+            (Choice::Unbound, true) => self.build_batch().map(|(b, _)| b).unwrap_or_default(),
+            _ => Bytes::new(),
+        };
+        let sync = Sync {
+            regency: self.regency,
+            last_decided,
+            collects,
+            proposal,
+        };
+        tracing::info!(regency = %self.regency, cid = %current, bound = matches!(choice, Choice::Bound { .. }), "sending SYNC");
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::Sync(sync.clone())));
+        self.sync.stopdata.clear();
+        let me = self.params.me;
+        if let Err(r) = self.on_sync(me, sync, true) {
+            tracing::error!(reason = r.reason(), "own SYNC rejected");
+        }
+    }
+
+    /// A SYNC from the leader of `sync.regency`: re-check the evidence, then finalise.
+    fn on_sync(
+        &mut self,
+        from: ReplicaId,
+        sync: Sync,
+        proposal_authentic: bool,
+    ) -> Result<(), Rejection> {
+        let q = self.params.quorums;
+        if from != self.leader_of(sync.regency) {
+            return Err(Rejection::NotFromLeader { from });
+        }
+        if sync.regency < self.regency || (sync.regency == self.regency && !self.sync.waiting_sync)
+        {
+            return Err(Rejection::Stale {
+                cid: self.instance.cid,
+            });
+        }
+        let mut valid: Vec<SignedCollect> = sync
+            .collects
+            .iter()
+            .filter(|sc| self.valid_collect(sc, sync.regency))
+            .cloned()
+            .collect();
+        valid.sort_by_key(|sc| sc.collect.replica);
+        valid.dedup_by_key(|sc| sc.collect.replica);
+        let invalid = |me: &mut Self, reason: &'static str| {
+            // The leader of this regency sent bad evidence: move on to the next one.
+            let next = Regency(sync.regency.0 + 1);
+            if next > me.regency {
+                me.start_stop(next, me.clients.head_requests(STOP_REQUESTS_MAX));
+            }
+            Err(Rejection::InvalidSync { from, reason })
+        };
+        if valid.len() < q.stop_install() {
+            return invalid(self, "fewer than n-f valid collects");
+        }
+        let last_hash = match &sync.last_decided {
+            Some(d) => match self.checker.check(d) {
+                Some(h) => Some(h),
+                None => return invalid(self, "invalid proof of the last decided instance"),
+            },
+            None => None,
+        };
+        let (last_decided, current, normalized) =
+            self.sync_inputs(sync.last_decided.iter(), &valid);
+        debug_assert_eq!(last_decided.is_some(), last_hash.is_some());
+        let value = match sync::choose(&q, &normalized) {
+            Choice::Unsound => return invalid(self, "value choice not sound"),
+            Choice::Bound { value, .. } => Some((value, false)),
+            Choice::Unbound if sync.proposal.is_empty() => None,
+            Choice::Unbound => Some((sync.proposal.clone(), true)),
+        };
+        if sync.regency > self.regency {
+            // n−f valid collects prove that n−f replicas installed this regency.
+            self.install_silently(sync.regency);
+        }
+        self.sync.waiting_sync = false;
+        self.sync.sync_deadline_ms = None;
+        self.finalise(Finalise {
+            last_decided,
+            current_cid: current,
+            value,
+            proposal_authentic,
+        });
+        Ok(())
+    }
+
+    /// f+1 peers vote in an epoch above ours: a correct replica installed that regency
+    /// without us (we were down or cut off). Adopt it: we only stop voting in older epochs,
+    /// and catch up on the instances it decided through decision forwarding.
+    fn note_epoch(&mut self, from: ReplicaId, epoch: Epoch) {
+        if epoch <= self.epoch() {
+            return;
+        }
+        let seen = self.sync.epochs_seen.entry(from).or_insert(epoch);
+        *seen = (*seen).max(epoch);
+        let one_correct = self.params.quorums.one_correct();
+        let adopt = self
+            .sync
+            .epochs_seen
+            .values()
+            .copied()
+            .filter(|e| *e > self.epoch())
+            .filter(|e| self.sync.epochs_seen.values().filter(|x| **x >= *e).count() >= one_correct)
+            .max();
+        if let Some(e) = adopt {
+            tracing::info!(
+                regency = e.0,
+                "f+1 replicas vote in a later regency: adopting it"
+            );
+            self.install_silently(Regency(e.0));
+            self.sync.waiting_sync = false;
+            self.sync.sync_deadline_ms = None;
+        }
+    }
+
+    /// Adopts a regency proven by a SYNC without going through STOPs.
+    fn install_silently(&mut self, regency: Regency) {
+        self.regency = regency;
+        self.sync.epochs_seen.retain(|_, e| e.0 > regency.0);
+        self.sync.next_regency = regency;
+        self.sync.stops.retain(|_, r| *r > regency);
+        self.sync.own_stop = None;
+        self.sync.stop_retransmit_ms = None;
+        self.sync.stopdata.clear();
+        self.clients.restart_timers(self.now_ms);
+        self.stats.leader_changes += 1;
+        let leader = self.leader();
+        self.actions
+            .push_back(Action::RegencyInstalled { regency, leader });
+    }
+
+    /// Applies a verified SYNC (reference §1.4g): catch up to its last decided instance,
+    /// then run the instance in progress in the new epoch with the chosen value.
+    fn finalise(&mut self, f: Finalise) {
+        if let Some(d) = &f.last_decided
+            && d.cid >= self.instance.cid
+        {
+            if d.cid > self.instance.cid {
+                // Behind by more than one: fetch the missing decisions first.
+                tracing::debug!(next = %self.instance.cid, target = %d.cid, "behind the SYNC: catching up");
+                self.sync.pending = Some(f);
+                self.request_decisions();
+                return;
+            }
+            let hash = tagma_crypto::digest(&d.batch);
+            let decided = d.clone();
+            if !self.commit_proven(decided, hash) {
+                return;
+            }
+        }
+        let cid = self.instance.cid;
+        if cid > f.current_cid {
+            // Ahead: we decided the synchronised instance already; help the others.
+            if let Some(d) = self.decisions.proven(f.current_cid, &self.checker) {
+                self.actions
+                    .push_back(Action::Broadcast(PeerMessage::Decision(d)));
+            }
+            return;
+        }
+        let epoch = self.epoch();
+        let Some((bytes, fresh)) = f.value else {
+            return;
+        };
+        let Ok(batch) = Batch::decode(&bytes) else {
+            self.suspect(self.clients.head_requests(STOP_REQUESTS_MAX));
+            return;
+        };
+        if fresh
+            && let Err(fault) = self.clients.validate_proposal(
+                &batch,
+                bytes.len(),
+                f.proposal_authentic,
+                self.last_decided_timestamp_ms,
+            )
+        {
+            self.suspect_leader(cid, fault);
+            return;
+        }
+        let hash = tagma_crypto::digest(&bytes);
+        if !self.instance.epoch_mut(epoch).proposal.is_empty() {
+            return;
+        }
+        // The SYNC's value plays the role of the PROPOSE of the new epoch.
+        self.take_proposal(
+            epoch,
+            VerifiedBatch {
+                bytes,
+                hash,
+                batch,
+                authentic: true,
+            },
+        );
+    }
+
+    // ---- catch-up (decision forwarding) ---------------------------------------------------
+
+    /// A peer sent a message for a later instance: if f+1 peers are ahead, we are behind.
+    fn note_ahead(&mut self, from: ReplicaId, cid: ConsensusId) {
+        let seen = self.catch_up.highest_seen.entry(from).or_insert(cid);
+        *seen = (*seen).max(cid);
+        let next = self.instance.cid;
+        let ahead = self
+            .catch_up
+            .highest_seen
+            .values()
+            .filter(|c| **c > next)
+            .count();
+        if ahead >= self.params.quorums.one_correct() && self.catch_up.behind_since_ms.is_none() {
+            // Messages for the next instance routinely arrive a little early; wait a quarter
+            // period before asking.
+            self.catch_up.behind_since_ms = Some(self.now_ms);
+            self.catch_up.next_request_ms =
+                self.now_ms + (self.params.request_timeout_ms / 4).max(1);
+        }
+    }
+
+    fn maybe_request_decisions(&mut self) {
+        if self.catch_up.behind_since_ms.is_some() && self.now_ms >= self.catch_up.next_request_ms {
+            self.request_decisions();
+        }
+    }
+
+    /// Asks every peer for the next instance's decision.
+    fn request_decisions(&mut self) {
+        let cid = self.instance.cid;
+        self.catch_up.behind_since_ms.get_or_insert(self.now_ms);
+        self.catch_up.next_request_ms = self.now_ms + (self.params.request_timeout_ms / 2).max(1);
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::DecisionRequest { cid }));
+        let furthest = self
+            .catch_up
+            .highest_seen
+            .values()
+            .copied()
+            .max()
+            .unwrap_or(cid);
+        if furthest.0.saturating_sub(cid.0) > self.params.decisions_kept as u64
+            && !self.catch_up.state_transfer_signalled
+        {
+            self.catch_up.state_transfer_signalled = true;
+            let known_decided = ConsensusId(furthest.0.saturating_sub(1));
+            self.actions.push_back(Action::StateTransferNeeded {
+                next_cid: cid,
+                known_decided,
+            });
+        }
+    }
+
+    fn on_decision_request(&mut self, from: ReplicaId, cid: ConsensusId) {
+        if let Some(d) = self.decisions.proven(cid, &self.checker) {
+            self.actions.push_back(Action::Send {
+                to: from,
+                msg: PeerMessage::Decision(d),
+            });
+        }
+    }
+
+    fn on_decision(&mut self, from: ReplicaId, decided: DecidedInstance) -> Result<(), Rejection> {
+        let next = self.instance.cid;
+        if decided.cid < next {
+            return Err(Rejection::Stale { cid: decided.cid });
+        }
+        let Some(hash) = self.checker.check(&decided) else {
+            return Err(Rejection::InvalidProof {
+                from,
+                cid: decided.cid,
+            });
+        };
+        if decided.cid == next {
+            self.commit_proven(decided, hash);
+            if self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some() {
+                self.request_decisions();
+            }
+        } else if self.catch_up.future.len() < FUTURE_DECISIONS_MAX {
+            self.catch_up.future.insert(decided.cid, decided);
+        }
+        Ok(())
     }
 }
 
@@ -738,6 +1714,10 @@ struct EpochState {
     proposal: ProposalSlot,
     writes: Votes,
     accepts: Votes,
+    /// ACCEPT signatures received (unverified) with the hash each signed.
+    accept_signatures: BTreeMap<ReplicaId, (Digest, Signature)>,
+    /// This replica has voted for the proposal (WRITE in BFT, ACCEPT in CFT).
+    write_sent: bool,
     /// This replica has sent (and counted) its ACCEPT.
     accept_sent: bool,
 }
@@ -748,6 +1728,11 @@ enum ProposalSlot {
     #[default]
     Empty,
     Valid(VerifiedBatch),
+    /// Valid except that this replica could not verify a request's authentication (its MAC
+    /// entry may have been corrupted by a faulty client). It is not voted for until f+1
+    /// other replicas vouch for it (then a correct one verified it), and is decided if a
+    /// quorum accepts it.
+    Unverified(VerifiedBatch),
     /// Rejected; the hash of its batch (`None`: undecodable).
     Invalid(Option<Digest>),
 }
@@ -760,7 +1745,7 @@ impl ProposalSlot {
     fn hash(&self) -> Option<Option<Digest>> {
         match self {
             ProposalSlot::Empty => None,
-            ProposalSlot::Valid(b) => Some(Some(b.hash)),
+            ProposalSlot::Valid(b) | ProposalSlot::Unverified(b) => Some(Some(b.hash)),
             ProposalSlot::Invalid(h) => Some(*h),
         }
     }
@@ -790,6 +1775,10 @@ impl Votes {
     }
     fn count(&self, hash: Digest) -> usize {
         self.tally.get(&hash).copied().unwrap_or(0)
+    }
+    /// Votes for `hash` from senders other than `me`.
+    fn count_except(&self, hash: Digest, me: ReplicaId) -> usize {
+        self.count(hash) - usize::from(self.by_sender.get(&me) == Some(&hash))
     }
 }
 

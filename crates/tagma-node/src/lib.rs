@@ -30,13 +30,13 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 use tagma_core::config::ReplicaInfo;
-use tagma_core::{Action, Decision, PeerInput, Replica, ReplicaParams, ValidConfig, VerifiedBatch};
+use tagma_core::{Action, Decision, PeerInput, Replica, ReplicaParams, ValidConfig};
 use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
 use tagma_net::{FrameReader, FrameWriter, KeyDirectory, LocalIdentity, NetError, NetLimits};
 use tagma_wire::{
-    Batch, ClientId, ClientMessage, Decode, Encode, PeerMessage, PublicKey, ReplicaId,
-    ReplicaMessage, RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
+    ClientId, ClientMessage, Decode, Encode, PeerMessage, PublicKey, ReplicaId, ReplicaMessage,
+    RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
 };
 use tracing::{debug, info, info_span, warn};
 
@@ -256,7 +256,13 @@ pub fn start<S: Service>(
     let sh = shared.clone();
     let params = ReplicaParams::from_config(&cfg, me);
     threads.push(spawn("consensus".into(), me, move || {
-        consensus_loop(&sh, Replica::new(params), consensus_rx, peer_links, exec_tx)
+        consensus_loop(
+            &sh,
+            Replica::new(params, (*sh.key).clone()),
+            consensus_rx,
+            peer_links,
+            exec_tx,
+        )
     }));
     let executor = Executor::new(
         service,
@@ -353,52 +359,25 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
                 continue;
             }
         };
-        let input = match msg {
-            PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
-                Ok(batch) => {
-                    let hash = tagma_crypto::digest(&p.batch);
-                    let authentic = match sh.verifier.verify_all(&batch.requests, threads) {
-                        Ok(()) => true,
-                        Err(e) => {
-                            sh.reject(
-                                e.reason(),
-                                format_args!(
-                                    "request in PROPOSE {} from replica {from}: {e}",
-                                    p.cid
-                                ),
-                            );
-                            false
-                        }
-                    };
-                    PeerInput::Propose {
-                        cid: p.cid,
-                        epoch: p.epoch,
-                        batch: VerifiedBatch {
-                            bytes: p.batch,
-                            hash,
-                            batch,
-                            authentic,
-                        },
-                    }
-                }
+        // Decode and hash batches, authenticate requests, here — off the consensus thread.
+        let input = PeerInput::from_message(msg, |requests| {
+            match sh.verifier.verify_all(requests, threads) {
+                Ok(()) => true,
                 Err(e) => {
                     sh.reject(
-                        "malformed_batch",
-                        format_args!("PROPOSE {} from replica {from}: {e}", p.cid),
+                        e.reason(),
+                        format_args!("request relayed by replica {from}: {e}"),
                     );
-                    PeerInput::UndecodablePropose {
-                        cid: p.cid,
-                        epoch: p.epoch,
-                    }
+                    false
                 }
-            },
-            PeerMessage::Write(v) => PeerInput::Write(v),
-            PeerMessage::Accept(v) => PeerInput::Accept(v),
-            PeerMessage::Forward(request) => {
-                let authentic = sh.verifier.verify(&request).is_ok();
-                PeerInput::Forward { request, authentic }
             }
-        };
+        });
+        if let PeerInput::UndecodablePropose { cid, .. } = &input {
+            sh.reject(
+                "malformed_batch",
+                format_args!("PROPOSE {cid} from replica {from}"),
+            );
+        }
         if sh
             .consensus_tx
             .send(ConsensusEvent::Peer { from, input })
@@ -725,6 +704,29 @@ fn consensus_loop(
                     if exec_tx.send(ExecEvent::Resend { client, seq }).is_err() {
                         return;
                     }
+                }
+                Action::RegencyInstalled { regency, leader } => {
+                    sh.metrics
+                        .regency
+                        .store(u64::from(regency.0), Ordering::Relaxed);
+                    sh.metrics
+                        .leader
+                        .store(u64::from(leader.0), Ordering::Relaxed);
+                    info!(
+                        regency = regency.0,
+                        leader = leader.0,
+                        "leader change: new regency installed"
+                    );
+                }
+                Action::StateTransferNeeded {
+                    next_cid,
+                    known_decided,
+                } => {
+                    warn!(
+                        next = next_cid.0,
+                        decided_elsewhere = known_decided.0,
+                        "too far behind for decision forwarding; state transfer is not implemented yet"
+                    );
                 }
             }
         }

@@ -27,6 +27,9 @@ pub struct Metrics {
     pub peer_messages_dropped: AtomicU64,
     pub client_connections: AtomicU64,
     pub peer_connections: AtomicU64,
+    /// Installed regency and its leader (gauges).
+    pub regency: AtomicU64,
+    pub leader: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -48,7 +51,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 10] = [
+        let counters: [(&str, &str, &AtomicU64); 12] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -98,6 +101,16 @@ impl Metrics {
                 "tagma_peer_connections",
                 "Open inbound replica connections",
                 &self.peer_connections,
+            ),
+            (
+                "tagma_regency",
+                "Installed regency (leader changes so far)",
+                &self.regency,
+            ),
+            (
+                "tagma_leader",
+                "Replica id of the current leader",
+                &self.leader,
             ),
         ];
         for (name, help, v) in counters {

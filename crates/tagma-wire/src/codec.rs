@@ -23,6 +23,23 @@
 //! | `RequestAuth` | tag `u8`: 0 = Macs (`u8` count, count × 16 bytes); 1 = Signature (64 bytes) |
 //! | `RequestEnvelope` | `Request` then `RequestAuth` |
 //! | `Batch` | version `u8` ([`WIRE_VERSION`]), timestamp_ms `u64`, seed `u64`, count `u32`, envelopes |
+//! | `Option<T>` | `u8` 0 (`None`) or 1 (`Some`, then `T`); any other byte is [`WireError::UnknownTag`] |
+//! | `Vote` | cid `u64`, epoch `u32`, hash 32 bytes — 44 bytes |
+//! | `Accept` | `Vote` then signature 64 bytes — 108 bytes |
+//! | `DecisionProof` | epoch `u32`, count `u32`, count × (replica `u32`, signature 64 bytes); signers strictly ascending |
+//! | `DecidedInstance` | cid `u64`, batch (`u32` len + encoded `Batch`, carried opaquely), `DecisionProof` |
+//! | `Stop` | regency `u32`, count `u32`, envelopes |
+//! | `Collect` | replica `u32`, regency `u32`, cid `u64`, write_quorum `Option<(epoch u32, hash 32 bytes)>`, count `u32`, count × (epoch `u32`, batch `u32` len + bytes); epochs strictly ascending |
+//! | `SignedCollect` | `Collect` then signature 64 bytes |
+//! | `StopData` | regency `u32`, last_decided `Option<DecidedInstance>`, `SignedCollect` |
+//! | `Sync` | regency `u32`, last_decided `Option<DecidedInstance>`, count `u32`, count × `SignedCollect`, proposal (`u32` len + bytes) |
+//!
+//! These standalone encodings carry no version byte (like `Request`); the version is that of
+//! the enclosing top-level message. Ordering constraints (proof signers, write-set epochs) make
+//! the encoding canonical: the decoder rejects a violation as [`WireError::Invalid`] (`"proof
+//! signers order"`, `"write set order"`), and the encoder writes vectors as given, so a value
+//! that breaks them encodes to bytes that do not decode. A [`SignedCollect`]'s signature covers
+//! [`collect_signing_bytes`]: `"tagma v1 collect\0"` followed by the `Collect` encoding.
 //!
 //! A zero-length-payload ordered request with a 4-entry MAC authenticator (a 4-replica view)
 //! encodes as a **91-byte** envelope: 25 (request) + 1 (auth tag) + 1 (count) + 4 × 16 (MACs).
@@ -35,8 +52,13 @@
 //! |---------|-----|--------|
 //! | `PeerMessage::Propose` | 1 | cid `u64`, epoch `u32`, batch (`u32` len + encoded `Batch`, carried opaquely) |
 //! | `PeerMessage::Write` | 2 | cid `u64`, epoch `u32`, hash 32 bytes |
-//! | `PeerMessage::Accept` | 3 | cid `u64`, epoch `u32`, hash 32 bytes |
+//! | `PeerMessage::Accept` | 3 | `Accept`: cid `u64`, epoch `u32`, hash 32 bytes, signature 64 bytes |
 //! | `PeerMessage::Forward` | 4 | `RequestEnvelope` |
+//! | `PeerMessage::Stop` | 5 | `Stop` |
+//! | `PeerMessage::StopData` | 6 | `StopData` |
+//! | `PeerMessage::Sync` | 7 | `Sync` |
+//! | `PeerMessage::DecisionRequest` | 8 | cid `u64` |
+//! | `PeerMessage::Decision` | 9 | `DecidedInstance` |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
@@ -45,7 +67,7 @@
 //! | `Handshake::Proof` | 2 | signature 64 bytes |
 //!
 //! Encoding cannot fail; it panics only on values that cannot be represented (a MAC vector of
-//! more than 255 entries, a byte field or batch of more than `u32::MAX` bytes/entries), which
+//! more than 255 entries, a byte field or vector of more than `u32::MAX` bytes/entries), which
 //! are programming errors, never outside input. Decoding never panics.
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -125,6 +147,11 @@ const PEER_PROPOSE: u8 = 1;
 const PEER_WRITE: u8 = 2;
 const PEER_ACCEPT: u8 = 3;
 const PEER_FORWARD: u8 = 4;
+const PEER_STOP: u8 = 5;
+const PEER_STOP_DATA: u8 = 6;
+const PEER_SYNC: u8 = 7;
+const PEER_DECISION_REQUEST: u8 = 8;
+const PEER_DECISION: u8 = 9;
 
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
@@ -526,10 +553,31 @@ impl Decode for Handshake {
 }
 
 // ----------------------------------------------------------------------------------------------
-// PeerMessage
+// Votes, ACCEPTs and decision proofs
 // ----------------------------------------------------------------------------------------------
 
 const VOTE_LEN: usize = 8 + 4 + Digest::LEN;
+
+/// Encoded size of an [`Accept`]: the vote then the signature.
+const ACCEPT_LEN: usize = VOTE_LEN + Signature::LEN;
+
+/// Encoded size of one [`DecisionProof`] entry: signer then signature.
+const PROOF_ENTRY_LEN: usize = 4 + Signature::LEN;
+
+/// Smallest possible encoded [`Collect`]: replica, regency, cid, `None`, empty write set.
+const COLLECT_MIN_LEN: usize = 4 + 4 + 8 + 1 + 4;
+
+/// Smallest possible encoded [`SignedCollect`].
+const SIGNED_COLLECT_MIN_LEN: usize = COLLECT_MIN_LEN + Signature::LEN;
+
+/// Smallest possible encoded write-set entry: epoch and an empty byte field.
+const WRITE_ENTRY_MIN_LEN: usize = 4 + 4;
+
+/// Domain separator of [`collect_signing_bytes`].
+const COLLECT_DOMAIN: &[u8] = b"tagma v1 collect\0";
+
+const OPTION_NONE: u8 = 0;
+const OPTION_SOME: u8 = 1;
 
 fn put_vote(out: &mut BytesMut, vote: &Vote) {
     out.put_u64_le(vote.cid.0);
@@ -545,6 +593,313 @@ fn read_vote(r: &mut Reader<'_>) -> Result<Vote, WireError> {
     })
 }
 
+fn put_accept(out: &mut BytesMut, accept: &Accept) {
+    put_vote(out, &accept.vote);
+    out.put_slice(&accept.signature.0);
+}
+
+fn read_accept(r: &mut Reader<'_>) -> Result<Accept, WireError> {
+    Ok(Accept {
+        vote: read_vote(r)?,
+        signature: Signature(r.array()?),
+    })
+}
+
+/// `u8` presence tag (0 = `None`, 1 = `Some`) then the value.
+fn option_len<T>(value: Option<&T>, len: impl FnOnce(&T) -> usize) -> usize {
+    1 + value.map_or(0, len)
+}
+
+fn put_option<T>(out: &mut BytesMut, value: Option<&T>, put: impl FnOnce(&mut BytesMut, &T)) {
+    match value {
+        None => out.put_u8(OPTION_NONE),
+        Some(v) => {
+            out.put_u8(OPTION_SOME);
+            put(out, v);
+        }
+    }
+}
+
+fn read_option<T>(
+    r: &mut Reader<'_>,
+    read: impl FnOnce(&mut Reader<'_>) -> Result<T, WireError>,
+) -> Result<Option<T>, WireError> {
+    match r.u8()? {
+        OPTION_NONE => Ok(None),
+        OPTION_SOME => read(r).map(Some),
+        tag => Err(WireError::UnknownTag {
+            what: "option",
+            tag,
+        }),
+    }
+}
+
+fn proof_len(proof: &DecisionProof) -> usize {
+    4 + 4 + proof.accepts.len() * PROOF_ENTRY_LEN
+}
+
+fn put_proof(out: &mut BytesMut, proof: &DecisionProof) {
+    out.put_u32_le(proof.epoch.0);
+    put_len(out, proof.accepts.len(), "decision proof");
+    for (signer, signature) in &proof.accepts {
+        out.put_u32_le(signer.0);
+        out.put_slice(&signature.0);
+    }
+}
+
+fn read_proof(r: &mut Reader<'_>) -> Result<DecisionProof, WireError> {
+    let epoch = Epoch(r.u32()?);
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, PROOF_ENTRY_LEN, "decision proof")?;
+    let mut accepts: Vec<(ReplicaId, Signature)> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let signer = ReplicaId(r.u32()?);
+        if accepts.last().is_some_and(|(prev, _)| prev.0 >= signer.0) {
+            return Err(WireError::Invalid {
+                what: "proof signers order",
+            });
+        }
+        accepts.push((signer, Signature(r.array()?)));
+    }
+    Ok(DecisionProof { epoch, accepts })
+}
+
+fn decided_len(decided: &DecidedInstance) -> usize {
+    8 + 4 + decided.batch.len() + proof_len(&decided.proof)
+}
+
+fn put_decided(out: &mut BytesMut, decided: &DecidedInstance) {
+    out.put_u64_le(decided.cid.0);
+    put_bytes(out, &decided.batch);
+    put_proof(out, &decided.proof);
+}
+
+fn read_decided(r: &mut Reader<'_>) -> Result<DecidedInstance, WireError> {
+    Ok(DecidedInstance {
+        cid: ConsensusId(r.u64()?),
+        batch: r.bytes()?,
+        proof: read_proof(r)?,
+    })
+}
+
+fn last_decided_len(decided: &Option<DecidedInstance>) -> usize {
+    option_len(decided.as_ref(), decided_len)
+}
+
+// ----------------------------------------------------------------------------------------------
+// Leader change: STOP, collects, STOPDATA, SYNC
+// ----------------------------------------------------------------------------------------------
+
+fn envelopes_len(envs: &[RequestEnvelope]) -> usize {
+    4 + envs.iter().map(envelope_len).sum::<usize>()
+}
+
+fn put_envelopes(out: &mut BytesMut, envs: &[RequestEnvelope], what: &str) {
+    put_len(out, envs.len(), what);
+    for env in envs {
+        put_envelope(out, env);
+    }
+}
+
+fn read_envelopes(
+    r: &mut Reader<'_>,
+    what: &'static str,
+) -> Result<Vec<RequestEnvelope>, WireError> {
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, ENVELOPE_MIN_LEN, what)?;
+    let mut envs = Vec::with_capacity(count);
+    for _ in 0..count {
+        envs.push(read_envelope(r)?);
+    }
+    Ok(envs)
+}
+
+fn stop_len(stop: &Stop) -> usize {
+    4 + envelopes_len(&stop.requests)
+}
+
+fn put_stop(out: &mut BytesMut, stop: &Stop) {
+    out.put_u32_le(stop.regency.0);
+    put_envelopes(out, &stop.requests, "stop requests");
+}
+
+fn read_stop(r: &mut Reader<'_>) -> Result<Stop, WireError> {
+    Ok(Stop {
+        regency: Regency(r.u32()?),
+        requests: read_envelopes(r, "stop requests")?,
+    })
+}
+
+fn collect_len(collect: &Collect) -> usize {
+    4 + 4
+        + 8
+        + option_len(collect.write_quorum.as_ref(), |_| 4 + Digest::LEN)
+        + 4
+        + collect
+            .write_set
+            .iter()
+            .map(|(_, batch)| 4 + 4 + batch.len())
+            .sum::<usize>()
+}
+
+fn put_collect(out: &mut BytesMut, collect: &Collect) {
+    out.put_u32_le(collect.replica.0);
+    out.put_u32_le(collect.regency.0);
+    out.put_u64_le(collect.cid.0);
+    put_option(out, collect.write_quorum.as_ref(), |out, (epoch, hash)| {
+        out.put_u32_le(epoch.0);
+        out.put_slice(&hash.0);
+    });
+    put_len(out, collect.write_set.len(), "write set");
+    for (epoch, batch) in &collect.write_set {
+        out.put_u32_le(epoch.0);
+        put_bytes(out, batch);
+    }
+}
+
+fn read_collect(r: &mut Reader<'_>) -> Result<Collect, WireError> {
+    let replica = ReplicaId(r.u32()?);
+    let regency = Regency(r.u32()?);
+    let cid = ConsensusId(r.u64()?);
+    let write_quorum = read_option(r, |r| Ok((Epoch(r.u32()?), Digest(r.array()?))))?;
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, WRITE_ENTRY_MIN_LEN, "write set")?;
+    let mut write_set: Vec<(Epoch, Bytes)> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let epoch = Epoch(r.u32()?);
+        if write_set.last().is_some_and(|(prev, _)| prev.0 >= epoch.0) {
+            return Err(WireError::Invalid {
+                what: "write set order",
+            });
+        }
+        write_set.push((epoch, r.bytes()?));
+    }
+    Ok(Collect {
+        replica,
+        regency,
+        cid,
+        write_quorum,
+        write_set,
+    })
+}
+
+fn signed_collect_len(signed: &SignedCollect) -> usize {
+    collect_len(&signed.collect) + Signature::LEN
+}
+
+fn put_signed_collect(out: &mut BytesMut, signed: &SignedCollect) {
+    put_collect(out, &signed.collect);
+    out.put_slice(&signed.signature.0);
+}
+
+fn read_signed_collect(r: &mut Reader<'_>) -> Result<SignedCollect, WireError> {
+    Ok(SignedCollect {
+        collect: read_collect(r)?,
+        signature: Signature(r.array()?),
+    })
+}
+
+fn stop_data_len(sd: &StopData) -> usize {
+    4 + last_decided_len(&sd.last_decided) + signed_collect_len(&sd.collect)
+}
+
+fn put_stop_data(out: &mut BytesMut, sd: &StopData) {
+    out.put_u32_le(sd.regency.0);
+    put_option(out, sd.last_decided.as_ref(), put_decided);
+    put_signed_collect(out, &sd.collect);
+}
+
+fn read_stop_data(r: &mut Reader<'_>) -> Result<StopData, WireError> {
+    Ok(StopData {
+        regency: Regency(r.u32()?),
+        last_decided: read_option(r, read_decided)?,
+        collect: read_signed_collect(r)?,
+    })
+}
+
+fn sync_len(sync: &Sync) -> usize {
+    4 + last_decided_len(&sync.last_decided)
+        + 4
+        + sync.collects.iter().map(signed_collect_len).sum::<usize>()
+        + 4
+        + sync.proposal.len()
+}
+
+fn put_sync(out: &mut BytesMut, sync: &Sync) {
+    out.put_u32_le(sync.regency.0);
+    put_option(out, sync.last_decided.as_ref(), put_decided);
+    put_len(out, sync.collects.len(), "sync collects");
+    for signed in &sync.collects {
+        put_signed_collect(out, signed);
+    }
+    put_bytes(out, &sync.proposal);
+}
+
+fn read_sync(r: &mut Reader<'_>) -> Result<Sync, WireError> {
+    let regency = Regency(r.u32()?);
+    let last_decided = read_option(r, read_decided)?;
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, SIGNED_COLLECT_MIN_LEN, "sync collects")?;
+    let mut collects = Vec::with_capacity(count);
+    for _ in 0..count {
+        collects.push(read_signed_collect(r)?);
+    }
+    Ok(Sync {
+        regency,
+        last_decided,
+        collects,
+        proposal: r.bytes()?,
+    })
+}
+
+/// The bytes a [`SignedCollect`] signature covers: the domain separator `"tagma v1 collect\0"`
+/// followed by the collect's encoding.
+pub fn collect_signing_bytes(collect: &Collect) -> Bytes {
+    let mut out = BytesMut::with_capacity(COLLECT_DOMAIN.len() + collect_len(collect));
+    out.put_slice(COLLECT_DOMAIN);
+    put_collect(&mut out, collect);
+    out.freeze()
+}
+
+/// Standalone `Encode`/`Decode` (no version byte) for a type with `put`/`read`/`len` helpers.
+macro_rules! standalone {
+    ($ty:ty, $put:ident, $read:ident, $len:expr) => {
+        impl Encode for $ty {
+            fn encode(&self, out: &mut BytesMut) {
+                out.reserve(self.encoded_len());
+                $put(out, self);
+            }
+            fn encoded_len(&self) -> usize {
+                ($len)(self)
+            }
+        }
+
+        impl Decode for $ty {
+            fn decode(bytes: &Bytes) -> Result<Self, WireError> {
+                decode_all(bytes, $read)
+            }
+        }
+    };
+}
+
+standalone!(Accept, put_accept, read_accept, |_: &Accept| ACCEPT_LEN);
+standalone!(DecisionProof, put_proof, read_proof, proof_len);
+standalone!(DecidedInstance, put_decided, read_decided, decided_len);
+standalone!(Stop, put_stop, read_stop, stop_len);
+standalone!(Collect, put_collect, read_collect, collect_len);
+standalone!(
+    SignedCollect,
+    put_signed_collect,
+    read_signed_collect,
+    signed_collect_len
+);
+standalone!(StopData, put_stop_data, read_stop_data, stop_data_len);
+standalone!(Sync, put_sync, read_sync, sync_len);
+
+// ----------------------------------------------------------------------------------------------
+// PeerMessage
+// ----------------------------------------------------------------------------------------------
+
 impl Encode for PeerMessage {
     fn encode(&self, out: &mut BytesMut) {
         out.reserve(self.encoded_len());
@@ -559,13 +914,33 @@ impl Encode for PeerMessage {
                 put_header(out, PEER_WRITE);
                 put_vote(out, v);
             }
-            PeerMessage::Accept(v) => {
+            PeerMessage::Accept(a) => {
                 put_header(out, PEER_ACCEPT);
-                put_vote(out, v);
+                put_accept(out, a);
             }
             PeerMessage::Forward(env) => {
                 put_header(out, PEER_FORWARD);
                 put_envelope(out, env);
+            }
+            PeerMessage::Stop(stop) => {
+                put_header(out, PEER_STOP);
+                put_stop(out, stop);
+            }
+            PeerMessage::StopData(sd) => {
+                put_header(out, PEER_STOP_DATA);
+                put_stop_data(out, sd);
+            }
+            PeerMessage::Sync(sync) => {
+                put_header(out, PEER_SYNC);
+                put_sync(out, sync);
+            }
+            PeerMessage::DecisionRequest { cid } => {
+                put_header(out, PEER_DECISION_REQUEST);
+                out.put_u64_le(cid.0);
+            }
+            PeerMessage::Decision(decided) => {
+                put_header(out, PEER_DECISION);
+                put_decided(out, decided);
             }
         }
     }
@@ -573,8 +948,14 @@ impl Encode for PeerMessage {
         HEADER_LEN
             + match self {
                 PeerMessage::Propose(p) => 8 + 4 + 4 + p.batch.len(),
-                PeerMessage::Write(_) | PeerMessage::Accept(_) => VOTE_LEN,
+                PeerMessage::Write(_) => VOTE_LEN,
+                PeerMessage::Accept(_) => ACCEPT_LEN,
                 PeerMessage::Forward(env) => envelope_len(env),
+                PeerMessage::Stop(stop) => stop_len(stop),
+                PeerMessage::StopData(sd) => stop_data_len(sd),
+                PeerMessage::Sync(sync) => sync_len(sync),
+                PeerMessage::DecisionRequest { .. } => 8,
+                PeerMessage::Decision(decided) => decided_len(decided),
             }
     }
 }
@@ -588,8 +969,15 @@ impl Decode for PeerMessage {
                 batch: r.bytes()?,
             })),
             PEER_WRITE => Ok(PeerMessage::Write(read_vote(r)?)),
-            PEER_ACCEPT => Ok(PeerMessage::Accept(read_vote(r)?)),
+            PEER_ACCEPT => Ok(PeerMessage::Accept(read_accept(r)?)),
             PEER_FORWARD => Ok(PeerMessage::Forward(read_envelope(r)?)),
+            PEER_STOP => Ok(PeerMessage::Stop(read_stop(r)?)),
+            PEER_STOP_DATA => Ok(PeerMessage::StopData(read_stop_data(r)?)),
+            PEER_SYNC => Ok(PeerMessage::Sync(read_sync(r)?)),
+            PEER_DECISION_REQUEST => Ok(PeerMessage::DecisionRequest {
+                cid: ConsensusId(r.u64()?),
+            }),
+            PEER_DECISION => Ok(PeerMessage::Decision(read_decided(r)?)),
             tag => Err(WireError::UnknownTag {
                 what: "peer message",
                 tag,

@@ -15,7 +15,9 @@ pub mod codec;
 pub mod ids;
 pub mod message;
 
-pub use codec::{Decode, Encode, MAX_MAC_ENTRIES, REQUEST_HEADER_LEN, WireError};
+pub use codec::{
+    Decode, Encode, MAX_MAC_ENTRIES, REQUEST_HEADER_LEN, WireError, collect_signing_bytes,
+};
 pub use ids::*;
 pub use message::*;
 

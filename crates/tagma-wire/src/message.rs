@@ -78,14 +78,119 @@ pub struct Vote {
     pub hash: Digest,
 }
 
+/// Mod-SMaRt step 3: an ACCEPT vote, signed by its sender so that a quorum of ACCEPTs forms a
+/// [`DecisionProof`] that any third replica can check. The signature covers
+/// [`accept_signing_bytes`] of the vote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Accept {
+    pub vote: Vote,
+    pub signature: Signature,
+}
+
+/// The bytes an ACCEPT signature covers: a domain separator, cid, epoch and batch hash.
+pub fn accept_signing_bytes(vote: &Vote) -> [u8; ACCEPT_SIGNING_LEN] {
+    let mut out = [0u8; ACCEPT_SIGNING_LEN];
+    out[..16].copy_from_slice(b"tagma v1 accept\0");
+    out[16..24].copy_from_slice(&vote.cid.0.to_le_bytes());
+    out[24..28].copy_from_slice(&vote.epoch.0.to_le_bytes());
+    out[28..60].copy_from_slice(&vote.hash.0);
+    out
+}
+
+/// Length of [`accept_signing_bytes`].
+pub const ACCEPT_SIGNING_LEN: usize = 60;
+
+/// Transferable evidence that a batch was decided: ACCEPT signatures of a quorum of distinct
+/// replicas for the same (cid, epoch, hash). The cid and hash come from the enclosing
+/// [`DecidedInstance`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecisionProof {
+    pub epoch: Epoch,
+    /// (signer, signature over `accept_signing_bytes`), ascending by signer.
+    pub accepts: Vec<(ReplicaId, Signature)>,
+}
+
+/// A decided instance with its proof: the batch bytes (their BLAKE3 hash is the decided
+/// value) and the signed ACCEPTs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DecidedInstance {
+    pub cid: ConsensusId,
+    /// The encoded [`Batch`].
+    pub batch: Bytes,
+    pub proof: DecisionProof,
+}
+
+/// STOP: the sender suspects the leader and asks to move to `regency`. Carries the requests
+/// whose timers expired so that every replica (and the next leader) learns them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Stop {
+    pub regency: Regency,
+    pub requests: Vec<RequestEnvelope>,
+}
+
+/// What a replica knows about the instance in progress when it installs a new regency
+/// (Cachin's "collect"; reference §1.4c). Signed, because the new leader relays it in SYNC.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collect {
+    pub replica: ReplicaId,
+    /// The regency being installed.
+    pub regency: Regency,
+    /// The instance in progress (the replica's next undecided cid).
+    pub cid: ConsensusId,
+    /// The highest epoch in which this replica saw a WRITE quorum (BFT) or accepted a value
+    /// (CFT), with that value's hash; `None` if it never did. `None` is distinct from any
+    /// epoch, including epoch 0 (the reference §1.4f pitfall).
+    pub write_quorum: Option<(Epoch, Digest)>,
+    /// The values this replica wrote (BFT) or accepted (CFT) for `cid`, with the highest
+    /// epoch in which it did, ascending by epoch: (epoch, encoded batch).
+    pub write_set: Vec<(Epoch, Bytes)>,
+}
+
+/// A [`Collect`] with its author's signature over [`Collect`]'s encoding prefixed by the
+/// domain separator `"tagma v1 collect\0"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SignedCollect {
+    pub collect: Collect,
+    pub signature: Signature,
+}
+
+/// STOPDATA: sent to the new leader once a replica installs `regency`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StopData {
+    pub regency: Regency,
+    /// The sender's last decided instance with its proof, if any.
+    pub last_decided: Option<DecidedInstance>,
+    pub collect: SignedCollect,
+}
+
+/// SYNC: the new leader's choice for the instance in progress, with the evidence every
+/// replica re-checks: the highest proven decision and the signed collects it gathered.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Sync {
+    pub regency: Regency,
+    pub last_decided: Option<DecidedInstance>,
+    pub collects: Vec<SignedCollect>,
+    /// The leader's fresh batch (encoded), used when no earlier value can have been decided.
+    pub proposal: Bytes,
+}
+
 /// Replica ↔ replica messages. The sender is the authenticated peer of the connection.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PeerMessage {
     Propose(Propose),
     Write(Vote),
-    Accept(Vote),
+    Accept(Accept),
     /// A client request forwarded by a replica whose request timer expired (SPEC §3).
     Forward(RequestEnvelope),
+    Stop(Stop),
+    StopData(StopData),
+    Sync(Sync),
+    /// Catch-up: "send me instance `cid` with its proof".
+    DecisionRequest {
+        cid: ConsensusId,
+    },
+    /// Catch-up answer (decision forwarding).
+    Decision(DecidedInstance),
 }
 
 /// Client → replica messages.

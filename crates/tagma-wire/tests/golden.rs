@@ -7,7 +7,13 @@
 //! - request header: client `03000000 07000000` (principal 7, instance 3), seq `2a00…` (42),
 //!   kind (`00` ordered / `01` unordered), view `02000000`, payload length, payload;
 //! - MAC auth: tag `00`, count `02`, 2 × 16 bytes; signature auth: tag `01`, 64 bytes;
-//! - top-level messages: version `01`, tag, fields.
+//! - top-level messages: version `01`, tag, fields;
+//! - options: `00` (none) or `01` then the value; vector counts and byte lengths: `u32`;
+//! - decided instance: cid `05…`, batch length `07000000` + `\x01opaque`, proof epoch
+//!   `01000000`, count `02000000`, signer `00000000` + 64 × `10`, signer `02000000` + 64 × `12`;
+//! - collect (full): replica `01000000`, regency `01000000`, cid `05…`, write quorum `01`
+//!   epoch `00000000` hash 32 × `cc`, write set count `02000000`: (epoch 0, `0161`),
+//!   (epoch 1, `0162`); signed by 64 × `5c`.
 
 mod common;
 
@@ -25,8 +31,13 @@ const ENVELOPE_SIG: &str = "03000000 07000000 2a00000000000000 01 02000000 05000
 const BATCH: &str = "01 0068e5cf8b010000 efcdab8967452301 02000000 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2 03000000 07000000 2a00000000000000 01 02000000 05000000 676574206b 01 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 const PEER_PROPOSE: &str = "01 01 0500000000000000 01000000 07000000 016f7061717565";
 const PEER_WRITE: &str = "01 02 0500000000000000 01000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
-const PEER_ACCEPT: &str = "01 03 0500000000000000 01000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc";
+const PEER_ACCEPT: &str = "01 03 0500000000000000 01000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc eeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeeee";
 const PEER_FORWARD: &str = "01 04 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+const PEER_STOP: &str = "01 05 01000000 01000000 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
+const PEER_STOP_DATA: &str = "01 06 01000000 00 03000000 01000000 0500000000000000 00 00000000 5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e5e";
+const PEER_SYNC: &str = "01 07 01000000 01 0500000000000000 07000000 016f7061717565 01000000 02000000 00000000 10101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010 02000000 12121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212 01000000 01000000 01000000 0500000000000000 01 00000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc 02000000 00000000 02000000 0161 01000000 02000000 0162 5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c5c 04000000 016e6577";
+const PEER_DECISION_REQUEST: &str = "01 08 0500000000000000";
+const PEER_DECISION: &str = "01 09 0500000000000000 07000000 016f7061717565 01000000 02000000 00000000 10101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010101010 02000000 12121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212121212";
 const CLIENT_REQUEST_MACS: &str = "01 01 03000000 07000000 2a00000000000000 00 02000000 07000000 707574206b2076 00 02 a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1a1 b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2b2";
 const CLIENT_REQUEST_SIG: &str = "01 01 03000000 07000000 2a00000000000000 01 02000000 05000000 676574206b 01 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 const CLIENT_STATE_QUERY: &str = "01 02 4d00000000000000";
@@ -99,6 +110,15 @@ fn golden_peer() {
     golden("write", &find(p(), "write"), PEER_WRITE);
     golden("accept", &find(p(), "accept"), PEER_ACCEPT);
     golden("forward", &find(p(), "forward"), PEER_FORWARD);
+    golden("stop", &find(p(), "stop"), PEER_STOP);
+    golden("stop_data", &find(p(), "stop_data"), PEER_STOP_DATA);
+    golden("sync", &find(p(), "sync"), PEER_SYNC);
+    golden(
+        "decision_request",
+        &find(p(), "decision_request"),
+        PEER_DECISION_REQUEST,
+    );
+    golden("decision", &find(p(), "decision"), PEER_DECISION);
 }
 
 #[test]

@@ -63,12 +63,106 @@ pub fn handshakes() -> Vec<(&'static str, Handshake)> {
     ]
 }
 
-pub fn peer_messages() -> Vec<(&'static str, PeerMessage)> {
-    let vote = Vote {
+pub fn vote() -> Vote {
+    Vote {
         cid: ConsensusId(5),
         epoch: Epoch(1),
         hash: Digest([0xcc; 32]),
-    };
+    }
+}
+
+pub fn accept() -> Accept {
+    Accept {
+        vote: vote(),
+        signature: Signature([0xee; 64]),
+    }
+}
+
+/// Signed by replicas 0 and 2 (ascending).
+pub fn proof() -> DecisionProof {
+    DecisionProof {
+        epoch: Epoch(1),
+        accepts: vec![
+            (ReplicaId(0), Signature([0x10; 64])),
+            (ReplicaId(2), Signature([0x12; 64])),
+        ],
+    }
+}
+
+pub fn decided() -> DecidedInstance {
+    DecidedInstance {
+        cid: ConsensusId(5),
+        batch: Bytes::from_static(b"\x01opaque"),
+        proof: proof(),
+    }
+}
+
+/// A collect with a write quorum and a two-entry write set.
+pub fn collect() -> Collect {
+    Collect {
+        replica: ReplicaId(1),
+        regency: Regency(1),
+        cid: ConsensusId(5),
+        write_quorum: Some((Epoch(0), Digest([0xcc; 32]))),
+        write_set: vec![
+            (Epoch(0), Bytes::from_static(b"\x01a")),
+            (Epoch(1), Bytes::from_static(b"\x01b")),
+        ],
+    }
+}
+
+/// A collect from a replica that never saw a write quorum nor wrote anything.
+pub fn empty_collect() -> Collect {
+    Collect {
+        replica: ReplicaId(3),
+        regency: Regency(1),
+        cid: ConsensusId(5),
+        write_quorum: None,
+        write_set: vec![],
+    }
+}
+
+pub fn signed_collect() -> SignedCollect {
+    SignedCollect {
+        collect: collect(),
+        signature: Signature([0x5c; 64]),
+    }
+}
+
+pub fn signed_empty_collect() -> SignedCollect {
+    SignedCollect {
+        collect: empty_collect(),
+        signature: Signature([0x5e; 64]),
+    }
+}
+
+pub fn stop() -> Stop {
+    Stop {
+        regency: Regency(1),
+        requests: vec![mac_envelope()],
+    }
+}
+
+/// No last decided instance; an empty collect.
+pub fn stop_data() -> StopData {
+    StopData {
+        regency: Regency(1),
+        last_decided: None,
+        collect: signed_empty_collect(),
+    }
+}
+
+pub fn sync() -> Sync {
+    Sync {
+        regency: Regency(1),
+        last_decided: Some(decided()),
+        collects: vec![signed_collect()],
+        proposal: Bytes::from_static(b"\x01new"),
+    }
+}
+
+pub fn peer_messages() -> Vec<(&'static str, PeerMessage)> {
+    let vote = vote();
     vec![
         (
             "propose",
@@ -79,8 +173,53 @@ pub fn peer_messages() -> Vec<(&'static str, PeerMessage)> {
             }),
         ),
         ("write", PeerMessage::Write(vote)),
-        ("accept", PeerMessage::Accept(vote)),
+        ("accept", PeerMessage::Accept(accept())),
         ("forward", PeerMessage::Forward(mac_envelope())),
+        ("stop", PeerMessage::Stop(stop())),
+        (
+            "stop_empty",
+            PeerMessage::Stop(Stop {
+                regency: Regency(0),
+                requests: vec![],
+            }),
+        ),
+        ("stop_data", PeerMessage::StopData(stop_data())),
+        (
+            "stop_data_decided",
+            PeerMessage::StopData(StopData {
+                regency: Regency(2),
+                last_decided: Some(decided()),
+                collect: signed_collect(),
+            }),
+        ),
+        ("sync", PeerMessage::Sync(sync())),
+        (
+            "sync_empty",
+            PeerMessage::Sync(Sync {
+                regency: Regency(3),
+                last_decided: None,
+                collects: vec![],
+                proposal: Bytes::new(),
+            }),
+        ),
+        (
+            "decision_request",
+            PeerMessage::DecisionRequest {
+                cid: ConsensusId(5),
+            },
+        ),
+        ("decision", PeerMessage::Decision(decided())),
+        (
+            "decision_empty_proof",
+            PeerMessage::Decision(DecidedInstance {
+                cid: ConsensusId(0),
+                batch: Bytes::new(),
+                proof: DecisionProof {
+                    epoch: Epoch(0),
+                    accepts: vec![],
+                },
+            }),
+        ),
     ]
 }
 
