@@ -208,13 +208,22 @@ impl LocalCluster {
         converged_states(proxy, live, timeout)
     }
 
-    /// Prints the tail of every replica log (for failing tests).
+    /// Prints every replica log's warnings and errors and its last lines (for failing
+    /// tests).
     pub fn dump_logs(&self) {
         for i in 0..self.children.len() {
             let text = std::fs::read_to_string(self.log_path(i)).unwrap_or_default();
-            let tail: Vec<_> = text.lines().rev().take(30).collect();
-            eprintln!("--- replica {i} log (last lines) ---");
-            for l in tail.into_iter().rev() {
+            let lines: Vec<&str> = text.lines().collect();
+            eprintln!("--- replica {i} log: warnings and errors ---");
+            for l in lines
+                .iter()
+                .filter(|l| l.contains("WARN") || l.contains("ERROR"))
+                .take(40)
+            {
+                eprintln!("{l}");
+            }
+            eprintln!("--- replica {i} log: last lines ---");
+            for l in &lines[lines.len().saturating_sub(15)..] {
                 eprintln!("{l}");
             }
         }

@@ -356,3 +356,111 @@ fn signed_requests_are_required_and_verified() {
     raw.writer.flush().unwrap();
     assert!(wait_rejection(&c, "signature_required", 1) >= 1);
 }
+
+/// The regency replica `i` reports (0 if it does not answer).
+fn regency_of(c: &LocalCluster, i: usize) -> u64 {
+    let Some(addr) = c.cfg.replicas[i].metrics_addr else {
+        return 0;
+    };
+    scrape(addr)
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("tagma_regency{"))
+                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Short request timers keep the test fast; enough decisions are kept in memory for a
+    // restarted replica to catch up by decision forwarding (state transfer comes later).
+    let mut c = LocalCluster::launch(exe(), 4, Mode::Bft, |cfg| {
+        cfg.timeouts.request_timeout_ms = 300;
+        cfg.limits.decisions_kept = 1_000_000;
+    })
+    .unwrap();
+    let clients = proxies(&c, 4);
+    let progress = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let report = std::thread::scope(|s| {
+        let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
+        let ops = || progress.load(Ordering::Relaxed);
+        wait_until("the cluster serves 300 ops", READY, || ops() >= 300);
+        // 1. Kill the leader (replica 0); regency 1 (leader 1) takes over.
+        c.kill(0);
+        let at = ops();
+        wait_until("regency 1 is installed", READY, || {
+            (1..4).all(|i| regency_of(&c, i) >= 1)
+        });
+        wait_until("ops resume after the first kill", READY, || {
+            ops() >= at + 300
+        });
+        // 2. Restart replica 0 (empty state): it catches up from the others' decisions.
+        c.start(0).unwrap();
+        c.wait_ready(0, READY).unwrap();
+        let checker = c.proxy(READY).unwrap();
+        wait_until(
+            "the restarted replica catches up",
+            Duration::from_secs(60),
+            || {
+                let states = checker.query_states(Duration::from_secs(1));
+                let position = |i: u32| {
+                    states
+                        .iter()
+                        .find(|(id, _)| id.0 == i)
+                        .and_then(|(_, s)| *s)
+                        .map(|s| s.executed_instances)
+                };
+                matches!((position(0), position(1)), (Some(a), Some(b)) if a + 20 >= b && a > 0)
+            },
+        );
+        // 3. Kill the new leader (replica 1); the survivors and the restarted replica go on.
+        c.kill(1);
+        let at = ops();
+        wait_until("regency 2 is installed", READY, || {
+            [0, 2, 3].iter().all(|&i| regency_of(&c, i) >= 2)
+        });
+        wait_until("ops resume after the second kill", READY, || {
+            ops() >= at + 300
+        });
+        stop.store(true, Ordering::Relaxed);
+        worker.join().unwrap()
+    });
+    if !report.violations.is_empty() || report.errors > 0 {
+        c.dump_logs();
+    }
+    assert!(
+        report.violations.is_empty(),
+        "{:?}",
+        &report.violations[..report.violations.len().min(5)]
+    );
+    assert_eq!(
+        report.errors, 0,
+        "every request completes: {:?}",
+        report.first_error
+    );
+    let checker = c.proxy(READY).unwrap();
+    let live = [ReplicaId(0), ReplicaId(2), ReplicaId(3)];
+    let states = c
+        .converged_states(&checker, &live, Duration::from_secs(60))
+        .unwrap_or_else(|e| {
+            c.dump_logs();
+            panic!("{e}")
+        });
+    assert!(digests_equal(&states), "{states:?}");
+}

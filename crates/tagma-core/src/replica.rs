@@ -441,6 +441,10 @@ struct CatchUp {
     next_request_ms: u64,
     /// Verified decisions for instances after the next one.
     future: BTreeMap<ConsensusId, DecidedInstance>,
+    /// The end (exclusive) of the run of decisions last requested.
+    requested_until: ConsensusId,
+    /// Rotates catch-up requests over the peers that are ahead.
+    rotation: usize,
     state_transfer_signalled: bool,
 }
 
@@ -636,6 +640,9 @@ impl Replica {
         if !suspect.is_empty() {
             tracing::debug!(leader = %self.leader(), requests = suspect.len(), "request timers expired twice: suspecting the leader");
             self.suspect(suspect);
+            // This replica may simply have fallen behind while the others went quiet (nothing
+            // it receives then names a later instance): ask everyone for the next decision.
+            self.request_decisions(true);
         }
         if self.sync.stop_retransmit_ms.is_some_and(|t| t <= now_ms)
             && let Some(stop) = self.sync.own_stop.clone()
@@ -999,6 +1006,9 @@ impl Replica {
             self.instance = Instance::new(cid.next());
         }
         debug_assert_eq!(self.instance.cid, cid.next());
+        // Buffered messages for this instance (decided here from a proof, without them) are
+        // obsolete.
+        self.future.discard_below(cid.next());
         self.last_decided = Some(cid);
         self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(batch.timestamp_ms);
         self.clients.on_decided(cid, &batch);
@@ -1551,7 +1561,7 @@ impl Replica {
                 // Behind by more than one: fetch the missing decisions first.
                 tracing::debug!(next = %self.instance.cid, target = %d.cid, "behind the SYNC: catching up");
                 self.sync.pending = Some(f);
-                self.request_decisions();
+                self.request_decisions_if_due();
                 return;
             }
             let hash = tagma_crypto::digest(&d.batch);
@@ -1627,18 +1637,36 @@ impl Replica {
     }
 
     fn maybe_request_decisions(&mut self) {
-        if self.catch_up.behind_since_ms.is_some() && self.now_ms >= self.catch_up.next_request_ms {
-            self.request_decisions();
+        if (self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some())
+            && self.now_ms >= self.catch_up.next_request_ms
+        {
+            self.request_decisions(false);
         }
     }
 
-    /// Asks every peer for the next instance's decision.
-    fn request_decisions(&mut self) {
+    /// Asks for the run of decisions starting at the next instance: from one peer known to
+    /// be ahead (rotating on retries), or from everyone when none is known or `broadcast`.
+    /// Retried by the catch-up timer until the run arrives.
+    fn request_decisions(&mut self, broadcast: bool) {
         let cid = self.instance.cid;
         self.catch_up.behind_since_ms.get_or_insert(self.now_ms);
         self.catch_up.next_request_ms = self.now_ms + (self.params.request_timeout_ms / 2).max(1);
-        self.actions
-            .push_back(Action::Broadcast(PeerMessage::DecisionRequest { cid }));
+        self.catch_up.requested_until = ConsensusId(cid.0 + FUTURE_DECISIONS_MAX as u64);
+        let ahead: Vec<ReplicaId> = self
+            .catch_up
+            .highest_seen
+            .iter()
+            .filter(|(_, c)| **c > cid)
+            .map(|(r, _)| *r)
+            .collect();
+        let msg = PeerMessage::DecisionRequest { cid };
+        if broadcast || ahead.is_empty() {
+            self.actions.push_back(Action::Broadcast(msg));
+        } else {
+            let to = ahead[self.catch_up.rotation % ahead.len()];
+            self.catch_up.rotation = self.catch_up.rotation.wrapping_add(1);
+            self.actions.push_back(Action::Send { to, msg });
+        }
         let furthest = self
             .catch_up
             .highest_seen
@@ -1658,8 +1686,22 @@ impl Replica {
         }
     }
 
+    /// Requests the next run only if the previous one is used up or its retry is due.
+    fn request_decisions_if_due(&mut self) {
+        if self.instance.cid >= self.catch_up.requested_until
+            || self.now_ms >= self.catch_up.next_request_ms
+        {
+            self.request_decisions(false);
+        }
+    }
+
+    /// Answers a catch-up request with the run of consecutive decisions starting at `cid`
+    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`).
     fn on_decision_request(&mut self, from: ReplicaId, cid: ConsensusId) {
-        if let Some(d) = self.decisions.proven(cid, &self.checker) {
+        for c in cid.0..cid.0.saturating_add(FUTURE_DECISIONS_MAX as u64) {
+            let Some(d) = self.decisions.proven(ConsensusId(c), &self.checker) else {
+                break;
+            };
             self.actions.push_back(Action::Send {
                 to: from,
                 msg: PeerMessage::Decision(d),
@@ -1680,11 +1722,14 @@ impl Replica {
         };
         if decided.cid == next {
             self.commit_proven(decided, hash);
-            if self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some() {
-                self.request_decisions();
-            }
         } else if self.catch_up.future.len() < FUTURE_DECISIONS_MAX {
             self.catch_up.future.insert(decided.cid, decided);
+        }
+        // Still behind and the requested run is used up: ask for the next one.
+        if (self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some())
+            && self.instance.cid >= self.catch_up.requested_until
+        {
+            self.request_decisions(false);
         }
         Ok(())
     }
@@ -1825,6 +1870,20 @@ impl FutureBuffer {
         self.per_sender.insert(from, sender_len + 1);
         self.len += 1;
         Ok(())
+    }
+
+    /// Drops the messages of instances before `cid` (decided without them).
+    fn discard_below(&mut self, cid: ConsensusId) {
+        let keep = self.by_cid.split_off(&cid);
+        let dropped = std::mem::replace(&mut self.by_cid, keep);
+        for (from, _) in dropped.into_values().flatten() {
+            let n = self.per_sender.get_mut(&from).expect("sender counted");
+            *n -= 1;
+            if *n == 0 {
+                self.per_sender.remove(&from);
+            }
+            self.len -= 1;
+        }
     }
 
     /// Removes and returns the messages of instance `cid`, in arrival order.

@@ -664,13 +664,7 @@ fn consensus_loop(
             Ok(ConsensusEvent::Peer { from, input }) => {
                 core.handle_peer(clock.now_ms(), from, input)
             }
-            Err(RecvTimeoutError::Timeout) => {
-                let now = clock.now_ms();
-                if core.next_timeout_ms().is_some_and(|t| t <= now) {
-                    core.handle_tick(now);
-                }
-                Ok(())
-            }
+            Err(RecvTimeoutError::Timeout) => Ok(()),
             Err(RecvTimeoutError::Disconnected) => return,
         };
         if let Err(rejection) = result {
@@ -681,56 +675,78 @@ fn consensus_loop(
                 sh.reject(rejection.reason(), format_args!("{rejection:?}"));
             }
         }
-        while let Some(action) = core.poll_action() {
-            match action {
-                Action::Broadcast(msg) => {
-                    let body = msg.to_bytes();
-                    for tx in peers.values() {
-                        send_peer(sh, tx, body.clone());
-                    }
-                }
-                Action::Send { to, msg } => {
-                    if let Some(tx) = peers.get(&to) {
-                        send_peer(sh, tx, msg.to_bytes());
-                    }
-                }
-                Action::Deliver(decision) => {
-                    sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
-                    if exec_tx.send(ExecEvent::Deliver(decision)).is_err() {
-                        return;
-                    }
-                }
-                Action::ResendReply { client, seq } => {
-                    if exec_tx.send(ExecEvent::Resend { client, seq }).is_err() {
-                        return;
-                    }
-                }
-                Action::RegencyInstalled { regency, leader } => {
-                    sh.metrics
-                        .regency
-                        .store(u64::from(regency.0), Ordering::Relaxed);
-                    sh.metrics
-                        .leader
-                        .store(u64::from(leader.0), Ordering::Relaxed);
-                    info!(
-                        regency = regency.0,
-                        leader = leader.0,
-                        "leader change: new regency installed"
-                    );
-                }
-                Action::StateTransferNeeded {
-                    next_cid,
-                    known_decided,
-                } => {
-                    warn!(
-                        next = next_cid.0,
-                        decided_elsewhere = known_decided.0,
-                        "too far behind for decision forwarding; state transfer is not implemented yet"
-                    );
-                }
+        if !carry_out_actions(sh, &mut core, &peers, &exec_tx) {
+            return;
+        }
+        // Timers are checked after every event, not only when the queue is idle: a steady
+        // stream of messages must not starve the request timers (leader failure detection).
+        let now = clock.now_ms();
+        if core.next_timeout_ms().is_some_and(|t| t <= now) {
+            core.handle_tick(now);
+            if !carry_out_actions(sh, &mut core, &peers, &exec_tx) {
+                return;
             }
         }
     }
+}
+
+/// Carries out the core's actions in order; false when the replica is shutting down.
+fn carry_out_actions(
+    sh: &Arc<Shared>,
+    core: &mut Replica,
+    peers: &HashMap<ReplicaId, Sender<Bytes>>,
+    exec_tx: &Sender<ExecEvent>,
+) -> bool {
+    while let Some(action) = core.poll_action() {
+        match action {
+            Action::Broadcast(msg) => {
+                let body = msg.to_bytes();
+                for tx in peers.values() {
+                    send_peer(sh, tx, body.clone());
+                }
+            }
+            Action::Send { to, msg } => {
+                if let Some(tx) = peers.get(&to) {
+                    send_peer(sh, tx, msg.to_bytes());
+                }
+            }
+            Action::Deliver(decision) => {
+                sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
+                if exec_tx.send(ExecEvent::Deliver(decision)).is_err() {
+                    return false;
+                }
+            }
+            Action::ResendReply { client, seq } => {
+                if exec_tx.send(ExecEvent::Resend { client, seq }).is_err() {
+                    return false;
+                }
+            }
+            Action::RegencyInstalled { regency, leader } => {
+                sh.metrics
+                    .regency
+                    .store(u64::from(regency.0), Ordering::Relaxed);
+                sh.metrics
+                    .leader
+                    .store(u64::from(leader.0), Ordering::Relaxed);
+                info!(
+                    regency = regency.0,
+                    leader = leader.0,
+                    "leader change: new regency installed"
+                );
+            }
+            Action::StateTransferNeeded {
+                next_cid,
+                known_decided,
+            } => {
+                warn!(
+                    next = next_cid.0,
+                    decided_elsewhere = known_decided.0,
+                    "too far behind for decision forwarding; state transfer is not implemented yet"
+                );
+            }
+        }
+    }
+    true
 }
 
 fn send_peer(sh: &Shared, tx: &Sender<Bytes>, body: Bytes) {

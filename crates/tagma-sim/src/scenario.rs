@@ -1,0 +1,426 @@
+//! Run options and the fault plan a seed draws: fault model, cluster size, network quality,
+//! partitions, crashes, Byzantine replicas and their behaviours, faulty clients.
+
+use std::collections::BTreeSet;
+use std::fmt;
+
+use serde::Serialize;
+use tagma_core::Mode;
+
+use crate::rng::Rng;
+
+/// What the caller fixes; everything left `None` is drawn from the seed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SimOptions {
+    pub mode: Option<Mode>,
+    pub f: Option<usize>,
+    /// Overrides n (must be at least 3f+1 / 2f+1).
+    pub replicas: Option<usize>,
+    /// Caps the Byzantine replicas (default f; BFT only).
+    pub byzantine_max: Option<usize>,
+    /// Keep one line per event (returned in the report).
+    pub trace: bool,
+    /// Virtual length of the fault period (default [`FAULT_PERIOD_MS_DEFAULT`]).
+    pub fault_period_ms: Option<u64>,
+    /// Virtual time the liveness phase may take (default [`LIVENESS_BOUND_MS_DEFAULT`]).
+    pub liveness_bound_ms: Option<u64>,
+}
+
+pub const FAULT_PERIOD_MS_DEFAULT: u64 = 3_000;
+pub const LIVENESS_BOUND_MS_DEFAULT: u64 = 30_000;
+/// Core request timeout: short so that leader changes happen quickly in virtual time.
+pub const REQUEST_TIMEOUT_MS: u64 = 200;
+/// Operations each correct client must complete after the network heals.
+pub const LIVENESS_OPS: u64 = 2;
+
+impl SimOptions {
+    /// Parses the options part of a regression line or command line: `key=value` tokens
+    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N`).
+    pub fn parse_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Self, String> {
+        let mut o = SimOptions::default();
+        for token in tokens {
+            let (k, v) = token
+                .split_once('=')
+                .ok_or_else(|| format!("expected key=value, got {token:?}"))?;
+            let num = || {
+                v.parse::<u64>()
+                    .map_err(|_| format!("{k}: not a number: {v:?}"))
+            };
+            match k {
+                "mode" => {
+                    o.mode = Some(match v {
+                        "bft" => Mode::Bft,
+                        "cft" => Mode::Cft,
+                        _ => return Err(format!("mode must be bft or cft, got {v:?}")),
+                    })
+                }
+                "f" => o.f = Some(num()? as usize),
+                "replicas" => o.replicas = Some(num()? as usize),
+                "byzantine" => o.byzantine_max = Some(num()? as usize),
+                "fault_ms" => o.fault_period_ms = Some(num()?),
+                _ => return Err(format!("unknown option {k:?}")),
+            }
+        }
+        Ok(o)
+    }
+
+    /// The options as `key=value` tokens (inverse of [`SimOptions::parse_tokens`]).
+    pub fn tokens(&self) -> Vec<String> {
+        let mut t = Vec::new();
+        if let Some(m) = self.mode {
+            t.push(format!("mode={m}"));
+        }
+        if let Some(f) = self.f {
+            t.push(format!("f={f}"));
+        }
+        if let Some(n) = self.replicas {
+            t.push(format!("replicas={n}"));
+        }
+        if let Some(b) = self.byzantine_max {
+            t.push(format!("byzantine={b}"));
+        }
+        if let Some(ms) = self.fault_period_ms {
+            t.push(format!("fault_ms={ms}"));
+        }
+        t
+    }
+}
+
+/// A Byzantine behaviour, applied by rewriting the honest core's outgoing actions.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Behaviour {
+    /// Withhold every message and reply.
+    Silent,
+    /// As leader: different batches to different replicas for the same cid and epoch.
+    Equivocate,
+    /// As leader: proposals with replayed (already decided) or unauthentic requests, or
+    /// undecodable batches.
+    InvalidPropose,
+    /// WRITE/ACCEPT for a hash nobody proposed (ACCEPTs re-signed with the replica's key).
+    WrongHash,
+    /// STOPDATA/SYNC with mutated signatures, stale decisions or lying collects.
+    ForgedProof,
+    /// STOP for ever-higher regencies, alone.
+    StopSpam,
+    /// Messages whose MAC does not verify (dropped and counted by the receiver).
+    BadMac,
+    /// Resends earlier messages later.
+    Replay,
+    /// Adds a large delay to everything it sends.
+    Slow,
+    /// Answers clients with made-up replies.
+    WrongReply,
+}
+
+impl Behaviour {
+    pub const ALL: [Behaviour; 10] = [
+        Behaviour::Silent,
+        Behaviour::Equivocate,
+        Behaviour::InvalidPropose,
+        Behaviour::WrongHash,
+        Behaviour::ForgedProof,
+        Behaviour::StopSpam,
+        Behaviour::BadMac,
+        Behaviour::Replay,
+        Behaviour::Slow,
+        Behaviour::WrongReply,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Behaviour::Silent => "silent",
+            Behaviour::Equivocate => "equivocate",
+            Behaviour::InvalidPropose => "invalid_propose",
+            Behaviour::WrongHash => "wrong_hash",
+            Behaviour::ForgedProof => "forged_proof",
+            Behaviour::StopSpam => "stop_spam",
+            Behaviour::BadMac => "bad_mac",
+            Behaviour::Replay => "replay",
+            Behaviour::Slow => "slow",
+            Behaviour::WrongReply => "wrong_reply",
+        }
+    }
+}
+
+impl fmt::Display for Behaviour {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// How a faulty client misbehaves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ClientFault {
+    /// Sends each request to one follower only (retransmits to all after a while).
+    OneFollower,
+    /// Sends different requests under the same sequence number to different replicas.
+    Equivocate,
+}
+
+/// Network quality.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct NetParams {
+    pub delay_min_ms: u64,
+    pub delay_max_ms: u64,
+    pub drop_p: f64,
+    pub duplicate_p: f64,
+    /// Messages corrupted in transit (their MAC fails; dropped and counted by the receiver).
+    pub corrupt_p: f64,
+}
+
+impl NetParams {
+    /// The healed network of the liveness phase.
+    pub fn healed() -> Self {
+        NetParams {
+            delay_min_ms: 1,
+            delay_max_ms: 10,
+            drop_p: 0.0,
+            duplicate_p: 0.0,
+            corrupt_p: 0.0,
+        }
+    }
+}
+
+/// Replicas in `cut` are isolated from everyone else (peers and clients) in `[start, end)`.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Partition {
+    pub start_ms: u64,
+    pub end_ms: u64,
+    pub cut: BTreeSet<u32>,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Crash {
+    pub replica: u32,
+    pub start_ms: u64,
+    /// `None`: restarted only at the end of the fault period.
+    pub end_ms: Option<u64>,
+}
+
+/// Everything a seed decides before the run starts.
+#[derive(Clone, Debug, Serialize)]
+pub struct Scenario {
+    pub seed: u64,
+    #[serde(serialize_with = "ser_mode")]
+    pub mode: Mode,
+    pub f: usize,
+    pub n: usize,
+    /// (replica, behaviours), ascending by replica.
+    pub byzantine: Vec<(u32, Vec<Behaviour>)>,
+    pub correct_clients: usize,
+    pub faulty_clients: Vec<ClientFault>,
+    /// Correct clients share keys in groups of this size.
+    pub client_group: usize,
+    pub keys_per_group: usize,
+    /// Share of reads sent unordered.
+    pub unordered_p: f64,
+    pub net: NetParams,
+    pub partitions: Vec<Partition>,
+    pub crashes: Vec<Crash>,
+    pub fault_period_ms: u64,
+    pub liveness_bound_ms: u64,
+}
+
+fn ser_mode<S: serde::Serializer>(mode: &Mode, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&mode.to_string())
+}
+
+impl Scenario {
+    /// Draws the fault plan of `seed` under `options`.
+    pub fn draw(seed: u64, options: &SimOptions) -> Result<Scenario, String> {
+        let mut rng = Rng::new(seed ^ 0x5ce1_a710_0000_0001);
+        let mode = options.mode.unwrap_or(if rng.chance(0.6) {
+            Mode::Bft
+        } else {
+            Mode::Cft
+        });
+        let drawn_f = match rng.below(10) {
+            0..=4 => 1,
+            5..=7 => 2,
+            _ => 3,
+        };
+        // With only n fixed, tolerate as many faults as n allows.
+        let f = match (options.f, options.replicas) {
+            (Some(f), _) => f,
+            (None, Some(n)) => match mode {
+                Mode::Bft => n.saturating_sub(1) / 3,
+                Mode::Cft => n.saturating_sub(1) / 2,
+            },
+            (None, None) => drawn_f,
+        };
+        if f == 0 {
+            return Err("f must be at least 1".into());
+        }
+        let n = options.replicas.unwrap_or(mode.replicas_needed(f));
+        if n < mode.replicas_needed(f) {
+            return Err(format!(
+                "{n} replicas cannot tolerate f = {f} in {mode} mode (need {})",
+                mode.replicas_needed(f)
+            ));
+        }
+        let fault_period_ms = options.fault_period_ms.unwrap_or(FAULT_PERIOD_MS_DEFAULT);
+        let byzantine_cap = match mode {
+            Mode::Bft => options.byzantine_max.unwrap_or(f).min(f),
+            Mode::Cft => 0,
+        };
+        let byz_count = if byzantine_cap == 0 {
+            0
+        } else {
+            rng.range(0, byzantine_cap as u64) as usize
+        };
+        let byzantine = Self::draw_byzantine(&mut rng, n, byz_count);
+        let net = NetParams {
+            delay_min_ms: rng.range(1, 3),
+            delay_max_ms: rng.range(5, 60),
+            drop_p: if rng.chance(0.7) {
+                rng.float(0.0, 0.08)
+            } else {
+                0.0
+            },
+            duplicate_p: if rng.chance(0.5) {
+                rng.float(0.0, 0.05)
+            } else {
+                0.0
+            },
+            corrupt_p: if rng.chance(0.4) {
+                rng.float(0.0, 0.03)
+            } else {
+                0.0
+            },
+        };
+        let partitions = (0..rng.below(4))
+            .map(|_| {
+                let start_ms = rng.below(fault_period_ms);
+                let end_ms = (start_ms + rng.range(100, 1_500)).min(fault_period_ms);
+                let size = rng.range(1, (n as u64 - 1).min(f as u64 + 1));
+                let mut ids: Vec<u32> = (0..n as u32).collect();
+                rng.shuffle(&mut ids);
+                Partition {
+                    start_ms,
+                    end_ms,
+                    cut: ids[..size as usize].iter().copied().collect(),
+                }
+            })
+            .collect();
+        let crashes = Self::draw_crashes(&mut rng, n, f, &byzantine, fault_period_ms);
+        let faulty_clients = (0..rng.below(3))
+            .map(|_| {
+                if rng.chance(0.5) {
+                    ClientFault::OneFollower
+                } else {
+                    ClientFault::Equivocate
+                }
+            })
+            .collect();
+        Ok(Scenario {
+            seed,
+            mode,
+            f,
+            n,
+            byzantine,
+            correct_clients: rng.range(2, 6) as usize,
+            faulty_clients,
+            client_group: rng.range(2, 3) as usize,
+            keys_per_group: rng.range(2, 3) as usize,
+            unordered_p: rng.float(0.0, 0.5),
+            net,
+            partitions,
+            crashes,
+            fault_period_ms,
+            liveness_bound_ms: options
+                .liveness_bound_ms
+                .unwrap_or(LIVENESS_BOUND_MS_DEFAULT),
+        })
+    }
+
+    fn draw_byzantine(rng: &mut Rng, n: usize, count: usize) -> Vec<(u32, Vec<Behaviour>)> {
+        let mut ids: Vec<u32> = (0..n as u32).collect();
+        rng.shuffle(&mut ids);
+        // The first leader is replica 0: make it Byzantine half of the time.
+        if count > 0
+            && rng.chance(0.5)
+            && let Some(pos) = ids.iter().position(|&r| r == 0)
+        {
+            ids.swap(0, pos);
+        }
+        let mut chosen: Vec<(u32, Vec<Behaviour>)> = ids[..count]
+            .iter()
+            .map(|&r| {
+                let mut behaviours: Vec<Behaviour> = if rng.chance(0.15) {
+                    vec![Behaviour::Silent]
+                } else {
+                    Behaviour::ALL[1..]
+                        .iter()
+                        .copied()
+                        .filter(|_| rng.chance(0.35))
+                        .collect()
+                };
+                if behaviours.is_empty() {
+                    behaviours.push(Behaviour::ALL[1 + rng.index(Behaviour::ALL.len() - 1)]);
+                }
+                (r, behaviours)
+            })
+            .collect();
+        chosen.sort();
+        chosen
+    }
+
+    fn draw_crashes(
+        rng: &mut Rng,
+        n: usize,
+        f: usize,
+        byzantine: &[(u32, Vec<Behaviour>)],
+        fault_period_ms: u64,
+    ) -> Vec<Crash> {
+        // Mostly at most f faulty at once (so the run makes progress), sometimes one more
+        // (safety must hold regardless).
+        let budget = f.saturating_sub(byzantine.len()) + usize::from(rng.chance(0.15));
+        let mut candidates: Vec<u32> = (0..n as u32)
+            .filter(|r| !byzantine.iter().any(|(b, _)| b == r))
+            .collect();
+        rng.shuffle(&mut candidates);
+        let mut crashes = Vec::new();
+        for replica in candidates.into_iter().take(budget) {
+            if !rng.chance(0.6) {
+                continue;
+            }
+            let start_ms = rng.below(fault_period_ms);
+            let end_ms = if rng.chance(0.7) {
+                Some((start_ms + rng.range(50, 1_500)).min(fault_period_ms))
+            } else {
+                None
+            };
+            crashes.push(Crash {
+                replica,
+                start_ms,
+                end_ms,
+            });
+        }
+        crashes
+    }
+
+    /// The command that replays this seed with these options.
+    pub fn replay_command(seed: u64, options: &SimOptions) -> String {
+        let mut cmd = format!("tagma sim --seed {seed}");
+        if let Some(n) = options.replicas {
+            cmd.push_str(&format!(" --replicas {n}"));
+        }
+        if let Some(b) = options.byzantine_max {
+            cmd.push_str(&format!(" --byzantine {b}"));
+        }
+        if let Some(m) = options.mode {
+            cmd.push_str(&format!(" --mode {m}"));
+        }
+        if let Some(f) = options.f {
+            cmd.push_str(&format!(" --f {f}"));
+        }
+        cmd.push_str(" --trace");
+        cmd
+    }
+
+    pub fn is_byzantine(&self, replica: u32) -> bool {
+        self.byzantine.iter().any(|(r, _)| *r == replica)
+    }
+}

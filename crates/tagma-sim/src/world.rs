@@ -1,0 +1,1276 @@
+//! The deterministic world: one thread, virtual time in milliseconds, one seeded generator,
+//! and an event queue ordered by (time, sequence number). It drives `n` honest
+//! [`tagma_core::Replica`] cores (some wrapped in a [`Byzantine`] layer) and their executors,
+//! the simulated network and the clients, and checks the invariants after every event.
+//!
+//! Phases: a **fault period** (lossy, duplicating, reordering, partitioned network; crashes
+//! and restarts; Byzantine replicas; faulty clients), then a **liveness phase**: the network
+//! heals, crashed replicas restart (at most f replicas stay faulty), and every correct
+//! client must complete its pending operation and [`LIVENESS_OPS`] more within the bound.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::panic::{self, AssertUnwindSafe};
+
+use bytes::Bytes;
+use serde::Serialize;
+use tagma_client::Voter;
+use tagma_core::{Action, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch};
+use tagma_crypto::IdentityKey;
+use tagma_exec::Executor;
+use tagma_kv::{KvOp, KvReply, KvService};
+use tagma_wire::{
+    Batch, ClientId, Decode, Digest, Encode, PeerMessage, ReplicaId, Reply, Request, RequestAuth,
+    RequestEnvelope, RequestKind, RequestSeq, ViewId,
+};
+
+use crate::byzantine::{Byzantine, Exercised, Out};
+use crate::client::{
+    Attempt, Outstanding, RETRANSMIT_MS, SimClient, THINK_MS_MAX, UNORDERED_TIMEOUT_MS, seen_after,
+    to_ret,
+};
+use crate::linearizability::{self, Entry, LinError};
+use crate::rng::Rng;
+use crate::scenario::{ClientFault, LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario};
+
+/// A run stops (as a liveness failure) after this many events.
+pub const EVENTS_MAX: u64 = 500_000;
+
+/// An invariant that did not hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub invariant: String,
+    pub detail: String,
+    pub time_ms: u64,
+}
+
+#[derive(Debug)]
+enum Wake {
+    Start,
+    Retransmit,
+    UnorderedTimeout,
+}
+
+#[derive(Debug)]
+enum Event {
+    Peer {
+        from: u32,
+        to: u32,
+        bytes: Bytes,
+        bad_mac: bool,
+    },
+    Request {
+        client: usize,
+        to: u32,
+        envelope: RequestEnvelope,
+    },
+    Reply {
+        client: usize,
+        from: u32,
+        reply: Reply,
+    },
+    ReplicaTimer(u32),
+    ClientWake {
+        client: usize,
+        token: u64,
+        wake: Wake,
+    },
+    ByzTick(u32),
+    PartitionStart(usize),
+    PartitionEnd(usize),
+    Crash(u32),
+    Restart(u32),
+    Heal,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Faults,
+    Liveness { deadline_ms: u64 },
+}
+
+struct Node {
+    core: Replica,
+    exec: Executor<KvService>,
+    crashed: bool,
+    /// Earliest `ReplicaTimer` event queued.
+    timer_at: Option<u64>,
+    byz: Option<Byzantine>,
+    regency: u32,
+    /// Instances delivered (= the next cid expected).
+    delivered: u64,
+    executed: BTreeSet<(ClientId, RequestSeq)>,
+}
+
+/// The outcome of a run, before the report is assembled.
+pub struct Outcome {
+    pub violations: Vec<Violation>,
+    pub liveness_failure: Option<String>,
+    pub exercised: Exercised,
+    pub counters: BTreeMap<String, u64>,
+    pub trace: Vec<String>,
+    pub trace_hash: Digest,
+    pub events: u64,
+    pub virtual_ms: u64,
+    pub decided_instances: u64,
+    pub ops_completed: u64,
+    pub regency_max: u32,
+}
+
+pub struct World {
+    sc: Scenario,
+    tracing: bool,
+    now_ms: u64,
+    step: u64,
+    next_event_seq: u64,
+    queue: BTreeMap<(u64, u64), Event>,
+    rng: Rng,
+    net: NetParams,
+    partitions_active: BTreeSet<usize>,
+    nodes: Vec<Node>,
+    clients: Vec<SimClient>,
+    quorums: Quorums,
+    issued: BTreeSet<Digest>,
+    /// Batch hash of each decided instance (first correct replica to deliver it).
+    decided: Vec<Digest>,
+    histories: BTreeMap<Bytes, Vec<Entry>>,
+    phase: Phase,
+    violations: Vec<Violation>,
+    liveness_failure: Option<String>,
+    exercised: Exercised,
+    counters: BTreeMap<String, u64>,
+    trace: Vec<String>,
+    hasher: blake3::Hasher,
+}
+
+impl World {
+    pub fn new(sc: Scenario, tracing: bool) -> World {
+        let mut rng = Rng::new(sc.seed);
+        let mut key_rng = rng.fork();
+        let n = sc.n;
+        let f = sc.f;
+        let quorums = Quorums::new(sc.mode, n, f);
+        let keys: Vec<IdentityKey> = (0..n)
+            .map(|_| IdentityKey::from_seed(key_rng.bytes32()))
+            .collect();
+        let members: Vec<ReplicaId> = (0..n as u32).map(ReplicaId).collect();
+        let member_keys = keys.iter().map(IdentityKey::public).collect::<Vec<_>>();
+        let nodes = (0..n)
+            .map(|i| {
+                let params = ReplicaParams {
+                    me: ReplicaId(i as u32),
+                    members: members.clone(),
+                    quorums,
+                    view: ViewId(0),
+                    batch_size_max: 8,
+                    batch_bytes_max: 64 * 1024,
+                    request_bytes_max: 1024,
+                    client_pending_max: 8,
+                    pending_requests_max: 1024,
+                    clients_max: 64,
+                    future_messages_max: 256,
+                    request_timeout_ms: REQUEST_TIMEOUT_MS,
+                    seed: sc.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    member_keys: member_keys.clone(),
+                    decisions_kept: 64,
+                };
+                let byz = sc
+                    .byzantine
+                    .iter()
+                    .find(|(r, _)| *r == i as u32)
+                    .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
+                Node {
+                    core: Replica::new(params, keys[i].clone()),
+                    exec: Executor::new(KvService::new(), ViewId(0), 4, 64),
+                    crashed: false,
+                    timer_at: None,
+                    byz,
+                    regency: 0,
+                    delivered: 0,
+                    executed: BTreeSet::new(),
+                }
+            })
+            .collect();
+        let mut clients = Vec::new();
+        for i in 0..sc.correct_clients {
+            let group = i / sc.client_group;
+            let keys = (0..sc.keys_per_group)
+                .map(|k| Bytes::from(format!("g{group}/k{k}")))
+                .collect();
+            clients.push(SimClient::new(
+                i,
+                None,
+                keys,
+                Bytes::from(format!("g{group}/")),
+            ));
+        }
+        for (j, fault) in sc.faulty_clients.iter().enumerate() {
+            let i = sc.correct_clients + j;
+            let keys = vec![Bytes::from(format!("faulty{j}/k"))];
+            clients.push(SimClient::new(i, Some(*fault), keys, Bytes::from("faulty")));
+        }
+        World {
+            net: sc.net,
+            tracing,
+            now_ms: 0,
+            step: 0,
+            next_event_seq: 0,
+            queue: BTreeMap::new(),
+            rng,
+            partitions_active: BTreeSet::new(),
+            nodes,
+            clients,
+            quorums,
+            issued: BTreeSet::new(),
+            decided: Vec::new(),
+            histories: BTreeMap::new(),
+            phase: Phase::Faults,
+            violations: Vec::new(),
+            liveness_failure: None,
+            exercised: Exercised::new(),
+            counters: BTreeMap::new(),
+            trace: Vec::new(),
+            hasher: blake3::Hasher::new(),
+            sc,
+        }
+    }
+
+    fn schedule(&mut self, at_ms: u64, event: Event) {
+        debug_assert!(at_ms >= self.now_ms, "event scheduled in the past");
+        self.next_event_seq += 1;
+        self.queue.insert((at_ms, self.next_event_seq), event);
+    }
+
+    fn count(&mut self, name: &str) {
+        *self.counters.entry(name.to_string()).or_default() += 1;
+    }
+
+    fn violation(&mut self, invariant: &str, detail: String) {
+        self.note(b'V', 0, 0, detail.as_bytes(), || {
+            format!("VIOLATION {invariant}: {detail}")
+        });
+        self.violations.push(Violation {
+            invariant: invariant.to_string(),
+            detail,
+            time_ms: self.now_ms,
+        });
+    }
+
+    /// Feeds one event into the trace hash, and into the trace when enabled.
+    fn note(&mut self, tag: u8, a: u64, b: u64, data: &[u8], line: impl FnOnce() -> String) {
+        self.hasher.update(&self.now_ms.to_le_bytes());
+        self.hasher.update(&[tag]);
+        self.hasher.update(&a.to_le_bytes());
+        self.hasher.update(&b.to_le_bytes());
+        self.hasher.update(&(data.len() as u64).to_le_bytes());
+        self.hasher.update(data);
+        if self.tracing {
+            let line = format!("{:>7}ms #{:<7} {}", self.now_ms, self.step, line());
+            self.trace.push(line);
+        }
+    }
+
+    /// Runs the scenario to its end.
+    pub fn run(mut self) -> Outcome {
+        self.start();
+        while let Some(((at_ms, _), event)) = self.queue.pop_first() {
+            self.now_ms = at_ms;
+            self.step += 1;
+            if let Phase::Liveness { deadline_ms } = self.phase
+                && at_ms > deadline_ms
+            {
+                self.fail_liveness("the liveness bound passed");
+                break;
+            }
+            if self.step > EVENTS_MAX {
+                self.fail_liveness("the event budget ran out");
+                break;
+            }
+            // A panic in the code under test is a finding: keep the trace and counters.
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| self.handle(event))) {
+                self.violation("panic", panic_message(payload.as_ref()));
+                break;
+            }
+            if !self.violations.is_empty() {
+                break;
+            }
+            if matches!(self.phase, Phase::Liveness { .. }) && self.all_correct_done() {
+                break;
+            }
+        }
+        if self.queue.is_empty() && self.violations.is_empty() && self.liveness_failure.is_none() {
+            self.fail_liveness("no events left");
+        }
+        self.final_checks();
+        self.finish()
+    }
+
+    fn start(&mut self) {
+        let fault_ms = self.sc.fault_period_ms;
+        self.schedule(fault_ms, Event::Heal);
+        for (i, p) in self.sc.partitions.clone().into_iter().enumerate() {
+            self.schedule(p.start_ms, Event::PartitionStart(i));
+            self.schedule(p.end_ms, Event::PartitionEnd(i));
+        }
+        for c in self.sc.crashes.clone() {
+            self.schedule(c.start_ms, Event::Crash(c.replica));
+            if let Some(end) = c.end_ms {
+                self.schedule(end, Event::Restart(c.replica));
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i]
+                .byz
+                .as_ref()
+                .is_some_and(Byzantine::wants_ticks)
+            {
+                let at = self.rng.range(50, 300);
+                self.schedule(at, Event::ByzTick(i as u32));
+            }
+        }
+        for c in 0..self.clients.len() {
+            let at = self.rng.range(0, 20);
+            self.wake_client(c, at, Wake::Start);
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Peer {
+                from,
+                to,
+                bytes,
+                bad_mac,
+            } => self.on_peer(from, to, bytes, bad_mac),
+            Event::Request {
+                client,
+                to,
+                envelope,
+            } => self.on_request(client, to, envelope),
+            Event::Reply {
+                client,
+                from,
+                reply,
+            } => self.on_reply(client, from, reply),
+            Event::ReplicaTimer(r) => self.on_replica_timer(r as usize),
+            Event::ClientWake {
+                client,
+                token,
+                wake,
+            } => self.on_client_wake(client, token, wake),
+            Event::ByzTick(r) => self.on_byz_tick(r as usize),
+            Event::PartitionStart(i) => {
+                if self.phase == Phase::Faults {
+                    let cut = self.sc.partitions[i].cut.clone();
+                    self.note(b'P', i as u64, 1, &[], || {
+                        format!("partition {cut:?} cut off")
+                    });
+                    self.partitions_active.insert(i);
+                }
+            }
+            Event::PartitionEnd(i) => {
+                if self.partitions_active.remove(&i) {
+                    self.note(b'P', i as u64, 0, &[], || format!("partition {i} healed"));
+                }
+            }
+            Event::Crash(r) => {
+                if self.phase == Phase::Faults && !self.nodes[r as usize].crashed {
+                    self.note(b'C', r as u64, 1, &[], || format!("replica {r} crashes"));
+                    self.nodes[r as usize].crashed = true;
+                    self.count("crashes");
+                }
+            }
+            Event::Restart(r) => self.restart(r as usize),
+            Event::Heal => self.heal(),
+        }
+    }
+
+    // ---- replicas -------------------------------------------------------------------------
+
+    fn restart(&mut self, r: usize) {
+        if !self.nodes[r].crashed {
+            return;
+        }
+        self.note(b'C', r as u64, 0, &[], || format!("replica {r} restarts"));
+        self.nodes[r].crashed = false;
+        self.nodes[r].timer_at = None;
+        self.arm_timer(r);
+    }
+
+    /// Gives replica `r` one input, then carries out every action it produced.
+    fn replica_input(
+        &mut self,
+        r: usize,
+        input: impl FnOnce(&mut Replica, u64) -> Result<(), Rejection>,
+    ) {
+        let now = self.now_ms;
+        if let Err(rejection) = input(&mut self.nodes[r].core, now) {
+            self.count(&format!("rejected_{}", rejection.reason()));
+            self.note(b'X', r as u64, 0, rejection.reason().as_bytes(), || {
+                format!("replica {r} rejects: {rejection:?}")
+            });
+        }
+        while let Some(action) = self.nodes[r].core.poll_action() {
+            self.carry_out(r, action);
+            if !self.violations.is_empty() {
+                return;
+            }
+        }
+        self.arm_timer(r);
+    }
+
+    fn arm_timer(&mut self, r: usize) {
+        let node = &self.nodes[r];
+        if node.crashed {
+            return;
+        }
+        let Some(deadline) = node.core.next_timeout_ms() else {
+            return;
+        };
+        let at = deadline.max(self.now_ms);
+        if node.timer_at.is_none_or(|t| at < t) {
+            self.nodes[r].timer_at = Some(at);
+            self.schedule(at, Event::ReplicaTimer(r as u32));
+        }
+    }
+
+    fn on_replica_timer(&mut self, r: usize) {
+        if self.nodes[r].crashed {
+            return; // frozen; re-armed on restart
+        }
+        if self.nodes[r].timer_at == Some(self.now_ms) {
+            self.nodes[r].timer_at = None;
+        }
+        let due = self.nodes[r]
+            .core
+            .next_timeout_ms()
+            .is_some_and(|t| t <= self.now_ms);
+        if !due {
+            self.arm_timer(r);
+            return;
+        }
+        self.note(b'T', r as u64, 0, &[], || format!("replica {r} tick"));
+        self.replica_input(r, |core, now| {
+            core.handle_tick(now);
+            Ok(())
+        });
+        // A timer that is still due right after its tick would spin at one instant.
+        if self.nodes[r]
+            .core
+            .next_timeout_ms()
+            .is_some_and(|t| t <= self.now_ms)
+        {
+            self.count("core_timer_not_advanced");
+            self.nodes[r].timer_at = Some(self.now_ms + 1);
+            self.schedule(self.now_ms + 1, Event::ReplicaTimer(r as u32));
+        }
+    }
+
+    fn carry_out(&mut self, r: usize, action: Action) {
+        match action {
+            Action::Broadcast(msg) => {
+                let dests: Vec<ReplicaId> = (0..self.nodes.len() as u32)
+                    .filter(|&d| d as usize != r)
+                    .map(ReplicaId)
+                    .collect();
+                self.send_peer(r, &dests, msg);
+            }
+            Action::Send { to, msg } => self.send_peer(r, &[to], msg),
+            Action::Deliver(decision) => {
+                let (cid, hash) = (decision.cid, decision.hash);
+                self.note(b'D', r as u64, cid.0, &hash.0, || {
+                    format!(
+                        "replica {r} delivers cid {cid} epoch {} ({} requests, {hash:?})",
+                        decision.epoch,
+                        decision.batch.requests.len()
+                    )
+                });
+                if self.nodes[r].byz.is_none() {
+                    self.check_delivery(r, cid.0, hash, &decision.batch);
+                    if !self.violations.is_empty() {
+                        return;
+                    }
+                } else if let Some(byz) = self.nodes[r].byz.as_mut() {
+                    byz.on_decided(&decision.batch);
+                }
+                let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
+                for reply in replies {
+                    self.send_reply(r, reply);
+                }
+            }
+            Action::ResendReply { client, seq } => {
+                if let Some(reply) = self.nodes[r].exec.cached_reply(client, seq) {
+                    self.send_reply(r, reply);
+                } else {
+                    self.count("resend_reply_not_cached");
+                }
+            }
+            Action::RegencyInstalled { regency, leader } => {
+                self.note(b'R', r as u64, regency.0 as u64, &[], || {
+                    format!("replica {r} installs regency {regency} (leader {leader})")
+                });
+                self.count("regencies_installed");
+                let node = &mut self.nodes[r];
+                node.regency = node.regency.max(regency.0);
+                if let Some(byz) = node.byz.as_mut() {
+                    byz.on_regency(regency);
+                }
+            }
+            Action::StateTransferNeeded {
+                next_cid,
+                known_decided,
+            } => {
+                self.count("state_transfer_needed");
+                self.note(b'S', r as u64, next_cid.0, &[], || {
+                    format!(
+                        "replica {r} needs state transfer (next {next_cid}, known {known_decided})"
+                    )
+                });
+            }
+        }
+    }
+
+    /// Agreement, total order (prefix) and validity, on every delivery of a correct replica.
+    fn check_delivery(&mut self, r: usize, cid: u64, hash: Digest, batch: &Batch) {
+        let expected = self.nodes[r].delivered;
+        if cid != expected {
+            self.violation(
+                "order",
+                format!("replica {r} delivered cid {cid}, expected cid {expected}"),
+            );
+            return;
+        }
+        let encoded_hash = tagma_crypto::digest(&batch.to_bytes());
+        if encoded_hash != hash {
+            self.violation(
+                "decision_hash",
+                format!("replica {r} cid {cid}: delivered hash {hash:?} is not the batch's hash {encoded_hash:?}"),
+            );
+            return;
+        }
+        match self.decided.get(cid as usize) {
+            Some(first) if *first != hash => {
+                let first = *first;
+                self.violation(
+                    "agreement",
+                    format!("replica {r} delivered {hash:?} for cid {cid}, another correct replica {first:?}"),
+                );
+                return;
+            }
+            Some(_) => {}
+            None => {
+                debug_assert_eq!(self.decided.len() as u64, cid);
+                self.decided.push(hash);
+            }
+        }
+        for envelope in &batch.requests {
+            let req = &envelope.request;
+            if req.kind != RequestKind::Ordered {
+                self.violation(
+                    "validity",
+                    format!(
+                        "replica {r} cid {cid}: unordered request {}/{} in a batch",
+                        req.client, req.seq
+                    ),
+                );
+                return;
+            }
+            if !self.issued.contains(&tagma_crypto::request_digest(req)) {
+                self.violation(
+                    "validity",
+                    format!(
+                        "replica {r} cid {cid}: request {}/{} was never issued by its client",
+                        req.client, req.seq
+                    ),
+                );
+                return;
+            }
+            if !self.nodes[r].executed.insert((req.client, req.seq)) {
+                self.violation(
+                    "validity",
+                    format!(
+                        "replica {r} cid {cid}: request {}/{} executed twice",
+                        req.client, req.seq
+                    ),
+                );
+                return;
+            }
+        }
+        self.nodes[r].delivered += 1;
+    }
+
+    fn on_peer(&mut self, from: u32, to: u32, bytes: Bytes, bad_mac: bool) {
+        let r = to as usize;
+        if self.nodes[r].crashed {
+            self.count("peer_lost_crashed");
+            return;
+        }
+        if bad_mac {
+            self.count("peer_bad_mac_dropped");
+            self.note(b'M', from as u64, to as u64, &[], || {
+                format!("{from}→{to}: bad MAC, dropped")
+            });
+            return;
+        }
+        let msg = match PeerMessage::decode(&bytes) {
+            Ok(m) => m,
+            Err(e) => {
+                self.count("peer_undecodable");
+                self.note(b'U', from as u64, to as u64, &[], || {
+                    format!("{from}→{to}: undecodable: {e}")
+                });
+                return;
+            }
+        };
+        self.count(message_counter(&msg));
+        self.note(b'p', from as u64, to as u64, &bytes, || {
+            format!("{from}→{to}: {}", describe(&msg))
+        });
+        if let Some(byz) = self.nodes[r].byz.as_mut() {
+            byz.on_received(&msg);
+        }
+        let input = self.network_stage(msg);
+        self.replica_input(r, |core, now| core.handle_peer(now, ReplicaId(from), input));
+    }
+
+    fn authentic(&self, r: &RequestEnvelope) -> bool {
+        self.issued
+            .contains(&tagma_crypto::request_digest(&r.request))
+    }
+
+    fn all_authentic(&self, requests: &[RequestEnvelope]) -> bool {
+        requests.iter().all(|r| self.authentic(r))
+    }
+
+    /// What a replica's network stage hands the core for a decoded peer message: batches
+    /// decoded and hashed, request authentication decided against the requests the clients
+    /// really issued.
+    fn network_stage(&self, msg: PeerMessage) -> PeerInput {
+        match msg {
+            PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
+                Ok(batch) => PeerInput::Propose {
+                    cid: p.cid,
+                    epoch: p.epoch,
+                    batch: VerifiedBatch {
+                        hash: tagma_crypto::digest(&p.batch),
+                        authentic: self.all_authentic(&batch.requests),
+                        bytes: p.batch,
+                        batch,
+                    },
+                },
+                Err(_) => PeerInput::UndecodablePropose {
+                    cid: p.cid,
+                    epoch: p.epoch,
+                },
+            },
+            PeerMessage::Write(v) => PeerInput::Write(v),
+            PeerMessage::Accept(a) => PeerInput::Accept(a),
+            PeerMessage::Forward(request) => PeerInput::Forward {
+                authentic: self.authentic(&request),
+                request,
+            },
+            PeerMessage::Stop(mut stop) => {
+                stop.requests.retain(|r| self.authentic(r));
+                PeerInput::Stop(stop)
+            }
+            PeerMessage::StopData(sd) => PeerInput::StopData(sd),
+            PeerMessage::Sync(sync) => {
+                let proposal_authentic = sync.proposal.is_empty()
+                    || Batch::decode(&sync.proposal)
+                        .map(|b| self.all_authentic(&b.requests))
+                        .unwrap_or(true);
+                PeerInput::Sync {
+                    sync,
+                    proposal_authentic,
+                }
+            }
+            PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
+            PeerMessage::Decision(d) => PeerInput::Decision(d),
+        }
+    }
+
+    fn send_peer(&mut self, from: usize, dests: &[ReplicaId], msg: PeerMessage) {
+        let outs: Vec<Out> = match self.nodes[from].byz.as_mut() {
+            Some(byz) => byz.rewrite(&mut self.rng, &mut self.exercised, dests, msg),
+            None => {
+                // Honest: encode once for every receiver.
+                let bytes = msg.to_bytes();
+                for &to in dests {
+                    self.transmit_peer(from as u32, to.0, bytes.clone(), 0, false);
+                }
+                return;
+            }
+        };
+        for out in outs {
+            let bytes = out.msg.to_bytes();
+            self.transmit_peer(
+                from as u32,
+                out.to.0,
+                bytes,
+                out.extra_delay_ms,
+                out.bad_mac,
+            );
+        }
+    }
+
+    fn link_cut(&self, a: u32, b: u32) -> bool {
+        self.partitions_active.iter().any(|&i| {
+            let cut = &self.sc.partitions[i].cut;
+            cut.contains(&a) != cut.contains(&b)
+        })
+    }
+
+    /// Clients live outside every partition.
+    fn client_link_cut(&self, replica: u32) -> bool {
+        self.partitions_active
+            .iter()
+            .any(|&i| self.sc.partitions[i].cut.contains(&replica))
+    }
+
+    fn delay(&mut self) -> u64 {
+        self.rng.range(self.net.delay_min_ms, self.net.delay_max_ms)
+    }
+
+    /// The network between replicas: partitions, loss, corruption, delay (hence reordering),
+    /// duplication.
+    fn transmit_peer(
+        &mut self,
+        from: u32,
+        to: u32,
+        bytes: Bytes,
+        extra_delay_ms: u64,
+        bad_mac: bool,
+    ) {
+        if from != to && self.link_cut(from, to) {
+            self.count("net_partitioned");
+            return;
+        }
+        if self.rng.chance(self.net.drop_p) {
+            self.count("net_dropped");
+            return;
+        }
+        let bad_mac = bad_mac || self.rng.chance(self.net.corrupt_p);
+        let copies = if self.rng.chance(self.net.duplicate_p) {
+            2
+        } else {
+            1
+        };
+        for _ in 0..copies {
+            let at = self.now_ms + self.delay() + extra_delay_ms;
+            self.schedule(
+                at,
+                Event::Peer {
+                    from,
+                    to,
+                    bytes: bytes.clone(),
+                    bad_mac,
+                },
+            );
+        }
+    }
+
+    fn on_byz_tick(&mut self, r: usize) {
+        let peers: Vec<ReplicaId> = (0..self.nodes.len() as u32)
+            .filter(|&d| d as usize != r)
+            .map(ReplicaId)
+            .collect();
+        if let Some(byz) = self.nodes[r].byz.as_mut() {
+            let outs = byz.tick(&mut self.rng, &mut self.exercised, &peers);
+            for out in outs {
+                let bytes = out.msg.to_bytes();
+                self.transmit_peer(r as u32, out.to.0, bytes, out.extra_delay_ms, out.bad_mac);
+            }
+            let at = self.now_ms + self.rng.range(100, 400);
+            self.schedule(at, Event::ByzTick(r as u32));
+        }
+    }
+
+    fn on_request(&mut self, client: usize, to: u32, envelope: RequestEnvelope) {
+        let r = to as usize;
+        if self.nodes[r].crashed {
+            return;
+        }
+        let req = &envelope.request;
+        self.note(
+            b'q',
+            client as u64,
+            to as u64,
+            &tagma_crypto::request_digest(req).0,
+            || {
+                format!(
+                    "client {client} → replica {to}: {:?} seq {}",
+                    req.kind, req.seq
+                )
+            },
+        );
+        if req.kind == RequestKind::Unordered {
+            let reply = self.nodes[r].exec.execute_unordered(
+                req.client,
+                req.seq,
+                &req.payload,
+                self.now_ms,
+            );
+            self.send_reply(r, reply);
+            return;
+        }
+        self.replica_input(r, |core, now| core.handle_client_request(now, envelope));
+    }
+
+    fn send_reply(&mut self, r: usize, mut reply: Reply) {
+        let Some(client) = self.client_index(reply.client) else {
+            return;
+        };
+        if let Some(byz) = self.nodes[r].byz.as_ref() {
+            match byz.rewrite_reply(&mut self.rng, &mut self.exercised, reply.payload) {
+                Some(p) => reply.payload = p,
+                None => return,
+            }
+        }
+        if self.client_link_cut(r as u32) || self.rng.chance(self.net.drop_p) {
+            self.count("reply_lost");
+            return;
+        }
+        let at = self.now_ms + self.delay();
+        self.schedule(
+            at,
+            Event::Reply {
+                client,
+                from: r as u32,
+                reply,
+            },
+        );
+    }
+
+    fn client_index(&self, id: ClientId) -> Option<usize> {
+        let i = id.principal().checked_sub(100)? as usize;
+        (i < self.clients.len() && self.clients[i].id == id).then_some(i)
+    }
+
+    // ---- clients --------------------------------------------------------------------------
+
+    fn wake_client(&mut self, c: usize, at_ms: u64, wake: Wake) {
+        self.clients[c].token += 1;
+        let token = self.clients[c].token;
+        self.schedule(
+            at_ms,
+            Event::ClientWake {
+                client: c,
+                token,
+                wake,
+            },
+        );
+    }
+
+    fn on_client_wake(&mut self, c: usize, token: u64, wake: Wake) {
+        if token != self.clients[c].token {
+            return;
+        }
+        match wake {
+            Wake::Start => self.start_op(c),
+            Wake::Retransmit => {
+                self.count("client_retransmissions");
+                self.send_attempt(c, false);
+            }
+            Wake::UnorderedTimeout => self.fall_back_to_ordered(c, "timeout"),
+        }
+    }
+
+    fn start_op(&mut self, c: usize) {
+        let client = &self.clients[c];
+        if client.out.is_some() {
+            return;
+        }
+        if matches!(self.phase, Phase::Liveness { .. })
+            && (!client.is_correct() || client.liveness_left == Some(0))
+        {
+            return;
+        }
+        let unordered_p = self.sc.unordered_p;
+        let (op, model, unordered) = self.clients[c].next_op(&mut self.rng, unordered_p);
+        let history = match model {
+            Some((key, m)) if self.clients[c].is_correct() => {
+                let h = self.histories.entry(key.clone()).or_default();
+                h.push(Entry {
+                    op: m,
+                    invoke: self.step,
+                    response: None,
+                });
+                Some((key, h.len() - 1))
+            }
+            _ => None,
+        };
+        let client = &mut self.clients[c];
+        let attempt = if unordered {
+            client.last_useq += 1;
+            Attempt::Unordered(RequestSeq(client.last_useq))
+        } else {
+            client.last_seq += 1;
+            Attempt::Ordered(RequestSeq(client.last_seq))
+        };
+        client.out = Some(Outstanding {
+            op,
+            history,
+            attempt,
+            voter: Voter::new(self.quorums.reply_quorum(true), self.quorums.n),
+            started_ms: self.now_ms,
+        });
+        self.send_attempt(c, true);
+    }
+
+    fn envelope(&self, c: usize, attempt: &Attempt, payload: Bytes) -> RequestEnvelope {
+        let (seq, kind) = match attempt {
+            Attempt::Ordered(s) => (*s, RequestKind::Ordered),
+            Attempt::Unordered(s) => (*s, RequestKind::Unordered),
+        };
+        RequestEnvelope {
+            request: Request {
+                client: self.clients[c].id,
+                seq,
+                kind,
+                view: ViewId(0),
+                payload,
+            },
+            // Authentication is simulated: the network stage checks the request digest
+            // against the requests clients issued.
+            auth: RequestAuth::Macs(Vec::new()),
+        }
+    }
+
+    /// Sends the current attempt (`first`: the first send of this attempt, where a faulty
+    /// client misbehaves) and arms the retransmission or unordered timer.
+    fn send_attempt(&mut self, c: usize, first: bool) {
+        let Some(out) = self.clients[c].out.as_ref() else {
+            return;
+        };
+        let attempt = out.attempt.clone();
+        let envelope = self.envelope(c, &attempt, out.op.encode());
+        self.issued
+            .insert(tagma_crypto::request_digest(&envelope.request));
+        let n = self.nodes.len() as u32;
+        let mut targets: Vec<(u32, RequestEnvelope)> =
+            (0..n).map(|r| (r, envelope.clone())).collect();
+        let fault = self.clients[c].fault;
+        if first && matches!(attempt, Attempt::Ordered(_)) {
+            match fault {
+                Some(ClientFault::OneFollower) => {
+                    let r = 1 + self.rng.below(n as u64 - 1) as u32;
+                    targets.retain(|(t, _)| *t == r);
+                    *self.exercised.entry("client_one_follower").or_default() += 1;
+                }
+                Some(ClientFault::Equivocate) => {
+                    let key = self.clients[c].keys[0].clone();
+                    let v = self.rng.next_u64() as i64;
+                    let alt_op = KvOp::Put {
+                        key,
+                        value: crate::client::enc(v),
+                    };
+                    let alt = self.envelope(c, &attempt, alt_op.encode());
+                    self.issued
+                        .insert(tagma_crypto::request_digest(&alt.request));
+                    let mut order: Vec<u32> = (0..n).collect();
+                    self.rng.shuffle(&mut order);
+                    for &r in &order[..order.len() / 2] {
+                        targets[r as usize].1 = alt.clone();
+                    }
+                    *self.exercised.entry("client_equivocate").or_default() += 1;
+                }
+                None => {}
+            }
+        }
+        for (r, env) in targets {
+            if self.client_link_cut(r) || self.rng.chance(self.net.drop_p) {
+                self.count("request_lost");
+                continue;
+            }
+            let at = self.now_ms + self.delay();
+            self.schedule(
+                at,
+                Event::Request {
+                    client: c,
+                    to: r,
+                    envelope: env,
+                },
+            );
+        }
+        let (timeout, wake) = match attempt {
+            Attempt::Ordered(_) => (RETRANSMIT_MS + self.rng.below(100), Wake::Retransmit),
+            Attempt::Unordered(_) => (UNORDERED_TIMEOUT_MS, Wake::UnorderedTimeout),
+        };
+        self.wake_client(c, self.now_ms + timeout, wake);
+    }
+
+    fn on_reply(&mut self, c: usize, from: u32, reply: Reply) {
+        self.note(b'r', c as u64, from as u64, &reply.payload, || {
+            format!(
+                "replica {from} → client {c}: {:?} seq {}",
+                reply.kind, reply.seq
+            )
+        });
+        let Some(out) = self.clients[c].out.as_mut() else {
+            return;
+        };
+        let matches = match out.attempt {
+            Attempt::Ordered(s) => reply.kind == RequestKind::Ordered && reply.seq == s,
+            Attempt::Unordered(s) => reply.kind == RequestKind::Unordered && reply.seq == s,
+        };
+        if !matches {
+            return;
+        }
+        if let Some(payload) = out.voter.add(ReplicaId(from), reply.payload) {
+            self.complete(c, payload);
+        } else if matches!(out.attempt, Attempt::Unordered(_)) && out.voter.exhausted() {
+            self.fall_back_to_ordered(c, "replies disagree");
+        }
+    }
+
+    fn fall_back_to_ordered(&mut self, c: usize, why: &str) {
+        let client = &mut self.clients[c];
+        let Some(out) = client.out.as_mut() else {
+            return;
+        };
+        client.last_seq += 1;
+        out.attempt = Attempt::Ordered(RequestSeq(client.last_seq));
+        out.voter = Voter::new(self.quorums.reply_quorum(true), self.quorums.n);
+        self.count("unordered_fallbacks");
+        self.note(b'F', c as u64, 0, why.as_bytes(), || {
+            format!("client {c}: unordered read falls back to ordered ({why})")
+        });
+        self.send_attempt(c, false);
+    }
+
+    fn complete(&mut self, c: usize, payload: Bytes) {
+        let Some(out) = self.clients[c].out.take() else {
+            return;
+        };
+        let elapsed_ms = self.now_ms - out.started_ms;
+        self.note(b'K', c as u64, 0, &payload, || {
+            format!("client {c} completes {:?} after {elapsed_ms} ms", out.op)
+        });
+        self.count("ops_completed");
+        if let Some((key, idx)) = out.history {
+            let op = self.histories[&key][idx].op;
+            let result = KvReply::decode(&payload)
+                .map_err(|e| format!("undecodable reply: {e}"))
+                .and_then(|reply| to_ret(&op, &reply));
+            match result {
+                Ok(ret) => {
+                    self.histories.get_mut(&key).expect("history")[idx].response =
+                        Some((self.step, ret));
+                    self.clients[c].last_seen.insert(key, seen_after(&op, &ret));
+                }
+                Err(e) => {
+                    self.violation("client_reply", format!("client {c} {:?}: {e}", out.op));
+                    return;
+                }
+            }
+        }
+        let client = &mut self.clients[c];
+        client.completed += 1;
+        if let Some(left) = client.liveness_left.as_mut() {
+            *left = left.saturating_sub(1);
+            if *left == 0 {
+                return;
+            }
+        }
+        let at = self.now_ms + self.rng.range(0, THINK_MS_MAX);
+        self.wake_client(c, at, Wake::Start);
+    }
+
+    // ---- phases and final checks --------------------------------------------------------
+
+    fn heal(&mut self) {
+        let deadline_ms = self.now_ms + self.sc.liveness_bound_ms;
+        self.phase = Phase::Liveness { deadline_ms };
+        self.partitions_active.clear();
+        self.net = NetParams::healed();
+        let mut keep_down = self.sc.f.saturating_sub(self.sc.byzantine.len());
+        for r in 0..self.nodes.len() {
+            if !self.nodes[r].crashed {
+                continue;
+            }
+            if keep_down > 0 && self.rng.chance(0.3) {
+                keep_down -= 1;
+                self.count("stays_crashed");
+                self.note(b'C', r as u64, 2, &[], || {
+                    format!("replica {r} stays crashed")
+                });
+            } else {
+                self.restart(r);
+            }
+        }
+        for client in &mut self.clients {
+            if client.is_correct() {
+                client.liveness_left = Some(LIVENESS_OPS + u64::from(client.out.is_some()));
+            }
+        }
+        self.note(b'H', 0, 0, &[], || {
+            format!("network heals; liveness phase until {deadline_ms} ms")
+        });
+    }
+
+    fn all_correct_done(&self) -> bool {
+        self.clients
+            .iter()
+            .filter(|c| c.is_correct())
+            .all(|c| c.liveness_left == Some(0) && c.out.is_none())
+    }
+
+    fn fail_liveness(&mut self, why: &str) {
+        let mut detail = format!("{why} at {} ms;", self.now_ms);
+        for c in self.clients.iter().filter(|c| c.is_correct()) {
+            if let Some(out) = &c.out {
+                detail.push_str(&format!(
+                    " client {} waits for {:?} {:?} since {} ms ({} replies);",
+                    c.index,
+                    out.attempt,
+                    out.op,
+                    out.started_ms,
+                    out.voter.replies()
+                ));
+            } else if c.liveness_left != Some(0) {
+                detail.push_str(&format!(
+                    " client {} has {:?} ops left;",
+                    c.index, c.liveness_left
+                ));
+            }
+        }
+        for (r, node) in self.nodes.iter().enumerate() {
+            detail.push_str(&format!(
+                " r{r}: next_cid {} regency {}{}{};",
+                node.core.next_cid(),
+                node.regency,
+                if node.crashed { " crashed" } else { "" },
+                if node.byz.is_some() { " byzantine" } else { "" }
+            ));
+        }
+        self.note(b'L', 0, 0, detail.as_bytes(), || {
+            format!("LIVENESS FAILURE: {detail}")
+        });
+        self.liveness_failure = Some(detail);
+    }
+
+    fn final_checks(&mut self) {
+        if !self.violations.is_empty() {
+            return;
+        }
+        let histories = std::mem::take(&mut self.histories);
+        for (key, history) in &histories {
+            match linearizability::check(history, None) {
+                Ok(()) => {}
+                Err(LinError::Inconclusive) => self.count("linearizability_inconclusive"),
+                Err(LinError::NotLinearizable) => {
+                    let key = String::from_utf8_lossy(key).into_owned();
+                    self.violation(
+                        "linearizability",
+                        format!(
+                            "key {key}: history of {} operations is not linearizable: {history:?}",
+                            history.len()
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+        self.histories = histories;
+        // Correct replicas at the same execution position hold the same state.
+        let mut by_position: BTreeMap<u64, (usize, Digest)> = BTreeMap::new();
+        for r in 0..self.nodes.len() {
+            if self.nodes[r].byz.is_some() {
+                continue;
+            }
+            let pos = self.nodes[r].exec.executed_instances();
+            let digest = self.nodes[r].exec.state_digest();
+            match by_position.get(&pos) {
+                Some(&(other, d)) if d != digest => {
+                    self.violation(
+                        "state",
+                        format!("replicas {other} and {r} executed {pos} instances but hold different states"),
+                    );
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    by_position.insert(pos, (r, digest));
+                }
+            }
+        }
+    }
+
+    fn finish(self) -> Outcome {
+        let decided_instances = self.decided.len() as u64;
+        let ops_completed = self.clients.iter().map(|c| c.completed).sum();
+        let regency_max = self.nodes.iter().map(|n| n.regency).max().unwrap_or(0);
+        Outcome {
+            violations: self.violations,
+            liveness_failure: self.liveness_failure,
+            exercised: self.exercised,
+            counters: self.counters,
+            trace: self.trace,
+            trace_hash: Digest(*self.hasher.finalize().as_bytes()),
+            events: self.step,
+            virtual_ms: self.now_ms,
+            decided_instances,
+            ops_completed,
+            regency_max,
+        }
+    }
+}
+
+/// Counter name for received peer messages of `msg`'s kind.
+fn message_counter(msg: &PeerMessage) -> &'static str {
+    match msg {
+        PeerMessage::Propose(_) => "received_propose",
+        PeerMessage::Write(_) => "received_write",
+        PeerMessage::Accept(_) => "received_accept",
+        PeerMessage::Forward(_) => "received_forward",
+        PeerMessage::Stop(_) => "received_stop",
+        PeerMessage::StopData(_) => "received_stopdata",
+        PeerMessage::Sync(_) => "received_sync",
+        PeerMessage::DecisionRequest { .. } => "received_decision_request",
+        PeerMessage::Decision(_) => "received_decision",
+    }
+}
+
+/// One-line summary of a peer message for the trace.
+fn describe(msg: &PeerMessage) -> String {
+    match msg {
+        PeerMessage::Propose(p) => format!(
+            "PROPOSE cid {} epoch {} {:?}",
+            p.cid,
+            p.epoch,
+            tagma_crypto::digest(&p.batch)
+        ),
+        PeerMessage::Write(v) => format!("WRITE cid {} epoch {} {:?}", v.cid, v.epoch, v.hash),
+        PeerMessage::Accept(a) => format!(
+            "ACCEPT cid {} epoch {} {:?}",
+            a.vote.cid, a.vote.epoch, a.vote.hash
+        ),
+        PeerMessage::Forward(r) => format!("FORWARD {}/{}", r.request.client, r.request.seq),
+        PeerMessage::Stop(s) => {
+            format!("STOP regency {} ({} requests)", s.regency, s.requests.len())
+        }
+        PeerMessage::StopData(s) => format!(
+            "STOPDATA regency {} last_decided {:?} collect cid {}",
+            s.regency,
+            s.last_decided.as_ref().map(|d| d.cid.0),
+            s.collect.collect.cid
+        ),
+        PeerMessage::Sync(s) => format!(
+            "SYNC regency {} last_decided {:?} {} collects, proposal {} bytes",
+            s.regency,
+            s.last_decided.as_ref().map(|d| d.cid.0),
+            s.collects.len(),
+            s.proposal.len()
+        ),
+        PeerMessage::DecisionRequest { cid } => format!("DECISION_REQUEST cid {cid}"),
+        PeerMessage::Decision(d) => format!("DECISION cid {}", d.cid),
+    }
+}
+
+/// The message of a caught panic.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".into())
+}

@@ -1,0 +1,165 @@
+//! Seed-range simulation (CI), determinism, and the regression seeds.
+//!
+//! `TAGMA_SIM_SEEDS=N` changes how many seeds the range test runs (default
+//! [`CI_SEEDS`]); `TAGMA_SIM_START=S` where it starts.
+
+use std::time::Instant;
+
+use tagma_core::Mode;
+use tagma_sim::{SeedReport, SimOptions, Summary, parse_regression_line, run_seed};
+
+/// Seeds the CI range test runs: spread evenly over BFT/CFT × f = 1..=3.
+const CI_SEEDS: u64 = 1_000;
+
+/// The configuration seed `seed` runs under in the range test.
+fn ci_options(seed: u64) -> SimOptions {
+    let (mode, f) = [
+        (Mode::Bft, 1),
+        (Mode::Cft, 1),
+        (Mode::Bft, 2),
+        (Mode::Cft, 2),
+        (Mode::Bft, 3),
+        (Mode::Cft, 3),
+    ][(seed % 6) as usize];
+    SimOptions {
+        mode: Some(mode),
+        f: Some(f),
+        ..SimOptions::default()
+    }
+}
+
+fn env_u64(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(default)
+}
+
+fn describe(summary: &Summary) -> String {
+    let mut out = format!(
+        "{} seeds: {} with violations, {} liveness failures; exercised {:?}\n",
+        summary.seeds_run,
+        summary.violations,
+        summary.liveness_failures,
+        summary.behaviours_exercised
+    );
+    for f in summary.failures.iter().take(25) {
+        let first: String = f.first_violation.chars().take(400).collect();
+        out.push_str(&format!(
+            "  seed {}: {first}\n    replay: {}\n",
+            f.seed, f.replay
+        ));
+    }
+    out
+}
+
+#[test]
+#[allow(clippy::disallowed_methods)] // wall-clock only to print seeds per second
+fn seed_range_holds_every_invariant() {
+    let start = env_u64("TAGMA_SIM_START", 0);
+    let count = env_u64("TAGMA_SIM_SEEDS", CI_SEEDS);
+    let began = Instant::now();
+    let mut summary = Summary::default();
+    for seed in start..start + count {
+        let options = ci_options(seed);
+        let report = run_seed(seed, &options);
+        summary.add(&report, &options);
+    }
+    let elapsed_s = began.elapsed().as_secs_f64();
+    eprintln!(
+        "{} seeds in {elapsed_s:.1} s ({:.1} seeds/s), {} events, {} operations, {} instances; configurations {:?}",
+        summary.seeds_run,
+        summary.seeds_run as f64 / elapsed_s,
+        summary.events,
+        summary.ops_completed,
+        summary.decided_instances,
+        summary.configurations
+    );
+    eprintln!("{}", describe(&summary));
+    assert!(!summary.failed(), "{}", describe(&summary));
+}
+
+#[test]
+fn same_seed_same_trace() {
+    for seed in 0..12 {
+        let options = ci_options(seed);
+        let a = run_seed(seed, &options);
+        let b = run_seed(seed, &options);
+        assert_eq!(
+            a.trace_hash, b.trace_hash,
+            "seed {seed} is not deterministic"
+        );
+        assert_eq!(a.events, b.events);
+        // Tracing only observes: the traced run is the same run.
+        let traced = run_seed(
+            seed,
+            &SimOptions {
+                trace: true,
+                ..options.clone()
+            },
+        );
+        assert_eq!(
+            a.trace_hash, traced.trace_hash,
+            "seed {seed}: tracing changed the run"
+        );
+        assert!(!traced.trace.is_empty());
+    }
+}
+
+#[test]
+fn different_seeds_differ() {
+    let a = run_seed(1, &ci_options(0));
+    let b = run_seed(7, &ci_options(0));
+    assert_ne!(a.trace_hash, b.trace_hash);
+}
+
+#[test]
+fn regression_seeds() {
+    let text = include_str!("../regressions.txt");
+    let mut failed: Vec<(String, SeedReport)> = Vec::new();
+    for line in text.lines() {
+        let Some((seed, options)) = parse_regression_line(line).expect("regressions.txt line")
+        else {
+            continue;
+        };
+        let report = run_seed(seed, &options);
+        if report.failed() {
+            failed.push((line.to_string(), report));
+        }
+    }
+    let listing: Vec<String> = failed
+        .iter()
+        .map(|(line, r)| {
+            let first: String = r
+                .first_failure()
+                .unwrap_or_default()
+                .chars()
+                .take(300)
+                .collect();
+            format!("{line}\n    {first}")
+        })
+        .collect();
+    assert!(
+        failed.is_empty(),
+        "regression seeds failed:\n{}",
+        listing.join("\n")
+    );
+}
+
+#[test]
+fn regression_lines_parse_and_round_trip() {
+    let (seed, options) = parse_regression_line("  42 mode=cft f=2 replicas=5 byzantine=0 # why")
+        .unwrap()
+        .unwrap();
+    assert_eq!(seed, 42);
+    assert_eq!(options.mode, Some(Mode::Cft));
+    assert_eq!(
+        (options.f, options.replicas, options.byzantine_max),
+        (Some(2), Some(5), Some(0))
+    );
+    let line = format!("{seed} {}", options.tokens().join(" "));
+    assert_eq!(parse_regression_line(&line).unwrap(), Some((seed, options)));
+    assert_eq!(parse_regression_line("# only a comment").unwrap(), None);
+    assert!(parse_regression_line("x mode=bft").is_err());
+    assert!(parse_regression_line("1 colour=red").is_err());
+}
