@@ -1245,23 +1245,11 @@ impl Replica {
     /// Installs `regency`: freezes the earlier epochs, sends STOPDATA to the new leader, and
     /// waits for its SYNC.
     fn install(&mut self, regency: Regency) {
-        debug_assert!(regency > self.regency);
-        self.regency = regency;
-        self.sync.next_regency = regency;
-        self.sync.stops.retain(|_, r| *r > regency);
-        self.sync.own_stop = None;
-        self.sync.stop_retransmit_ms = None;
-        self.sync.stopdata.clear();
-        self.sync.pending = None;
+        self.enter_regency(regency);
         self.sync.waiting_sync = true;
         let backoff = 1u64 << self.sync.failed_regencies.min(6);
         self.sync.sync_deadline_ms = Some(self.now_ms + self.params.request_timeout_ms * backoff);
-        self.clients.restart_timers(self.now_ms);
-        self.stats.leader_changes += 1;
         let leader = self.leader();
-        tracing::info!(%regency, %leader, cid = %self.instance.cid, "installed a new regency");
-        self.actions
-            .push_back(Action::RegencyInstalled { regency, leader });
         let data = StopData {
             regency,
             last_decided: self.proven_last(),
@@ -1537,16 +1525,27 @@ impl Replica {
 
     /// Adopts a regency proven by a SYNC without going through STOPs.
     fn install_silently(&mut self, regency: Regency) {
+        self.enter_regency(regency);
+    }
+
+    /// What every way of moving to a new regency does: older epochs are frozen (the
+    /// installed regency is the lowest epoch this replica votes in), the leader-change
+    /// bookkeeping of earlier regencies is dropped, and request timers restart so the new
+    /// leader gets a full period.
+    fn enter_regency(&mut self, regency: Regency) {
+        debug_assert!(regency > self.regency, "regencies only grow");
         self.regency = regency;
-        self.sync.epochs_seen.retain(|_, e| e.0 > regency.0);
         self.sync.next_regency = regency;
         self.sync.stops.retain(|_, r| *r > regency);
+        self.sync.epochs_seen.retain(|_, e| e.0 > regency.0);
         self.sync.own_stop = None;
         self.sync.stop_retransmit_ms = None;
         self.sync.stopdata.clear();
+        self.sync.pending = None;
         self.clients.restart_timers(self.now_ms);
         self.stats.leader_changes += 1;
         let leader = self.leader();
+        tracing::info!(%regency, %leader, cid = %self.instance.cid, "installed a new regency");
         self.actions
             .push_back(Action::RegencyInstalled { regency, leader });
     }
