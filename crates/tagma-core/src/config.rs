@@ -295,9 +295,8 @@ impl Config {
             ));
         }
         let needed = c.mode.replicas_needed(c.f as usize);
-        if c.f == 0 {
-            return Err(err("cluster.f", "f = 0 tolerates no fault", "set f ≥ 1"));
-        }
+        // f = 0 is allowed: a single server (the benchmarks' unreplicated baseline) or a
+        // development cluster that tolerates no fault.
         if n < needed {
             return Err(err(
                 "cluster.f",
@@ -687,6 +686,8 @@ mod tests {
         assert!(config(3, Mode::Cft, 1).validate().is_ok());
         assert!(config(2, Mode::Cft, 1).validate().is_err());
         assert!(config(7, Mode::Bft, 2).validate().is_ok());
+        let single = config(1, Mode::Cft, 0).validate().unwrap();
+        assert_eq!(single.quorums().reply_quorum(true), 1);
     }
 
     #[test]
