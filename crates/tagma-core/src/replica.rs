@@ -413,6 +413,9 @@ struct SyncState {
     failed_regencies: u32,
     /// New leader: the STOPDATAs of the current regency (own included).
     stopdata: BTreeMap<ReplicaId, StopData>,
+    /// STOPDATAs for a later regency this replica will lead, received before it installed
+    /// it (the latest per sender).
+    early_stopdata: BTreeMap<ReplicaId, StopData>,
     /// A SYNC whose last decided instance is ahead of us: applied once we caught up.
     pending: Option<Finalise>,
     /// The highest epoch each peer sent a consensus message in (to notice a regency that
@@ -657,7 +660,7 @@ impl Replica {
             self.sync.sync_deadline_ms = None;
             self.sync.failed_regencies += 1;
             self.start_stop(
-                Regency(self.regency.0 + 1),
+                Regency(self.regency.0.saturating_add(1)),
                 self.clients.head_requests(STOP_REQUESTS_MAX),
             );
         }
@@ -949,10 +952,46 @@ impl Replica {
             // Mod-SMaRt: quorum of WRITEs → ACCEPT.
             self.send_accept(epoch, hash);
         }
-        if self.instance.epoch_mut(epoch).accepts.count(hash) >= quorums.accept_quorum() {
+        if self.instance.epoch_mut(epoch).accepts.count(hash) >= quorums.accept_quorum()
+            && self.accept_quorum_verified(epoch, hash)
+        {
             // Mod-SMaRt: quorum of ACCEPTs → decided.
             self.decide(epoch);
         }
+    }
+
+    /// BFT: before deciding, check the signatures of the ACCEPTs the decision rests on
+    /// (once per vote, never per request); a vote with a bad signature is dropped. A correct
+    /// replica can therefore always prove its last decision in STOPDATA — otherwise a leader
+    /// change could not see that the instance was decided and might replace its value. In CFT
+    /// (no Byzantine replicas) signatures are taken as valid.
+    fn accept_quorum_verified(&mut self, epoch: Epoch, hash: Digest) -> bool {
+        if self.params.quorums.mode == Mode::Cft {
+            return true;
+        }
+        let cid = self.instance.cid;
+        let me = self.params.me;
+        let checker = &self.checker;
+        let state = self.instance.epoch_mut(epoch);
+        let vote = Vote { cid, epoch, hash };
+        let unchecked: Vec<(ReplicaId, Signature)> = state
+            .accept_signatures
+            .iter()
+            .filter(|(from, (h, _))| {
+                *h == hash && **from != me && !state.verified_accepts.contains(from)
+            })
+            .map(|(from, (_, sig))| (*from, *sig))
+            .collect();
+        for (from, sig) in unchecked {
+            if checker.valid_accept(from, &vote, &sig) {
+                state.verified_accepts.insert(from);
+            } else {
+                tracing::warn!(%from, %cid, "ACCEPT with an invalid signature: vote dropped");
+                state.accept_signatures.remove(&from);
+                state.accepts.remove(from);
+            }
+        }
+        state.accepts.count(hash) >= self.params.quorums.accept_quorum()
     }
 
     /// The current instance decided the value of `epoch` by voting.
@@ -1017,6 +1056,12 @@ impl Replica {
         self.stats.decided_instances += 1;
         self.stats.decided_requests += batch.requests.len() as u64;
         self.sync.failed_regencies = 0;
+        if self.sync.waiting_sync && epoch >= self.epoch() {
+            // Decided in the installed regency: its SYNC completed elsewhere (this replica
+            // missed it); later instances are proposed normally.
+            self.sync.waiting_sync = false;
+            self.sync.sync_deadline_ms = None;
+        }
         if self
             .catch_up
             .highest_seen
@@ -1026,6 +1071,7 @@ impl Replica {
             < self.params.quorums.one_correct()
         {
             self.catch_up.behind_since_ms = None;
+            self.catch_up.state_transfer_signalled = false;
         }
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), "decided");
         self.actions.push_back(Action::Deliver(Decision {
@@ -1173,7 +1219,7 @@ impl Replica {
         if self.sync.next_regency > self.regency {
             return; // a change is already under way; its STOP is being retransmitted
         }
-        self.start_stop(Regency(self.regency.0 + 1), requests);
+        self.start_stop(Regency(self.regency.0.saturating_add(1)), requests);
     }
 
     /// Sends STOP(`regency`) to all and records it (SPEC §3: STOP(next regency, requests)).
@@ -1257,6 +1303,14 @@ impl Replica {
         };
         if leader == self.params.me {
             self.sync.stopdata.insert(leader, data);
+            let early = std::mem::take(&mut self.sync.early_stopdata);
+            for (from, d) in early {
+                if d.regency == regency {
+                    let _ = self.on_stopdata(from, d);
+                } else if d.regency > regency {
+                    self.sync.early_stopdata.insert(from, d);
+                }
+            }
             self.try_sync();
         } else {
             self.actions.push_back(Action::Send {
@@ -1326,6 +1380,17 @@ impl Replica {
 
     /// New leader: a STOPDATA for the installed regency.
     fn on_stopdata(&mut self, from: ReplicaId, mut data: StopData) -> Result<(), Rejection> {
+        if data.regency > self.regency && self.leader_of(data.regency) == self.params.me {
+            let keep = self
+                .sync
+                .early_stopdata
+                .get(&from)
+                .is_none_or(|d| d.regency < data.regency);
+            if keep {
+                self.sync.early_stopdata.insert(from, data);
+            }
+            return Ok(());
+        }
         if data.regency != self.regency || !self.is_leader() || !self.sync.waiting_sync {
             return Err(Rejection::Stale {
                 cid: self.instance.cid,
@@ -1355,9 +1420,7 @@ impl Replica {
         collects: &[SignedCollect],
     ) -> (Option<DecidedInstance>, ConsensusId, Vec<Normalized>) {
         let last_highest = last.max_by_key(|d| d.cid).cloned();
-        let current = last_highest
-            .as_ref()
-            .map_or(ConsensusId(0), |d| d.cid.next());
+        let current = Self::sync_instance(last_highest.iter());
         let mut normalized: Vec<Normalized> = collects
             .iter()
             .map(|sc| {
@@ -1381,6 +1444,11 @@ impl Replica {
         (last_highest, current, normalized)
     }
 
+    /// The instance a synchronization is about: the one after the highest proven decision.
+    fn sync_instance<'a>(last: impl Iterator<Item = &'a DecidedInstance>) -> ConsensusId {
+        last.map(|d| d.cid.next()).max().unwrap_or(ConsensusId(0))
+    }
+
     /// New leader: once n−f STOPDATAs are in and the value choice is sound, send SYNC.
     fn try_sync(&mut self) {
         let q = self.params.quorums;
@@ -1399,6 +1467,17 @@ impl Replica {
             .values()
             .filter_map(|d| d.last_decided.clone())
             .collect();
+        let current = Self::sync_instance(lasts.iter());
+        // A collect for a later instance comes from a replica that decided `current` yet
+        // could not prove it (only a faulty one): leave it out, it would read as "nothing
+        // written" and could hide the decided value.
+        let collects: Vec<SignedCollect> = collects
+            .into_iter()
+            .filter(|sc| sc.collect.cid <= current)
+            .collect();
+        if collects.len() < q.stop_install() {
+            return;
+        }
         let (last_decided, current, normalized) = self.sync_inputs(lasts.iter(), &collects);
         let choice = sync::choose(&q, &normalized);
         if choice == Choice::Unsound {
@@ -1454,7 +1533,7 @@ impl Replica {
         valid.dedup_by_key(|sc| sc.collect.replica);
         let invalid = |me: &mut Self, reason: &'static str| {
             // The leader of this regency sent bad evidence: move on to the next one.
-            let next = Regency(sync.regency.0 + 1);
+            let next = Regency(sync.regency.0.saturating_add(1));
             if next > me.regency {
                 me.start_stop(next, me.clients.head_requests(STOP_REQUESTS_MAX));
             }
@@ -1472,6 +1551,11 @@ impl Replica {
         };
         let (last_decided, current, normalized) =
             self.sync_inputs(sync.last_decided.iter(), &valid);
+        if valid.iter().any(|sc| sc.collect.cid > current) {
+            // That replica decided the instance being synchronised: the SYNC hides its
+            // decision (a correct replica always proves its last decision).
+            return invalid(self, "a collect is ahead of the synchronised instance");
+        }
         debug_assert_eq!(last_decided.is_some(), last_hash.is_some());
         let value = match sync::choose(&q, &normalized) {
             Choice::Unsound => return invalid(self, "value choice not sound"),
@@ -1518,7 +1602,10 @@ impl Replica {
                 "f+1 replicas vote in a later regency: adopting it"
             );
             self.install_silently(Regency(e.0));
-            self.sync.waiting_sync = false;
+            // The SYNC of that regency was not seen here: take no PROPOSE for the instance it
+            // synchronised (its value may differ from what the SYNC justified) until a
+            // decision made in this regency arrives by forwarding.
+            self.sync.waiting_sync = true;
             self.sync.sync_deadline_ms = None;
         }
     }
@@ -1666,12 +1753,12 @@ impl Replica {
             self.catch_up.rotation = self.catch_up.rotation.wrapping_add(1);
             self.actions.push_back(Action::Send { to, msg });
         }
-        let furthest = self
-            .catch_up
-            .highest_seen
-            .values()
+        // The (f+1)-th highest claim: at least one correct replica is that far ahead.
+        let mut claims: Vec<ConsensusId> = self.catch_up.highest_seen.values().copied().collect();
+        claims.sort_unstable_by(|a, b| b.cmp(a));
+        let furthest = claims
+            .get(self.params.quorums.one_correct() - 1)
             .copied()
-            .max()
             .unwrap_or(cid);
         if furthest.0.saturating_sub(cid.0) > self.params.decisions_kept as u64
             && !self.catch_up.state_transfer_signalled
@@ -1760,6 +1847,8 @@ struct EpochState {
     accepts: Votes,
     /// ACCEPT signatures received (unverified) with the hash each signed.
     accept_signatures: BTreeMap<ReplicaId, (Digest, Signature)>,
+    /// Senders whose ACCEPT signature was checked and found valid.
+    verified_accepts: std::collections::BTreeSet<ReplicaId>,
     /// This replica has voted for the proposal (WRITE in BFT, ACCEPT in CFT).
     write_sent: bool,
     /// This replica has sent (and counted) its ACCEPT.
@@ -1823,6 +1912,16 @@ impl Votes {
     /// Votes for `hash` from senders other than `me`.
     fn count_except(&self, hash: Digest, me: ReplicaId) -> usize {
         self.count(hash) - usize::from(self.by_sender.get(&me) == Some(&hash))
+    }
+    /// Withdraws `from`'s vote (its signature did not verify).
+    fn remove(&mut self, from: ReplicaId) {
+        if let Some(hash) = self.by_sender.remove(&from) {
+            let n = self.tally.get_mut(&hash).expect("tallied");
+            *n -= 1;
+            if *n == 0 {
+                self.tally.remove(&hash);
+            }
+        }
     }
 }
 

@@ -10,10 +10,13 @@
 //! - `binds(e, v)`: at least n−f collects, `quorum_highest` and `certified`;
 //! - `unbound`: at least n−f collects and a Byzantine quorum with `write_quorum = None`.
 //!
-//! A value `v` decided in epoch `e` had ACCEPTs from a Byzantine quorum, each of which saw a
-//! WRITE quorum for `v` in `e`; every later WRITE quorum is for `v` too. So any n−f collects
-//! include at least f+1 correct ones with `write_quorum = (e' ≥ e, v)`: `unbound` is false
-//! and only `v` can bind. Using `None` rather than epoch 0 for "never" is what keeps a value
+//! A value `v` decided in epoch `e` had ACCEPTs from a Byzantine quorum q, so at least q−f
+//! correct replicas saw a WRITE quorum for `v` in `e`; every later WRITE quorum is for `v`
+//! too. Any n−f collects therefore include at least q−2f ≥ 1 correct one with
+//! `write_quorum = (e' ≥ e, v)`, so fewer than q say `None`: `unbound` is false and only `v`
+//! can bind. This needs every correct collect to be for the instance being synchronised:
+//! a replica that decided it reports a proven `last_decided` (ACCEPT signatures are checked
+//! before deciding), and a SYNC that contains a collect for a later instance is rejected. Using `None` rather than epoch 0 for "never" is what keeps a value
 //! decided in the first epoch from being overridden (BFT-SMaRt's `unbound` pitfall).
 
 use bytes::Bytes;

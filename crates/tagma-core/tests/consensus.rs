@@ -64,7 +64,17 @@ fn replica(p: ReplicaParams) -> Replica {
     Replica::new(p, k)
 }
 
-/// An ACCEPT input as received (signatures are checked lazily, only for proofs).
+/// An ACCEPT as replica `from` signs it (BFT replicas check the signatures a decision
+/// rests on).
+fn acc_by(from: u32, vote: Vote) -> Accept {
+    Accept {
+        vote,
+        signature: tagma_core::proof::sign_accept(&key(from), &vote),
+    }
+}
+
+/// An ACCEPT with a zero signature: for expected actions (see `unsigned`) and for inputs
+/// that are rejected before any signature matters.
 fn acc(vote: Vote) -> Accept {
     Accept {
         vote,
@@ -206,7 +216,7 @@ fn complete_on_leader(leader: &mut Replica, cid: u64, hash: Digest) -> Vec<Actio
     }
     for from in [1, 2] {
         leader
-            .handle_peer(0, r(from), PeerInput::Accept(acc(vote(cid, hash))))
+            .handle_peer(0, r(from), PeerInput::Accept(acc_by(from, vote(cid, hash))))
             .unwrap();
     }
     drain(leader)
@@ -243,11 +253,11 @@ fn bft_leader_proposes_votes_and_decides() {
         .unwrap();
     assert_eq!(drain(&mut leader), vec![]);
     leader
-        .handle_peer(8, r(1), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(8, r(1), PeerInput::Accept(acc_by(1, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut leader), vec![]);
     leader
-        .handle_peer(8, r(3), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(8, r(3), PeerInput::Accept(acc_by(3, vote(0, hash))))
         .unwrap();
     // Decided; the waiting request is proposed at once as cid 1.
     let actions = drain(&mut leader);
@@ -298,11 +308,11 @@ fn bft_follower_writes_accepts_and_delivers() {
         .unwrap();
     assert_eq!(drain(&mut follower), vec![accept(0, hash)]);
     follower
-        .handle_peer(3, r(0), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(3, r(0), PeerInput::Accept(acc_by(0, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![]);
     follower
-        .handle_peer(3, r(3), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(3, r(3), PeerInput::Accept(acc_by(3, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
     assert_eq!(follower.next_cid(), ConsensusId(1));
@@ -327,20 +337,20 @@ fn votes_before_the_propose_are_counted_when_it_arrives() {
         .handle_peer(1, r(3), PeerInput::Write(vote(0, other)))
         .unwrap();
     follower
-        .handle_peer(1, r(3), PeerInput::Accept(acc(vote(0, other))))
+        .handle_peer(1, r(3), PeerInput::Accept(acc_by(3, vote(0, other))))
         .unwrap();
     follower
-        .handle_peer(1, r(0), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(1, r(0), PeerInput::Accept(acc_by(0, vote(0, hash))))
         .unwrap();
     // A second vote from the same sender does not count twice.
     follower
-        .handle_peer(1, r(0), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(1, r(0), PeerInput::Accept(acc_by(0, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![]);
     follower.handle_peer(2, r(0), input).unwrap();
     assert_eq!(drain(&mut follower), vec![write(0, hash), accept(0, hash)]);
     follower
-        .handle_peer(2, r(2), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(2, r(2), PeerInput::Accept(acc_by(2, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
 }
@@ -357,7 +367,7 @@ fn write_quorum_for_another_value_sends_no_accept() {
             .handle_peer(1, r(from), PeerInput::Write(vote(0, other)))
             .unwrap();
         follower
-            .handle_peer(1, r(from), PeerInput::Accept(acc(vote(0, other))))
+            .handle_peer(1, r(from), PeerInput::Accept(acc_by(from, vote(0, other))))
             .unwrap();
     }
     assert_eq!(drain(&mut follower), vec![]);
@@ -377,7 +387,7 @@ fn cft_follower_accepts_without_write_and_decides_on_a_majority() {
         .unwrap();
     assert_eq!(drain(&mut follower), vec![]);
     follower
-        .handle_peer(3, r(0), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(3, r(0), PeerInput::Accept(acc_by(0, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
 }
@@ -388,7 +398,7 @@ fn cft_leader_decides_with_one_accept() {
     leader.handle_client_request(1, req(1, 1)).unwrap();
     let (_, hash, batch) = take_proposal(&drain(&mut leader), 0, Mode::Cft);
     leader
-        .handle_peer(2, r(2), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(2, r(2), PeerInput::Accept(acc_by(2, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut leader), vec![deliver(0, hash, batch)]);
 }
@@ -458,7 +468,7 @@ fn equivocation_keeps_the_first_proposal() {
     }
     for from in [0, 2] {
         follower
-            .handle_peer(1, r(from), PeerInput::Accept(acc(vote(0, hash))))
+            .handle_peer(1, r(from), PeerInput::Accept(acc_by(from, vote(0, hash))))
             .unwrap();
     }
     assert_eq!(
@@ -476,7 +486,7 @@ fn decide_on_follower(follower: &mut Replica, cid: u64, batch: &Batch) {
             .handle_peer(1, r(from), PeerInput::Write(vote(cid, hash)))
             .unwrap();
         follower
-            .handle_peer(1, r(from), PeerInput::Accept(acc(vote(cid, hash))))
+            .handle_peer(1, r(from), PeerInput::Accept(acc_by(from, vote(cid, hash))))
             .unwrap();
     }
     let actions = drain(follower);
@@ -525,7 +535,7 @@ fn replayed_request_in_a_proposal_is_invalid() {
             .handle_peer(1, r(from), PeerInput::Write(vote(1, hash)))
             .unwrap();
         follower
-            .handle_peer(1, r(from), PeerInput::Accept(acc(vote(1, hash))))
+            .handle_peer(1, r(from), PeerInput::Accept(acc_by(from, vote(1, hash))))
             .unwrap();
     }
     assert_eq!(drain(&mut follower), vec![]);
@@ -579,10 +589,10 @@ fn unauthentic_batch_waits_for_vouchers_instead_of_blaming_the_leader() {
         .unwrap();
     assert_eq!(drain(&mut follower), vec![write(0, hash), accept(0, hash)]);
     follower
-        .handle_peer(3, r(0), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(3, r(0), PeerInput::Accept(acc_by(0, vote(0, hash))))
         .unwrap();
     follower
-        .handle_peer(3, r(2), PeerInput::Accept(acc(vote(0, hash))))
+        .handle_peer(3, r(2), PeerInput::Accept(acc_by(2, vote(0, hash))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
 }
@@ -832,14 +842,14 @@ fn future_votes_are_used_once_their_instance_starts() {
         .handle_peer(1, r(0), PeerInput::Write(vote(1, h1)))
         .unwrap();
     follower
-        .handle_peer(1, r(0), PeerInput::Accept(acc(vote(1, h1))))
+        .handle_peer(1, r(0), PeerInput::Accept(acc_by(0, vote(1, h1))))
         .unwrap();
     follower.handle_peer(1, r(0), propose1).unwrap();
     follower
         .handle_peer(1, r(2), PeerInput::Write(vote(1, h1)))
         .unwrap();
     follower
-        .handle_peer(1, r(2), PeerInput::Accept(acc(vote(1, h1))))
+        .handle_peer(1, r(2), PeerInput::Accept(acc_by(2, vote(1, h1))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![]);
     assert_eq!(follower.stats().future_messages_buffered, 5);
@@ -853,11 +863,11 @@ fn future_votes_are_used_once_their_instance_starts() {
     }
     assert_eq!(drain(&mut follower), vec![accept(0, h0)]);
     follower
-        .handle_peer(2, r(0), PeerInput::Accept(acc(vote(0, h0))))
+        .handle_peer(2, r(0), PeerInput::Accept(acc_by(0, vote(0, h0))))
         .unwrap();
     assert_eq!(drain(&mut follower), vec![]);
     follower
-        .handle_peer(2, r(2), PeerInput::Accept(acc(vote(0, h0))))
+        .handle_peer(2, r(2), PeerInput::Accept(acc_by(2, vote(0, h0))))
         .unwrap();
     assert_eq!(
         drain(&mut follower),
@@ -1414,4 +1424,99 @@ fn a_replica_that_missed_decisions_catches_up_by_forwarding() {
     cluster.check(3, 11);
     assert_eq!(cluster.delivered[3], cluster.delivered[0]);
     assert!(cluster.replicas[3].stats().decisions_forwarded_in >= decided as u64);
+}
+
+#[test]
+fn an_accept_with_a_bad_signature_does_not_count_toward_a_decision() {
+    // Replica 3 (faulty) sends an ACCEPT whose signature is garbage: the follower must not
+    // decide on it (it could not prove the decision later), only once a third valid one comes.
+    let mut follower = bft(1);
+    let batch = batch_of(1, vec![req(1, 1)]);
+    let (input, hash) = propose(0, &batch);
+    follower.handle_peer(1, r(0), input).unwrap();
+    for from in [0, 2] {
+        follower
+            .handle_peer(2, r(from), PeerInput::Write(vote(0, hash)))
+            .unwrap();
+    }
+    drain(&mut follower);
+    follower
+        .handle_peer(3, r(0), PeerInput::Accept(acc_by(0, vote(0, hash))))
+        .unwrap();
+    follower
+        .handle_peer(3, r(3), PeerInput::Accept(acc(vote(0, hash))))
+        .unwrap();
+    assert_eq!(
+        drain(&mut follower),
+        vec![],
+        "no decision on a forged signature"
+    );
+    follower
+        .handle_peer(4, r(2), PeerInput::Accept(acc_by(2, vote(0, hash))))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![deliver(0, hash, batch)]);
+}
+
+#[test]
+fn an_adopted_regency_takes_no_propose_for_the_synchronised_instance() {
+    // Replica 2 missed the leader change to regency 1 (whose leader is replica 1), SYNC
+    // included. When f+1 = 2 peers vote in epoch 1 it adopts regency 1, but must not vote on
+    // a PROPOSE for its current instance in that epoch: the SYNC may have bound another value.
+    let mut follower = bft(2);
+    let other = tagma_crypto::digest(b"some value");
+    let vote1 = Vote {
+        cid: ConsensusId(0),
+        epoch: Epoch(1),
+        hash: other,
+    };
+    follower
+        .handle_peer(1, r(0), PeerInput::Write(vote1))
+        .unwrap();
+    assert_eq!(follower.regency(), Regency(0), "one peer is not enough");
+    follower
+        .handle_peer(1, r(3), PeerInput::Write(vote1))
+        .unwrap();
+    assert_eq!(follower.regency(), Regency(1), "f+1 peers: adopted");
+    assert_eq!(follower.leader(), r(1));
+    drain(&mut follower);
+    let batch = batch_of(1, vec![req(1, 1)]);
+    let bytes = batch.to_bytes();
+    let propose = PeerInput::Propose {
+        cid: ConsensusId(0),
+        epoch: Epoch(1),
+        batch: verified(&bytes),
+    };
+    assert_eq!(
+        follower.handle_peer(2, r(1), propose),
+        Err(Rejection::Stale {
+            cid: ConsensusId(0)
+        }),
+        "no vote without the SYNC"
+    );
+    assert_eq!(
+        drain(&mut follower),
+        vec![],
+        "no WRITE in the adopted epoch"
+    );
+}
+
+#[test]
+fn a_sync_for_the_highest_regency_does_not_panic() {
+    let mut follower = bft(0);
+    let sync = tagma_wire::Sync {
+        regency: Regency(u32::MAX),
+        last_decided: None,
+        collects: vec![],
+        proposal: Bytes::new(),
+    };
+    // The leader of regency u32::MAX in a 4-member view is replica 3.
+    let result = follower.handle_peer(
+        1,
+        r(3),
+        PeerInput::from_message(PeerMessage::Sync(sync), |_| true),
+    );
+    assert!(
+        matches!(result, Err(Rejection::InvalidSync { .. })),
+        "{result:?}"
+    );
 }
