@@ -14,10 +14,28 @@ use tagma_wire::{Digest, ReplicaId, StateInfo};
 
 use crate::init::{InitOptions, init_cluster};
 
+/// How to start a local cluster's processes (see [`LocalCluster::launch_with`]).
+#[derive(Clone, Debug)]
+pub struct LaunchOptions {
+    pub replicas: usize,
+    pub mode: tagma_core::Mode,
+    /// Faults tolerated [default: the largest `replicas` allows, at least 1]; `Some(0)` with
+    /// one replica is the unreplicated baseline's configuration.
+    pub f: Option<u32>,
+    /// `--service` of every replica process (`None`: the replica's default, kv).
+    pub service: Option<String>,
+    /// Run `tagma unreplicated` (no consensus) instead of `tagma replica`.
+    pub unreplicated: bool,
+}
+
 /// Replica processes started from one cluster directory. Dropping it kills them.
 pub struct LocalCluster {
     pub dir: PathBuf,
     pub cfg: ValidConfig,
+    /// `--service` passed to replica processes started from now on (`None`: their default).
+    pub service: Option<String>,
+    /// Start `tagma unreplicated` servers instead of replicas (set before starting).
+    pub unreplicated: bool,
     exe: PathBuf,
     children: Vec<Option<Child>>,
     _tmp: Option<tempfile::TempDir>,
@@ -30,6 +48,18 @@ impl LocalCluster {
         exe: &Path,
         replicas: usize,
         mode: tagma_core::Mode,
+        dir: Option<PathBuf>,
+    ) -> Result<Self> {
+        Self::create_with_f(exe, replicas, mode, None, dir)
+    }
+
+    /// [`LocalCluster::create`] tolerating `f` faults (`None`: the most `replicas` allow,
+    /// at least 1).
+    pub fn create_with_f(
+        exe: &Path,
+        replicas: usize,
+        mode: tagma_core::Mode,
+        f: Option<u32>,
         dir: Option<PathBuf>,
     ) -> Result<Self> {
         let (tmp, dir) = match dir {
@@ -45,7 +75,7 @@ impl LocalCluster {
         let opts = InitOptions {
             replicas,
             mode,
-            f: None,
+            f,
             base_port: None,
             host: "127.0.0.1".into(),
             force: true,
@@ -56,6 +86,8 @@ impl LocalCluster {
         Ok(LocalCluster {
             dir,
             cfg,
+            service: None,
+            unreplicated: false,
             exe: exe.to_path_buf(),
             children,
             _tmp: tmp,
@@ -81,12 +113,20 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(self.log_path(i))?;
-        let child = Command::new(&self.exe)
-            .arg("replica")
-            .arg("--dir")
-            .arg(&self.dir)
-            .arg("--id")
-            .arg(i.to_string())
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg(if self.unreplicated {
+            "unreplicated"
+        } else {
+            "replica"
+        })
+        .arg("--dir")
+        .arg(&self.dir)
+        .arg("--id")
+        .arg(i.to_string());
+        if let Some(service) = &self.service {
+            cmd.arg("--service").arg(service);
+        }
+        let child = cmd
             .env(
                 "RUST_LOG",
                 std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()),
@@ -141,9 +181,27 @@ impl LocalCluster {
         mode: tagma_core::Mode,
         edit: impl Fn(&mut tagma_core::Config),
     ) -> Result<Self> {
+        let opts = LaunchOptions {
+            replicas,
+            mode,
+            f: None,
+            service: None,
+            unreplicated: false,
+        };
+        Self::launch_with(exe, &opts, edit)
+    }
+
+    /// [`LocalCluster::launch`] with every [`LaunchOptions`].
+    pub fn launch_with(
+        exe: &Path,
+        opts: &LaunchOptions,
+        edit: impl Fn(&mut tagma_core::Config),
+    ) -> Result<Self> {
         let mut last = None;
         for _ in 0..3 {
-            let mut c = LocalCluster::create(exe, replicas, mode, None)?;
+            let mut c = LocalCluster::create_with_f(exe, opts.replicas, opts.mode, opts.f, None)?;
+            c.service = opts.service.clone();
+            c.unreplicated = opts.unreplicated;
             c.reconfigure(&edit)?;
             match c.start_all() {
                 Ok(()) => return Ok(c),
@@ -151,6 +209,11 @@ impl LocalCluster {
             }
         }
         Err(last.expect("at least one attempt"))
+    }
+
+    /// The process id of replica `i`, if it was started and not killed.
+    pub fn pid(&self, i: usize) -> Option<u32> {
+        self.children.get(i)?.as_ref().map(|c| c.id())
     }
 
     /// SIGKILLs replica `i`.
@@ -183,13 +246,14 @@ impl LocalCluster {
     /// A proxy for the cluster's client principal, retrying until the replicas accept
     /// connections or `timeout` passes.
     pub fn proxy(&self, timeout: Duration) -> Result<Proxy> {
+        self.proxy_with(ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL), timeout)
+    }
+
+    /// [`LocalCluster::proxy`] with `options` (principal, outstanding requests).
+    pub fn proxy_with(&self, options: ClientOptions, timeout: Duration) -> Result<Proxy> {
         let deadline = Instant::now() + timeout;
         loop {
-            match Proxy::connect(
-                &self.cfg,
-                self.client_key()?,
-                ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
-            ) {
+            match Proxy::connect(&self.cfg, self.client_key()?, options.clone()) {
                 Ok(p) => return Ok(p),
                 Err(e) if Instant::now() >= deadline => bail!("{e}"),
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
-use tagma_cli::cluster::{LocalCluster, converged_states, digests_equal};
+use tagma_bench::report::{self, BenchReport, Latency};
+use tagma_bench::{load, micro, micro::EmptyService};
+use tagma_cli::cluster::{LaunchOptions, LocalCluster, converged_states, digests_equal};
 use tagma_cli::init::{InitOptions, init_cluster, keygen};
 use tagma_cli::workload::{self, WorkloadOptions};
 use tagma_client::{ClientOptions, Proxy};
@@ -15,7 +17,7 @@ use tagma_core::Mode;
 use tagma_crypto::IdentityKey;
 use tagma_kv::{KvOp, KvReply, KvService};
 use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
-use tagma_wire::ReplicaId;
+use tagma_wire::{ReplicaId, RequestKind};
 
 #[derive(Parser)]
 #[command(
@@ -77,7 +79,28 @@ enum Cmd {
         /// This replica's id in tagma.toml.
         #[arg(long)]
         id: u32,
+        /// The replicated service: the key-value store, or the micro-benchmark's empty
+        /// service (replies of the size each request asks for).
+        #[arg(long, value_enum, default_value_t = ServiceKind::Kv)]
+        service: ServiceKind,
     },
+    /// Run one server WITHOUT replication (until killed): clients connect and authenticate
+    /// as to a replica, but requests execute at once, without consensus. The baseline that
+    /// `tagma bench` compares against; use a one-replica cft directory with f = 0
+    /// (`tagma init --replicas 1 --cft --f 0`).
+    Unreplicated {
+        #[arg(long)]
+        dir: PathBuf,
+        /// This server's id in tagma.toml.
+        #[arg(long, default_value_t = 0)]
+        id: u32,
+        #[arg(long, value_enum, default_value_t = ServiceKind::Kv)]
+        service: ServiceKind,
+    },
+    /// Measure a local cluster under load from many concurrent clients (throughput,
+    /// latency percentiles, CPU and memory per replica) against an unreplicated server run
+    /// with the same load in the same invocation.
+    Bench(BenchArgs),
     /// Invoke the replicated key-value service.
     Kv {
         #[arg(long)]
@@ -168,6 +191,57 @@ struct SimArgs {
     json: bool,
 }
 
+/// The service a replica or unreplicated server runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ServiceKind {
+    Kv,
+    Micro,
+}
+
+impl ServiceKind {
+    fn name(self) -> &'static str {
+        match self {
+            ServiceKind::Kv => "kv",
+            ServiceKind::Micro => "micro",
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct BenchArgs {
+    /// `micro`: the paper's empty service (replies of the requested size); `kv`: puts (or,
+    /// with --unordered, gets) on the key-value service.
+    #[arg(long, value_enum, default_value_t = ServiceKind::Micro)]
+    workload: ServiceKind,
+    /// Request and reply size in bytes (the paper's 0, 100, 1024, 4096).
+    #[arg(long, default_value_t = 0)]
+    payload: usize,
+    /// Crash-fault-tolerant mode, n = 2f+1 (the default is Byzantine, n = 3f+1).
+    #[arg(long)]
+    cft: bool,
+    /// Faults tolerated.
+    #[arg(long, default_value_t = 1)]
+    f: u32,
+    /// Concurrent closed-loop logical clients (carried by one proxy per 32).
+    #[arg(long, default_value_t = 64)]
+    clients: usize,
+    /// Clients sign every request (Ed25519) instead of MAC authenticators.
+    #[arg(long)]
+    signed: bool,
+    /// Send read-only requests without ordering.
+    #[arg(long)]
+    unordered: bool,
+    /// Load before each measurement window.
+    #[arg(long, default_value_t = 2.0)]
+    warmup_s: f64,
+    /// Length of each measurement window.
+    #[arg(long, default_value_t = 5.0)]
+    duration_s: f64,
+    /// Print one JSON object per configuration instead of the table.
+    #[arg(long)]
+    json: bool,
+}
+
 #[derive(clap::Args)]
 struct DemoArgs {
     /// Number of replicas [default: 4 in bft mode, 3 with --cft].
@@ -201,7 +275,7 @@ struct DemoArgs {
 
 fn main() {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Cmd::Replica { .. }) {
+    let default_level = if matches!(cli.command, Cmd::Replica { .. } | Cmd::Unreplicated { .. }) {
         "info"
     } else {
         "warn"
@@ -267,17 +341,9 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Replica { dir, id } => {
-            let cfg = cluster_dir::load_config(&dir)?;
-            let id = ReplicaId(id);
-            cluster_dir::check_member(&dir, &cfg, id)?;
-            let key = IdentityKey::read_file(&cluster_dir::replica_key_path(&dir, id))?;
-            std::fs::create_dir_all(cluster_dir::data_dir(&dir, &cfg, id))
-                .context("cannot create the data directory")?;
-            let node = tagma_node::start(cfg, id, key, KvService::new())?;
-            node.join();
-            Ok(())
-        }
+        Cmd::Replica { dir, id, service } => serve(&dir, ReplicaId(id), service, false),
+        Cmd::Unreplicated { dir, id, service } => serve(&dir, ReplicaId(id), service, true),
+        Cmd::Bench(args) => bench(args),
         Cmd::Kv {
             dir,
             key,
@@ -303,6 +369,238 @@ fn run(cli: Cli) -> Result<()> {
             Ok(())
         }
     }
+}
+
+/// `tagma replica` and `tagma unreplicated`: serve until killed.
+fn serve(
+    dir: &std::path::Path,
+    id: ReplicaId,
+    service: ServiceKind,
+    unreplicated: bool,
+) -> Result<()> {
+    let cfg = cluster_dir::load_config(dir)?;
+    cluster_dir::check_member(dir, &cfg, id)?;
+    let key = IdentityKey::read_file(&cluster_dir::replica_key_path(dir, id))?;
+    std::fs::create_dir_all(cluster_dir::data_dir(dir, &cfg, id))
+        .context("cannot create the data directory")?;
+    let node = match (service, unreplicated) {
+        (ServiceKind::Kv, false) => tagma_node::start(cfg, id, key, KvService::new())?,
+        (ServiceKind::Micro, false) => tagma_node::start(cfg, id, key, EmptyService::new())?,
+        (ServiceKind::Kv, true) => tagma_node::start_unreplicated(cfg, id, key, KvService::new())?,
+        (ServiceKind::Micro, true) => {
+            tagma_node::start_unreplicated(cfg, id, key, EmptyService::new())?
+        }
+    };
+    node.join();
+    Ok(())
+}
+
+/// What one measured run (replicated or unreplicated) produced.
+struct Measured {
+    load: load::LoadResult,
+    /// Requests the leader executed (ordered and unordered) per second in the window.
+    server_ops_s: f64,
+    /// CPU seconds of every server process together over the window.
+    cpu_s: f64,
+    rss_mb_max: f64,
+}
+
+impl Measured {
+    fn cpu_s_per_kop(&self) -> f64 {
+        let kops = self.server_ops_s * self.load.window_s / 1000.0;
+        if kops > 0.0 { self.cpu_s / kops } else { 0.0 }
+    }
+}
+
+/// `tagma bench`: the replicated run, then the unreplicated baseline, then the report.
+fn bench(args: BenchArgs) -> Result<()> {
+    if args.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    if args.duration_s <= 0.0 || args.warmup_s < 0.0 {
+        bail!("--duration-s must be positive and --warmup-s not negative");
+    }
+    let exe = std::env::current_exe().context("cannot find the tagma executable")?;
+    let (mode, replicas) = if args.cft {
+        (Mode::Cft, 2 * args.f as usize + 1)
+    } else {
+        (Mode::Bft, 3 * args.f as usize + 1)
+    };
+    let signed = args.signed;
+    let edit = |cfg: &mut tagma_core::Config| cfg.cluster.signed_requests = signed;
+    let mut opts = LaunchOptions {
+        replicas,
+        mode,
+        f: Some(args.f),
+        service: Some(args.workload.name().into()),
+        unreplicated: false,
+    };
+    let label = format!("{mode} n={replicas}");
+    let cluster = LocalCluster::launch_with(&exe, &opts, edit)?;
+    let replicated = measure(&cluster, &args, &label)?;
+    drop(cluster);
+    // The baseline: the same service, client library, network stack and authentication,
+    // one server process, no ordering.
+    opts.replicas = 1;
+    opts.mode = Mode::Cft;
+    opts.f = Some(0);
+    opts.unreplicated = true;
+    let server = LocalCluster::launch_with(&exe, &opts, edit)?;
+    let baseline = measure(&server, &args, "unreplicated")?;
+    drop(server);
+    let ratio = if baseline.server_ops_s > 0.0 {
+        replicated.server_ops_s / baseline.server_ops_s
+    } else {
+        0.0
+    };
+    let report = BenchReport {
+        mode: mode.to_string(),
+        n: replicas,
+        f: args.f,
+        workload: args.workload.name().into(),
+        ordered: !args.unordered,
+        signed,
+        request_bytes: args.payload,
+        reply_bytes: args.payload,
+        clients: args.clients,
+        duration_s: args.duration_s,
+        throughput_ops_s: replicated.server_ops_s,
+        client_throughput_ops_s: replicated.load.throughput_ops_s(),
+        unreplicated_ops_s: baseline.server_ops_s,
+        unreplicated_client_ops_s: baseline.load.throughput_ops_s(),
+        ratio_vs_unreplicated: ratio,
+        latency_ms: Latency::from_sorted_us(&replicated.load.latencies_us),
+        unreplicated_latency_ms: Latency::from_sorted_us(&baseline.load.latencies_us),
+        replica_rss_mb_max: replicated.rss_mb_max,
+        cpu_s_per_kop: replicated.cpu_s_per_kop(),
+        unreplicated_rss_mb: baseline.rss_mb_max,
+        unreplicated_cpu_s_per_kop: baseline.cpu_s_per_kop(),
+        errors: replicated.load.errors + baseline.load.errors,
+    };
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    if replicated.load.completed == 0 || baseline.load.completed == 0 {
+        bail!("no request completed in a measurement window (see the servers' logs)");
+    }
+    Ok(())
+}
+
+/// The request driver `driver` sends as its `n`-th.
+fn bench_request(args: &BenchArgs) -> Box<load::RequestGen> {
+    let payload = args.payload;
+    match args.workload {
+        ServiceKind::Micro => {
+            let request = micro::encode_request(payload, payload);
+            Box::new(move |_, _| request.clone())
+        }
+        ServiceKind::Kv => {
+            let value = Bytes::from(vec![0u8; payload]);
+            let read = args.unordered;
+            Box::new(move |driver, n| {
+                let key = Bytes::from(format!("bench/{driver}/{}", n % 256).into_bytes());
+                let op = if read {
+                    KvOp::Get { key }
+                } else {
+                    KvOp::Put {
+                        key,
+                        value: value.clone(),
+                    }
+                };
+                op.encode()
+            })
+        }
+    }
+}
+
+/// Drives `cluster` with the benchmark's load and samples the servers around the window.
+fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Measured> {
+    let ready = Duration::from_secs(20);
+    let mut drivers = Vec::new();
+    for share in load::proxy_shares(args.clients, load::CLIENTS_PER_PROXY) {
+        let mut options = ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL);
+        options.outstanding_max = share;
+        drivers.push((cluster.proxy_with(options, ready)?, share));
+    }
+    let request = bench_request(args);
+    // The servers are ready when they order a request.
+    drivers[0]
+        .0
+        .invoke_ordered(request(0, u64::MAX))
+        .with_context(|| format!("{label}: the first request did not complete"))?;
+    let leader = current_leader(cluster);
+    let leader_addr = cluster.cfg.replicas[leader]
+        .metrics_addr
+        .context("the leader has no metrics_addr")?;
+    let pids: Vec<u32> = (0..cluster.cfg.n())
+        .filter_map(|i| cluster.pid(i))
+        .collect();
+    let sample = || -> (f64, f64) {
+        let text = tagma_node::metrics::scrape(leader_addr).unwrap_or_default();
+        let ops = [
+            "tagma_executed_requests_total",
+            "tagma_unordered_executed_total",
+        ]
+        .iter()
+        .filter_map(|m| report::metric_value(&text, m))
+        .sum();
+        let cpu = pids.iter().filter_map(|&p| report::process_cpu_s(p)).sum();
+        (ops, cpu)
+    };
+    let opts = load::LoadOptions {
+        warmup: Duration::from_secs_f64(args.warmup_s),
+        duration: Duration::from_secs_f64(args.duration_s),
+        kind: if args.unordered {
+            RequestKind::Unordered
+        } else {
+            RequestKind::Ordered
+        },
+    };
+    let total_s = args.warmup_s + args.duration_s;
+    let bar = if args.json {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new((total_s * 10.0) as u64)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>14} [{bar:30}] {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix(label.to_string());
+    let (mut start, mut end) = ((0.0, 0.0), (0.0, 0.0));
+    let result = load::run(&drivers, &opts, &*request, |phase| match phase {
+        load::Phase::MeasureStart => start = sample(),
+        load::Phase::MeasureEnd => end = sample(),
+        load::Phase::Tick {
+            elapsed_s,
+            completed,
+        } => {
+            bar.set_position((elapsed_s * 10.0) as u64);
+            let phase = if elapsed_s < args.warmup_s {
+                "warm-up"
+            } else {
+                "measuring"
+            };
+            bar.set_message(format!(
+                "{phase} {elapsed_s:.0}/{total_s:.0} s, {:.0} ops/s",
+                completed as f64 / elapsed_s.max(1e-3)
+            ));
+        }
+    });
+    bar.finish_and_clear();
+    let rss_mb_max = pids
+        .iter()
+        .filter_map(|&p| report::process_peak_rss_mb(p))
+        .fold(0.0, f64::max);
+    Ok(Measured {
+        server_ops_s: (end.0 - start.0) / result.window_s.max(1e-9),
+        cpu_s: end.1 - start.1,
+        rss_mb_max,
+        load: result,
+    })
 }
 
 fn kv(

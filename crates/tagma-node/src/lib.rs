@@ -35,8 +35,8 @@ use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
 use tagma_net::{FrameReader, FrameWriter, KeyDirectory, LocalIdentity, NetError, NetLimits};
 use tagma_wire::{
-    ClientId, ClientMessage, Decode, Encode, PeerMessage, PublicKey, ReplicaId, ReplicaMessage,
-    RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
+    Batch, ClientId, ClientMessage, ConsensusId, Decode, Encode, PeerMessage, PublicKey, ReplicaId,
+    ReplicaMessage, RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
 };
 use tracing::{debug, info, info_span, warn};
 
@@ -122,6 +122,9 @@ enum ExecEvent {
         nonce: u64,
         conn: ConnHandle,
     },
+    /// Unreplicated mode: an authenticated ordered request to execute at once, as a batch
+    /// of one, without consensus.
+    Execute(RequestEnvelope),
 }
 
 /// Wall-clock milliseconds that never go backwards (monotonic clock offset from the wall
@@ -171,6 +174,8 @@ struct Shared {
     consensus_tx: Sender<ConsensusEvent>,
     exec_tx: Sender<ExecEvent>,
     next_conn_id: AtomicU64,
+    /// Unreplicated mode (the benchmarks' baseline): ordered requests bypass consensus.
+    unreplicated: bool,
 }
 
 impl Shared {
@@ -193,6 +198,31 @@ pub fn start<S: Service>(
     me: ReplicaId,
     key: IdentityKey,
     service: S,
+) -> Result<NodeHandle, NodeError> {
+    start_node(cfg, me, key, service, false)
+}
+
+/// Starts server `me` of `cfg` serving `service` **without replication**: the benchmarks'
+/// baseline. Clients connect, authenticate and send requests exactly as to a replica (same
+/// handshake, frame MACs, request authentication and execution thread), but every ordered
+/// request is executed as soon as it is authenticated, as a batch of one with the next
+/// consensus id; no consensus thread runs and no peer is contacted. Meant for a
+/// configuration with one server (`mode = "cft"`, `f = 0`), where clients need one reply.
+pub fn start_unreplicated<S: Service>(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    service: S,
+) -> Result<NodeHandle, NodeError> {
+    start_node(cfg, me, key, service, true)
+}
+
+fn start_node<S: Service>(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    service: S,
+    unreplicated: bool,
 ) -> Result<NodeHandle, NodeError> {
     let info = cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?;
     if info.public_key != key.public() {
@@ -241,11 +271,13 @@ pub fn start<S: Service>(
         consensus_tx,
         exec_tx: exec_tx.clone(),
         next_conn_id: AtomicU64::new(1),
+        unreplicated,
     });
 
     let mut threads = Vec::new();
     let mut peer_links = HashMap::new();
-    for peer in cfg.replicas.iter().filter(|r| r.id != me) {
+    // Unreplicated: no peers to talk to.
+    for peer in cfg.replicas.iter().filter(|r| r.id != me && !unreplicated) {
         let (tx, rx) = bounded::<Bytes>(lim.connection_queue_max);
         peer_links.insert(peer.id, tx);
         let (sh, peer) = (shared.clone(), peer.clone());
@@ -253,17 +285,19 @@ pub fn start<S: Service>(
             peer_writer(&sh, &peer, rx)
         }));
     }
-    let sh = shared.clone();
-    let params = ReplicaParams::from_config(&cfg, me);
-    threads.push(spawn("consensus".into(), me, move || {
-        consensus_loop(
-            &sh,
-            Replica::new(params, (*sh.key).clone()),
-            consensus_rx,
-            peer_links,
-            exec_tx,
-        )
-    }));
+    if !unreplicated {
+        let sh = shared.clone();
+        let params = ReplicaParams::from_config(&cfg, me);
+        threads.push(spawn("consensus".into(), me, move || {
+            consensus_loop(
+                &sh,
+                Replica::new(params, (*sh.key).clone()),
+                consensus_rx,
+                peer_links,
+                exec_tx,
+            )
+        }));
+    }
     let executor = Executor::new(
         service,
         ViewId(0),
@@ -278,7 +312,11 @@ pub fn start<S: Service>(
     threads.push(spawn("accept".into(), me, move || {
         accept_loop(&sh, listener)
     }));
-    info!(replica = me.0, addr = %local_addr, n = cfg.n(), f = cfg.f, mode = %cfg.mode, "replica started");
+    if unreplicated {
+        info!(server = me.0, addr = %local_addr, "unreplicated server started (no consensus)");
+    } else {
+        info!(replica = me.0, addr = %local_addr, n = cfg.n(), f = cfg.f, mode = %cfg.mode, "replica started");
+    }
     Ok(NodeHandle {
         id: me,
         metrics,
@@ -609,7 +647,7 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
                 let sh2 = sh.clone();
                 pool.submit(move |verifier| match verifier.verify(&request) {
                     Ok(()) => {
-                        let _ = sh2.consensus_tx.send(ConsensusEvent::Request(request));
+                        let _ = order(&sh2, request);
                     }
                     Err(e) => sh2.reject(
                         e.reason(),
@@ -622,10 +660,7 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
                 true
             }
             None => match sh.verifier.verify(&request) {
-                Ok(()) => sh
-                    .consensus_tx
-                    .send(ConsensusEvent::Request(request))
-                    .is_ok(),
+                Ok(()) => order(sh, request),
                 Err(e) => {
                     sh.reject(
                         e.reason(),
@@ -638,6 +673,18 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
                 }
             },
         },
+    }
+}
+
+/// Hands an authenticated ordered request to the consensus thread (or, unreplicated, straight
+/// to the execution thread). False when the replica is shutting down.
+fn order(sh: &Shared, request: RequestEnvelope) -> bool {
+    if sh.unreplicated {
+        sh.exec_tx.send(ExecEvent::Execute(request)).is_ok()
+    } else {
+        sh.consensus_tx
+            .send(ConsensusEvent::Request(request))
+            .is_ok()
     }
 }
 
@@ -764,12 +811,28 @@ fn execution_loop<S: Service>(
 ) {
     let clock = Clock::new();
     let mut routes: HashMap<ClientId, ConnHandle> = HashMap::new();
+    // Unreplicated mode: the last sequence number executed per client (drops retransmissions).
+    let mut last_executed: HashMap<ClientId, RequestSeq> = HashMap::new();
     let send = |conn: &ConnHandle, msg: ReplicaMessage| {
         let counter = match conn.tx.try_send(msg.to_bytes()) {
             Ok(()) => &sh.metrics.replies_sent,
             Err(_) => &sh.metrics.replies_dropped,
         };
         counter.fetch_add(1, Ordering::Relaxed);
+    };
+    let send_replies = |routes: &HashMap<ClientId, ConnHandle>, replies: Vec<tagma_wire::Reply>| {
+        sh.metrics
+            .executed_requests
+            .fetch_add(replies.len() as u64, Ordering::Relaxed);
+        for reply in replies {
+            match routes.get(&reply.client) {
+                Some(conn) => send(conn, ReplicaMessage::Reply(reply)),
+                None => {
+                    // The client is connected elsewhere or gone; it will retransmit.
+                    sh.metrics.replies_dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
     };
     while let Ok(event) = rx.recv() {
         match event {
@@ -779,18 +842,30 @@ fn execution_loop<S: Service>(
             ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
             ExecEvent::Deliver(decision) => {
                 let replies = executor.execute_batch(decision.cid, &decision.batch);
-                sh.metrics
-                    .executed_requests
-                    .fetch_add(replies.len() as u64, Ordering::Relaxed);
-                for reply in replies {
-                    match routes.get(&reply.client) {
-                        Some(conn) => send(conn, ReplicaMessage::Reply(reply)),
-                        None => {
-                            // The client is connected elsewhere or gone; it will retransmit.
-                            sh.metrics.replies_dropped.fetch_add(1, Ordering::Relaxed);
-                        }
+                send_replies(&routes, replies);
+            }
+            ExecEvent::Execute(request) => {
+                let (client, seq) = (request.request.client, request.request.seq);
+                if last_executed.get(&client).is_some_and(|last| seq <= *last) {
+                    // A retransmission: answer from the cache, never execute twice.
+                    if let (Some(reply), Some(conn)) =
+                        (executor.cached_reply(client, seq), routes.get(&client))
+                    {
+                        sh.metrics.replies_resent.fetch_add(1, Ordering::Relaxed);
+                        send(conn, ReplicaMessage::Reply(reply));
                     }
+                    continue;
                 }
+                last_executed.insert(client, seq);
+                let cid = ConsensusId(executor.executed_instances());
+                let batch = Batch {
+                    timestamp_ms: clock.now_ms(),
+                    seed: cid.0,
+                    requests: vec![request],
+                };
+                let replies = executor.execute_batch(cid, &batch);
+                sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
+                send_replies(&routes, replies);
             }
             ExecEvent::Resend { client, seq } => {
                 sh.metrics.reject("replayed_request");

@@ -1,0 +1,13 @@
+//! `tagma-bench`: the pieces of `tagma bench`, which measures a local cluster against an
+//! unreplicated server run beside it in the same invocation.
+//!
+//! - [`micro`]: the paper's micro-benchmark service ("empty" requests that ask for a reply of
+//!   a given size) and its request encoding;
+//! - [`load`]: a closed-loop load driver that keeps a number of logical clients' requests
+//!   outstanding through a few [`tagma_client::Proxy`]s and records latencies;
+//! - [`report`]: percentiles, process resource figures from `/proc`, and the report (JSON
+//!   object and human table).
+
+pub mod load;
+pub mod micro;
+pub mod report;

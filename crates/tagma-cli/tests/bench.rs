@@ -1,0 +1,108 @@
+//! Multi-process test of `tagma bench`: a real 4-replica cluster and the unreplicated
+//! baseline, each a `tagma` child process, driven for a few seconds.
+
+use std::process::Command;
+
+use serde_json::Value;
+
+#[test]
+fn bench_reports_every_field() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tagma"))
+        .args([
+            "bench",
+            "--payload",
+            "100",
+            "--clients",
+            "8",
+            "--warmup-s",
+            "1",
+            "--duration-s",
+            "2",
+            "--json",
+        ])
+        .output()
+        .expect("run tagma bench");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tagma bench failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["mode"], "bft");
+    assert_eq!(report["n"], 4);
+    assert_eq!(report["f"], 1);
+    assert_eq!(report["request_bytes"], 100);
+    assert_eq!(report["reply_bytes"], 100);
+    assert_eq!(report["clients"], 8);
+    let num = |k: &str| {
+        report[k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("{k} missing in {report}"))
+    };
+    for k in [
+        "throughput_ops_s",
+        "unreplicated_ops_s",
+        "ratio_vs_unreplicated",
+        "replica_rss_mb_max",
+        "cpu_s_per_kop",
+    ] {
+        assert!(num(k) > 0.0, "{k} = {} in {report}", num(k));
+    }
+    let lat = |k: &str| {
+        report["latency_ms"][k]
+            .as_f64()
+            .unwrap_or_else(|| panic!("latency_ms.{k} missing in {report}"))
+    };
+    let (p50, p90, p99, p999) = (lat("p50"), lat("p90"), lat("p99"), lat("p999"));
+    assert!(
+        0.0 < p50 && p50 <= p90 && p90 <= p99 && p99 <= p999,
+        "{report}"
+    );
+    let ratio = num("throughput_ops_s") / num("unreplicated_ops_s");
+    assert!((num("ratio_vs_unreplicated") - ratio).abs() < 1e-9);
+}
+
+/// The unreplicated server answers like a one-replica cluster: ordered writes execute once,
+/// in order, and reads see them.
+#[test]
+fn unreplicated_server_serves_the_kv_service() {
+    use std::path::Path;
+    use std::time::Duration;
+
+    use bytes::Bytes;
+    use tagma_cli::cluster::{LaunchOptions, LocalCluster};
+    use tagma_kv::{KvOp, KvReply};
+
+    let opts = LaunchOptions {
+        replicas: 1,
+        mode: tagma_core::Mode::Cft,
+        f: Some(0),
+        service: Some("kv".into()),
+        unreplicated: true,
+    };
+    let server = LocalCluster::launch_with(Path::new(env!("CARGO_BIN_EXE_tagma")), &opts, |_| {})
+        .expect("start the unreplicated server");
+    let proxy = server.proxy(Duration::from_secs(20)).expect("connect");
+    let key = Bytes::from_static(b"k");
+    for delta in 1..=10 {
+        let reply = proxy
+            .invoke_ordered(
+                KvOp::Incr {
+                    key: key.clone(),
+                    delta,
+                }
+                .encode(),
+            )
+            .expect("incr");
+        let expected = (1..=delta).sum::<i64>();
+        assert_eq!(
+            KvReply::decode(&reply).unwrap(),
+            KvReply::Incr { value: expected }
+        );
+    }
+    let states = proxy.query_states(Duration::from_secs(2));
+    let state = states[0].1.as_ref().expect("state info");
+    assert_eq!(state.executed_requests, 10);
+    assert_eq!(state.executed_instances, 10);
+}
