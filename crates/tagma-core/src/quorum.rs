@@ -98,9 +98,13 @@ impl Quorums {
         self.n - self.f
     }
 
-    /// At least one correct replica among this many: f+1.
+    /// Replicas whose common claim must be believed because at least one of them is correct:
+    /// f+1 in BFT; in CFT every replica is correct, so one is enough.
     pub fn one_correct(&self) -> usize {
-        self.f + 1
+        match self.mode {
+            Mode::Bft => self.f + 1,
+            Mode::Cft => 1,
+        }
     }
 }
 
@@ -136,6 +140,9 @@ mod tests {
         assert_eq!(q.accept_quorum(), 2);
         assert_eq!((q.reply_quorum(false), q.reply_quorum(true)), (1, 2));
         assert_eq!(Quorums::new(Mode::Cft, 5, 2).accept_quorum(), 3);
+        // One crash-faulty replica's claim is trustworthy in CFT; f+1 are needed in BFT.
+        assert_eq!(Quorums::new(Mode::Cft, 3, 1).one_correct(), 1);
+        assert_eq!(Quorums::new(Mode::Bft, 4, 1).one_correct(), 2);
     }
 
     #[test]

@@ -1062,11 +1062,12 @@ impl Replica {
             self.sync.waiting_sync = false;
             self.sync.sync_deadline_ms = None;
         }
+        // Peers working on the next instance are not ahead; peers beyond it are.
         if self
             .catch_up
             .highest_seen
             .values()
-            .filter(|c| **c > cid)
+            .filter(|c| **c > cid.next())
             .count()
             < self.params.quorums.one_correct()
         {

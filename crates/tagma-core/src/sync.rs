@@ -22,7 +22,7 @@
 use bytes::Bytes;
 use tagma_wire::{Digest, Epoch, ReplicaId};
 
-use crate::quorum::{Mode, Quorums};
+use crate::quorum::Quorums;
 
 /// A collect for the instance being synchronised, with its write set hashed. Collects for
 /// another instance are represented as empty (`write_quorum: None`, no writes).
@@ -74,10 +74,7 @@ fn quorum_highest(q: &Quorums, collects: &[Normalized], epoch: Epoch, hash: Dige
 }
 
 fn certified(q: &Quorums, collects: &[Normalized], epoch: Epoch, hash: Digest) -> Option<Bytes> {
-    let needed = match q.mode {
-        Mode::Bft => q.one_correct(),
-        Mode::Cft => 1,
-    };
+    let needed = q.one_correct();
     let mut vouching = 0;
     let mut value = None;
     for c in collects {
@@ -144,6 +141,8 @@ mod tests {
                 .collect(),
         }
     }
+
+    use crate::quorum::Mode;
 
     const BFT4: Quorums = Quorums {
         mode: Mode::Bft,

@@ -171,7 +171,9 @@ impl World {
                     request_timeout_ms: REQUEST_TIMEOUT_MS,
                     seed: sc.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
                     member_keys: member_keys.clone(),
-                    decisions_kept: 64,
+                    // Large: replicas that fall far behind catch up by decision forwarding; state
+                    // transfer (the durability issue) will let this shrink to the default.
+                    decisions_kept: 100_000,
                 };
                 let byz = sc
                     .byzantine
