@@ -6,8 +6,12 @@
 //! - [`load`]: a closed-loop load driver that keeps a number of logical clients' requests
 //!   outstanding through a few [`tagma_client::Proxy`]s and records latencies;
 //! - [`report`]: percentiles, process resource figures from `/proc`, and the report (JSON
-//!   object and human table).
+//!   object and human table);
+//! - [`sweep`]: the configurations of the paper's Figures 4–6 (`tagma bench --sweep`);
+//! - [`plot`]: PNG charts of those figures.
 
 pub mod load;
 pub mod micro;
+pub mod plot;
 pub mod report;
+pub mod sweep;

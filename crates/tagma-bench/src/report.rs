@@ -1,7 +1,7 @@
 //! Percentiles, per-process resource figures read from `/proc`, and the benchmark report
 //! (one JSON object per configuration, or a human table).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Clock ticks per second of `/proc/<pid>/stat` times (`USER_HZ`, 100 on every Linux
 /// architecture that exposes it to user space).
@@ -20,7 +20,7 @@ pub fn percentile(sorted: &[u64], per_mille: usize) -> u64 {
 }
 
 /// Latency percentiles in milliseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Latency {
     pub p50: f64,
     pub p90: f64,
@@ -83,7 +83,7 @@ pub fn metric_value(text: &str, name: &str) -> Option<f64> {
 }
 
 /// One configuration's figures: the replicated run and its unreplicated baseline.
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchReport {
     /// `bft` or `cft`.
     pub mode: String,
@@ -93,6 +93,8 @@ pub struct BenchReport {
     pub workload: String,
     pub ordered: bool,
     pub signed: bool,
+    /// `limits.signature_threads` of the replicas (they use it only when `signed`).
+    pub signature_threads: usize,
     pub request_bytes: usize,
     pub reply_bytes: usize,
     pub clients: usize,
@@ -101,6 +103,10 @@ pub struct BenchReport {
     pub throughput_ops_s: f64,
     /// Client side: requests completed per second over the measurement window.
     pub client_throughput_ops_s: f64,
+    /// Whether the unreplicated baseline ran (`--no-baseline` skips it; its figures are
+    /// then 0). Reports written before the flag existed lack the field: they had a baseline.
+    #[serde(default = "always")]
+    pub unreplicated_run: bool,
     /// Server-side throughput of the unreplicated server under the same load.
     pub unreplicated_ops_s: f64,
     pub unreplicated_client_ops_s: f64,
@@ -117,9 +123,28 @@ pub struct BenchReport {
     pub errors: u64,
 }
 
+fn always() -> bool {
+    true
+}
+
 impl BenchReport {
     /// The human-readable table.
     pub fn table(&self) -> String {
+        let table = self.full_table();
+        if self.unreplicated_run {
+            return table;
+        }
+        // Drop the baseline's row and ratio: it did not run.
+        let mut lines: Vec<&str> = table.lines().collect();
+        lines.truncate(3);
+        format!(
+            "{}\nunreplicated baseline skipped (--no-baseline)   errors {}",
+            lines.join("\n"),
+            self.errors
+        )
+    }
+
+    fn full_table(&self) -> String {
         let l = &self.latency_ms;
         let u = &self.unreplicated_latency_ms;
         format!(
@@ -158,7 +183,11 @@ impl BenchReport {
             self.errors,
             workload = self.workload,
             order = if self.ordered { "ordered" } else { "unordered" },
-            signed = if self.signed { " signed" } else { "" },
+            signed = if self.signed {
+                format!(" signed ({} signature threads)", self.signature_threads)
+            } else {
+                String::new()
+            },
             req = self.request_bytes,
             rep = self.reply_bytes,
             clients = self.clients,
@@ -209,6 +238,21 @@ mod tests {
         let status = "Name:\ttagma\nVmPeak:\t  9000 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
         assert_eq!(parse_status_hwm_mb(status), Some(2.0));
         assert_eq!(parse_status_hwm_mb("Name: x\n"), None);
+    }
+
+    #[test]
+    fn table_without_baseline_says_so() {
+        let mut r = crate::plot::tests::report("bft", 1, 100, 8, 0, 1000.0, 2.0);
+        r.unreplicated_run = true;
+        let full = r.table();
+        assert_eq!(full.lines().count(), 5, "{full}");
+        assert!(full.contains("unreplicated") && full.contains("ratio_vs_unreplicated"));
+        r.unreplicated_run = false;
+        let short = r.table();
+        assert_eq!(short.lines().count(), 4, "{short}");
+        assert!(short.contains("bft n=4 f=1"));
+        assert!(short.contains("baseline skipped"));
+        assert!(!short.contains("ratio_vs_unreplicated"));
     }
 
     #[test]

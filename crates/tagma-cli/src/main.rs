@@ -8,6 +8,7 @@ use anyhow::{Context, Result, bail};
 use bytes::Bytes;
 use clap::{Parser, Subcommand};
 use tagma_bench::report::{self, BenchReport, Latency};
+use tagma_bench::sweep::{self, RunConfig, Sweep};
 use tagma_bench::{load, micro, micro::EmptyService};
 use tagma_cli::cluster::{LaunchOptions, LocalCluster, converged_states, digests_equal};
 use tagma_cli::init::{InitOptions, init_cluster, keygen};
@@ -207,7 +208,7 @@ impl ServiceKind {
     }
 }
 
-#[derive(clap::Args)]
+#[derive(clap::Args, Clone)]
 struct BenchArgs {
     /// `micro`: the paper's empty service (replies of the requested size); `kv`: puts (or,
     /// with --unordered, gets) on the key-value service.
@@ -228,18 +229,102 @@ struct BenchArgs {
     /// Clients sign every request (Ed25519) instead of MAC authenticators.
     #[arg(long)]
     signed: bool,
+    /// Threads that verify client signatures in each replica (`limits.signature_threads`)
+    /// [default: the configuration's, 2].
+    #[arg(long)]
+    signature_threads: Option<usize>,
     /// Send read-only requests without ordering.
     #[arg(long)]
     unordered: bool,
-    /// Load before each measurement window.
-    #[arg(long, default_value_t = 2.0)]
-    warmup_s: f64,
-    /// Length of each measurement window.
-    #[arg(long, default_value_t = 5.0)]
-    duration_s: f64,
+    /// Load before each measurement window [default: 2, or 1 with --sweep].
+    #[arg(long)]
+    warmup_s: Option<f64>,
+    /// Length of each measurement window [default: 5, or 3 with --sweep].
+    #[arg(long)]
+    duration_s: Option<f64>,
+    /// Run the configurations of one of the paper's figures, one report each: `latency`
+    /// (Figure 4: payloads 0/100/1024/4096 × 8/32/128 clients), `f` (Figure 5: f = 1, 2,
+    /// bft and cft) or `sigthreads` (Figure 6: --signed, signature threads 1/2/4).
+    #[arg(long, value_enum)]
+    sweep: Option<SweepKind>,
+    /// With --sweep f: also run f = 3 (n = 10 bft replicas; slow on a small machine).
+    #[arg(long, requires = "sweep")]
+    with_f3: bool,
+    /// With --sweep: draw the figure into this PNG file.
+    #[arg(long, requires = "sweep", value_name = "FILE.png")]
+    plot: Option<PathBuf>,
+    /// With --sweep and --plot: draw the figure from the reports in this file (the output
+    /// of an earlier --json sweep, one object a line) instead of running anything.
+    #[arg(long, requires = "plot", value_name = "FILE.jsonl")]
+    from_json: Option<PathBuf>,
+    /// Skip the unreplicated baseline (its figures are then 0 and `unreplicated_run` false).
+    #[arg(long)]
+    no_baseline: bool,
     /// Print one JSON object per configuration instead of the table.
     #[arg(long)]
     json: bool,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy)]
+enum SweepKind {
+    /// Figure 4: latency vs throughput per payload.
+    Latency,
+    /// Figure 5: throughput vs f, bft and cft.
+    F,
+    /// Figure 6: throughput vs signature-verification threads.
+    Sigthreads,
+}
+
+impl SweepKind {
+    fn sweep(self) -> Sweep {
+        match self {
+            SweepKind::Latency => Sweep::Latency,
+            SweepKind::F => Sweep::F,
+            SweepKind::Sigthreads => Sweep::SignatureThreads,
+        }
+    }
+}
+
+impl BenchArgs {
+    fn warmup_s(&self) -> f64 {
+        self.warmup_s.unwrap_or(if self.sweep.is_some() {
+            sweep::SWEEP_WARMUP_S
+        } else {
+            2.0
+        })
+    }
+
+    fn duration_s(&self) -> f64 {
+        self.duration_s.unwrap_or(if self.sweep.is_some() {
+            sweep::SWEEP_DURATION_S
+        } else {
+            5.0
+        })
+    }
+
+    fn run_config(&self) -> RunConfig {
+        RunConfig {
+            cft: self.cft,
+            f: self.f,
+            payload: self.payload,
+            clients: self.clients,
+            signed: self.signed,
+            signature_threads: self.signature_threads,
+        }
+    }
+
+    /// These arguments with `c`'s configuration.
+    fn with_config(&self, c: &RunConfig) -> BenchArgs {
+        BenchArgs {
+            cft: c.cft,
+            f: c.f,
+            payload: c.payload,
+            clients: c.clients,
+            signed: c.signed,
+            signature_threads: c.signature_threads,
+            ..self.clone()
+        }
+    }
 }
 
 #[derive(clap::Args)]
@@ -396,6 +481,7 @@ fn serve(
 }
 
 /// What one measured run (replicated or unreplicated) produced.
+#[derive(Default)]
 struct Measured {
     load: load::LoadResult,
     /// Requests the leader executed (ordered and unordered) per second in the window.
@@ -412,22 +498,86 @@ impl Measured {
     }
 }
 
-/// `tagma bench`: the replicated run, then the unreplicated baseline, then the report.
+/// `tagma bench`: one configuration, or with `--sweep` each configuration of a figure (and
+/// with `--plot` the figure).
 fn bench(args: BenchArgs) -> Result<()> {
     if args.clients == 0 {
         bail!("--clients must be at least 1");
     }
-    if args.duration_s <= 0.0 || args.warmup_s < 0.0 {
+    if args.duration_s() <= 0.0 || args.warmup_s() < 0.0 {
         bail!("--duration-s must be positive and --warmup-s not negative");
     }
+    if args.signature_threads == Some(0) {
+        bail!("--signature-threads must be at least 1");
+    }
+    let sweep = args.sweep.map(SweepKind::sweep);
+    if let (Some(sweep), Some(path), Some(from)) = (sweep, &args.plot, &args.from_json) {
+        let text = std::fs::read_to_string(from)
+            .with_context(|| format!("cannot read {}", from.display()))?;
+        let reports = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(serde_json::from_str)
+            .collect::<Result<Vec<BenchReport>, _>>()
+            .with_context(|| format!("{} is not one report a line", from.display()))?;
+        return Ok(tagma_bench::plot::draw(&sweep.chart(&reports), path)?);
+    }
     let exe = std::env::current_exe().context("cannot find the tagma executable")?;
+    let configs = match sweep {
+        None => vec![args.run_config()],
+        Some(s) => s.configs(args.run_config(), args.with_f3),
+    };
+    let mut reports = Vec::with_capacity(configs.len());
+    let mut idle = 0;
+    for (i, config) in configs.iter().enumerate() {
+        if sweep.is_some() && !args.json {
+            eprintln!("[{}/{}] {}", i + 1, configs.len(), config.describe());
+        }
+        let (report, completed) = bench_one(&exe, &args.with_config(config))?;
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!("{}", report.table());
+            if sweep.is_some() {
+                println!();
+            }
+        }
+        if !completed {
+            idle += 1;
+        }
+        reports.push(report);
+    }
+    if let (Some(sweep), Some(path)) = (sweep, &args.plot) {
+        tagma_bench::plot::draw(&sweep.chart(&reports), path)?;
+        if !args.json {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    if idle > 0 {
+        bail!(
+            "no request completed in a measurement window of {idle} configuration(s) (see the \
+             servers' logs above)"
+        );
+    }
+    Ok(())
+}
+
+/// One configuration: the replicated run, then the unreplicated baseline. The flag is
+/// false when a run completed no request in its window.
+fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bool)> {
     let (mode, replicas) = if args.cft {
         (Mode::Cft, 2 * args.f as usize + 1)
     } else {
         (Mode::Bft, 3 * args.f as usize + 1)
     };
     let signed = args.signed;
-    let edit = |cfg: &mut tagma_core::Config| cfg.cluster.signed_requests = signed;
+    let threads = args.signature_threads;
+    let edit = |cfg: &mut tagma_core::Config| {
+        cfg.cluster.signed_requests = signed;
+        if let Some(t) = threads {
+            cfg.limits.signature_threads = t;
+        }
+    };
     let mut opts = LaunchOptions {
         replicas,
         mode,
@@ -436,18 +586,33 @@ fn bench(args: BenchArgs) -> Result<()> {
         unreplicated: false,
     };
     let label = format!("{mode} n={replicas}");
-    let cluster = LocalCluster::launch_with(&exe, &opts, edit)?;
-    let replicated = measure(&cluster, &args, &label)?;
+    let cluster = LocalCluster::launch_with(exe, &opts, edit)?;
+    let signature_threads = cluster.cfg.raw.limits.signature_threads;
+    let replicated = measure(&cluster, args, &label)?;
+    if replicated.load.completed == 0 {
+        cluster.dump_logs();
+    }
     drop(cluster);
     // The baseline: the same service, client library, network stack and authentication,
     // one server process, no ordering.
-    opts.replicas = 1;
-    opts.mode = Mode::Cft;
-    opts.f = Some(0);
-    opts.unreplicated = true;
-    let server = LocalCluster::launch_with(&exe, &opts, edit)?;
-    let baseline = measure(&server, &args, "unreplicated")?;
-    drop(server);
+    let baseline = if args.no_baseline {
+        None
+    } else {
+        opts.replicas = 1;
+        opts.mode = Mode::Cft;
+        opts.f = Some(0);
+        opts.unreplicated = true;
+        let server = LocalCluster::launch_with(exe, &opts, edit)?;
+        let baseline = measure(&server, args, "unreplicated")?;
+        if baseline.load.completed == 0 {
+            server.dump_logs();
+        }
+        Some(baseline)
+    };
+    let completed =
+        replicated.load.completed > 0 && baseline.as_ref().is_none_or(|b| b.load.completed > 0);
+    let unreplicated_run = baseline.is_some();
+    let baseline = baseline.unwrap_or_default();
     let ratio = if baseline.server_ops_s > 0.0 {
         replicated.server_ops_s / baseline.server_ops_s
     } else {
@@ -460,12 +625,14 @@ fn bench(args: BenchArgs) -> Result<()> {
         workload: args.workload.name().into(),
         ordered: !args.unordered,
         signed,
+        signature_threads,
         request_bytes: args.payload,
         reply_bytes: args.payload,
         clients: args.clients,
-        duration_s: args.duration_s,
+        duration_s: args.duration_s(),
         throughput_ops_s: replicated.server_ops_s,
         client_throughput_ops_s: replicated.load.throughput_ops_s(),
+        unreplicated_run,
         unreplicated_ops_s: baseline.server_ops_s,
         unreplicated_client_ops_s: baseline.load.throughput_ops_s(),
         ratio_vs_unreplicated: ratio,
@@ -477,15 +644,7 @@ fn bench(args: BenchArgs) -> Result<()> {
         unreplicated_cpu_s_per_kop: baseline.cpu_s_per_kop(),
         errors: replicated.load.errors + baseline.load.errors,
     };
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
-    } else {
-        println!("{}", report.table());
-    }
-    if replicated.load.completed == 0 || baseline.load.completed == 0 {
-        bail!("no request completed in a measurement window (see the servers' logs)");
-    }
-    Ok(())
+    Ok((report, completed))
 }
 
 /// The request driver `driver` sends as its `n`-th.
@@ -550,15 +709,15 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
         (ops, cpu)
     };
     let opts = load::LoadOptions {
-        warmup: Duration::from_secs_f64(args.warmup_s),
-        duration: Duration::from_secs_f64(args.duration_s),
+        warmup: Duration::from_secs_f64(args.warmup_s()),
+        duration: Duration::from_secs_f64(args.duration_s()),
         kind: if args.unordered {
             RequestKind::Unordered
         } else {
             RequestKind::Ordered
         },
     };
-    let total_s = args.warmup_s + args.duration_s;
+    let (warmup_s, total_s) = (args.warmup_s(), args.warmup_s() + args.duration_s());
     let bar = if args.json {
         indicatif::ProgressBar::hidden()
     } else {
@@ -579,7 +738,7 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
             completed,
         } => {
             bar.set_position((elapsed_s * 10.0) as u64);
-            let phase = if elapsed_s < args.warmup_s {
+            let phase = if elapsed_s < warmup_s {
                 "warm-up"
             } else {
                 "measuring"

@@ -35,6 +35,8 @@ fn bench_reports_every_field() {
     assert_eq!(report["request_bytes"], 100);
     assert_eq!(report["reply_bytes"], 100);
     assert_eq!(report["clients"], 8);
+    assert_eq!(report["unreplicated_run"], true);
+    assert_eq!(report["signature_threads"], 2);
     let num = |k: &str| {
         report[k]
             .as_f64()
@@ -61,6 +63,83 @@ fn bench_reports_every_field() {
     );
     let ratio = num("throughput_ops_s") / num("unreplicated_ops_s");
     assert!((num("ratio_vs_unreplicated") - ratio).abs() < 1e-9);
+}
+
+/// A tiny sweep (Figure 6: signature-verification threads 1, 2, 4, signed requests) without
+/// the baseline: one JSON object per configuration, and the figure as a PNG.
+#[test]
+fn sweep_prints_each_configuration_and_plots() {
+    let dir = tempfile::tempdir().unwrap();
+    let png = dir.path().join("figure6.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_tagma"))
+        .args([
+            "bench",
+            "--sweep",
+            "sigthreads",
+            "--no-baseline",
+            "--clients",
+            "8",
+            "--warmup-s",
+            "0.5",
+            "--duration-s",
+            "1",
+            "--json",
+            "--plot",
+        ])
+        .arg(&png)
+        .output()
+        .expect("run tagma bench --sweep");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tagma bench --sweep failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let reports: Vec<Value> = stdout
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("one JSON object per line"))
+        .collect();
+    let threads: Vec<_> = reports
+        .iter()
+        .map(|r| r["signature_threads"].clone())
+        .collect();
+    assert_eq!(threads, [1, 2, 4].map(Value::from), "{stdout}");
+    for r in &reports {
+        assert_eq!(r["signed"], true, "{r}");
+        assert_eq!(r["unreplicated_run"], false, "{r}");
+        assert_eq!(r["duration_s"], 1.0, "{r}");
+        assert!(r["throughput_ops_s"].as_f64().unwrap() > 0.0, "{r}");
+    }
+    let bytes = std::fs::read(&png).expect("the plot was written");
+    assert!(bytes.starts_with(b"\x89PNG"), "not a PNG");
+    assert!(bytes.len() > 8 * 1024, "{} bytes", bytes.len());
+    // The same figure again from the saved reports, without running anything.
+    let saved = dir.path().join("figure6.jsonl");
+    std::fs::write(&saved, stdout.as_bytes()).unwrap();
+    let replot = dir.path().join("replot.png");
+    let out = Command::new(env!("CARGO_BIN_EXE_tagma"))
+        .args(["bench", "--sweep", "sigthreads", "--plot"])
+        .arg(&replot)
+        .arg("--from-json")
+        .arg(&saved)
+        .output()
+        .expect("run tagma bench --from-json");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&replot).unwrap(), bytes);
+}
+
+#[test]
+fn plot_needs_a_sweep() {
+    let out = Command::new(env!("CARGO_BIN_EXE_tagma"))
+        .args(["bench", "--plot", "x.png"])
+        .output()
+        .expect("run tagma bench");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--sweep"));
 }
 
 /// The unreplicated server answers like a one-replica cluster: ordered writes execute once,

@@ -642,7 +642,10 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
                 })
                 .is_ok()
         }
-        RequestKind::Ordered => match &sh.sig_pool {
+        // The unreplicated server executes requests in arrival order, so it verifies on the
+        // connection's own thread (keeping each client's order; connections still verify in
+        // parallel); a replica hands signatures to the pool, whose reordering the core undoes.
+        RequestKind::Ordered => match sh.sig_pool.as_ref().filter(|_| !sh.unreplicated) {
             Some(pool) => {
                 let sh2 = sh.clone();
                 pool.submit(move |verifier| match verifier.verify(&request) {
