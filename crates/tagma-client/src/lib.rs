@@ -2,10 +2,15 @@
 //!
 //! Every request goes to all replicas of the view; the proxy votes on the replies
 //! ([`voting`], SPEC §2): f+1 matching replies in BFT mode (one in CFT), or
-//! ⌊(n+f)/2⌋+1 (⌊n/2⌋+1) when the cluster enables unordered reads. Unordered reads whose
-//! replies disagree or time out fall back to ordered invocations. Unanswered requests are
-//! retransmitted every `client_retransmit_ms`; broken connections are re-established in the
-//! background; an invocation fails with a typed error after `client_invoke_timeout_ms`.
+//! ⌊(n+f)/2⌋+1 (⌊n/2⌋+1) when the cluster enables unordered reads. An unordered read whose
+//! replies disagree, or that is unanswered after `client_retransmit_ms`, is re-issued as an
+//! ordered request (so it may take up to `client_retransmit_ms` + `client_invoke_timeout_ms`).
+//! Unanswered ordered requests are retransmitted every `client_retransmit_ms`; after
+//! `client_invoke_timeout_ms` the caller gets a typed error, but the request keeps being
+//! retransmitted (replicas order a client's requests by contiguous sequence numbers).
+//! Broken connections are re-established in the background. At most
+//! `limits.reply_cache_per_client` requests are in flight per proxy, so a lost reply can always
+//! be resent from the replicas' reply cache.
 //!
 //! [`Proxy`] offers blocking calls ([`Proxy::invoke_ordered`], [`Proxy::invoke_unordered`])
 //! and asynchronous ones ([`Proxy::invoke_async`]) that return a [`ReplyFuture`] — both a

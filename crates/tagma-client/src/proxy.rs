@@ -146,7 +146,10 @@ struct Call {
 
 struct Link {
     info: ReplicaInfo,
-    writer: Mutex<Option<FrameWriter>>,
+    /// The current connection's writer, tagged with the connection's generation so that the
+    /// reader of an older connection cannot tear down a newer one.
+    writer: Mutex<Option<(u64, FrameWriter)>>,
+    generation: AtomicU64,
     last_attempt: Mutex<Option<Instant>>,
 }
 
@@ -239,6 +242,7 @@ impl Proxy {
                 .map(|r| Link {
                     info: r.clone(),
                     writer: Mutex::new(None),
+                    generation: AtomicU64::new(0),
                     last_attempt: Mutex::new(None),
                 })
                 .collect(),
@@ -248,7 +252,11 @@ impl Proxy {
             next_nonce: AtomicU64::new(1),
             outstanding: Mutex::new(0),
             outstanding_freed: Condvar::new(),
-            outstanding_max: options.outstanding_max.max(1),
+            // Replicas cache `reply_cache_per_client` replies per client: with more requests
+            // in flight, a lost reply could be evicted before the retransmission asks for it.
+            outstanding_max: options
+                .outstanding_max
+                .clamp(1, raw.limits.reply_cache_per_client),
             closed: AtomicBool::new(false),
         });
         let errors: Vec<Option<String>> = thread::scope(|s| {
@@ -379,7 +387,7 @@ impl Inner {
     fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         for link in &self.links {
-            if let Some(w) = lock(&link.writer).take() {
+            if let Some((_, w)) = lock(&link.writer).take() {
                 w.shutdown();
             }
         }
@@ -406,12 +414,13 @@ impl Inner {
             self.limits,
             self.connect_timeout,
         )?;
-        *lock(&link.writer) = Some(writer);
+        let generation = link.generation.fetch_add(1, Ordering::Relaxed) + 1;
+        *lock(&link.writer) = Some((generation, writer));
         let weak = Arc::downgrade(self);
         let id = link.info.id;
         thread::Builder::new()
             .name(format!("tagma-client-r{}", id.0))
-            .spawn(move || reader_loop(weak, i, id, reader))
+            .spawn(move || reader_loop(weak, i, id, generation, reader))
             .map_err(NetError::Io)?;
         Ok(())
     }
@@ -480,7 +489,7 @@ impl Inner {
 
     fn send_to(&self, i: usize, frame: &Bytes) {
         let mut guard = lock(&self.links[i].writer);
-        if let Some(w) = guard.as_mut()
+        if let Some((_, w)) = guard.as_mut()
             && w.push(frame).and_then(|_| w.flush()).is_err()
         {
             w.shutdown();
@@ -576,7 +585,13 @@ impl Inner {
     }
 }
 
-fn reader_loop(inner: Weak<Inner>, index: usize, from: ReplicaId, mut reader: FrameReader) {
+fn reader_loop(
+    inner: Weak<Inner>,
+    index: usize,
+    from: ReplicaId,
+    generation: u64,
+    mut reader: FrameReader,
+) {
     loop {
         let frame = reader.read_frame();
         let Some(inner) = inner.upgrade() else { return };
@@ -587,7 +602,10 @@ fn reader_loop(inner: Weak<Inner>, index: usize, from: ReplicaId, mut reader: Fr
             },
             Err(e) => {
                 debug!("connection to replica {from} lost: {e}");
-                if let Some(w) = lock(&inner.links[index].writer).take() {
+                let mut guard = lock(&inner.links[index].writer);
+                if guard.as_ref().is_some_and(|(g, _)| *g == generation)
+                    && let Some((_, w)) = guard.take()
+                {
                     w.shutdown();
                 }
                 return;

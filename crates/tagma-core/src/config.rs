@@ -117,7 +117,7 @@ impl Default for BatchSection {
     fn default() -> Self {
         BatchSection {
             batch_size_max: 1024,
-            batch_bytes_max: 1 << 20,
+            batch_bytes_max: 256 << 10,
         }
     }
 }
@@ -187,12 +187,12 @@ pub struct LimitSection {
 impl Default for LimitSection {
     fn default() -> Self {
         LimitSection {
-            frame_bytes_max: 4 << 20,
+            frame_bytes_max: 8 << 20,
             request_bytes_max: 64 << 10,
             client_pending_max: 1000,
             pending_requests_max: 100_000,
             clients_max: 65_536,
-            reply_cache_per_client: 8,
+            reply_cache_per_client: 32,
             future_messages_max: 10_000,
             consensus_queue_max: 65_536,
             execution_queue_max: 1024,
@@ -373,6 +373,22 @@ impl Config {
             Some(a) => Some(parse_key("admin.public_key", &a.public_key)?),
         };
         self.check_limits()?;
+        // The largest message is a leader change's SYNC: a fresh batch, the last decided batch,
+        // and n−f collects of at most 2 written batches each. It must fit in a frame, or the
+        // leader change could never complete.
+        let sync_bytes = (2 + 2 * (n - c.f as usize)) * self.batch.batch_bytes_max + 64 * 1024;
+        if sync_bytes > self.limits.frame_bytes_max {
+            return Err(err(
+                "limits.frame_bytes_max",
+                format!(
+                    "a leader change's SYNC can reach {sync_bytes} bytes with {n} replicas and batch_bytes_max = {}, more than frame_bytes_max = {}",
+                    self.batch.batch_bytes_max, self.limits.frame_bytes_max
+                ),
+                format!(
+                    "raise frame_bytes_max to at least {sync_bytes} or lower batch.batch_bytes_max"
+                ),
+            ));
+        }
         Ok(ValidConfig {
             mode: c.mode,
             f: c.f,
@@ -686,6 +702,14 @@ mod tests {
         assert!(config(3, Mode::Cft, 1).validate().is_ok());
         assert!(config(2, Mode::Cft, 1).validate().is_err());
         assert!(config(7, Mode::Bft, 2).validate().is_ok());
+        let mut c = config(10, Mode::Bft, 3);
+        assert!(
+            c.clone().validate().is_ok(),
+            "defaults fit a SYNC of 10 replicas"
+        );
+        c.batch.batch_bytes_max = 1 << 20;
+        c.limits.frame_bytes_max = 4 << 20;
+        assert_eq!(c.validate().unwrap_err().key, "limits.frame_bytes_max");
         let single = config(1, Mode::Cft, 0).validate().unwrap();
         assert_eq!(single.quorums().reply_quorum(true), 1);
     }

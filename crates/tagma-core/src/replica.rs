@@ -393,8 +393,10 @@ const STOP_REQUESTS_MAX: usize = 64;
 const FUTURE_EPOCHS_MAX: u32 = 16;
 /// Forwarded decisions kept for later instances while catching up.
 const FUTURE_DECISIONS_MAX: usize = 64;
-/// Values kept in a collect's write set.
-const WRITE_SET_MAX: usize = 8;
+/// Values kept in a collect's write set: the most recent writes. Enough for safety — once a
+/// value may have been decided, every later epoch writes that same value, so it is always
+/// among the newest — and it bounds the size of STOPDATA and SYNC.
+const WRITE_SET_MAX: usize = 2;
 
 /// Leader-change state (SPEC §3 synchronization phase, reference §1.4).
 #[derive(Default)]

@@ -19,6 +19,9 @@ use tagma_wire::Digest;
 
 /// The most pairs a single `scan` returns, whatever limit it asks for.
 pub const SCAN_LIMIT_MAX: u32 = 1000;
+/// A scan stops adding pairs once its keys and values reach this many bytes, so its reply
+/// always fits in a frame (the cluster's `frame_bytes_max` is at least 1 MiB + overhead).
+pub const SCAN_BYTES_MAX: usize = 512 << 10;
 
 /// A key-value command, encoded as the opaque request payload.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -472,11 +475,16 @@ impl KvService {
             },
             KvOp::Scan { prefix, limit } => {
                 let limit = (*limit).min(SCAN_LIMIT_MAX) as usize;
+                let mut bytes = 0usize;
                 let pairs = self
                     .map
                     .range::<[u8], _>((Bound::Included(&prefix[..]), Bound::Unbounded))
                     .take_while(|(key, _)| key.starts_with(prefix))
                     .take(limit)
+                    .take_while(|(key, value)| {
+                        bytes += key.len() + value.len();
+                        bytes <= SCAN_BYTES_MAX
+                    })
                     .map(|(key, value)| (key.clone(), value.clone()))
                     .collect();
                 KvReply::Scan { pairs }

@@ -13,8 +13,9 @@
 //! Every queue is bounded by a `[limits]` key. A full consensus or execution queue blocks its
 //! producer (back-pressure that reaches the client's TCP window); a full connection or peer
 //! queue drops the frame and counts it (a slow client must not stall the replica). A replica
-//! that misses consensus messages this way falls behind; catching up (decision forwarding
-//! and state transfer) is the subject of the leader-change and durability work.
+//! that misses consensus messages this way falls behind and catches up by decision
+//! forwarding (the core asks peers for the decided instances with their proofs); beyond
+//! `limits.decisions_kept` instances it needs state transfer, which is future work.
 
 pub mod auth;
 pub mod cluster_dir;
@@ -174,6 +175,8 @@ struct Shared {
     consensus_tx: Sender<ConsensusEvent>,
     exec_tx: Sender<ExecEvent>,
     next_conn_id: AtomicU64,
+    /// Connections accepted whose handshake has not finished (bounded by `connections_max`).
+    handshakes: AtomicU64,
     /// Unreplicated mode (the benchmarks' baseline): ordered requests bypass consensus.
     unreplicated: bool,
 }
@@ -271,6 +274,7 @@ fn start_node<S: Service>(
         consensus_tx,
         exec_tx: exec_tx.clone(),
         next_conn_id: AtomicU64::new(1),
+        handshakes: AtomicU64::new(0),
         unreplicated,
     });
 
@@ -335,15 +339,41 @@ fn spawn(name: String, me: ReplicaId, f: impl FnOnce() + Send + 'static) -> thre
         .expect("spawn replica thread")
 }
 
+/// Accepts connections. Handshakes in progress are bounded (unauthenticated peers cannot
+/// exhaust threads); failures to accept or to start a thread back off instead of spinning.
 fn accept_loop(sh: &Arc<Shared>, listener: TcpListener) {
+    let pause = || thread::sleep(Duration::from_millis(10));
     for stream in listener.incoming() {
-        match stream {
-            Ok(stream) => {
-                let sh2 = sh.clone();
-                let me = sh.me;
-                spawn("conn".into(), me, move || serve_connection(&sh2, stream));
+        let stream = match stream {
+            Ok(s) => s,
+            Err(e) => {
+                sh.reject("accept_failed", format_args!("accept failed: {e}"));
+                pause();
+                continue;
             }
-            Err(e) => warn!("accept failed: {e}"),
+        };
+        let limit = sh.cfg.raw.limits.connections_max as u64;
+        if sh.handshakes.fetch_add(1, Ordering::Relaxed) >= limit {
+            sh.handshakes.fetch_sub(1, Ordering::Relaxed);
+            sh.reject(
+                "too_many_handshakes",
+                format_args!("{limit} handshakes in progress"),
+            );
+            continue;
+        }
+        let sh2 = sh.clone();
+        let me = sh.me;
+        let started = thread::Builder::new().name("conn".into()).spawn(move || {
+            let _span = info_span!("replica", id = me.0, thread = "conn").entered();
+            serve_connection(&sh2, stream)
+        });
+        if let Err(e) = started {
+            sh.handshakes.fetch_sub(1, Ordering::Relaxed);
+            sh.reject(
+                "thread_spawn_failed",
+                format_args!("cannot start a connection thread: {e}"),
+            );
+            pause();
         }
     }
 }
@@ -355,17 +385,18 @@ fn serve_connection(sh: &Arc<Shared>, stream: TcpStream) {
         role: Role::Replica(sh.me),
         key: &sh.key,
     };
-    let (role, reader, writer) =
-        match tagma_net::accept(stream, &me, &Directory(sh.cfg.clone()), sh.limits) {
-            Ok(x) => x,
-            Err(e) => {
-                sh.reject(
-                    e.reason(),
-                    format_args!("handshake from {peer_addr:?}: {e}"),
-                );
-                return;
-            }
-        };
+    let handshake = tagma_net::accept(stream, &me, &Directory(sh.cfg.clone()), sh.limits);
+    sh.handshakes.fetch_sub(1, Ordering::Relaxed);
+    let (role, reader, writer) = match handshake {
+        Ok(x) => x,
+        Err(e) => {
+            sh.reject(
+                e.reason(),
+                format_args!("handshake from {peer_addr:?}: {e}"),
+            );
+            return;
+        }
+    };
     match role {
         Role::Replica(from) => peer_reader(sh, from, reader, writer),
         Role::Client(principal) => client_connection(sh, principal, reader, writer),
@@ -473,7 +504,7 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
         };
         info!(peer = peer.id.0, "connected to replica {}", peer.id);
         failures = 0;
-        if write_loop(&rx, &mut writer).is_err() {
+        if write_loop(&rx, &mut writer, &sh.metrics).is_err() {
             return; // queue closed: the replica is shutting down
         }
         debug!(peer = peer.id.0, "connection to replica {} lost", peer.id);
@@ -481,17 +512,22 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
 }
 
 /// Drains `rx` into `writer` until the connection fails (`Ok`) or the queue closes (`Err`).
-fn write_loop(rx: &Receiver<Bytes>, writer: &mut FrameWriter) -> Result<(), ()> {
+/// A frame over `frame_bytes_max` cannot be sent: it is dropped and counted.
+fn write_loop(rx: &Receiver<Bytes>, writer: &mut FrameWriter, metrics: &Metrics) -> Result<(), ()> {
+    let push = |writer: &mut FrameWriter, frame: &Bytes| {
+        if writer.push(frame).is_err() && metrics.reject("outgoing_frame_too_large") {
+            warn!(
+                bytes = frame.len(),
+                "dropped an outgoing frame over frame_bytes_max"
+            );
+        }
+    };
     loop {
         let first = rx.recv().map_err(|_| ())?;
-        if writer.push(&first).is_err() {
-            continue;
-        }
+        push(writer, &first);
         while writer.pending_bytes() < WRITE_COALESCE_BYTES {
             match rx.try_recv() {
-                Ok(more) => {
-                    let _ = writer.push(&more);
-                }
+                Ok(more) => push(writer, &more),
                 Err(_) => break,
             }
         }
@@ -528,8 +564,9 @@ fn client_connection(
     let (tx, rx) = bounded::<Bytes>(sh.cfg.raw.limits.connection_queue_max);
     let conn = ConnHandle { id, tx };
     let me = sh.me;
+    let metrics = sh.metrics.clone();
     let writer_thread = spawn(format!("client-out-{id}"), me, move || {
-        let _ = write_loop(&rx, &mut writer);
+        let _ = write_loop(&rx, &mut writer, &metrics);
         writer.shutdown();
     });
     debug!(conn = id, principal, "client connected");
@@ -840,7 +877,11 @@ fn execution_loop<S: Service>(
     while let Ok(event) = rx.recv() {
         match event {
             ExecEvent::Route { client, conn } => {
-                routes.insert(client, conn);
+                // Connection ids only grow: a late route from an older connection of the same
+                // client must not replace the newer one.
+                if routes.get(&client).is_none_or(|c| c.id <= conn.id) {
+                    routes.insert(client, conn);
+                }
             }
             ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
             ExecEvent::Deliver(decision) => {
