@@ -464,3 +464,46 @@ fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
         });
     assert!(digests_equal(&states), "{states:?}");
 }
+
+#[test]
+fn a_replica_that_stops_reading_does_not_block_clients() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let c = cluster(4, Mode::Bft);
+    let proxy = c.proxy(READY).unwrap();
+    still_serves(&c, &proxy, "start");
+    // Freeze replica 3 (SIGSTOP): it stops reading, so its socket buffers fill up. The client
+    // must keep completing requests with the other three replicas.
+    let pid = c.pid(3).expect("replica 3 runs").to_string();
+    assert!(
+        std::process::Command::new("kill")
+            .args(["-STOP", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
+    let value = Bytes::from(vec![7u8; 32 << 10]);
+    let started = Instant::now();
+    for i in 0..320 {
+        let op = KvOp::Put {
+            key: Bytes::from(format!("big/{}", i % 8)),
+            value: value.clone(),
+        };
+        let reply = proxy.invoke_ordered(op.encode());
+        assert!(
+            reply.is_ok(),
+            "request {i} after {:?}: {reply:?}",
+            started.elapsed()
+        );
+    }
+    let elapsed = started.elapsed();
+    let _ = std::process::Command::new("kill")
+        .args(["-CONT", &pid])
+        .status();
+    // Without per-link writer threads the client blocks on the frozen replica's full socket
+    // until the 10 s write-stall timeout, once per reconnection.
+    assert!(
+        elapsed < Duration::from_secs(8),
+        "10 MB of requests took {elapsed:?}"
+    );
+    still_serves(&c, &proxy, "continued");
+}

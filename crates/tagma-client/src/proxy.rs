@@ -146,9 +146,11 @@ struct Call {
 
 struct Link {
     info: ReplicaInfo,
-    /// The current connection's writer, tagged with the connection's generation so that the
-    /// reader of an older connection cannot tear down a newer one.
-    writer: Mutex<Option<(u64, FrameWriter)>>,
+    /// The queue of the current connection's writer thread, tagged with the connection's
+    /// generation so that the threads of an older connection cannot tear down a newer one.
+    /// Callers never write to a socket themselves: a replica that stops reading fills only
+    /// its own queue (frames beyond it are dropped; retransmission covers them).
+    writer: Mutex<Option<(u64, crossbeam_channel::Sender<Bytes>)>>,
     generation: AtomicU64,
     last_attempt: Mutex<Option<Instant>>,
 }
@@ -387,9 +389,9 @@ impl Inner {
     fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
         for link in &self.links {
-            if let Some((_, w)) = lock(&link.writer).take() {
-                w.shutdown();
-            }
+            // Dropping the queue ends the writer thread, which shuts the socket down (and so
+            // ends the reader thread).
+            drop(lock(&link.writer).take());
         }
         let calls: Vec<_> = lock(&self.calls).drain().map(|(_, c)| c).collect();
         for c in calls {
@@ -415,9 +417,17 @@ impl Inner {
             self.connect_timeout,
         )?;
         let generation = link.generation.fetch_add(1, Ordering::Relaxed) + 1;
-        *lock(&link.writer) = Some((generation, writer));
+        let (tx, rx) = crossbeam_channel::bounded::<Bytes>(LINK_QUEUE_MAX);
+        *lock(&link.writer) = Some((generation, tx));
         let weak = Arc::downgrade(self);
         let id = link.info.id;
+        thread::Builder::new()
+            .name(format!("tagma-client-w{}", id.0))
+            .spawn({
+                let weak = weak.clone();
+                move || writer_loop(weak, i, generation, rx, writer)
+            })
+            .map_err(NetError::Io)?;
         thread::Builder::new()
             .name(format!("tagma-client-r{}", id.0))
             .spawn(move || reader_loop(weak, i, id, generation, reader))
@@ -487,12 +497,21 @@ impl Inner {
         }
     }
 
+    /// Queues `frame` for replica `i` without blocking.
     fn send_to(&self, i: usize, frame: &Bytes) {
         let mut guard = lock(&self.links[i].writer);
-        if let Some((_, w)) = guard.as_mut()
-            && w.push(frame).and_then(|_| w.flush()).is_err()
+        if let Some((_, tx)) = guard.as_ref()
+            && let Err(crossbeam_channel::TrySendError::Disconnected(_)) =
+                tx.try_send(frame.clone())
         {
-            w.shutdown();
+            *guard = None;
+        }
+    }
+
+    /// Forgets connection `generation` of link `index` if it is still the current one.
+    fn drop_link(&self, index: usize, generation: u64) {
+        let mut guard = lock(&self.links[index].writer);
+        if guard.as_ref().is_some_and(|(g, _)| *g == generation) {
             *guard = None;
         }
     }
@@ -602,15 +621,42 @@ fn reader_loop(
             },
             Err(e) => {
                 debug!("connection to replica {from} lost: {e}");
-                let mut guard = lock(&inner.links[index].writer);
-                if guard.as_ref().is_some_and(|(g, _)| *g == generation)
-                    && let Some((_, w)) = guard.take()
-                {
-                    w.shutdown();
-                }
+                inner.drop_link(index, generation);
                 return;
             }
         }
+    }
+}
+
+/// Frames queued per replica link; beyond it frames are dropped (retransmission resends).
+const LINK_QUEUE_MAX: usize = 1024;
+/// A writer coalesces queued frames into writes of about this many bytes.
+const LINK_COALESCE_BYTES: usize = 256 << 10;
+
+/// Writes the frames queued for one connection, coalescing them; on a write error (or when the
+/// queue is dropped) it shuts the socket down and forgets the link.
+fn writer_loop(
+    inner: Weak<Inner>,
+    index: usize,
+    generation: u64,
+    rx: crossbeam_channel::Receiver<Bytes>,
+    mut writer: FrameWriter,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut ok = writer.push(&first).is_ok();
+        while ok && writer.pending_bytes() < LINK_COALESCE_BYTES {
+            match rx.try_recv() {
+                Ok(more) => ok = writer.push(&more).is_ok(),
+                Err(_) => break,
+            }
+        }
+        if !ok || writer.flush().is_err() {
+            break;
+        }
+    }
+    writer.shutdown();
+    if let Some(inner) = inner.upgrade() {
+        inner.drop_link(index, generation);
     }
 }
 
