@@ -71,17 +71,6 @@ fn parse_status_hwm_mb(status: &str) -> Option<f64> {
     Some(kb as f64 / 1024.0)
 }
 
-/// The value of metric `name` (any labels) in a Prometheus text exposition.
-pub fn metric_value(text: &str, name: &str) -> Option<f64> {
-    text.lines()
-        .filter(|l| !l.starts_with('#'))
-        .find(|l| {
-            l.strip_prefix(name)
-                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-}
-
 /// One configuration's figures: the replicated run and its unreplicated baseline.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct BenchReport {
@@ -213,20 +202,6 @@ mod tests {
         assert_eq!(percentile(&[], 500), 0);
         let l = Latency::from_sorted_us(&[1000, 2000, 3000, 4000]);
         assert_eq!((l.p50, l.p90, l.p99, l.p999), (2.0, 4.0, 4.0, 4.0));
-    }
-
-    #[test]
-    fn reads_metric_values() {
-        let text = "# HELP tagma_executed_requests_total x\n\
-                    tagma_executed_requests_total_other 9\n\
-                    tagma_executed_requests_total{replica=\"0\"} 1234\n\
-                    tagma_leader 2\n";
-        assert_eq!(
-            metric_value(text, "tagma_executed_requests_total"),
-            Some(1234.0)
-        );
-        assert_eq!(metric_value(text, "tagma_leader"), Some(2.0));
-        assert_eq!(metric_value(text, "tagma_regency"), None);
     }
 
     #[test]

@@ -703,7 +703,7 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
             "tagma_unordered_executed_total",
         ]
         .iter()
-        .filter_map(|m| report::metric_value(&text, m))
+        .filter_map(|m| tagma_node::metrics::value(&text, m))
         .sum();
         let cpu = pids.iter().filter_map(|&p| report::process_cpu_s(p)).sum();
         (ops, cpu)
@@ -1024,14 +1024,11 @@ fn demo(args: DemoArgs) -> Result<()> {
 fn current_leader(cluster: &LocalCluster) -> usize {
     for r in &cluster.cfg.replicas {
         let Some(addr) = r.metrics_addr else { continue };
-        if let Ok(text) = tagma_node::metrics::scrape(addr) {
-            let leader = text
-                .lines()
-                .find(|l| l.starts_with("tagma_leader{"))
-                .and_then(|l| l.rsplit(' ').next()?.parse::<usize>().ok());
-            if let Some(l) = leader {
-                return l;
-            }
+        let leader = tagma_node::metrics::scrape(addr)
+            .ok()
+            .and_then(|text| tagma_node::metrics::value(&text, "tagma_leader"));
+        if let Some(l) = leader {
+            return l as usize;
         }
     }
     0

@@ -364,12 +364,8 @@ fn regency_of(c: &LocalCluster, i: usize) -> u64 {
     };
     scrape(addr)
         .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("tagma_regency{"))
-                .and_then(|l| l.rsplit(' ').next()?.parse().ok())
-        })
-        .unwrap_or(0)
+        .and_then(|t| tagma_node::metrics::value(&t, "tagma_regency"))
+        .map_or(0, |v| v as u64)
 }
 
 fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {

@@ -1568,7 +1568,7 @@ impl Replica {
         };
         if sync.regency > self.regency {
             // n−f valid collects prove that n−f replicas installed this regency.
-            self.install_silently(sync.regency);
+            self.enter_regency(sync.regency);
         }
         self.sync.waiting_sync = false;
         self.sync.sync_deadline_ms = None;
@@ -1604,18 +1604,13 @@ impl Replica {
                 regency = e.0,
                 "f+1 replicas vote in a later regency: adopting it"
             );
-            self.install_silently(Regency(e.0));
+            self.enter_regency(Regency(e.0));
             // The SYNC of that regency was not seen here: take no PROPOSE for the instance it
             // synchronised (its value may differ from what the SYNC justified) until a
             // decision made in this regency arrives by forwarding.
             self.sync.waiting_sync = true;
             self.sync.sync_deadline_ms = None;
         }
-    }
-
-    /// Adopts a regency proven by a SYNC without going through STOPs.
-    fn install_silently(&mut self, regency: Regency) {
-        self.enter_regency(regency);
     }
 
     /// What every way of moving to a new regency does: older epochs are frozen (the

@@ -173,6 +173,17 @@ pub fn scrape(addr: SocketAddr) -> std::io::Result<String> {
         .unwrap_or_default())
 }
 
+/// The value of metric `name` (the first sample, whatever its labels) in a scraped text.
+pub fn value(text: &str, name: &str) -> Option<f64> {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .find(|l| {
+            l.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with('{') || rest.starts_with(' '))
+        })
+        .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+}
+
 /// Reads `tagma_rejections_total{..reason="R"}` out of a scraped text.
 pub fn rejection_count(text: &str, reason: &str) -> u64 {
     let needle = format!("reason=\"{reason}\"}} ");
@@ -199,5 +210,13 @@ mod tests {
         );
         assert_eq!(rejection_count(&text, "bad_mac"), 2);
         assert_eq!(rejection_count(&text, "unknown_key"), 0);
+        assert_eq!(value(&text, "tagma_requests_received_total"), Some(3.0));
+        assert_eq!(
+            value(&text, "tagma_requests_received"),
+            None,
+            "whole names only"
+        );
+        assert_eq!(value(&text, "tagma_regency"), Some(0.0));
+        assert_eq!(value(&text, "tagma_nonexistent"), None);
     }
 }
