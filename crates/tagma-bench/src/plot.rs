@@ -321,6 +321,7 @@ pub(crate) mod tests {
             unreplicated_latency_ms: Latency::default(),
             replica_rss_mb_max: 0.0,
             cpu_s_per_kop: 0.0,
+            batch_mean: 0.0,
             unreplicated_rss_mb: 0.0,
             unreplicated_cpu_s_per_kop: 0.0,
             errors: 0,

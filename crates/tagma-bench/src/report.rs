@@ -106,6 +106,10 @@ pub struct BenchReport {
     pub replica_rss_mb_max: f64,
     /// CPU seconds of all replicas together per 1000 requests executed in the window.
     pub cpu_s_per_kop: f64,
+    /// Requests ordered per consensus instance at the leader in the window (the batch size
+    /// the load produced; per-instance costs are spread over this many requests).
+    #[serde(default)]
+    pub batch_mean: f64,
     pub unreplicated_rss_mb: f64,
     pub unreplicated_cpu_s_per_kop: f64,
     /// Failed invocations (both runs).
@@ -141,7 +145,7 @@ impl BenchReport {
              {h:<14} {:>12} {:>12} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n\
              {:<14} {:>12.0} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>10.3}\n\
              {:<14} {:>12.0} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>10.3}\n\
-             ratio_vs_unreplicated {:.3}   errors {}",
+             ratio_vs_unreplicated {:.3}   batch {:.1} requests/instance   errors {}",
             "ops/s(server)",
             "ops/s(client)",
             "p50 ms",
@@ -169,6 +173,7 @@ impl BenchReport {
             self.unreplicated_rss_mb,
             self.unreplicated_cpu_s_per_kop,
             self.ratio_vs_unreplicated,
+            self.batch_mean,
             self.errors,
             workload = self.workload,
             order = if self.ordered { "ordered" } else { "unordered" },

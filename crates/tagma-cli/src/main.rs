@@ -489,6 +489,8 @@ struct Measured {
     /// CPU seconds of every server process together over the window.
     cpu_s: f64,
     rss_mb_max: f64,
+    /// Requests per consensus instance at the leader in the window.
+    batch_mean: f64,
 }
 
 impl Measured {
@@ -640,11 +642,21 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
         unreplicated_latency_ms: Latency::from_sorted_us(&baseline.load.latencies_us),
         replica_rss_mb_max: replicated.rss_mb_max,
         cpu_s_per_kop: replicated.cpu_s_per_kop(),
+        batch_mean: replicated.batch_mean,
         unreplicated_rss_mb: baseline.rss_mb_max,
         unreplicated_cpu_s_per_kop: baseline.cpu_s_per_kop(),
         errors: replicated.load.errors + baseline.load.errors,
     };
     Ok((report, completed))
+}
+
+/// Requests per consensus instance (0 when no instance was decided, e.g. unordered reads).
+fn batch_mean(requests: f64, instances: f64) -> f64 {
+    if instances > 0.0 {
+        requests / instances
+    } else {
+        0.0
+    }
 }
 
 /// The request driver `driver` sends as its `n`-th.
@@ -696,17 +708,12 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
     let pids: Vec<u32> = (0..cluster.cfg.n())
         .filter_map(|i| cluster.pid(i))
         .collect();
-    let sample = || -> (f64, f64) {
+    let sample = || -> (f64, f64, f64) {
         let text = tagma_node::metrics::scrape(leader_addr).unwrap_or_default();
-        let ops = [
-            "tagma_executed_requests_total",
-            "tagma_unordered_executed_total",
-        ]
-        .iter()
-        .filter_map(|m| tagma_node::metrics::value(&text, m))
-        .sum();
+        let value = |m| tagma_node::metrics::value(&text, m).unwrap_or(0.0);
+        let ops = value("tagma_executed_requests_total") + value("tagma_unordered_executed_total");
         let cpu = pids.iter().filter_map(|&p| report::process_cpu_s(p)).sum();
-        (ops, cpu)
+        (ops, cpu, value("tagma_decided_instances_total"))
     };
     let opts = load::LoadOptions {
         warmup: Duration::from_secs_f64(args.warmup_s()),
@@ -729,7 +736,7 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
             .progress_chars("=> "),
     );
     bar.set_prefix(label.to_string());
-    let (mut start, mut end) = ((0.0, 0.0), (0.0, 0.0));
+    let (mut start, mut end) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
     let result = load::run(&drivers, &opts, &*request, |phase| match phase {
         load::Phase::MeasureStart => start = sample(),
         load::Phase::MeasureEnd => end = sample(),
@@ -758,6 +765,7 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
         server_ops_s: (end.0 - start.0) / result.window_s.max(1e-9),
         cpu_s: end.1 - start.1,
         rss_mb_max,
+        batch_mean: batch_mean(end.0 - start.0, end.2 - start.2),
         load: result,
     })
 }

@@ -63,6 +63,12 @@ fn bench_reports_every_field() {
     );
     let ratio = num("throughput_ops_s") / num("unreplicated_ops_s");
     assert!((num("ratio_vs_unreplicated") - ratio).abs() < 1e-9);
+    // 8 closed-loop clients: every instance orders between 1 and 8 requests.
+    let batch = num("batch_mean");
+    assert!(
+        (1.0..=8.0).contains(&batch),
+        "batch_mean {batch} in {report}"
+    );
 }
 
 /// A tiny sweep (Figure 6: signature-verification threads 1, 2, 4, signed requests) without

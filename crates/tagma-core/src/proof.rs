@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use tagma_crypto::IdentityKey;
+use tagma_crypto::{IdentityKey, VerifyKey};
 use tagma_wire::{
     ConsensusId, DecidedInstance, DecisionProof, Digest, Epoch, PublicKey, ReplicaId, Signature,
     Vote, accept_signing_bytes,
@@ -17,7 +17,8 @@ use tagma_wire::{
 /// Checks ACCEPT signatures and proofs against the view's keys.
 #[derive(Clone, Debug)]
 pub struct ProofChecker {
-    keys: BTreeMap<ReplicaId, PublicKey>,
+    /// Decompressed once: every instance verifies signatures with them.
+    keys: BTreeMap<ReplicaId, VerifyKey>,
     quorum: usize,
 }
 
@@ -25,16 +26,28 @@ impl ProofChecker {
     pub fn new(members: &[ReplicaId], keys: &[PublicKey], accept_quorum: usize) -> Self {
         assert_eq!(members.len(), keys.len(), "one key per member");
         ProofChecker {
-            keys: members.iter().copied().zip(keys.iter().copied()).collect(),
+            // Configured keys were validated at load; one that is not a curve point (possible
+            // only in hand-built parameters) verifies nothing.
+            keys: members
+                .iter()
+                .copied()
+                .zip(keys.iter())
+                .filter_map(|(id, k)| Some((id, VerifyKey::new(k).ok()?)))
+                .collect(),
             quorum: accept_quorum,
         }
     }
 
     /// Whether `signature` is `from`'s signature of an ACCEPT for `vote`.
     pub fn valid_accept(&self, from: ReplicaId, vote: &Vote, signature: &Signature) -> bool {
-        self.keys.get(&from).is_some_and(|k| {
-            tagma_crypto::verify(k, &accept_signing_bytes(vote), signature).is_ok()
-        })
+        self.valid_signature(from, &accept_signing_bytes(vote), signature)
+    }
+
+    /// Whether `signature` is member `from`'s signature of `message`.
+    pub fn valid_signature(&self, from: ReplicaId, message: &[u8], signature: &Signature) -> bool {
+        self.keys
+            .get(&from)
+            .is_some_and(|k| k.verify(message, signature).is_ok())
     }
 
     /// Checks a decided instance: its proof holds a quorum of distinct members' valid ACCEPT

@@ -118,7 +118,9 @@ pub enum PeerInput {
         epoch: Epoch,
     },
     Write(Vote),
-    /// A signed ACCEPT (the signature is checked lazily, when a proof is built).
+    /// A signed ACCEPT; its signature is checked by the core only when a decision rests on
+    /// it (2f per instance in BFT, never per request), so ACCEPTs beyond the quorum cost no
+    /// verification.
     Accept(Accept),
     /// STOP; the network stage has dropped requests whose authentication failed.
     Stop(Stop),
@@ -1367,18 +1369,8 @@ impl Replica {
             && self.params.members.contains(&c.replica)
             && c.write_set.windows(2).all(|w| w[0].0 < w[1].0)
             && self
-                .params
-                .members
-                .iter()
-                .position(|m| *m == c.replica)
-                .is_some_and(|i| {
-                    tagma_crypto::verify(
-                        &self.params.member_keys[i],
-                        &collect_signing_bytes(c),
-                        &sc.signature,
-                    )
-                    .is_ok()
-                })
+                .checker
+                .valid_signature(c.replica, &collect_signing_bytes(c), &sc.signature)
     }
 
     /// New leader: a STOPDATA for the installed regency.

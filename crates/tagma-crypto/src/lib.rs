@@ -262,10 +262,35 @@ pub fn verify(
     message: &[u8],
     signature: &Signature,
 ) -> Result<(), CryptoError> {
-    let key = VerifyingKey::from_bytes(&public.0).map_err(|_| CryptoError::InvalidPublicKey)?;
-    let sig = ed25519_dalek::Signature::from_bytes(&signature.0);
-    key.verify_strict(message, &sig)
-        .map_err(|_| CryptoError::BadSignature)
+    VerifyKey::new(public)?.verify(message, signature)
+}
+
+/// An Ed25519 public key decompressed once, for keys that verify many signatures (the
+/// members' keys checking ACCEPTs and collects): saves the point decompression (~6 µs here)
+/// that every [`verify`] call pays. Verification is the same strict check as [`verify`].
+#[derive(Clone, Debug)]
+pub struct VerifyKey {
+    key: VerifyingKey,
+    public: PublicKey,
+}
+
+impl VerifyKey {
+    pub fn new(public: &PublicKey) -> Result<Self, CryptoError> {
+        let key = VerifyingKey::from_bytes(&public.0).map_err(|_| CryptoError::InvalidPublicKey)?;
+        Ok(VerifyKey {
+            key,
+            public: *public,
+        })
+    }
+    pub fn public(&self) -> &PublicKey {
+        &self.public
+    }
+    pub fn verify(&self, message: &[u8], signature: &Signature) -> Result<(), CryptoError> {
+        let sig = ed25519_dalek::Signature::from_bytes(&signature.0);
+        self.key
+            .verify_strict(message, &sig)
+            .map_err(|_| CryptoError::BadSignature)
+    }
 }
 
 /// Parses a 64-hex-digit public key (as written in `tagma.toml`).

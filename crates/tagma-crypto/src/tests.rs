@@ -392,3 +392,36 @@ fn debug_does_not_leak_secrets() {
     assert!(shown.contains(&key.public().to_hex()));
     assert_eq!(format!("{:?}", MacKey([0xab; 32])), "MacKey(..)");
 }
+
+/// A key decompressed once verifies exactly as `verify` does: the signer's signature of the
+/// message, nothing else; a public key that is not a curve point is refused up front.
+#[test]
+fn verify_key_agrees_with_verify() {
+    let signer = IdentityKey::from_seed([3; 32]);
+    let other = IdentityKey::from_seed([4; 32]);
+    let key = VerifyKey::new(&signer.public()).unwrap();
+    assert_eq!(key.public(), &signer.public());
+    let sig = signer.sign(b"accept 7");
+    for (message, signature) in [
+        (&b"accept 7"[..], sig),
+        (&b"accept 8"[..], sig),
+        (&b"accept 7"[..], other.sign(b"accept 7")),
+    ] {
+        assert_eq!(
+            key.verify(message, &signature),
+            verify(&signer.public(), message, &signature)
+        );
+    }
+    assert_eq!(key.verify(b"accept 7", &sig), Ok(()));
+    assert_eq!(
+        key.verify(b"accept 8", &sig),
+        Err(CryptoError::BadSignature)
+    );
+    // y = 2 is not the y-coordinate of a point on the curve.
+    let mut not_a_point = [0u8; 32];
+    not_a_point[0] = 2;
+    assert_eq!(
+        VerifyKey::new(&PublicKey(not_a_point)).map(|_| ()),
+        Err(CryptoError::InvalidPublicKey)
+    );
+}
