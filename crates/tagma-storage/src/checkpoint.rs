@@ -1,0 +1,189 @@
+//! Checkpoints: snapshots of the service numbered by the last instance they include.
+//!
+//! A checkpoint is the file `<cid, 20 digits>.ckp` in the checkpoint directory:
+//!
+//! ```text
+//! magic "TGCK" | version u32 LE (1) | cid u64 LE | state length u64 LE | state | BLAKE3 (32 B)
+//! ```
+//!
+//! where the BLAKE3 digest covers everything before it. [`CheckpointStore::write`] takes the
+//! steps in the order that leaves every crash recoverable, exactly:
+//! 1. write `<cid>.tmp` and `fdatasync` it;
+//! 2. rename it to `<cid>.ckp` (atomic) and sync the directory;
+//! 3. remove older checkpoints (and stale temporary files);
+//! 4. only then may the caller release the log prefix up to `cid`
+//!    ([`crate::Log::release_through`]).
+//!
+//! Recovery ([`CheckpointStore::load_newest`]) takes the newest valid `.ckp`, or a valid
+//! `.tmp` newer than it (the crash came between steps 1 and 2), and replays only log records
+//! after its cid, so no instance is applied twice or lost whichever step a crash
+//! interrupted. A `.tmp` that does not validate was never complete: it is ignored. A newest
+//! `.ckp` that does not validate is corruption and is reported.
+
+use std::fs::File;
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::{StorageError, sync_dir};
+
+const MAGIC: [u8; 4] = *b"TGCK";
+const VERSION: u32 = 1;
+const HEADER_BYTES: usize = 4 + 4 + 8 + 8;
+const DIGEST_BYTES: usize = 32;
+
+/// A loaded checkpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Checkpoint {
+    /// The last instance the state includes.
+    pub cid: u64,
+    pub state: Vec<u8>,
+}
+
+/// The checkpoint directory.
+#[derive(Clone, Debug)]
+pub struct CheckpointStore {
+    dir: PathBuf,
+}
+
+fn name(cid: u64, ext: &str) -> String {
+    format!("{cid:020}.{ext}")
+}
+
+/// `(cid, is_tmp, path)` of every checkpoint file.
+fn list(dir: &Path) -> Result<Vec<(u64, bool, PathBuf)>, StorageError> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(StorageError::io(dir))? {
+        let path = entry.map_err(StorageError::io(dir))?.path();
+        let Some(file) = path.file_name().and_then(|n| n.to_str()) else {
+            continue;
+        };
+        let parsed = file
+            .strip_suffix(".ckp")
+            .map(|c| (c, false))
+            .or_else(|| file.strip_suffix(".tmp").map(|c| (c, true)));
+        if let Some((cid, tmp)) = parsed
+            && let Ok(cid) = cid.parse::<u64>()
+        {
+            out.push((cid, tmp, path));
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// Reads and validates a checkpoint file.
+fn load(path: &Path, named_cid: u64) -> Result<Checkpoint, String> {
+    let mut bytes = Vec::new();
+    File::open(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if bytes.len() < HEADER_BYTES + DIGEST_BYTES {
+        return Err(format!("{} bytes, shorter than a header", bytes.len()));
+    }
+    if bytes[..4] != MAGIC {
+        return Err("not a checkpoint (bad magic)".into());
+    }
+    let version = u32::from_le_bytes(bytes[4..8].try_into().expect("4 bytes"));
+    if version != VERSION {
+        return Err(format!("format version {version}, expected {VERSION}"));
+    }
+    let cid = u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes"));
+    let len = u64::from_le_bytes(bytes[16..24].try_into().expect("8 bytes"));
+    let body_end = HEADER_BYTES as u64 + len;
+    if body_end + DIGEST_BYTES as u64 != bytes.len() as u64 {
+        return Err(format!(
+            "state of {len} bytes announced, {} bytes in the file",
+            bytes.len()
+        ));
+    }
+    let body_end = body_end as usize;
+    if blake3::hash(&bytes[..body_end]).as_bytes()[..] != bytes[body_end..] {
+        return Err("checksum mismatch".into());
+    }
+    if cid != named_cid {
+        return Err(format!("holds instance {cid}, named {named_cid}"));
+    }
+    bytes.truncate(body_end);
+    bytes.drain(..HEADER_BYTES);
+    Ok(Checkpoint { cid, state: bytes })
+}
+
+impl CheckpointStore {
+    /// Opens (creating if needed) the checkpoint directory.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<Self, StorageError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(StorageError::io(&dir))?;
+        Ok(CheckpointStore { dir })
+    }
+
+    /// Durably stores `state` as the checkpoint of instance `cid` (steps 1–3 of the module
+    /// documentation), then removes older checkpoints.
+    pub fn write(&self, cid: u64, state: &[u8]) -> Result<PathBuf, StorageError> {
+        let tmp = self.dir.join(name(cid, "tmp"));
+        let ckp = self.dir.join(name(cid, "ckp"));
+        {
+            let file = File::create(&tmp).map_err(StorageError::io(&tmp))?;
+            let mut out = BufWriter::with_capacity(1 << 20, &file);
+            let mut hasher = blake3::Hasher::new();
+            let mut header = [0u8; HEADER_BYTES];
+            header[..4].copy_from_slice(&MAGIC);
+            header[4..8].copy_from_slice(&VERSION.to_le_bytes());
+            header[8..16].copy_from_slice(&cid.to_le_bytes());
+            header[16..24].copy_from_slice(&(state.len() as u64).to_le_bytes());
+            hasher.update(&header);
+            hasher.update(state);
+            out.write_all(&header)
+                .and_then(|()| out.write_all(state))
+                .and_then(|()| out.write_all(hasher.finalize().as_bytes()))
+                .and_then(|()| out.flush())
+                .map_err(StorageError::io(&tmp))?;
+            drop(out);
+            file.sync_data().map_err(StorageError::io(&tmp))?;
+        }
+        std::fs::rename(&tmp, &ckp).map_err(StorageError::io(&ckp))?;
+        sync_dir(&self.dir)?;
+        for (old, _, path) in list(&self.dir)? {
+            if old < cid {
+                std::fs::remove_file(&path).map_err(StorageError::io(&path))?;
+            }
+        }
+        Ok(ckp)
+    }
+
+    /// The newest valid checkpoint (see the module documentation), `None` if there is none.
+    pub fn load_newest(&self) -> Result<Option<Checkpoint>, StorageError> {
+        let files = list(&self.dir)?;
+        let newest_ckp = files.iter().rev().find(|(_, tmp, _)| !tmp);
+        let checkpoint = match newest_ckp {
+            Some((cid, _, path)) => {
+                Some(
+                    load(path, *cid).map_err(|reason| StorageError::CorruptCheckpoint {
+                        path: path.clone(),
+                        reason,
+                    })?,
+                )
+            }
+            None => None,
+        };
+        let floor = checkpoint.as_ref().map(|c| c.cid);
+        // A complete temporary file newer than the newest checkpoint: the rename was not
+        // reached, the state is good.
+        for (cid, tmp, path) in files.iter().rev() {
+            if !tmp || floor.is_some_and(|f| *cid <= f) {
+                continue;
+            }
+            match load(path, *cid) {
+                Ok(newer) => return Ok(Some(newer)),
+                Err(reason) => tracing::info!(
+                    file = %path.display(),
+                    "ignoring an incomplete checkpoint (a crash while writing it): {reason}"
+                ),
+            }
+        }
+        Ok(checkpoint)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
