@@ -495,6 +495,26 @@ impl Clients {
         debug_assert!(self.sessions.len() <= self.limits.clients_max);
     }
 
+    /// Recovery: the sessions as of the instance a replica resumes after (read from its
+    /// checkpoint and log). Only before any request was admitted.
+    pub fn restore_sessions(&mut self, sessions: &[(ClientId, RequestSeq)]) {
+        debug_assert!(
+            self.pending.is_empty(),
+            "sessions restored after admissions"
+        );
+        self.sessions = sessions
+            .iter()
+            .map(|(client, seq)| {
+                (
+                    *client,
+                    Session {
+                        last_delivered: *seq,
+                    },
+                )
+            })
+            .collect();
+    }
+
     fn drop_pending_up_to(&mut self, client: ClientId, seq: RequestSeq) {
         let Some(queue) = self.pending.get_mut(&client) else {
             return;

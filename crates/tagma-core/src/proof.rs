@@ -157,6 +157,21 @@ impl DecisionLog {
         self.kept.first_key_value().map(|(c, _)| *c)
     }
 
+    /// `cid` as decided, with the ACCEPT signatures recorded with the decision (in BFT,
+    /// those the decision rested on were verified before deciding) — what a replica logs.
+    pub fn as_decided(&self, cid: ConsensusId) -> Option<DecidedInstance> {
+        let l = self.kept.get(&cid)?;
+        let proof = l.proof.clone().unwrap_or_else(|| DecisionProof {
+            epoch: l.epoch,
+            accepts: l.signatures.iter().map(|(f, s)| (*f, *s)).collect(),
+        });
+        Some(DecidedInstance {
+            cid,
+            batch: l.batch.clone(),
+            proof,
+        })
+    }
+
     /// `cid` with a verified proof, if it is kept and enough valid signatures are known.
     /// Verifies the stored signatures the first time and caches the result.
     pub fn proven(&mut self, cid: ConsensusId, checker: &ProofChecker) -> Option<DecidedInstance> {

@@ -579,6 +579,47 @@ impl Replica {
     pub fn suspected_leader_fault(&self) -> Option<&(ConsensusId, ProposalFault)> {
         self.leader_fault.as_ref()
     }
+    /// A decided instance still kept, with the signatures of its decision (for the durable
+    /// log: the node logs each instance as it is delivered).
+    pub fn decided_instance(&self, cid: ConsensusId) -> Option<DecidedInstance> {
+        self.decisions.as_decided(cid)
+    }
+
+    /// Recovery from durable storage, before any input: this replica has executed every
+    /// instance up to `last` (its checkpoint and log), whose batch timestamp was
+    /// `timestamp_ms`, leaving the client sessions `sessions`. `recent` are the newest
+    /// logged decisions with their proofs, oldest first, kept for decision forwarding. The
+    /// next instance it orders is `last + 1`; peers ahead of it are caught up with as after
+    /// any lag.
+    pub fn resume(
+        &mut self,
+        last: ConsensusId,
+        timestamp_ms: u64,
+        sessions: &[(ClientId, RequestSeq)],
+        recent: impl IntoIterator<Item = DecidedInstance>,
+    ) {
+        debug_assert!(
+            self.last_decided.is_none() && self.instance.cid == ConsensusId(0),
+            "resume before any decision"
+        );
+        self.instance = Instance::new(last.next());
+        self.last_decided = Some(last);
+        self.last_decided_timestamp_ms = timestamp_ms;
+        self.clients.restore_sessions(sessions);
+        for decided in recent {
+            let hash = tagma_crypto::digest(&decided.batch);
+            let signatures = decided.proof.accepts.iter().copied().collect();
+            self.decisions.record(
+                decided.cid,
+                decided.proof.epoch,
+                hash,
+                decided.batch.clone(),
+                signatures,
+                Some(decided.proof),
+            );
+        }
+    }
+
     /// An ordered request that arrived on an authenticated client connection (authentication
     /// already checked). A retransmission of an ordered request yields `ResendReply`.
     pub fn handle_client_request(

@@ -1520,3 +1520,82 @@ fn a_sync_for_the_highest_regency_does_not_panic() {
         "{result:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Recovery from durable storage
+// ---------------------------------------------------------------------------------------------
+
+/// A replica that ordered instances 0..=2, then resumed from its log: it orders instance 3
+/// next, answers retransmissions of delivered requests from the reply cache (never orders
+/// them again), forwards its logged decisions, and logs what it decides next.
+#[test]
+fn a_resumed_replica_continues_after_its_durable_state() {
+    // Decide 0..=2 on a leader, keeping what its durable log would hold.
+    let mut before = bft(0);
+    let mut logged = Vec::new();
+    for cid in 0..3u64 {
+        before.handle_client_request(cid, req(1, cid + 1)).unwrap();
+        let (_, hash, _) = take_proposal(&drain(&mut before), cid, Mode::Bft);
+        let done = complete_on_leader(&mut before, cid, hash);
+        assert!(
+            done.iter()
+                .any(|a| matches!(a, Action::Deliver(d) if d.cid.0 == cid))
+        );
+        let decided = before.decided_instance(ConsensusId(cid)).unwrap();
+        assert_eq!(decided.proof.accepts.len(), 3, "the quorum's signatures");
+        logged.push(decided);
+    }
+
+    let mut after = bft(0);
+    after.resume(
+        ConsensusId(2),
+        2,
+        &[(ClientId(1), RequestSeq(3))],
+        logged.clone(),
+    );
+    assert_eq!(after.next_cid(), ConsensusId(3));
+    // A retransmission of a request ordered before the crash: a cached reply, not an order.
+    after.handle_client_request(10, req(1, 3)).unwrap();
+    assert_eq!(
+        drain(&mut after),
+        vec![Action::ResendReply {
+            client: ClientId(1),
+            seq: RequestSeq(3)
+        }]
+    );
+    // The next request of that client is ordered in instance 3.
+    after.handle_client_request(11, req(1, 4)).unwrap();
+    let (_, hash, batch) = take_proposal(&drain(&mut after), 3, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 4)]);
+    complete_on_leader(&mut after, 3, hash);
+    assert_eq!(
+        after.decided_instance(ConsensusId(3)).unwrap().cid,
+        ConsensusId(3)
+    );
+    // A lagging peer asking for a logged decision gets it, with its proof.
+    after
+        .handle_peer(
+            20,
+            r(2),
+            PeerInput::DecisionRequest {
+                cid: ConsensusId(1),
+            },
+        )
+        .unwrap();
+    let forwarded: Vec<_> = drain(&mut after)
+        .into_iter()
+        .filter_map(|a| match a {
+            Action::Send {
+                to,
+                msg: PeerMessage::Decision(d),
+            } => Some((to, d)),
+            _ => None,
+        })
+        .collect();
+    assert!(
+        forwarded
+            .iter()
+            .any(|(to, d)| *to == r(2) && d.cid == ConsensusId(1) && *d == logged[1]),
+        "{forwarded:?}"
+    );
+}

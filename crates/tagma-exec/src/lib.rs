@@ -5,8 +5,11 @@
 pub mod conformance;
 pub mod reply_cache;
 
-use bytes::Bytes;
+use std::collections::HashMap;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tagma_wire::{Batch, ClientId, ConsensusId, Digest, Reply, RequestKind, RequestSeq, ViewId};
+use tagma_wire::{Decode, Encode};
 
 pub use reply_cache::ReplyCache;
 
@@ -73,7 +76,13 @@ pub struct Executor<S: Service> {
     /// Number of ordered requests executed.
     executed_requests: u64,
     reply_cache: ReplyCache,
+    /// The last ordered request executed per client (the sessions a recovering replica's
+    /// core resumes with, so a retransmission is never executed twice).
+    last_executed: HashMap<ClientId, RequestSeq>,
 }
+
+/// Version byte of [`Executor::checkpoint`]'s encoding.
+const CHECKPOINT_VERSION: u8 = 1;
 
 impl<S: Service> Executor<S> {
     pub fn new(
@@ -88,6 +97,7 @@ impl<S: Service> Executor<S> {
             executed_instances: 0,
             executed_requests: 0,
             reply_cache: ReplyCache::new(reply_cache_per_client, reply_cache_clients_max),
+            last_executed: HashMap::new(),
         }
     }
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
@@ -123,6 +133,7 @@ impl<S: Service> Executor<S> {
             };
             let payload = self.service.execute_ordered(&request.payload, &ctx);
             self.executed_requests += 1;
+            self.last_executed.insert(request.client, request.seq);
             let reply = Reply {
                 client: request.client,
                 seq: request.seq,
@@ -173,6 +184,101 @@ impl<S: Service> Executor<S> {
     pub fn state_digest(&self) -> Digest {
         self.service.state_digest()
     }
+    /// The last ordered request executed of every client that has one.
+    pub fn sessions(&self) -> Vec<(ClientId, RequestSeq)> {
+        let mut sessions: Vec<_> = self.last_executed.iter().map(|(c, s)| (*c, *s)).collect();
+        sessions.sort();
+        sessions
+    }
+
+    /// Everything a replica must recover to continue after its last executed instance
+    /// exactly: the execution position, the sessions, the cached replies and the service's
+    /// snapshot (SPEC §4: a checkpoint).
+    ///
+    /// Layout: version `u8` (1) | executed_instances `u64` | executed_requests `u64` | view
+    /// `u32` | sessions `u32` count × (client `u64`, seq `u64`) | replies `u32` count × (`u32`
+    /// length, encoded `ReplicaMessage::Reply`) | service snapshot (the rest), all LE.
+    pub fn checkpoint(&self) -> Bytes {
+        let snapshot = self.service.snapshot();
+        let sessions = self.sessions();
+        let replies: Vec<Bytes> = self
+            .reply_cache
+            .replies()
+            .map(|r| tagma_wire::ReplicaMessage::Reply(r.clone()).to_bytes())
+            .collect();
+        let mut out = BytesMut::with_capacity(
+            29 + 16 * sessions.len()
+                + replies.iter().map(|r| 4 + r.len()).sum::<usize>()
+                + snapshot.len(),
+        );
+        out.put_u8(CHECKPOINT_VERSION);
+        out.put_u64_le(self.executed_instances);
+        out.put_u64_le(self.executed_requests);
+        out.put_u32_le(self.view.0);
+        out.put_u32_le(sessions.len() as u32);
+        for (client, seq) in sessions {
+            out.put_u64_le(client.0);
+            out.put_u64_le(seq.0);
+        }
+        out.put_u32_le(replies.len() as u32);
+        for r in &replies {
+            out.put_u32_le(r.len() as u32);
+            out.put_slice(r);
+        }
+        out.put_slice(&snapshot);
+        out.freeze()
+    }
+
+    /// Replaces the whole state with a [`Executor::checkpoint`].
+    pub fn restore(&mut self, checkpoint: &Bytes) -> Result<(), ServiceError> {
+        let bad =
+            |what: &str| ServiceError::InvalidSnapshot(format!("executor checkpoint: {what}"));
+        let mut b = checkpoint.clone();
+        let need = |b: &Bytes, n: usize, what: &str| {
+            if b.remaining() < n {
+                Err(bad(what))
+            } else {
+                Ok(())
+            }
+        };
+        need(&b, 25, "truncated header")?;
+        if b.get_u8() != CHECKPOINT_VERSION {
+            return Err(bad("unknown version"));
+        }
+        let executed_instances = b.get_u64_le();
+        let executed_requests = b.get_u64_le();
+        let view = ViewId(b.get_u32_le());
+        need(&b, 4, "truncated sessions")?;
+        let count = b.get_u32_le() as usize;
+        need(&b, count.saturating_mul(16), "truncated sessions")?;
+        let mut last_executed = HashMap::with_capacity(count);
+        for _ in 0..count {
+            last_executed.insert(ClientId(b.get_u64_le()), RequestSeq(b.get_u64_le()));
+        }
+        need(&b, 4, "truncated replies")?;
+        let count = b.get_u32_le() as usize;
+        let mut reply_cache = ReplyCache::new(
+            self.reply_cache.per_client(),
+            self.reply_cache.clients_max(),
+        );
+        for _ in 0..count {
+            need(&b, 4, "truncated reply")?;
+            let len = b.get_u32_le() as usize;
+            need(&b, len, "truncated reply")?;
+            match tagma_wire::ReplicaMessage::decode(&b.split_to(len)) {
+                Ok(tagma_wire::ReplicaMessage::Reply(r)) => reply_cache.insert(r),
+                _ => return Err(bad("a cached reply does not decode")),
+            }
+        }
+        self.service.install_snapshot(&b)?;
+        self.executed_instances = executed_instances;
+        self.executed_requests = executed_requests;
+        self.view = view;
+        self.last_executed = last_executed;
+        self.reply_cache = reply_cache;
+        Ok(())
+    }
+
     /// The view stamped on replies.
     pub fn view(&self) -> ViewId {
         self.view

@@ -95,6 +95,25 @@ impl ReplyCache {
         replies.get(i)
     }
 
+    /// Every cached reply, oldest-inserted client first, each client's in `seq` order (the
+    /// order [`ReplyCache::insert`] must see them again to rebuild the same cache).
+    pub fn replies(&self) -> impl Iterator<Item = &Reply> {
+        self.order
+            .values()
+            .filter_map(|c| self.clients.get(c))
+            .flat_map(|c| c.replies.iter())
+    }
+
+    /// Replies kept per client.
+    pub fn per_client(&self) -> usize {
+        self.per_client
+    }
+
+    /// Clients kept.
+    pub fn clients_max(&self) -> usize {
+        self.clients_max
+    }
+
     /// Number of clients with cached replies.
     pub fn clients(&self) -> usize {
         self.clients.len()

@@ -329,3 +329,59 @@ fn unordered_request_in_batch_trips_debug_assertion() {
         &batch(vec![request(1, 1, RequestKind::Unordered, b"x")]),
     );
 }
+
+/// A checkpoint carries everything: an executor restored from it continues exactly like the
+/// one that took it (position, sessions, cached replies, service state), and a damaged one is
+/// refused.
+#[test]
+fn checkpoint_restores_the_whole_executor() {
+    let mut a = Executor::new(EchoService { executed: 0 }, ViewId(2), 2, 16);
+    for cid in 0..3u64 {
+        a.execute_batch(
+            ConsensusId(cid),
+            &batch(vec![
+                request(1, 2 * cid + 1, RequestKind::Ordered, b"x"),
+                request(1, 2 * cid + 2, RequestKind::Ordered, b"y"),
+                request(7, cid + 1, RequestKind::Ordered, b"z"),
+            ]),
+        );
+    }
+    let ckp = a.checkpoint();
+    let mut b = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    b.restore(&ckp).unwrap();
+    assert_eq!(b.executed_instances(), 3);
+    assert_eq!(b.executed_requests(), 9);
+    assert_eq!(b.view(), ViewId(2));
+    assert_eq!(
+        b.sessions(),
+        vec![(ClientId(1), RequestSeq(6)), (ClientId(7), RequestSeq(3))]
+    );
+    assert_eq!(b.sessions(), a.sessions());
+    assert_eq!(b.state_digest(), a.state_digest());
+    for (client, seq) in [(1, 5), (1, 6), (7, 2), (7, 3), (1, 4)] {
+        assert_eq!(
+            b.cached_reply(ClientId(client), RequestSeq(seq)),
+            a.cached_reply(ClientId(client), RequestSeq(seq)),
+            "reply {client}/{seq}"
+        );
+    }
+    assert!(b.cached_reply(ClientId(1), RequestSeq(5)).is_some());
+    assert!(
+        b.cached_reply(ClientId(1), RequestSeq(4)).is_none(),
+        "2 per client"
+    );
+    assert_eq!(b.checkpoint(), ckp, "a checkpoint is a fixed point");
+    let next = batch(vec![request(7, 4, RequestKind::Ordered, b"w")]);
+    assert_eq!(
+        a.execute_batch(ConsensusId(3), &next),
+        b.execute_batch(ConsensusId(3), &next)
+    );
+    // Truncations and a wrong version are refused, never a panic.
+    for cut in [0, 1, 10, 28, 40, ckp.len() - 1] {
+        let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+        assert!(c.restore(&ckp.slice(..cut)).is_err(), "cut at {cut}");
+    }
+    let mut wrong = ckp.to_vec();
+    wrong[0] = 9;
+    assert!(b.restore(&Bytes::from(wrong)).is_err());
+}
