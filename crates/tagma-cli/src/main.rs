@@ -466,11 +466,13 @@ fn serve(
     let cfg = cluster_dir::load_config(dir)?;
     cluster_dir::check_member(dir, &cfg, id)?;
     let key = IdentityKey::read_file(&cluster_dir::replica_key_path(dir, id))?;
-    std::fs::create_dir_all(cluster_dir::data_dir(dir, &cfg, id))
-        .context("cannot create the data directory")?;
+    let data_dir = cluster_dir::data_dir(dir, &cfg, id);
+    std::fs::create_dir_all(&data_dir).context("cannot create the data directory")?;
     let node = match (service, unreplicated) {
-        (ServiceKind::Kv, false) => tagma_node::start(cfg, id, key, KvService::new())?,
-        (ServiceKind::Micro, false) => tagma_node::start(cfg, id, key, EmptyService::new())?,
+        (ServiceKind::Kv, false) => tagma_node::start(cfg, id, key, KvService::new(), data_dir)?,
+        (ServiceKind::Micro, false) => {
+            tagma_node::start(cfg, id, key, EmptyService::new(), data_dir)?
+        }
         (ServiceKind::Kv, true) => tagma_node::start_unreplicated(cfg, id, key, KvService::new())?,
         (ServiceKind::Micro, true) => {
             tagma_node::start_unreplicated(cfg, id, key, EmptyService::new())?

@@ -209,13 +209,44 @@ impl Default for LimitSection {
 pub struct StorageSection {
     /// Data directory, relative to the cluster directory; replica `i` uses `<data_dir>/replica-<i>`.
     pub data_dir: String,
+    /// `none`: state lives in memory only (a replica that restarts rejoins empty and catches
+    /// up from the others). `fsync`: decided batches are logged and forced to disk before
+    /// their replies leave, and checkpoints are taken, so a reply a client received
+    /// survives the crash of every replica.
+    pub durability: Durability,
+    /// Instances between two checkpoints of one replica; replicas checkpoint at staggered
+    /// points of the period. At least the number of replicas.
+    pub checkpoint_period: u64,
+    /// Size each log segment file is preallocated to.
+    pub log_segment_bytes: u64,
 }
 
 impl Default for StorageSection {
     fn default() -> Self {
         StorageSection {
             data_dir: "data".into(),
+            durability: Durability::None,
+            checkpoint_period: 1000,
+            log_segment_bytes: 64 << 20,
         }
+    }
+}
+
+/// Whether decided batches are made durable (`[storage] durability`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum Durability {
+    #[default]
+    None,
+    Fsync,
+}
+
+impl std::fmt::Display for Durability {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Durability::None => "none",
+            Durability::Fsync => "fsync",
+        })
     }
 }
 
@@ -439,6 +470,28 @@ impl Config {
                 ));
             }
         }
+        let st = &self.storage;
+        if st.checkpoint_period < self.replicas.len() as u64 {
+            return Err(err(
+                "storage.checkpoint_period",
+                format!(
+                    "{} is less than the {} replicas (each checkpoints at its own point of the period)",
+                    st.checkpoint_period,
+                    self.replicas.len()
+                ),
+                "remove the key to use the default (1000), or set at least the number of replicas",
+            ));
+        }
+        if st.log_segment_bytes < 4096 {
+            return Err(err(
+                "storage.log_segment_bytes",
+                format!(
+                    "{} bytes is too small for a log segment",
+                    st.log_segment_bytes
+                ),
+                "remove the key to use the default (64 MiB), or set at least 4096",
+            ));
+        }
         if t.connect_timeout_ms == 0 {
             return Err(err(
                 "timeouts.connect_timeout_ms",
@@ -634,7 +687,11 @@ impl Config {
             s.push_str(&format!("# {doc}. Default {def}.\n{k} = {v}\n"));
         }
         s.push_str("\n[storage]\n");
-        s.push_str(&format!("# Data directory, relative to the cluster directory. Default \"data\".\ndata_dir = \"{}\"\n", self.storage.data_dir));
+        let st = &self.storage;
+        s.push_str(&format!("# Data directory, relative to the cluster directory. Default \"data\".\ndata_dir = \"{}\"\n", st.data_dir));
+        s.push_str(&format!("# \"none\": in memory only; \"fsync\": decided batches are logged and forced to disk before\n# their replies leave, and checkpoints are taken (survives the crash of every replica). Default \"none\".\ndurability = \"{}\"\n", st.durability));
+        s.push_str(&format!("# Instances between two checkpoints of a replica (staggered across replicas; at least n). Default 1000.\ncheckpoint_period = {}\n", st.checkpoint_period));
+        s.push_str(&format!("# Bytes each log segment file is preallocated to. Default 67108864 (64 MiB).\nlog_segment_bytes = {}\n", st.log_segment_bytes));
         s
     }
 }

@@ -134,6 +134,11 @@ pub enum PeerInput {
         cid: ConsensusId,
     },
     Decision(DecidedInstance),
+    /// A peer's start-up position ([`PeerMessage::Position`]).
+    Position {
+        next: ConsensusId,
+        reply: bool,
+    },
     /// A forwarded request, with whether its authentication verified.
     Forward {
         request: RequestEnvelope,
@@ -195,6 +200,7 @@ impl PeerInput {
             }
             PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
             PeerMessage::Decision(d) => PeerInput::Decision(d),
+            PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
         }
     }
 }
@@ -479,8 +485,29 @@ pub struct Replica {
     stats: CoreStats,
     /// The last fault a leader committed, recorded by [`Replica::suspect_leader`].
     leader_fault: Option<(ConsensusId, ProposalFault)>,
+    /// Start-up synchronisation in progress ([`Replica::start_recovery`]).
+    recovery: Option<Recovery>,
     now_ms: u64,
 }
+
+/// Start-up synchronisation (SPEC §5, reference §2.4): a replica that (re)starts with
+/// durable state does not order until it knows where the others are and has caught up to
+/// the highest position it heard, so replicas that all restarted converge on the highest
+/// durable instance instead of deciding it again differently.
+#[derive(Debug)]
+struct Recovery {
+    /// The `next` instance each peer reported.
+    heard: BTreeMap<ReplicaId, ConsensusId>,
+    /// Until then every peer's position is awaited; after it, n − f (this replica's own
+    /// included) are enough.
+    deadline_ms: u64,
+    /// When the position goes again to the peers not heard from.
+    retransmit_ms: u64,
+}
+
+/// Start-up synchronisation waits this many request timeouts for every peer's position
+/// before settling for n − f, and twice as long for catching up before giving up on it.
+const RECOVERY_WAIT_TIMEOUTS: u64 = 5;
 
 impl Replica {
     pub fn new(params: ReplicaParams, key: IdentityKey) -> Self {
@@ -545,6 +572,7 @@ impl Replica {
             actions: VecDeque::new(),
             stats: CoreStats::default(),
             leader_fault: None,
+            recovery: None,
             now_ms: 0,
             params,
         }
@@ -664,6 +692,10 @@ impl Replica {
                 Ok(())
             }
             PeerInput::Decision(decided) => self.on_decision(from, decided),
+            PeerInput::Position { next, reply } => {
+                self.on_position(from, next, reply);
+                Ok(())
+            }
             consensus => self.on_consensus_input(from, consensus),
         };
         self.settle();
@@ -674,6 +706,14 @@ impl Replica {
     /// and catch-up requests.
     pub fn handle_tick(&mut self, now_ms: u64) {
         self.set_now(now_ms);
+        if self.recovery.is_some() {
+            // Not ordering yet: no request timer may suspect a leader meanwhile (they restart
+            // when recovery ends).
+            let _ = self.clients.take_expired(now_ms);
+            self.retransmit_position();
+            self.progress_recovery();
+            return;
+        }
         let expired = self.clients.take_expired(now_ms);
         let mut suspect = Vec::new();
         for e in expired {
@@ -718,11 +758,16 @@ impl Replica {
             .catch_up
             .behind_since_ms
             .map(|_| self.catch_up.next_request_ms);
+        let recovery = self
+            .recovery
+            .as_ref()
+            .map(|r| r.retransmit_ms.min(r.deadline_ms));
         [
             self.clients.next_deadline_ms(),
             self.sync.stop_retransmit_ms,
             self.sync.sync_deadline_ms,
             catch_up,
+            recovery,
         ]
         .into_iter()
         .flatten()
@@ -1188,6 +1233,7 @@ impl Replica {
     fn try_propose(&mut self) {
         let epoch = self.epoch();
         if !self.is_leader()
+            || self.recovery.is_some()
             || self.sync.waiting_sync
             || self.sync.pending.is_some()
             || !self.instance.epoch_mut(epoch).proposal.is_empty()
@@ -1848,7 +1894,116 @@ impl Replica {
         {
             self.request_decisions(false);
         }
+        self.progress_recovery();
         Ok(())
+    }
+
+    /// Starts the start-up synchronisation (after [`Replica::resume`], or on a replica that
+    /// keeps durable state and starts empty): tells every peer where this replica is and
+    /// orders nothing until [`Replica::is_recovering`] turns false.
+    pub fn start_recovery(&mut self, now_ms: u64) {
+        self.set_now(now_ms);
+        let timeout = self.params.request_timeout_ms.max(1);
+        self.recovery = Some(Recovery {
+            heard: BTreeMap::new(),
+            deadline_ms: self.now_ms + RECOVERY_WAIT_TIMEOUTS * timeout,
+            retransmit_ms: self.now_ms + timeout / 2,
+        });
+        tracing::info!(next = %self.instance.cid, "start-up synchronisation: asking the others where they are");
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::Position {
+                next: self.instance.cid,
+                reply: false,
+            }));
+        self.progress_recovery();
+    }
+
+    /// Whether the start-up synchronisation is still running (nothing is ordered then).
+    pub fn is_recovering(&self) -> bool {
+        self.recovery.is_some()
+    }
+
+    fn on_position(&mut self, from: ReplicaId, next: ConsensusId, reply: bool) {
+        if !reply {
+            self.actions.push_back(Action::Send {
+                to: from,
+                msg: PeerMessage::Position {
+                    next: self.instance.cid,
+                    reply: true,
+                },
+            });
+        }
+        if next > self.instance.cid {
+            // The peer has decided up to `next − 1`: it is ahead.
+            let seen = self.catch_up.highest_seen.entry(from).or_insert(next);
+            *seen = (*seen).max(next);
+        }
+        if let Some(r) = self.recovery.as_mut() {
+            r.heard.insert(from, next);
+            self.progress_recovery();
+        }
+    }
+
+    fn retransmit_position(&mut self) {
+        let Some(r) = self.recovery.as_mut() else {
+            return;
+        };
+        if self.now_ms < r.retransmit_ms {
+            return;
+        }
+        r.retransmit_ms = self.now_ms + (self.params.request_timeout_ms / 2).max(1);
+        let unheard: Vec<ReplicaId> = self
+            .params
+            .members
+            .iter()
+            .filter(|m| **m != self.params.me && !r.heard.contains_key(m))
+            .copied()
+            .collect();
+        for to in unheard {
+            self.actions.push_back(Action::Send {
+                to,
+                msg: PeerMessage::Position {
+                    next: self.instance.cid,
+                    reply: false,
+                },
+            });
+        }
+    }
+
+    /// Ends the start-up synchronisation once every peer's position is known (n − f after
+    /// the deadline) and this replica has caught up to the highest of them; asks for the
+    /// decisions it misses meanwhile.
+    fn progress_recovery(&mut self) {
+        let Some(r) = &self.recovery else {
+            return;
+        };
+        let others = self.params.members.len() - 1;
+        let enough = others - self.params.quorums.f.min(others);
+        let past_deadline = self.now_ms >= r.deadline_ms;
+        let heard_enough = r.heard.len() >= others || (past_deadline && r.heard.len() >= enough);
+        let target = r.heard.values().copied().max().unwrap_or(ConsensusId(0));
+        let behind = self.instance.cid < target;
+        let give_up = behind
+            && self.now_ms
+                >= r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
+        if behind && !give_up {
+            if self.now_ms >= self.catch_up.next_request_ms
+                || self.instance.cid >= self.catch_up.requested_until
+            {
+                self.request_decisions(false);
+            }
+            return;
+        }
+        if !heard_enough {
+            return;
+        }
+        if give_up {
+            tracing::warn!(next = %self.instance.cid, highest_heard = %target, "start-up synchronisation: could not catch up to the highest position heard; ordering anyway");
+        }
+        tracing::info!(next = %self.instance.cid, heard = r.heard.len(), "start-up synchronisation done: ordering");
+        self.recovery = None;
+        self.clients.restart_timers(self.now_ms);
+        self.settle();
     }
 }
 

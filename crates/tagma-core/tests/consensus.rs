@@ -1599,3 +1599,147 @@ fn a_resumed_replica_continues_after_its_durable_state() {
         "{forwarded:?}"
     );
 }
+
+/// Decides instances `0..count` on a fresh BFT leader and returns what its log would hold.
+fn decided_run(count: u64) -> Vec<tagma_wire::DecidedInstance> {
+    let mut leader = bft(0);
+    (0..count)
+        .map(|cid| {
+            leader.handle_client_request(cid, req(9, cid + 1)).unwrap();
+            let (_, hash, _) = take_proposal(&drain(&mut leader), cid, Mode::Bft);
+            complete_on_leader(&mut leader, cid, hash);
+            leader.decided_instance(ConsensusId(cid)).unwrap()
+        })
+        .collect()
+}
+
+fn position(next: u64, reply: bool) -> PeerInput {
+    PeerInput::Position {
+        next: ConsensusId(next),
+        reply,
+    }
+}
+
+fn proposes(actions: &[Action]) -> bool {
+    actions
+        .iter()
+        .any(|a| matches!(a, Action::Broadcast(PeerMessage::Propose(_))))
+}
+
+/// Start-up synchronisation: a restarted leader orders nothing until it knows every peer's
+/// position; then it proposes the next instance.
+#[test]
+fn a_recovering_leader_waits_for_every_position_before_ordering() {
+    let log = decided_run(3);
+    let mut r0 = bft(0);
+    r0.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
+    r0.start_recovery(100);
+    assert!(r0.is_recovering());
+    assert_eq!(
+        drain(&mut r0),
+        vec![Action::Broadcast(PeerMessage::Position {
+            next: ConsensusId(3),
+            reply: false
+        })]
+    );
+    r0.handle_client_request(101, req(1, 1)).unwrap();
+    assert!(!proposes(&drain(&mut r0)), "no proposal while recovering");
+    for from in [1, 2] {
+        r0.handle_peer(102, r(from), position(3, false)).unwrap();
+    }
+    let actions = drain(&mut r0);
+    assert!(!proposes(&actions), "replica 3 is not heard yet");
+    // Each position that asked is answered with this replica's own.
+    assert!(actions.contains(&Action::Send {
+        to: r(1),
+        msg: PeerMessage::Position {
+            next: ConsensusId(3),
+            reply: true
+        }
+    }));
+    r0.handle_peer(103, r(3), position(3, true)).unwrap();
+    assert!(!r0.is_recovering());
+    let actions = drain(&mut r0);
+    let (_, _, batch) = take_proposal(&actions, 3, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 1)]);
+}
+
+/// The highest durable instance wins: a restarted leader behind a peer fetches the decision
+/// it misses (with its proof) before proposing, instead of deciding that instance anew.
+#[test]
+fn a_recovering_leader_catches_up_to_the_highest_position_first() {
+    let log = decided_run(3);
+    let mut r0 = bft(0);
+    r0.resume(
+        ConsensusId(1),
+        1,
+        &[(ClientId(9), RequestSeq(2))],
+        log[..2].to_vec(),
+    );
+    r0.start_recovery(100);
+    drain(&mut r0);
+    r0.handle_client_request(101, req(1, 1)).unwrap();
+    r0.handle_peer(102, r(1), position(3, false)).unwrap();
+    let asked = drain(&mut r0);
+    assert!(
+        asked.contains(&Action::Send {
+            to: r(1),
+            msg: PeerMessage::DecisionRequest {
+                cid: ConsensusId(2)
+            }
+        }),
+        "{asked:?}"
+    );
+    for from in [2, 3] {
+        r0.handle_peer(103, r(from), position(2, true)).unwrap();
+    }
+    assert!(r0.is_recovering(), "still behind replica 1");
+    assert!(!proposes(&drain(&mut r0)));
+    r0.handle_peer(104, r(1), PeerInput::Decision(log[2].clone()))
+        .unwrap();
+    let actions = drain(&mut r0);
+    assert!(!r0.is_recovering());
+    assert!(
+        actions
+            .iter()
+            .any(|a| matches!(a, Action::Deliver(d) if d.cid == ConsensusId(2)))
+    );
+    let proposal = actions
+        .iter()
+        .find_map(|a| match a {
+            Action::Broadcast(PeerMessage::Propose(p)) => Some(p.cid),
+            _ => None,
+        })
+        .expect("proposes once caught up");
+    assert_eq!(proposal, ConsensusId(3));
+}
+
+/// A peer that never answers does not block recovery forever: after the deadline, n − f
+/// positions (this replica's own included) are enough.
+#[test]
+fn recovery_settles_for_n_minus_f_positions_after_the_deadline() {
+    let mut r0 = bft(0);
+    r0.start_recovery(0);
+    drain(&mut r0);
+    r0.handle_client_request(1, req(1, 1)).unwrap();
+    for from in [1, 2] {
+        r0.handle_peer(2, r(from), position(0, true)).unwrap();
+    }
+    assert!(r0.is_recovering());
+    // Retransmissions go to the silent peer only.
+    r0.handle_tick(600);
+    assert_eq!(
+        drain(&mut r0),
+        vec![Action::Send {
+            to: r(3),
+            msg: PeerMessage::Position {
+                next: ConsensusId(0),
+                reply: false
+            }
+        }]
+    );
+    let deadline = r0.next_timeout_ms().unwrap().max(5 * 1000);
+    r0.handle_tick(deadline);
+    assert!(!r0.is_recovering());
+    assert!(proposes(&drain(&mut r0)));
+}

@@ -79,6 +79,8 @@ pub struct Executor<S: Service> {
     /// The last ordered request executed per client (the sessions a recovering replica's
     /// core resumes with, so a retransmission is never executed twice).
     last_executed: HashMap<ClientId, RequestSeq>,
+    /// The timestamp of the last batch executed (a resumed leader's batches never go back).
+    last_timestamp_ms: u64,
 }
 
 /// Version byte of [`Executor::checkpoint`]'s encoding.
@@ -98,6 +100,7 @@ impl<S: Service> Executor<S> {
             executed_requests: 0,
             reply_cache: ReplyCache::new(reply_cache_per_client, reply_cache_clients_max),
             last_executed: HashMap::new(),
+            last_timestamp_ms: 0,
         }
     }
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
@@ -145,6 +148,7 @@ impl<S: Service> Executor<S> {
             replies.push(reply);
         }
         self.executed_instances += 1;
+        self.last_timestamp_ms = self.last_timestamp_ms.max(batch.timestamp_ms);
         replies
     }
     /// Executes an unordered request against the current state.
@@ -184,6 +188,11 @@ impl<S: Service> Executor<S> {
     pub fn state_digest(&self) -> Digest {
         self.service.state_digest()
     }
+    /// The timestamp of the last batch executed (0 before any).
+    pub fn last_timestamp_ms(&self) -> u64 {
+        self.last_timestamp_ms
+    }
+
     /// The last ordered request executed of every client that has one.
     pub fn sessions(&self) -> Vec<(ClientId, RequestSeq)> {
         let mut sessions: Vec<_> = self.last_executed.iter().map(|(c, s)| (*c, *s)).collect();
@@ -196,7 +205,7 @@ impl<S: Service> Executor<S> {
     /// snapshot (SPEC §4: a checkpoint).
     ///
     /// Layout: version `u8` (1) | executed_instances `u64` | executed_requests `u64` | view
-    /// `u32` | sessions `u32` count × (client `u64`, seq `u64`) | replies `u32` count × (`u32`
+    /// `u32` | last batch timestamp `u64` | sessions `u32` count × (client `u64`, seq `u64`) | replies `u32` count × (`u32`
     /// length, encoded `ReplicaMessage::Reply`) | service snapshot (the rest), all LE.
     pub fn checkpoint(&self) -> Bytes {
         let snapshot = self.service.snapshot();
@@ -207,7 +216,7 @@ impl<S: Service> Executor<S> {
             .map(|r| tagma_wire::ReplicaMessage::Reply(r.clone()).to_bytes())
             .collect();
         let mut out = BytesMut::with_capacity(
-            29 + 16 * sessions.len()
+            37 + 16 * sessions.len()
                 + replies.iter().map(|r| 4 + r.len()).sum::<usize>()
                 + snapshot.len(),
         );
@@ -215,6 +224,7 @@ impl<S: Service> Executor<S> {
         out.put_u64_le(self.executed_instances);
         out.put_u64_le(self.executed_requests);
         out.put_u32_le(self.view.0);
+        out.put_u64_le(self.last_timestamp_ms);
         out.put_u32_le(sessions.len() as u32);
         for (client, seq) in sessions {
             out.put_u64_le(client.0);
@@ -241,13 +251,14 @@ impl<S: Service> Executor<S> {
                 Ok(())
             }
         };
-        need(&b, 25, "truncated header")?;
+        need(&b, 33, "truncated header")?;
         if b.get_u8() != CHECKPOINT_VERSION {
             return Err(bad("unknown version"));
         }
         let executed_instances = b.get_u64_le();
         let executed_requests = b.get_u64_le();
         let view = ViewId(b.get_u32_le());
+        let last_timestamp_ms = b.get_u64_le();
         need(&b, 4, "truncated sessions")?;
         let count = b.get_u32_le() as usize;
         need(&b, count.saturating_mul(16), "truncated sessions")?;
@@ -274,6 +285,7 @@ impl<S: Service> Executor<S> {
         self.executed_instances = executed_instances;
         self.executed_requests = executed_requests;
         self.view = view;
+        self.last_timestamp_ms = last_timestamp_ms;
         self.last_executed = last_executed;
         self.reply_cache = reply_cache;
         Ok(())

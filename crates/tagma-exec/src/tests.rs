@@ -352,6 +352,7 @@ fn checkpoint_restores_the_whole_executor() {
     assert_eq!(b.executed_instances(), 3);
     assert_eq!(b.executed_requests(), 9);
     assert_eq!(b.view(), ViewId(2));
+    assert_eq!(b.last_timestamp_ms(), 1234);
     assert_eq!(
         b.sessions(),
         vec![(ClientId(1), RequestSeq(6)), (ClientId(7), RequestSeq(3))]
@@ -377,7 +378,7 @@ fn checkpoint_restores_the_whole_executor() {
         b.execute_batch(ConsensusId(3), &next)
     );
     // Truncations and a wrong version are refused, never a panic.
-    for cut in [0, 1, 10, 28, 40, ckp.len() - 1] {
+    for cut in [0, 1, 10, 28, 36, 48, ckp.len() - 1] {
         let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
         assert!(c.restore(&ckp.slice(..cut)).is_err(), "cut at {cut}");
     }

@@ -19,10 +19,12 @@
 
 pub mod auth;
 pub mod cluster_dir;
+mod durability;
 pub mod metrics;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread;
@@ -30,6 +32,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
+use tagma_core::config::Durability;
 use tagma_core::config::ReplicaInfo;
 use tagma_core::{Action, Decision, PeerInput, Replica, ReplicaParams, ValidConfig};
 use tagma_crypto::IdentityKey;
@@ -71,6 +74,10 @@ pub enum NodeError {
         "this replica's key does not match the public key configured for replica {0} — fix: use keys/replica-{0}.key from the same `tagma init`"
     )]
     KeyMismatch(ReplicaId),
+    #[error(
+        "cannot recover the durable state in {dir}: {reason} — fix: move that directory away; the replica then starts empty and catches up from the others (decision forwarding, within limits.decisions_kept instances)"
+    )]
+    Recovery { dir: PathBuf, reason: String },
 }
 
 /// A running replica.
@@ -126,6 +133,8 @@ enum ExecEvent {
     /// Unreplicated mode: an authenticated ordered request to execute at once, as a batch
     /// of one, without consensus.
     Execute(RequestEnvelope),
+    /// Durability: every instance up to this one is logged and synced.
+    Durable(u64),
 }
 
 /// Wall-clock milliseconds that never go backwards (monotonic clock offset from the wall
@@ -195,14 +204,17 @@ impl Shared {
     }
 }
 
-/// Starts replica `me` serving `service`. Returns once the listener is bound.
+/// Starts replica `me` serving `service`, keeping its durable state (with
+/// `[storage] durability = "fsync"`) in `data_dir`, from which it first recovers. Returns
+/// once the listener is bound.
 pub fn start<S: Service>(
     cfg: ValidConfig,
     me: ReplicaId,
     key: IdentityKey,
     service: S,
+    data_dir: PathBuf,
 ) -> Result<NodeHandle, NodeError> {
-    start_node(cfg, me, key, service, false)
+    start_node(cfg, me, key, service, Some(data_dir))
 }
 
 /// Starts server `me` of `cfg` serving `service` **without replication**: the benchmarks'
@@ -217,27 +229,45 @@ pub fn start_unreplicated<S: Service>(
     key: IdentityKey,
     service: S,
 ) -> Result<NodeHandle, NodeError> {
-    start_node(cfg, me, key, service, true)
+    start_node(cfg, me, key, service, None)
 }
 
+/// `data_dir`: `None` runs the unreplicated baseline.
 fn start_node<S: Service>(
     cfg: ValidConfig,
     me: ReplicaId,
     key: IdentityKey,
     service: S,
-    unreplicated: bool,
+    data_dir: Option<PathBuf>,
 ) -> Result<NodeHandle, NodeError> {
+    let unreplicated = data_dir.is_none();
     let info = cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?;
     if info.public_key != key.public() {
         return Err(NodeError::KeyMismatch(me));
     }
     let cfg = Arc::new(cfg);
     let lim = &cfg.raw.limits;
+    let mut executor = Executor::new(
+        service,
+        ViewId(0),
+        lim.reply_cache_per_client,
+        lim.clients_max,
+    );
+    // Durability: recover before anything else runs.
+    let recovered = match &data_dir {
+        Some(dir) if cfg.raw.storage.durability == Durability::Fsync => {
+            Some(durability::recover(&cfg, dir, &mut executor)?)
+        }
+        _ => None,
+    };
     let limits = NetLimits {
         frame_bytes_max: lim.frame_bytes_max,
         handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
     };
     let metrics = Arc::new(Metrics::default());
+    metrics
+        .recovered_instances
+        .store(executor.executed_instances(), Ordering::Relaxed);
     let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind {
         addr: info.addr,
         source,
@@ -289,28 +319,52 @@ fn start_node<S: Service>(
             peer_writer(&sh, &peer, rx)
         }));
     }
+    let mut durable_exec = None;
+    let mut storage_tx = None;
+    let mut core = None;
     if !unreplicated {
-        let sh = shared.clone();
         let params = ReplicaParams::from_config(&cfg, me);
+        let mut replica = Replica::new(params, (*shared.key).clone());
+        if let Some(rec) = recovered {
+            if let Some(last) = rec.last {
+                replica.resume(
+                    last,
+                    executor.last_timestamp_ms(),
+                    &executor.sessions(),
+                    rec.recent,
+                );
+            }
+            let (tx, rx) = bounded(lim.execution_queue_max);
+            let (ckp_tx, ckp_rx) = bounded(1);
+            let (sh, exec_tx2, tx2) = (shared.clone(), exec_tx.clone(), tx.clone());
+            threads.push(spawn("storage".into(), me, move || {
+                durability::storage_loop(rec.log, rx, exec_tx2, sh.metrics.clone())
+            }));
+            let sh = shared.clone();
+            threads.push(spawn("checkpoint".into(), me, move || {
+                durability::checkpoint_loop(rec.store, ckp_rx, tx2, sh.metrics.clone())
+            }));
+            durable_exec = Some(durability::DurableExec {
+                checkpoint_tx: ckp_tx,
+                index: cfg.replicas.iter().position(|r| r.id == me).unwrap_or(0),
+                n: cfg.n(),
+                period: cfg.raw.storage.checkpoint_period,
+                held: VecDeque::new(),
+                durable_through: rec.last.map(|c| c.0),
+            });
+            storage_tx = Some(tx);
+        }
+        core = Some(replica);
+    }
+    if let Some(core) = core {
+        let sh = shared.clone();
         threads.push(spawn("consensus".into(), me, move || {
-            consensus_loop(
-                &sh,
-                Replica::new(params, (*sh.key).clone()),
-                consensus_rx,
-                peer_links,
-                exec_tx,
-            )
+            consensus_loop(&sh, core, consensus_rx, peer_links, exec_tx, storage_tx)
         }));
     }
-    let executor = Executor::new(
-        service,
-        ViewId(0),
-        lim.reply_cache_per_client,
-        lim.clients_max,
-    );
     let sh = shared.clone();
     threads.push(spawn("execution".into(), me, move || {
-        execution_loop(&sh, executor, exec_rx)
+        execution_loop(&sh, executor, exec_rx, durable_exec)
     }));
     let sh = shared.clone();
     threads.push(spawn("accept".into(), me, move || {
@@ -734,9 +788,17 @@ fn consensus_loop(
     rx: Receiver<ConsensusEvent>,
     peers: HashMap<ReplicaId, Sender<Bytes>>,
     exec_tx: Sender<ExecEvent>,
+    storage_tx: Option<Sender<durability::StorageEvent>>,
 ) {
     let clock = Clock::new();
     const IDLE_WAKE_MS: u64 = 100;
+    if storage_tx.is_some() {
+        // Durable replicas synchronise with the others before ordering (SPEC §5).
+        core.start_recovery(clock.now_ms());
+        if !carry_out_actions(sh, &mut core, &peers, &exec_tx, storage_tx.as_ref()) {
+            return;
+        }
+    }
     loop {
         let now = clock.now_ms();
         let wait_ms = core
@@ -762,7 +824,7 @@ fn consensus_loop(
                 sh.reject(rejection.reason(), format_args!("{rejection:?}"));
             }
         }
-        if !carry_out_actions(sh, &mut core, &peers, &exec_tx) {
+        if !carry_out_actions(sh, &mut core, &peers, &exec_tx, storage_tx.as_ref()) {
             return;
         }
         // Timers are checked after every event, not only when the queue is idle: a steady
@@ -770,7 +832,7 @@ fn consensus_loop(
         let now = clock.now_ms();
         if core.next_timeout_ms().is_some_and(|t| t <= now) {
             core.handle_tick(now);
-            if !carry_out_actions(sh, &mut core, &peers, &exec_tx) {
+            if !carry_out_actions(sh, &mut core, &peers, &exec_tx, storage_tx.as_ref()) {
                 return;
             }
         }
@@ -783,6 +845,7 @@ fn carry_out_actions(
     core: &mut Replica,
     peers: &HashMap<ReplicaId, Sender<Bytes>>,
     exec_tx: &Sender<ExecEvent>,
+    storage_tx: Option<&Sender<durability::StorageEvent>>,
 ) -> bool {
     while let Some(action) = core.poll_action() {
         match action {
@@ -799,6 +862,20 @@ fn carry_out_actions(
             }
             Action::Deliver(decision) => {
                 sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
+                // Parallel logging: the storage thread logs the instance (with its proof)
+                // while the execution thread executes it.
+                if let Some(tx) = storage_tx {
+                    let Some(decided) = core.decided_instance(decision.cid) else {
+                        unreachable!("a delivered instance is in the decision log");
+                    };
+                    let event = durability::StorageEvent::Append {
+                        cid: decision.cid.0,
+                        record: decided.to_bytes(),
+                    };
+                    if tx.send(event).is_err() {
+                        return false;
+                    }
+                }
                 if exec_tx.send(ExecEvent::Deliver(decision)).is_err() {
                     return false;
                 }
@@ -848,6 +925,7 @@ fn execution_loop<S: Service>(
     sh: &Arc<Shared>,
     mut executor: Executor<S>,
     rx: Receiver<ExecEvent>,
+    mut durable: Option<durability::DurableExec>,
 ) {
     let clock = Clock::new();
     let mut routes: HashMap<ClientId, ConnHandle> = HashMap::new();
@@ -885,8 +963,29 @@ fn execution_loop<S: Service>(
             }
             ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
             ExecEvent::Deliver(decision) => {
+                let cid = decision.cid.0;
                 let replies = executor.execute_batch(decision.cid, &decision.batch);
-                send_replies(&routes, replies);
+                match durable.as_mut() {
+                    // Parallel logging: replies leave once the batch is also on disk.
+                    Some(d) => {
+                        d.maybe_checkpoint(cid, &executor);
+                        if d.is_durable(cid) {
+                            send_replies(&routes, replies);
+                        } else {
+                            d.held.push_back((cid, replies));
+                        }
+                    }
+                    None => send_replies(&routes, replies),
+                }
+            }
+            ExecEvent::Durable(cid) => {
+                if let Some(d) = durable.as_mut() {
+                    d.durable_through = d.durable_through.max(Some(cid));
+                    while d.held.front().is_some_and(|(c, _)| *c <= cid) {
+                        let (_, replies) = d.held.pop_front().expect("front checked");
+                        send_replies(&routes, replies);
+                    }
+                }
             }
             ExecEvent::Execute(request) => {
                 let (client, seq) = (request.request.client, request.request.seq);
@@ -913,6 +1012,10 @@ fn execution_loop<S: Service>(
             }
             ExecEvent::Resend { client, seq } => {
                 sh.metrics.reject("replayed_request");
+                if durable.as_ref().is_some_and(|d| d.holds(client, seq)) {
+                    // Executed but not yet on disk: its reply leaves when it is.
+                    continue;
+                }
                 if let (Some(reply), Some(conn)) =
                     (executor.cached_reply(client, seq), routes.get(&client))
                 {

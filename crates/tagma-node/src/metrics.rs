@@ -30,6 +30,12 @@ pub struct Metrics {
     /// Installed regency and its leader (gauges).
     pub regency: AtomicU64,
     pub leader: AtomicU64,
+    /// Durability: log syncs (group commits), records logged, checkpoints written, and the
+    /// instances recovered from disk at start.
+    pub log_syncs: AtomicU64,
+    pub log_records: AtomicU64,
+    pub checkpoints: AtomicU64,
+    pub recovered_instances: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -51,7 +57,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 12] = [
+        let counters: [(&str, &str, &AtomicU64); 16] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -111,6 +117,26 @@ impl Metrics {
                 "tagma_leader",
                 "Replica id of the current leader",
                 &self.leader,
+            ),
+            (
+                "tagma_log_syncs_total",
+                "Log syncs (one fdatasync per group of decided batches)",
+                &self.log_syncs,
+            ),
+            (
+                "tagma_log_records_total",
+                "Decided instances logged",
+                &self.log_records,
+            ),
+            (
+                "tagma_checkpoints_total",
+                "Checkpoints written",
+                &self.checkpoints,
+            ),
+            (
+                "tagma_recovered_instances",
+                "Instances recovered from the local checkpoint and log at start",
+                &self.recovered_instances,
             ),
         ];
         for (name, help, v) in counters {

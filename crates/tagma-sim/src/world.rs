@@ -687,6 +687,7 @@ impl World {
             }
             PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
             PeerMessage::Decision(d) => PeerInput::Decision(d),
+            PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
         }
     }
 
@@ -1229,6 +1230,7 @@ fn message_counter(msg: &PeerMessage) -> &'static str {
         PeerMessage::Sync(_) => "received_sync",
         PeerMessage::DecisionRequest { .. } => "received_decision_request",
         PeerMessage::Decision(_) => "received_decision",
+        PeerMessage::Position { .. } => "received_position",
     }
 }
 
@@ -1265,6 +1267,7 @@ fn describe(msg: &PeerMessage) -> String {
         ),
         PeerMessage::DecisionRequest { cid } => format!("DECISION_REQUEST cid {cid}"),
         PeerMessage::Decision(d) => format!("DECISION cid {}", d.cid),
+        PeerMessage::Position { next, reply } => format!("POSITION next {next} reply {reply}"),
     }
 }
 

@@ -59,6 +59,7 @@
 //! | `PeerMessage::Sync` | 7 | `Sync` |
 //! | `PeerMessage::DecisionRequest` | 8 | cid `u64` |
 //! | `PeerMessage::Decision` | 9 | `DecidedInstance` |
+//! | `PeerMessage::Position` | 10 | next `u64`, reply `u8` (0 or 1) |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
@@ -152,6 +153,7 @@ const PEER_STOP_DATA: u8 = 6;
 const PEER_SYNC: u8 = 7;
 const PEER_DECISION_REQUEST: u8 = 8;
 const PEER_DECISION: u8 = 9;
+const PEER_POSITION: u8 = 10;
 
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
@@ -942,6 +944,11 @@ impl Encode for PeerMessage {
                 put_header(out, PEER_DECISION);
                 put_decided(out, decided);
             }
+            PeerMessage::Position { next, reply } => {
+                put_header(out, PEER_POSITION);
+                out.put_u64_le(next.0);
+                out.put_u8(u8::from(*reply));
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -956,6 +963,7 @@ impl Encode for PeerMessage {
                 PeerMessage::Sync(sync) => sync_len(sync),
                 PeerMessage::DecisionRequest { .. } => 8,
                 PeerMessage::Decision(decided) => decided_len(decided),
+                PeerMessage::Position { .. } => 9,
             }
     }
 }
@@ -978,6 +986,18 @@ impl Decode for PeerMessage {
                 cid: ConsensusId(r.u64()?),
             }),
             PEER_DECISION => Ok(PeerMessage::Decision(read_decided(r)?)),
+            PEER_POSITION => Ok(PeerMessage::Position {
+                next: ConsensusId(r.u64()?),
+                reply: match r.u8()? {
+                    0 => false,
+                    1 => true,
+                    _ => {
+                        return Err(WireError::Invalid {
+                            what: "position reply flag",
+                        });
+                    }
+                },
+            }),
             tag => Err(WireError::UnknownTag {
                 what: "peer message",
                 tag,

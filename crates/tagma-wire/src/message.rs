@@ -191,6 +191,14 @@ pub enum PeerMessage {
     },
     /// Catch-up answer (decision forwarding).
     Decision(DecidedInstance),
+    /// Start-up synchronisation (SPEC §5): "every instance before `next` is decided and
+    /// durable here". Sent by a replica that starts (with `reply = false`) and answered by
+    /// every replica that receives one (`reply = true`), so replicas that all restarted
+    /// converge on the highest durable instance before ordering more.
+    Position {
+        next: ConsensusId,
+        reply: bool,
+    },
 }
 
 /// Client → replica messages.

@@ -210,6 +210,13 @@ pub fn peer_messages() -> Vec<(&'static str, PeerMessage)> {
         ),
         ("decision", PeerMessage::Decision(decided())),
         (
+            "position",
+            PeerMessage::Position {
+                next: ConsensusId(5),
+                reply: true,
+            },
+        ),
+        (
             "decision_empty_proof",
             PeerMessage::Decision(DecidedInstance {
                 cid: ConsensusId(0),

@@ -1,0 +1,242 @@
+//! Durability (SPEC §4), when `[storage] durability = "fsync"`.
+//!
+//! ```text
+//!  consensus thread ── Deliver ──► execution thread ── executes, holds the replies ─┐
+//!        └── Append(cid, decided instance + proof) ──► storage thread               │
+//!                  appends every record queued, one fdatasync (group commit) ──►    │
+//!                  ExecEvent::Durable(cid) ──► execution thread releases the replies ┘
+//!  execution thread ── at its staggered checkpoint point: (cid, executor checkpoint) ──►
+//!  checkpoint thread: writes it (tmp, fsync, rename, dir fsync) ── Release(cid) ──► storage
+//!  thread drops the log segments the checkpoint covers
+//! ```
+//!
+//! **Parallel logging**: a batch is logged while it executes; its replies leave only when
+//! both are done, so a reply a client received is on disk. Checkpoints are written by their
+//! own thread, so a large one stalls neither ordering nor logging. At start, [`recover`]
+//! rebuilds the executor from the newest checkpoint and the log after it, and hands the core
+//! the position, the sessions and the recent decisions (for forwarding) to resume with.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use tagma_core::ValidConfig;
+use tagma_exec::{Executor, Service};
+use tagma_storage::{CheckpointStore, Log, LogOptions};
+use tagma_wire::{Batch, ConsensusId, DecidedInstance, Decode};
+use tracing::{error, info, warn};
+
+use crate::{ExecEvent, Metrics, NodeError};
+
+/// What the storage thread is asked to do.
+pub(crate) enum StorageEvent {
+    /// Log decided instance `cid` (an encoded [`DecidedInstance`]).
+    Append { cid: u64, record: Bytes },
+    /// A checkpoint of `cid` is durable: drop the log segments it covers.
+    Release { cid: u64 },
+}
+
+/// What recovery found on disk.
+pub(crate) struct Recovered {
+    pub log: Log,
+    pub store: CheckpointStore,
+    /// The last instance recovered (`None`: nothing durable yet).
+    pub last: Option<ConsensusId>,
+    /// The newest logged decisions, oldest first (at most `decisions_kept`).
+    pub recent: Vec<DecidedInstance>,
+}
+
+/// The replica's storage directories under its data directory.
+fn paths(data_dir: &Path) -> (PathBuf, PathBuf) {
+    (data_dir.join("checkpoints"), data_dir.join("log"))
+}
+
+/// Local recovery: the newest valid checkpoint into `executor`, then the logged instances
+/// after it, executed in order (their replies are cached, not sent).
+pub(crate) fn recover<S: Service>(
+    cfg: &ValidConfig,
+    data_dir: &Path,
+    executor: &mut Executor<S>,
+) -> Result<Recovered, NodeError> {
+    let (ckp_dir, log_dir) = paths(data_dir);
+    let fail = |e: &dyn std::fmt::Display| NodeError::Recovery {
+        dir: data_dir.to_path_buf(),
+        reason: e.to_string(),
+    };
+    let store = CheckpointStore::open(ckp_dir).map_err(|e| fail(&e))?;
+    let options = LogOptions {
+        dir: log_dir,
+        segment_bytes: cfg.raw.storage.log_segment_bytes,
+    };
+    let kept = cfg.raw.limits.decisions_kept;
+    let mut recent: VecDeque<DecidedInstance> = VecDeque::new();
+    // Both steps of recovery change the executor, one after the other.
+    let executor = std::cell::RefCell::new(executor);
+    let (log, last) = tagma_storage::recover(
+        &store,
+        options,
+        |ckp| {
+            let mut executor = executor.borrow_mut();
+            executor
+                .restore(&Bytes::copy_from_slice(&ckp.state))
+                .map_err(|e| e.to_string())?;
+            if executor.executed_instances() != ckp.cid + 1 {
+                return Err(format!(
+                    "the checkpoint's executor state is at instance {}, its file says {}",
+                    executor.executed_instances(),
+                    ckp.cid + 1
+                ));
+            }
+            Ok(())
+        },
+        |cid, payload| {
+            let decided = DecidedInstance::decode(&Bytes::copy_from_slice(payload))
+                .map_err(|e| format!("record does not decode: {e}"))?;
+            if decided.cid.0 != cid {
+                return Err(format!("record holds instance {}", decided.cid));
+            }
+            let batch =
+                Batch::decode(&decided.batch).map_err(|e| format!("batch does not decode: {e}"))?;
+            executor.borrow_mut().execute_batch(decided.cid, &batch);
+            recent.push_back(decided);
+            if recent.len() > kept {
+                recent.pop_front();
+            }
+            Ok(())
+        },
+    )
+    .map_err(|e| fail(&e))?;
+    let executor = executor.into_inner();
+    if let Some(last) = last {
+        info!(
+            last_instance = last,
+            executed_requests = executor.executed_requests(),
+            "recovered from the local checkpoint and log"
+        );
+    }
+    Ok(Recovered {
+        log,
+        store,
+        last: last.map(ConsensusId),
+        recent: recent.into(),
+    })
+}
+
+/// The storage thread: appends every record queued, syncs once, tells the execution thread.
+pub(crate) fn storage_loop(
+    mut log: Log,
+    rx: Receiver<StorageEvent>,
+    exec_tx: Sender<ExecEvent>,
+    metrics: Arc<Metrics>,
+) {
+    // Bounds one group: the replies of its first batch wait for all of it.
+    const GROUP_MAX: usize = 1024;
+    while let Ok(first) = rx.recv() {
+        let mut last = None;
+        let mut release = None;
+        for event in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
+            match event {
+                StorageEvent::Append { cid, record } => {
+                    if let Err(e) = log.append(cid, &record) {
+                        error!("cannot log instance {cid}: {e}; this replica stops replying");
+                        return;
+                    }
+                    metrics.log_records.fetch_add(1, Ordering::Relaxed);
+                    last = Some(cid);
+                }
+                StorageEvent::Release { cid } => release = release.max(Some(cid)),
+            }
+        }
+        if let Some(cid) = last {
+            if let Err(e) = log.sync() {
+                error!("cannot sync the log: {e}; this replica stops replying");
+                return;
+            }
+            metrics.log_syncs.fetch_add(1, Ordering::Relaxed);
+            if exec_tx.send(ExecEvent::Durable(cid)).is_err() {
+                return;
+            }
+        }
+        if let Some(cid) = release
+            && let Err(e) = log.release_through(cid)
+        {
+            warn!("cannot release the log up to checkpoint {cid}: {e}");
+        }
+    }
+}
+
+/// The checkpoint thread: writes each checkpoint handed to it, then lets the storage thread
+/// release the log it covers.
+pub(crate) fn checkpoint_loop(
+    store: CheckpointStore,
+    rx: Receiver<(u64, Bytes)>,
+    storage_tx: Sender<StorageEvent>,
+    metrics: Arc<Metrics>,
+) {
+    while let Ok((cid, state)) = rx.recv() {
+        match store.write(cid, &state) {
+            Ok(path) => {
+                metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
+                info!(
+                    instance = cid,
+                    bytes = state.len(),
+                    file = %path.display(),
+                    "checkpoint written"
+                );
+                if storage_tx.send(StorageEvent::Release { cid }).is_err() {
+                    return;
+                }
+            }
+            Err(e) => warn!("cannot write the checkpoint of instance {cid}: {e}"),
+        }
+    }
+}
+
+/// The execution thread's side of durability: replies held until their batch is logged,
+/// and the staggered checkpoint points.
+pub(crate) struct DurableExec {
+    pub checkpoint_tx: Sender<(u64, Bytes)>,
+    /// This replica's position among the members, the member count and the period.
+    pub index: usize,
+    pub n: usize,
+    pub period: u64,
+    /// Replies of executed batches not yet durable, oldest first.
+    pub held: VecDeque<(u64, Vec<tagma_wire::Reply>)>,
+    /// Every instance up to this one is on disk.
+    pub durable_through: Option<u64>,
+}
+
+impl DurableExec {
+    /// After executing `cid`: whether its replies may leave now.
+    pub fn is_durable(&self, cid: u64) -> bool {
+        self.durable_through.is_some_and(|d| d >= cid)
+    }
+
+    /// Whether the reply to `(client, seq)` is held (so it must not be resent yet).
+    pub fn holds(&self, client: tagma_wire::ClientId, seq: tagma_wire::RequestSeq) -> bool {
+        self.held
+            .iter()
+            .any(|(_, replies)| replies.iter().any(|r| r.client == client && r.seq == seq))
+    }
+
+    /// At this replica's checkpoint point, hands the executor's checkpoint to the checkpoint
+    /// thread (skipped, with a warning, while the previous one is still being written).
+    pub fn maybe_checkpoint<S: Service>(&self, cid: u64, executor: &Executor<S>) {
+        if !tagma_storage::checkpoint_due(cid, self.index, self.n, self.period) {
+            return;
+        }
+        if self
+            .checkpoint_tx
+            .try_send((cid, executor.checkpoint()))
+            .is_err()
+        {
+            warn!(
+                instance = cid,
+                "previous checkpoint still being written: this one is skipped"
+            );
+        }
+    }
+}
