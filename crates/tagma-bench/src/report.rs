@@ -112,8 +112,21 @@ pub struct BenchReport {
     pub batch_mean: f64,
     pub unreplicated_rss_mb: f64,
     pub unreplicated_cpu_s_per_kop: f64,
-    /// Failed invocations (both runs).
+    /// `none` or `fsync` (`[storage] durability` of the replicated run).
+    #[serde(default = "no_durability")]
+    pub durability: String,
+    /// With durability: the same replicated configuration without it, measured in the same
+    /// invocation, and the ratio of the two (0 when not measured).
+    #[serde(default)]
+    pub no_durability_ops_s: f64,
+    #[serde(default)]
+    pub ratio_vs_no_durability: f64,
+    /// Failed invocations (all runs).
     pub errors: u64,
+}
+
+fn no_durability() -> String {
+    "none".into()
 }
 
 fn always() -> bool {
@@ -145,7 +158,7 @@ impl BenchReport {
              {h:<14} {:>12} {:>12} {:>8} {:>8} {:>8} {:>8} {:>9} {:>10}\n\
              {:<14} {:>12.0} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>10.3}\n\
              {:<14} {:>12.0} {:>12.0} {:>8.2} {:>8.2} {:>8.2} {:>8.2} {:>9.1} {:>10.3}\n\
-             ratio_vs_unreplicated {:.3}   batch {:.1} requests/instance   errors {}",
+             ratio_vs_unreplicated {:.3}   batch {:.1} requests/instance   errors {}{durable}",
             "ops/s(server)",
             "ops/s(client)",
             "p50 ms",
@@ -184,6 +197,14 @@ impl BenchReport {
             },
             req = self.request_bytes,
             rep = self.reply_bytes,
+            durable = if self.durability == "none" {
+                String::new()
+            } else {
+                format!(
+                    "\ndurability {}: {:.0} ops/s without it, ratio_vs_no_durability {:.3}",
+                    self.durability, self.no_durability_ops_s, self.ratio_vs_no_durability
+                )
+            },
             clients = self.clients,
             dur = self.duration_s,
             h = "",

@@ -15,6 +15,7 @@ use tagma_cli::init::{InitOptions, init_cluster, keygen};
 use tagma_cli::workload::{self, WorkloadOptions};
 use tagma_client::{ClientOptions, Proxy};
 use tagma_core::Mode;
+use tagma_core::config::Durability;
 use tagma_crypto::IdentityKey;
 use tagma_kv::{KvOp, KvReply, KvService};
 use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
@@ -257,6 +258,11 @@ struct BenchArgs {
     /// of an earlier --json sweep, one object a line) instead of running anything.
     #[arg(long, requires = "plot", value_name = "FILE.jsonl")]
     from_json: Option<PathBuf>,
+    /// `fsync`: the replicas log every decided batch and force it to disk before replying
+    /// (`[storage] durability`); the report then also measures the same configuration without
+    /// durability, in the same invocation, and prints `ratio_vs_no_durability`.
+    #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
+    durability: DurabilityArg,
     /// Skip the unreplicated baseline (its figures are then 0 and `unreplicated_run` false).
     #[arg(long)]
     no_baseline: bool,
@@ -576,12 +582,17 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
     };
     let signed = args.signed;
     let threads = args.signature_threads;
-    let edit = |cfg: &mut tagma_core::Config| {
-        cfg.cluster.signed_requests = signed;
-        if let Some(t) = threads {
-            cfg.limits.signature_threads = t;
+    let durability = args.durability.config();
+    let edit_with = move |durability: Durability| {
+        move |cfg: &mut tagma_core::Config| {
+            cfg.cluster.signed_requests = signed;
+            if let Some(t) = threads {
+                cfg.limits.signature_threads = t;
+            }
+            cfg.storage.durability = durability;
         }
     };
+    let edit = edit_with(durability);
     let mut opts = LaunchOptions {
         replicas,
         mode,
@@ -597,6 +608,17 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
         cluster.dump_logs();
     }
     drop(cluster);
+    // With durability: the same configuration without it, for `ratio_vs_no_durability`.
+    let volatile = if durability == Durability::Fsync {
+        let cluster = LocalCluster::launch_with(exe, &opts, edit_with(Durability::None))?;
+        let volatile = measure(&cluster, args, "no durability")?;
+        if volatile.load.completed == 0 {
+            cluster.dump_logs();
+        }
+        Some(volatile)
+    } else {
+        None
+    };
     // The baseline: the same service, client library, network stack and authentication,
     // one server process, no ordering.
     let baseline = if args.no_baseline {
@@ -613,8 +635,15 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
         }
         Some(baseline)
     };
-    let completed =
-        replicated.load.completed > 0 && baseline.as_ref().is_none_or(|b| b.load.completed > 0);
+    let completed = replicated.load.completed > 0
+        && baseline.as_ref().is_none_or(|b| b.load.completed > 0)
+        && volatile.as_ref().is_none_or(|v| v.load.completed > 0);
+    let no_durability_ops_s = volatile.as_ref().map_or(0.0, |v| v.server_ops_s);
+    let ratio_vs_no_durability = if no_durability_ops_s > 0.0 {
+        replicated.server_ops_s / no_durability_ops_s
+    } else {
+        0.0
+    };
     let unreplicated_run = baseline.is_some();
     let baseline = baseline.unwrap_or_default();
     let ratio = if baseline.server_ops_s > 0.0 {
@@ -647,9 +676,30 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
         batch_mean: replicated.batch_mean,
         unreplicated_rss_mb: baseline.rss_mb_max,
         unreplicated_cpu_s_per_kop: baseline.cpu_s_per_kop(),
-        errors: replicated.load.errors + baseline.load.errors,
+        durability: durability.to_string(),
+        no_durability_ops_s,
+        ratio_vs_no_durability,
+        errors: replicated.load.errors
+            + baseline.load.errors
+            + volatile.as_ref().map_or(0, |v| v.load.errors),
     };
     Ok((report, completed))
+}
+
+/// `--durability`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum DurabilityArg {
+    None,
+    Fsync,
+}
+
+impl DurabilityArg {
+    fn config(self) -> Durability {
+        match self {
+            DurabilityArg::None => Durability::None,
+            DurabilityArg::Fsync => Durability::Fsync,
+        }
+    }
 }
 
 /// Requests per consensus instance (0 when no instance was decided, e.g. unordered reads).
