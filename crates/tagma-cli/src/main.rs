@@ -10,6 +10,7 @@ use clap::{Parser, Subcommand};
 use tagma_bench::report::{self, BenchReport, Latency};
 use tagma_bench::sweep::{self, RunConfig, Sweep};
 use tagma_bench::{load, micro, micro::EmptyService};
+use tagma_cli::chaos;
 use tagma_cli::cluster::{LaunchOptions, LocalCluster, converged_states, digests_equal};
 use tagma_cli::init::{InitOptions, init_cluster, keygen};
 use tagma_cli::workload::{self, WorkloadOptions};
@@ -43,6 +44,10 @@ enum Cmd {
     /// Start a temporary local cluster, drive a mixed key-value workload, and check that every
     /// replica ends with the same state.
     Demo(DemoArgs),
+    /// Run a failure scenario on a temporary local cluster with durability on, under a
+    /// counting key-value load, and report whether any acknowledged operation was lost or
+    /// applied twice (exit status 1 if so).
+    Chaos(ChaosArgs),
     /// Write a ready-to-run local cluster directory: tagma.toml and Ed25519 keys for the
     /// replicas, a client and an administrator.
     Init {
@@ -334,6 +339,33 @@ impl BenchArgs {
 }
 
 #[derive(clap::Args)]
+struct ChaosArgs {
+    /// kill-all: SIGKILL every replica under load and restart them all from disk;
+    /// lagging-replica: stop one follower for --down-s under load, restart it, time its
+    /// catch-up.
+    #[arg(long, value_enum)]
+    scenario: chaos::Scenario,
+    /// Crash-fault-tolerant mode, n = 3 (the default is Byzantine, n = 4).
+    #[arg(long)]
+    cft: bool,
+    /// Concurrent clients, each incrementing its own counter.
+    #[arg(long, default_value_t = 8)]
+    clients: usize,
+    /// Seconds of load before the fault.
+    #[arg(long, default_value_t = 2.0)]
+    before_s: f64,
+    /// lagging-replica: seconds the replica stays down.
+    #[arg(long, default_value_t = 3.0)]
+    down_s: f64,
+    /// Seconds of load after recovery.
+    #[arg(long, default_value_t = 2.0)]
+    after_s: f64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(clap::Args)]
 struct DemoArgs {
     /// Number of replicas [default: 4 in bft mode, 3 with --cft].
     #[arg(long)]
@@ -386,6 +418,7 @@ fn main() {
 fn run(cli: Cli) -> Result<()> {
     match cli.command {
         Cmd::Demo(args) => demo(args),
+        Cmd::Chaos(args) => chaos_cmd(args),
         Cmd::Sim(args) => sim(args),
         Cmd::Init {
             replicas,
@@ -886,6 +919,44 @@ fn kv(
             }
         }
         KvReply::Error { message } => bail!("service error: {message}"),
+    }
+    Ok(())
+}
+
+fn chaos_cmd(args: ChaosArgs) -> Result<()> {
+    if args.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    let secs = |what: &str, s: f64| {
+        if s.is_finite() && s >= 0.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            bail!("--{what} must be a number of seconds ≥ 0, got {s}")
+        }
+    };
+    let opts = chaos::ChaosOptions {
+        mode: if args.cft { Mode::Cft } else { Mode::Bft },
+        clients: args.clients,
+        before: secs("before-s", args.before_s)?,
+        down: secs("down-s", args.down_s)?,
+        after: secs("after-s", args.after_s)?,
+    };
+    let exe = std::env::current_exe().context("cannot find the tagma executable")?;
+    if !args.json {
+        eprintln!(
+            "running {} on a local {} cluster with durability = \"fsync\"…",
+            args.scenario.name(),
+            opts.mode
+        );
+    }
+    let report = chaos::run(&exe, args.scenario, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    if !report.passed() {
+        std::process::exit(1);
     }
     Ok(())
 }

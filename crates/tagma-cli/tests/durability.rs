@@ -122,3 +122,54 @@ fn bft_every_replica_killed_and_restarted_loses_nothing() {
 fn cft_every_replica_killed_and_restarted_loses_nothing() {
     kill_all_and_recover(3, Mode::Cft);
 }
+
+/// `tagma chaos` as a user runs it: its JSON report accounts for every acknowledged
+/// operation.
+fn chaos(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(exe())
+        .args([
+            "chaos",
+            "--json",
+            "--before-s",
+            "1",
+            "--down-s",
+            "1",
+            "--after-s",
+            "1",
+        ])
+        .args(args)
+        .output()
+        .expect("run tagma chaos");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tagma chaos {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert!(
+        report["acknowledged_ops"].as_u64().unwrap() > 100,
+        "{report}"
+    );
+    assert_eq!(report["lost_acknowledged_ops"], 0, "{report}");
+    assert_eq!(report["duplicated_ops"], 0, "{report}");
+    assert_eq!(report["state_digests_equal"], true, "{report}");
+    assert!(report["recovery_ms"].as_f64().unwrap() > 0.0, "{report}");
+    report
+}
+
+#[test]
+fn chaos_lagging_replica_catches_up_while_the_others_serve() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = chaos(&["--scenario", "lagging-replica"]);
+    assert_eq!(report["scenario"], "lagging-replica");
+    assert_eq!(report["n"], 4);
+}
+
+#[test]
+fn chaos_kill_all_cft_loses_and_duplicates_nothing() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = chaos(&["--scenario", "kill-all", "--cft"]);
+    assert_eq!(report["mode"], "cft");
+    assert_eq!(report["n"], 3);
+}

@@ -1,0 +1,274 @@
+//! `tagma chaos`: failure scenarios on a local multi-process cluster with durability on,
+//! under a key-value load whose every acknowledged operation is accounted for.
+//!
+//! The load: each client increments its own counter (`chaos/<client>`) by one, again and
+//! again. An increment the client saw succeed is *acknowledged*; one that failed (timed out
+//! while the replicas were down) is *in doubt*: it may or may not have been applied. At the
+//! end every counter is read back: a counter below the client's acknowledged count lost
+//! acknowledged increments; one above acknowledged + in doubt applied some twice.
+//!
+//! Scenarios:
+//! - `kill-all`: SIGKILL every replica mid-load, restart them all from their disks.
+//! - `lagging-replica`: stop one follower for a while under load, restart it, and measure
+//!   how long it takes to catch up with the others (local recovery, then the decisions it
+//!   missed) while they keep serving.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use bytes::Bytes;
+use serde::Serialize;
+use tagma_client::Proxy;
+use tagma_core::Mode;
+use tagma_core::config::Durability;
+use tagma_kv::{KvOp, KvReply};
+
+use crate::cluster::{LocalCluster, digests_equal};
+
+/// A chaos scenario.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Scenario {
+    /// SIGKILL every replica under load, restart all from disk.
+    KillAll,
+    /// Stop one follower under load for a while, restart it, time its catch-up.
+    LaggingReplica,
+}
+
+impl Scenario {
+    pub fn name(self) -> &'static str {
+        match self {
+            Scenario::KillAll => "kill-all",
+            Scenario::LaggingReplica => "lagging-replica",
+        }
+    }
+}
+
+/// Knobs of a run.
+#[derive(Clone, Debug)]
+pub struct ChaosOptions {
+    pub mode: Mode,
+    pub clients: usize,
+    /// Load before the fault.
+    pub before: Duration,
+    /// How long a lagging replica stays down.
+    pub down: Duration,
+    /// Load after recovery.
+    pub after: Duration,
+}
+
+/// What a run found.
+#[derive(Clone, Debug, Serialize)]
+pub struct ChaosReport {
+    pub scenario: String,
+    pub mode: String,
+    pub n: usize,
+    pub acknowledged_ops: u64,
+    /// Increments that failed at the client (replicas down): applied or not.
+    pub in_doubt_ops: u64,
+    pub lost_acknowledged_ops: u64,
+    pub duplicated_ops: u64,
+    /// kill-all: from the restart until the service completed an operation again;
+    /// lagging-replica: from the restart until the replica caught up with the others.
+    pub recovery_ms: f64,
+    pub state_digests_equal: bool,
+}
+
+impl ChaosReport {
+    /// Whether the run met its guarantees.
+    pub fn passed(&self) -> bool {
+        self.lost_acknowledged_ops == 0 && self.duplicated_ops == 0 && self.state_digests_equal
+    }
+
+    pub fn table(&self) -> String {
+        format!(
+            "scenario {} ({} n={})\n\
+             acknowledged_ops       {}\n\
+             in_doubt_ops           {}\n\
+             lost_acknowledged_ops  {}\n\
+             duplicated_ops         {}\n\
+             recovery_ms            {:.0}\n\
+             state_digests_equal    {}\n\
+             {}",
+            self.scenario,
+            self.mode,
+            self.n,
+            self.acknowledged_ops,
+            self.in_doubt_ops,
+            self.lost_acknowledged_ops,
+            self.duplicated_ops,
+            self.recovery_ms,
+            self.state_digests_equal,
+            if self.passed() { "PASSED" } else { "FAILED" }
+        )
+    }
+}
+
+/// Per client: acknowledged and in-doubt increments.
+#[derive(Default)]
+struct Counts {
+    acknowledged: AtomicU64,
+    in_doubt: AtomicU64,
+}
+
+fn counter_key(client: usize) -> Bytes {
+    Bytes::from(format!("chaos/{client}").into_bytes())
+}
+
+/// Increments `client`'s counter until `stop`.
+fn increment_loop(proxy: &Proxy, client: usize, counts: &Counts, stop: &AtomicBool) {
+    let op = KvOp::Incr {
+        key: counter_key(client),
+        delta: 1,
+    }
+    .encode();
+    while !stop.load(Ordering::Relaxed) {
+        match proxy.invoke_ordered(op.clone()) {
+            Ok(_) => counts.acknowledged.fetch_add(1, Ordering::Relaxed),
+            Err(_) => counts.in_doubt.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+fn total(counts: &[Counts]) -> u64 {
+    counts
+        .iter()
+        .map(|c| c.acknowledged.load(Ordering::Relaxed))
+        .sum()
+}
+
+fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    while !cond() {
+        if Instant::now() >= deadline {
+            bail!("timed out waiting until {what}");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    Ok(())
+}
+
+/// Runs `scenario` on a fresh local cluster of `exe` processes.
+pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosReport> {
+    let n = match opts.mode {
+        Mode::Bft => 4,
+        Mode::Cft => 3,
+    };
+    let mut cluster = LocalCluster::launch(exe, n, opts.mode, |cfg| {
+        cfg.storage.durability = Durability::Fsync;
+        cfg.storage.checkpoint_period = 200;
+        cfg.storage.log_segment_bytes = 1 << 20;
+        cfg.timeouts.request_timeout_ms = 500;
+        // A lagging replica catches up by decision forwarding from the others' memory.
+        cfg.limits.decisions_kept = 1 << 20;
+    })?;
+    let ready = Duration::from_secs(30);
+    let proxies: Vec<Proxy> = (0..opts.clients)
+        .map(|_| cluster.proxy(ready))
+        .collect::<Result<_>>()?;
+    let counts: Vec<Counts> = (0..opts.clients).map(|_| Counts::default()).collect();
+    let stop = AtomicBool::new(false);
+    let recovery_ms = std::thread::scope(|s| -> Result<f64> {
+        for (i, proxy) in proxies.iter().enumerate() {
+            let (counts, stop) = (&counts[i], &stop);
+            s.spawn(move || increment_loop(proxy, i, counts, stop));
+        }
+        let result = fault(&mut cluster, scenario, opts, &counts);
+        stop.store(true, Ordering::Relaxed);
+        result
+    })?;
+    // Read every counter back and compare.
+    let reader = cluster.proxy(ready)?;
+    let (mut lost, mut duplicated) = (0u64, 0u64);
+    for (i, c) in counts.iter().enumerate() {
+        let reply = reader
+            .invoke_ordered(
+                KvOp::Get {
+                    key: counter_key(i),
+                }
+                .encode(),
+            )
+            .with_context(|| format!("reading counter {i}"))?;
+        let value = match KvReply::decode(&reply) {
+            Ok(KvReply::Get { value: Some(v) }) if v.len() == 8 => {
+                i64::from_le_bytes(v[..].try_into().expect("8 bytes")) as u64
+            }
+            Ok(KvReply::Get { value: None }) => 0,
+            other => bail!("unexpected reply reading counter {i}: {other:?}"),
+        };
+        let acked = c.acknowledged.load(Ordering::Relaxed);
+        let doubt = c.in_doubt.load(Ordering::Relaxed);
+        lost += acked.saturating_sub(value);
+        duplicated += value.saturating_sub(acked + doubt);
+    }
+    let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
+    Ok(ChaosReport {
+        scenario: scenario.name().into(),
+        mode: opts.mode.to_string(),
+        n,
+        acknowledged_ops: total(&counts),
+        in_doubt_ops: counts
+            .iter()
+            .map(|c| c.in_doubt.load(Ordering::Relaxed))
+            .sum(),
+        lost_acknowledged_ops: lost,
+        duplicated_ops: duplicated,
+        recovery_ms,
+        state_digests_equal: digests_equal(&states),
+    })
+}
+
+/// Injects the scenario's fault under the running load; returns the recovery time.
+fn fault(
+    cluster: &mut LocalCluster,
+    scenario: Scenario,
+    opts: &ChaosOptions,
+    counts: &[Counts],
+) -> Result<f64> {
+    let ready = Duration::from_secs(30);
+    wait_until("the cluster serves requests", ready, || total(counts) > 0)?;
+    std::thread::sleep(opts.before);
+    let n = cluster.cfg.n();
+    let recovery_ms = match scenario {
+        Scenario::KillAll => {
+            cluster.stop_all();
+            let restarted = Instant::now();
+            cluster.start_all()?;
+            let at = total(counts);
+            wait_until("the restarted cluster serves again", ready, || {
+                total(counts) > at
+            })?;
+            restarted.elapsed().as_secs_f64() * 1000.0
+        }
+        Scenario::LaggingReplica => {
+            let lagging = n - 1;
+            cluster.kill(lagging);
+            std::thread::sleep(opts.down);
+            let restarted = Instant::now();
+            cluster.start(lagging)?;
+            cluster.wait_ready(lagging, ready)?;
+            let probe = cluster.proxy(ready)?;
+            let position = |states: &[(tagma_wire::ReplicaId, Option<tagma_wire::StateInfo>)],
+                            i: usize| {
+                states
+                    .iter()
+                    .find(|(id, _)| id.0 as usize == i)
+                    .and_then(|(_, s)| s.as_ref())
+                    .map(|s| s.executed_instances)
+            };
+            wait_until(
+                "the lagging replica catches up",
+                Duration::from_secs(120),
+                || {
+                    let states = probe.query_states(Duration::from_secs(1));
+                    let others = (0..lagging).filter_map(|i| position(&states, i)).min();
+                    matches!((position(&states, lagging), others), (Some(l), Some(o)) if l + 2 >= o)
+                },
+            )?;
+            restarted.elapsed().as_secs_f64() * 1000.0
+        }
+    };
+    std::thread::sleep(opts.after);
+    Ok(recovery_ms)
+}
