@@ -706,15 +706,14 @@ impl Replica {
     /// and catch-up requests.
     pub fn handle_tick(&mut self, now_ms: u64) {
         self.set_now(now_ms);
+        let mut expired = self.clients.take_expired(now_ms);
         if self.recovery.is_some() {
-            // Not ordering yet: no request timer may suspect a leader meanwhile (they restart
-            // when recovery ends).
-            let _ = self.clients.take_expired(now_ms);
+            // Not ordering yet: no request timer may forward or suspect meanwhile (they
+            // restart when recovery ends).
+            expired.clear();
             self.retransmit_position();
             self.progress_recovery();
-            return;
         }
-        let expired = self.clients.take_expired(now_ms);
         let mut suspect = Vec::new();
         for e in expired {
             if e.forwarded_before {
@@ -758,10 +757,7 @@ impl Replica {
             .catch_up
             .behind_since_ms
             .map(|_| self.catch_up.next_request_ms);
-        let recovery = self
-            .recovery
-            .as_ref()
-            .map(|r| r.retransmit_ms.min(r.deadline_ms));
+        let recovery = self.recovery_timer();
         [
             self.clients.next_deadline_ms(),
             self.sync.stop_retransmit_ms,
@@ -1944,6 +1940,25 @@ impl Replica {
         }
     }
 
+    /// The next time the start-up synchronisation has something to do on its own: resend
+    /// the position to peers not heard from, settle for n − f at the deadline, give up
+    /// catching up after twice that. Only future times (a past one would spin the timer).
+    fn recovery_timer(&self) -> Option<u64> {
+        let r = self.recovery.as_ref()?;
+        let others = self.params.members.len() - 1;
+        let give_up = r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
+        [
+            (r.heard.len() < others).then_some(r.retransmit_ms),
+            Some(r.deadline_ms),
+            Some(give_up),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|t| *t > self.now_ms)
+        .min()
+        .or((r.heard.len() < others).then_some(r.retransmit_ms.max(self.now_ms + 1)))
+    }
+
     fn retransmit_position(&mut self) {
         let Some(r) = self.recovery.as_mut() else {
             return;
@@ -1981,12 +1996,24 @@ impl Replica {
         let enough = others - self.params.quorums.f.min(others);
         let past_deadline = self.now_ms >= r.deadline_ms;
         let heard_enough = r.heard.len() >= others || (past_deadline && r.heard.len() >= enough);
-        let target = r.heard.values().copied().max().unwrap_or(ConsensusId(0));
-        let behind = self.instance.cid < target;
-        let give_up = behind
-            && self.now_ms
-                >= r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
-        if behind && !give_up {
+        // Positions, highest first. The highest may be a Byzantine replica's claim; the
+        // (f+1)-th highest is held by a correct replica, which can prove every decision up to
+        // it (it keeps its last decisions with their proofs), so that one is always awaited.
+        // In CFT every position is a correct replica's.
+        let mut positions: Vec<ConsensusId> = r.heard.values().copied().collect();
+        positions.sort_unstable_by(|a, b| b.cmp(a));
+        let highest = positions.first().copied().unwrap_or(ConsensusId(0));
+        let vouched = match self.params.quorums.mode {
+            Mode::Cft => highest,
+            Mode::Bft => positions
+                .get(self.params.quorums.f)
+                .copied()
+                .unwrap_or(ConsensusId(0)),
+        };
+        let give_up_at = r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
+        let behind = self.instance.cid < highest;
+        let must_wait = self.instance.cid < vouched || self.now_ms < give_up_at;
+        if behind && must_wait {
             if self.now_ms >= self.catch_up.next_request_ms
                 || self.instance.cid >= self.catch_up.requested_until
             {
@@ -1997,8 +2024,8 @@ impl Replica {
         if !heard_enough {
             return;
         }
-        if give_up {
-            tracing::warn!(next = %self.instance.cid, highest_heard = %target, "start-up synchronisation: could not catch up to the highest position heard; ordering anyway");
+        if behind {
+            tracing::warn!(next = %self.instance.cid, highest_heard = %highest, "start-up synchronisation: no replica proved the highest position claimed (at most f replicas claim it); ordering anyway");
         }
         tracing::info!(next = %self.instance.cid, heard = r.heard.len(), "start-up synchronisation done: ordering");
         self.recovery = None;

@@ -101,15 +101,37 @@ pub(crate) fn recover<S: Service>(
             let batch =
                 Batch::decode(&decided.batch).map_err(|e| format!("batch does not decode: {e}"))?;
             executor.borrow_mut().execute_batch(decided.cid, &batch);
-            recent.push_back(decided);
-            if recent.len() > kept {
-                recent.pop_front();
-            }
             Ok(())
         },
     )
     .map_err(|e| fail(&e))?;
     let executor = executor.into_inner();
+    // The newest logged decisions with their proofs — including those a checkpoint covers
+    // (the log keeps the last `decisions_kept` before each checkpoint) — so this replica can
+    // prove its position to replicas that are behind, after any restart.
+    let first = last
+        .map_or(0, |l| (l + 1).saturating_sub(kept as u64))
+        .max(log.first_cid().unwrap_or(0));
+    let mut undecodable = None;
+    log.replay_from(
+        first,
+        |cid, payload| -> Result<(), tagma_storage::StorageError> {
+            match DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
+                Ok(decided) => {
+                    recent.push_back(decided);
+                    if recent.len() > kept {
+                        recent.pop_front();
+                    }
+                }
+                Err(e) => undecodable = Some(format!("record {cid} does not decode: {e}")),
+            }
+            Ok(())
+        },
+    )
+    .map_err(|e| fail(&e))?;
+    if let Some(reason) = undecodable {
+        return Err(fail(&reason));
+    }
     if let Some(last) = last {
         info!(
             last_instance = last,
@@ -126,7 +148,9 @@ pub(crate) fn recover<S: Service>(
 }
 
 /// The storage thread: appends every record queued, syncs once, tells the execution thread.
+/// A checkpoint releases the log up to `keep` instances before it (kept for forwarding).
 pub(crate) fn storage_loop(
+    keep: u64,
     mut log: Log,
     rx: Receiver<StorageEvent>,
     exec_tx: Sender<ExecEvent>,
@@ -161,7 +185,7 @@ pub(crate) fn storage_loop(
             }
         }
         if let Some(cid) = release
-            && let Err(e) = log.release_through(cid)
+            && let Err(e) = log.release_through(cid.saturating_sub(keep))
         {
             warn!("cannot release the log up to checkpoint {cid}: {e}");
         }

@@ -338,7 +338,13 @@ fn start_node<S: Service>(
             let (ckp_tx, ckp_rx) = bounded(1);
             let (sh, exec_tx2, tx2) = (shared.clone(), exec_tx.clone(), tx.clone());
             threads.push(spawn("storage".into(), me, move || {
-                durability::storage_loop(rec.log, rx, exec_tx2, sh.metrics.clone())
+                durability::storage_loop(
+                    sh.cfg.raw.limits.decisions_kept as u64,
+                    rec.log,
+                    rx,
+                    exec_tx2,
+                    sh.metrics.clone(),
+                )
             }));
             let sh = shared.clone();
             threads.push(spawn("checkpoint".into(), me, move || {

@@ -219,6 +219,13 @@ pub struct Scenario {
     pub net: NetParams,
     pub partitions: Vec<Partition>,
     pub crashes: Vec<Crash>,
+    /// Durable replicas (SPEC §4–5): correct replicas keep a simulated disk (decided
+    /// instances logged before their replies leave, staggered checkpoints), and a crash
+    /// loses everything else — a restart recovers from the disk and runs the start-up
+    /// synchronisation. Without it, restarts keep memory.
+    pub durable: bool,
+    /// Durable runs only: every correct replica crashes at `.0` and all restart at `.1`.
+    pub crash_all: Option<(u64, u64)>,
     pub fault_period_ms: u64,
     pub liveness_bound_ms: u64,
 }
@@ -314,6 +321,14 @@ impl Scenario {
                 }
             })
             .collect();
+        // Drawn from their own stream, so every earlier draw (and so every seed's scenario
+        // before durability existed) stays what it was.
+        let mut durable_rng = Rng::new(seed ^ 0xd0ab_1e00_0000_0005);
+        let durable = durable_rng.chance(0.5);
+        let crash_all = (durable && durable_rng.chance(0.4)).then(|| {
+            let start = durable_rng.below(fault_period_ms * 3 / 4);
+            (start, start + durable_rng.range(20, 1_000))
+        });
         Ok(Scenario {
             seed,
             mode,
@@ -328,6 +343,8 @@ impl Scenario {
             net,
             partitions,
             crashes,
+            durable,
+            crash_all,
             fault_period_ms,
             liveness_bound_ms: options
                 .liveness_bound_ms

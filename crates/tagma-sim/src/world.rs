@@ -19,8 +19,8 @@ use tagma_crypto::IdentityKey;
 use tagma_exec::Executor;
 use tagma_kv::{KvOp, KvReply, KvService};
 use tagma_wire::{
-    Batch, ClientId, Decode, Digest, Encode, PeerMessage, ReplicaId, Reply, Request, RequestAuth,
-    RequestEnvelope, RequestKind, RequestSeq, ViewId,
+    Batch, ClientId, ConsensusId, DecidedInstance, Decode, Digest, Encode, PeerMessage, ReplicaId,
+    Reply, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, ViewId,
 };
 
 use crate::byzantine::{Byzantine, Exercised, Out};
@@ -99,7 +99,27 @@ struct Node {
     /// Instances delivered (= the next cid expected).
     delivered: u64,
     executed: BTreeSet<(ClientId, RequestSeq)>,
+    /// What the replica was built from (a durable restart builds it again).
+    params: ReplicaParams,
+    key: IdentityKey,
+    /// Durable runs, correct replicas: what survives a crash.
+    disk: Option<Disk>,
 }
+
+/// A correct replica's simulated disk: its newest checkpoint and every decided instance with
+/// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
+/// behind, as the node keeps the last `decisions_kept`). Writes are synced at once (a batch is logged at the same step its replies leave, as
+/// parallel logging guarantees in the node), so a crash loses exactly the rest: consensus
+/// state, regency, pending requests, everything in memory.
+#[derive(Default)]
+struct Disk {
+    checkpoint: Option<(u64, Bytes)>,
+    log: Vec<DecidedInstance>,
+}
+
+/// Instances between two checkpoints of one replica in durable runs (staggered over the
+/// replicas; small, so runs checkpoint, truncate the log and recover from checkpoints).
+const CHECKPOINT_PERIOD_PER_REPLICA: u64 = 6;
 
 /// The outcome of a run, before the report is assembled.
 pub struct Outcome {
@@ -180,8 +200,12 @@ impl World {
                     .iter()
                     .find(|(r, _)| *r == i as u32)
                     .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
+                let disk = (sc.durable && byz.is_none()).then(Disk::default);
                 Node {
-                    core: Replica::new(params, keys[i].clone()),
+                    core: Replica::new(params.clone(), keys[i].clone()),
+                    params,
+                    key: keys[i].clone(),
+                    disk,
                     exec: Executor::new(KvService::new(), ViewId(0), 4, 64),
                     crashed: false,
                     timer_at: None,
@@ -319,6 +343,14 @@ impl World {
                 self.schedule(end, Event::Restart(c.replica));
             }
         }
+        if let Some((start, end)) = self.sc.crash_all {
+            for r in 0..self.nodes.len() {
+                if self.nodes[r].byz.is_none() {
+                    self.schedule(start, Event::Crash(r as u32));
+                    self.schedule(end, Event::Restart(r as u32));
+                }
+            }
+        }
         for i in 0..self.nodes.len() {
             if self.nodes[i]
                 .byz
@@ -395,7 +427,54 @@ impl World {
         self.note(b'C', r as u64, 0, &[], || format!("replica {r} restarts"));
         self.nodes[r].crashed = false;
         self.nodes[r].timer_at = None;
+        if self.nodes[r].disk.is_some() {
+            self.recover_from_disk(r);
+            if !self.violations.is_empty() {
+                return;
+            }
+            self.count("durable_restarts");
+            self.replica_input(r, |core, now| {
+                core.start_recovery(now);
+                Ok(())
+            });
+        }
         self.arm_timer(r);
+    }
+
+    /// A durable restart: the replica's memory is gone; it is rebuilt from its disk exactly
+    /// as the node does (checkpoint, log replay, `resume`).
+    fn recover_from_disk(&mut self, r: usize) {
+        let node = &mut self.nodes[r];
+        let disk = node.disk.as_ref().expect("a durable replica");
+        let mut exec = Executor::new(KvService::new(), ViewId(0), 4, 64);
+        if let Some((cid, state)) = &disk.checkpoint
+            && let Err(e) = exec.restore(state)
+        {
+            let msg = format!("replica {r}: its checkpoint of cid {cid} does not restore: {e}");
+            self.violation("recovery", msg);
+            return;
+        }
+        let after = disk.checkpoint.as_ref().map_or(0, |(cid, _)| cid + 1);
+        for decided in disk.log.iter().filter(|d| d.cid.0 >= after) {
+            let batch = Batch::decode(&decided.batch).expect("a logged batch decodes");
+            exec.execute_batch(decided.cid, &batch);
+        }
+        let mut core = Replica::new(node.params.clone(), node.key.clone());
+        let next = exec.executed_instances();
+        if next > 0 {
+            let kept = node.params.decisions_kept;
+            let recent = disk.log[disk.log.len().saturating_sub(kept)..].to_vec();
+            core.resume(
+                ConsensusId(next - 1),
+                exec.last_timestamp_ms(),
+                &exec.sessions(),
+                recent,
+            );
+        }
+        debug_assert_eq!(node.delivered, next, "the disk holds every delivery");
+        node.core = core;
+        node.exec = exec;
+        node.regency = 0;
     }
 
     /// Gives replica `r` one input, then carries out every action it produced.
@@ -495,6 +574,7 @@ impl World {
                     byz.on_decided(&decision.batch);
                 }
                 let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
+                self.log_to_disk(r, cid);
                 for reply in replies {
                     self.send_reply(r, reply);
                 }
@@ -528,6 +608,26 @@ impl World {
                     )
                 });
             }
+        }
+    }
+
+    /// Durable runs: the decided instance goes to the replica's disk before its replies
+    /// leave; at the replica's staggered point, a checkpoint replaces the log it covers.
+    fn log_to_disk(&mut self, r: usize, cid: ConsensusId) {
+        let n = self.nodes.len();
+        let node = &mut self.nodes[r];
+        let Some(disk) = node.disk.as_mut() else {
+            return;
+        };
+        let decided = node
+            .core
+            .decided_instance(cid)
+            .expect("a delivered instance is in the decision log");
+        disk.log.push(decided);
+        let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
+        if tagma_storage::checkpoint_due(cid.0, r, n, period) {
+            disk.checkpoint = Some((cid.0, node.exec.checkpoint()));
+            self.count("checkpoints");
         }
     }
 
