@@ -12,6 +12,9 @@
 //! - `lagging-replica`: stop one follower for a while under load, restart it, and measure
 //!   how long it takes to catch up with the others (local recovery, then the decisions it
 //!   missed) while they keep serving.
+//! - `corrupt-log` / `corrupt-checkpoint`: stop every replica, damage one replica's log (a
+//!   record in the middle) or its newest checkpoint, restart all: the damaged replica must
+//!   notice, move its state aside, and fetch what it misses from the others.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -34,6 +37,10 @@ pub enum Scenario {
     KillAll,
     /// Stop one follower under load for a while, restart it, time its catch-up.
     LaggingReplica,
+    /// Stop all, corrupt a record in the middle of one replica's log, restart all.
+    CorruptLog,
+    /// Stop all, corrupt one replica's newest checkpoint, restart all.
+    CorruptCheckpoint,
 }
 
 impl Scenario {
@@ -41,6 +48,8 @@ impl Scenario {
         match self {
             Scenario::KillAll => "kill-all",
             Scenario::LaggingReplica => "lagging-replica",
+            Scenario::CorruptLog => "corrupt-log",
+            Scenario::CorruptCheckpoint => "corrupt-checkpoint",
         }
     }
 }
@@ -73,12 +82,18 @@ pub struct ChaosReport {
     /// lagging-replica: from the restart until the replica caught up with the others.
     pub recovery_ms: f64,
     pub state_digests_equal: bool,
+    /// corrupt-*: whether the damaged replica noticed and discarded its state.
+    pub damaged_state_discarded: bool,
 }
 
 impl ChaosReport {
     /// Whether the run met its guarantees.
     pub fn passed(&self) -> bool {
-        self.lost_acknowledged_ops == 0 && self.duplicated_ops == 0 && self.state_digests_equal
+        let damaged = matches!(self.scenario.as_str(), "corrupt-log" | "corrupt-checkpoint");
+        self.lost_acknowledged_ops == 0
+            && self.duplicated_ops == 0
+            && self.state_digests_equal
+            && (!damaged || self.damaged_state_discarded)
     }
 
     pub fn table(&self) -> String {
@@ -90,6 +105,7 @@ impl ChaosReport {
              duplicated_ops         {}\n\
              recovery_ms            {:.0}\n\
              state_digests_equal    {}\n\
+             damaged_state_discarded {}\n\
              {}",
             self.scenario,
             self.mode,
@@ -100,6 +116,7 @@ impl ChaosReport {
             self.duplicated_ops,
             self.recovery_ms,
             self.state_digests_equal,
+            self.damaged_state_discarded,
             if self.passed() { "PASSED" } else { "FAILED" }
         )
     }
@@ -203,6 +220,8 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         duplicated += value.saturating_sub(acked + doubt);
     }
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
+    let damaged_state_discarded =
+        metric(&cluster, cluster.cfg.n() - 1, "tagma_state_discarded") > 0.0;
     Ok(ChaosReport {
         scenario: scenario.name().into(),
         mode: opts.mode.to_string(),
@@ -216,6 +235,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         duplicated_ops: duplicated,
         recovery_ms,
         state_digests_equal: digests_equal(&states),
+        damaged_state_discarded,
     })
 }
 
@@ -268,7 +288,79 @@ fn fault(
             )?;
             restarted.elapsed().as_secs_f64() * 1000.0
         }
+        Scenario::CorruptLog | Scenario::CorruptCheckpoint => {
+            cluster.stop_all();
+            let victim = n - 1;
+            let dir = tagma_node::cluster_dir::data_dir(
+                &cluster.dir,
+                &cluster.cfg,
+                tagma_wire::ReplicaId(victim as u32),
+            );
+            if scenario == Scenario::CorruptLog {
+                corrupt_log(&dir.join("log"))?;
+            } else {
+                corrupt_checkpoint(&dir.join("checkpoints"))?;
+            }
+            let restarted = Instant::now();
+            cluster.start_all()?;
+            let at = total(counts);
+            wait_until("the restarted cluster serves again", ready, || {
+                total(counts) > at
+            })?;
+            restarted.elapsed().as_secs_f64() * 1000.0
+        }
     };
     std::thread::sleep(opts.after);
     Ok(recovery_ms)
+}
+
+/// A Prometheus value of replica `i` (0 when unreachable).
+fn metric(cluster: &LocalCluster, i: usize, name: &str) -> f64 {
+    cluster.cfg.replicas[i]
+        .metrics_addr
+        .and_then(|addr| tagma_node::metrics::scrape(addr).ok())
+        .and_then(|text| tagma_node::metrics::value(&text, name))
+        .unwrap_or(0.0)
+}
+
+/// The files of `dir` whose name ends in `ext`, sorted.
+fn files(dir: &Path, ext: &str) -> Result<Vec<std::path::PathBuf>> {
+    let mut out: Vec<_> = std::fs::read_dir(dir)
+        .with_context(|| format!("reading {}", dir.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == ext))
+        .collect();
+    out.sort();
+    Ok(out)
+}
+
+/// Flips one byte a third of the way into the records of the first log segment that holds
+/// some: a record in the middle of the log fails its checksum, valid ones follow it.
+fn corrupt_log(dir: &Path) -> Result<()> {
+    for path in files(dir, "log")? {
+        let mut bytes = std::fs::read(&path)?;
+        let used = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
+        if used < 4096 {
+            continue;
+        }
+        bytes[used / 3] ^= 0xff;
+        std::fs::write(&path, bytes)?;
+        return Ok(());
+    }
+    bail!(
+        "no log segment with enough records to corrupt in {} (raise --before-s)",
+        dir.display()
+    )
+}
+
+/// Flips one byte in the middle of the newest checkpoint.
+fn corrupt_checkpoint(dir: &Path) -> Result<()> {
+    let Some(path) = files(dir, "ckp")?.pop() else {
+        bail!("no checkpoint yet in {} (raise --before-s)", dir.display());
+    };
+    let mut bytes = std::fs::read(&path)?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&path, bytes)?;
+    Ok(())
 }

@@ -173,3 +173,17 @@ fn chaos_kill_all_cft_loses_and_duplicates_nothing() {
     assert_eq!(report["mode"], "cft");
     assert_eq!(report["n"], 3);
 }
+
+#[test]
+fn chaos_corrupt_log_replica_discards_its_state_and_catches_up() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = chaos(&["--scenario", "corrupt-log", "--cft"]);
+    assert_eq!(report["damaged_state_discarded"], true, "{report}");
+}
+
+#[test]
+fn chaos_corrupt_checkpoint_replica_discards_its_state_and_catches_up() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = chaos(&["--scenario", "corrupt-checkpoint"]);
+    assert_eq!(report["damaged_state_discarded"], true, "{report}");
+}

@@ -54,19 +54,79 @@ fn paths(data_dir: &Path) -> (PathBuf, PathBuf) {
     (data_dir.join("checkpoints"), data_dir.join("log"))
 }
 
-/// Local recovery: the newest valid checkpoint into `executor`, then the logged instances
-/// after it, executed in order (their replies are cached, not sent).
-pub(crate) fn recover<S: Service>(
+/// Why local recovery failed.
+enum Failure {
+    /// The disk could not be read or written: the replica must not start.
+    Io(String),
+    /// What is on disk is damaged (a corrupt checkpoint or record, a gap, something that
+    /// does not decode or install).
+    Damaged(String),
+}
+
+impl From<&tagma_storage::StorageError> for Failure {
+    fn from(e: &tagma_storage::StorageError) -> Self {
+        match e {
+            tagma_storage::StorageError::Io { .. } => Failure::Io(e.to_string()),
+            _ => Failure::Damaged(e.to_string()),
+        }
+    }
+}
+
+/// Local recovery, and what to do when the disk's state is damaged: the damaged directory is
+/// moved aside (kept for inspection, never deleted) and the replica starts empty; the start-up
+/// synchronisation and decision forwarding then bring it what it misses from the others,
+/// whose decisions carry proofs, instead of guessing from a damaged disk. (Until state
+/// transfer exists, this works while the others still keep every decision it misses:
+/// `limits.decisions_kept`.) A disk that cannot be read at all stops the replica.
+pub(crate) fn recover_or_quarantine<S: Service>(
     cfg: &ValidConfig,
     data_dir: &Path,
     executor: &mut Executor<S>,
+    metrics: &Metrics,
 ) -> Result<Recovered, NodeError> {
-    let (ckp_dir, log_dir) = paths(data_dir);
-    let fail = |e: &dyn std::fmt::Display| NodeError::Recovery {
+    let fail = |reason: String| NodeError::Recovery {
         dir: data_dir.to_path_buf(),
-        reason: e.to_string(),
+        reason,
     };
-    let store = CheckpointStore::open(ckp_dir).map_err(|e| fail(&e))?;
+    let empty = executor.checkpoint();
+    match recover(cfg, data_dir, executor) {
+        Ok(r) => return Ok(r),
+        Err(Failure::Io(reason)) => return Err(fail(reason)),
+        Err(Failure::Damaged(reason)) => {
+            let stamp = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_millis())
+                .unwrap_or(0);
+            let mut aside = data_dir.as_os_str().to_owned();
+            aside.push(format!(".damaged-{stamp}"));
+            let aside = PathBuf::from(aside);
+            std::fs::rename(data_dir, &aside)
+                .and_then(|()| std::fs::create_dir_all(data_dir))
+                .map_err(|e| fail(format!("{reason}; moving it aside failed: {e}")))?;
+            error!(
+                moved_to = %aside.display(),
+                "the durable state is damaged ({reason}): moved aside; starting empty and fetching the state from the other replicas"
+            );
+            metrics.state_discarded.store(1, Ordering::Relaxed);
+            executor
+                .restore(&empty)
+                .map_err(|e| fail(format!("cannot reset the executor: {e}")))?;
+        }
+    }
+    recover(cfg, data_dir, executor).map_err(|f| match f {
+        Failure::Io(reason) | Failure::Damaged(reason) => fail(reason),
+    })
+}
+
+/// Local recovery: the newest valid checkpoint into `executor`, then the logged instances
+/// after it, executed in order (their replies are cached, not sent).
+fn recover<S: Service>(
+    cfg: &ValidConfig,
+    data_dir: &Path,
+    executor: &mut Executor<S>,
+) -> Result<Recovered, Failure> {
+    let (ckp_dir, log_dir) = paths(data_dir);
+    let store = CheckpointStore::open(ckp_dir).map_err(|e| Failure::from(&e))?;
     let options = LogOptions {
         dir: log_dir,
         segment_bytes: cfg.raw.storage.log_segment_bytes,
@@ -104,7 +164,10 @@ pub(crate) fn recover<S: Service>(
             Ok(())
         },
     )
-    .map_err(|e| fail(&e))?;
+    .map_err(|e| match &e {
+        tagma_storage::RecoverError::Storage(s) => Failure::from(s),
+        other => Failure::Damaged(other.to_string()),
+    })?;
     let executor = executor.into_inner();
     // The newest logged decisions with their proofs — including those a checkpoint covers
     // (the log keeps the last `decisions_kept` before each checkpoint) — so this replica can
@@ -128,9 +191,9 @@ pub(crate) fn recover<S: Service>(
             Ok(())
         },
     )
-    .map_err(|e| fail(&e))?;
+    .map_err(|e| Failure::from(&e))?;
     if let Some(reason) = undecodable {
-        return Err(fail(&reason));
+        return Err(Failure::Damaged(reason));
     }
     if let Some(last) = last {
         info!(

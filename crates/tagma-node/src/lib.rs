@@ -253,18 +253,18 @@ fn start_node<S: Service>(
         lim.reply_cache_per_client,
         lim.clients_max,
     );
+    let metrics = Arc::new(Metrics::default());
     // Durability: recover before anything else runs.
     let recovered = match &data_dir {
-        Some(dir) if cfg.raw.storage.durability == Durability::Fsync => {
-            Some(durability::recover(&cfg, dir, &mut executor)?)
-        }
+        Some(dir) if cfg.raw.storage.durability == Durability::Fsync => Some(
+            durability::recover_or_quarantine(&cfg, dir, &mut executor, &metrics)?,
+        ),
         _ => None,
     };
     let limits = NetLimits {
         frame_bytes_max: lim.frame_bytes_max,
         handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
     };
-    let metrics = Arc::new(Metrics::default());
     metrics
         .recovered_instances
         .store(executor.executed_instances(), Ordering::Relaxed);

@@ -36,6 +36,8 @@ pub struct Metrics {
     pub log_records: AtomicU64,
     pub checkpoints: AtomicU64,
     pub recovered_instances: AtomicU64,
+    /// 1 when this replica found its durable state damaged at start and discarded it.
+    pub state_discarded: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -57,7 +59,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 16] = [
+        let counters: [(&str, &str, &AtomicU64); 17] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -137,6 +139,11 @@ impl Metrics {
                 "tagma_recovered_instances",
                 "Instances recovered from the local checkpoint and log at start",
                 &self.recovered_instances,
+            ),
+            (
+                "tagma_state_discarded",
+                "1 when the durable state was found damaged at start and moved aside",
+                &self.state_discarded,
             ),
         ];
         for (name, help, v) in counters {
