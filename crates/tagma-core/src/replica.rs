@@ -352,6 +352,10 @@ pub enum Rejection {
     },
     /// A forwarded request whose authentication failed.
     Unauthentic,
+    /// A vote or leader-change message while this replica recovers from its disk: it lost
+    /// the votes it cast before the crash, so it neither votes nor reports a collect until
+    /// the start-up synchronisation is over (it would contradict its own earlier votes).
+    Recovering,
 }
 
 impl Rejection {
@@ -377,6 +381,7 @@ impl Rejection {
             Rejection::InvalidSync { .. } => "invalid_sync",
             Rejection::InvalidProof { .. } => "invalid_proof",
             Rejection::Unauthentic => "unauthentic",
+            Rejection::Recovering => "recovering",
         }
     }
 }
@@ -678,6 +683,20 @@ impl Replica {
         }
         if !self.params.members.contains(&from) {
             return Err(Rejection::NotAMember { from });
+        }
+        if self.recovery.is_some()
+            && matches!(
+                input,
+                PeerInput::Propose { .. }
+                    | PeerInput::UndecodablePropose { .. }
+                    | PeerInput::Write(_)
+                    | PeerInput::Accept(_)
+                    | PeerInput::Stop(_)
+                    | PeerInput::StopData(_)
+                    | PeerInput::Sync { .. }
+            )
+        {
+            return Err(Rejection::Recovering);
         }
         let result = match input {
             PeerInput::Forward { request, authentic } => self.on_forward(request, authentic),
@@ -1995,7 +2014,11 @@ impl Replica {
         let others = self.params.members.len() - 1;
         let enough = others - self.params.quorums.f.min(others);
         let past_deadline = self.now_ms >= r.deadline_ms;
-        let heard_enough = r.heard.len() >= others || (past_deadline && r.heard.len() >= enough);
+        // CFT waits for every peer: a quorum there is f+1, so an unheard peer may alone hold
+        // the decision this replica's lost votes helped make. BFT settles for n − f after the
+        // deadline (its quorums intersect in f+1, beyond one replica's lost votes).
+        let heard_enough = r.heard.len() >= others
+            || (past_deadline && self.params.quorums.mode == Mode::Bft && r.heard.len() >= enough);
         // Positions, highest first. The highest may be a Byzantine replica's claim; the
         // (f+1)-th highest is held by a correct replica, which can prove every decision up to
         // it (it keeps its last decisions with their proofs), so that one is always awaited.

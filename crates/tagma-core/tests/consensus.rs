@@ -1743,3 +1743,34 @@ fn recovery_settles_for_n_minus_f_positions_after_the_deadline() {
     assert!(!r0.is_recovering());
     assert!(proposes(&drain(&mut r0)));
 }
+
+/// A recovering replica lost the votes it cast before its crash: it casts none and reports
+/// no collect until recovery ends; in CFT (quorums of f+1) it waits for every peer, however
+/// long.
+#[test]
+fn a_recovering_replica_does_not_vote_and_cft_waits_for_every_peer() {
+    let mut r1 = cft(1);
+    r1.start_recovery(0);
+    drain(&mut r1);
+    let batch = batch_of(1, vec![req(1, 1)]);
+    let (input, _) = propose(0, &batch);
+    assert_eq!(
+        r1.handle_peer(1, r(0), input).unwrap_err(),
+        Rejection::Recovering
+    );
+    let stop = Stop {
+        regency: Regency(1),
+        requests: vec![],
+    };
+    assert_eq!(
+        r1.handle_peer(1, r(2), PeerInput::Stop(stop)).unwrap_err(),
+        Rejection::Recovering
+    );
+    assert!(drain(&mut r1).is_empty(), "no vote, no STOP, no STOPDATA");
+    r1.handle_peer(2, r(0), position(0, true)).unwrap();
+    // Long past the deadline, one of the two peers is still silent: CFT keeps waiting.
+    r1.handle_tick(60_000);
+    assert!(r1.is_recovering());
+    r1.handle_peer(60_001, r(2), position(0, true)).unwrap();
+    assert!(!r1.is_recovering());
+}

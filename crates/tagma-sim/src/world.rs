@@ -14,7 +14,9 @@ use std::panic::{self, AssertUnwindSafe};
 use bytes::Bytes;
 use serde::Serialize;
 use tagma_client::Voter;
-use tagma_core::{Action, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch};
+use tagma_core::{
+    Action, Mode, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch,
+};
 use tagma_crypto::IdentityKey;
 use tagma_exec::Executor;
 use tagma_kv::{KvOp, KvReply, KvService};
@@ -79,6 +81,9 @@ enum Event {
     PartitionEnd(usize),
     Crash(u32),
     Restart(u32),
+    /// A durable replica's log sync completes: its unsynced records become durable and the
+    /// replies they hold leave.
+    DiskSync(u32),
     Heal,
 }
 
@@ -98,7 +103,8 @@ struct Node {
     regency: u32,
     /// Instances delivered (= the next cid expected).
     delivered: u64,
-    executed: BTreeSet<(ClientId, RequestSeq)>,
+    /// Requests executed, with the instance that executed them.
+    executed: BTreeMap<(ClientId, RequestSeq), u64>,
     /// What the replica was built from (a durable restart builds it again).
     params: ReplicaParams,
     key: IdentityKey,
@@ -108,18 +114,28 @@ struct Node {
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
 /// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
-/// behind, as the node keeps the last `decisions_kept`). Writes are synced at once (a batch is logged at the same step its replies leave, as
-/// parallel logging guarantees in the node), so a crash loses exactly the rest: consensus
-/// state, regency, pending requests, everything in memory.
+/// behind, as the node keeps the last `decisions_kept`). As in the node, a decided instance is
+/// appended unsynced, a sync completes a few milliseconds later, and the instance's replies
+/// leave only then (parallel logging). A crash loses the unsynced records and the replies
+/// they hold, and everything in memory (consensus state, regency, pending requests); in BFT
+/// runs it may also damage the disk (a corrupt record or checkpoint, which the real log's
+/// checksums detect), for at most f replicas counting the Byzantine ones.
 #[derive(Default)]
 struct Disk {
     checkpoint: Option<(u64, Bytes)>,
     log: Vec<DecidedInstance>,
+    unsynced: Vec<DecidedInstance>,
+    /// Replies of unsynced instances, by instance.
+    held: Vec<(u64, Vec<Reply>)>,
+    sync_scheduled: bool,
+    damaged: bool,
 }
 
 /// Instances between two checkpoints of one replica in durable runs (staggered over the
 /// replicas; small, so runs checkpoint, truncate the log and recover from checkpoints).
 const CHECKPOINT_PERIOD_PER_REPLICA: u64 = 6;
+/// Chance that a crash damages a durable replica's disk (BFT runs, within the f budget).
+const DISK_DAMAGE_P: f64 = 0.2;
 
 /// The outcome of a run, before the report is assembled.
 pub struct Outcome {
@@ -149,6 +165,8 @@ pub struct World {
     nodes: Vec<Node>,
     clients: Vec<SimClient>,
     quorums: Quorums,
+    /// Durable replicas whose disk a crash damaged so far.
+    disk_damage_count: usize,
     issued: BTreeSet<Digest>,
     /// Batch hash of each decided instance (first correct replica to deliver it).
     decided: Vec<Digest>,
@@ -212,7 +230,7 @@ impl World {
                     byz,
                     regency: 0,
                     delivered: 0,
-                    executed: BTreeSet::new(),
+                    executed: BTreeMap::new(),
                 }
             })
             .collect();
@@ -246,6 +264,7 @@ impl World {
             nodes,
             clients,
             quorums,
+            disk_damage_count: 0,
             issued: BTreeSet::new(),
             decided: Vec::new(),
             histories: BTreeMap::new(),
@@ -411,9 +430,11 @@ impl World {
                     self.note(b'C', r as u64, 1, &[], || format!("replica {r} crashes"));
                     self.nodes[r as usize].crashed = true;
                     self.count("crashes");
+                    self.crash_disk(r as usize);
                 }
             }
             Event::Restart(r) => self.restart(r as usize),
+            Event::DiskSync(r) => self.disk_sync(r as usize),
             Event::Heal => self.heal(),
         }
     }
@@ -427,6 +448,15 @@ impl World {
         self.note(b'C', r as u64, 0, &[], || format!("replica {r} restarts"));
         self.nodes[r].crashed = false;
         self.nodes[r].timer_at = None;
+        if self.nodes[r].disk.as_ref().is_some_and(|d| d.damaged) {
+            // The checksums caught the damage: the state is set aside and the replica
+            // starts empty, fetching what it misses from the others.
+            self.note(b'C', r as u64, 3, &[], || {
+                format!("replica {r} finds its disk damaged and starts empty")
+            });
+            self.count("disk_discarded");
+            self.nodes[r].disk = Some(Disk::default());
+        }
         if self.nodes[r].disk.is_some() {
             self.recover_from_disk(r);
             if !self.violations.is_empty() {
@@ -471,7 +501,11 @@ impl World {
                 recent,
             );
         }
-        debug_assert_eq!(node.delivered, next, "the disk holds every delivery");
+        debug_assert!(node.delivered >= next, "the disk holds no future");
+        // Instances lost with the unsynced tail (or the whole damaged disk) are decided again:
+        // forget that they were executed.
+        node.delivered = next;
+        node.executed.retain(|_, cid| *cid < next);
         node.core = core;
         node.exec = exec;
         node.regency = 0;
@@ -574,7 +608,7 @@ impl World {
                     byz.on_decided(&decision.batch);
                 }
                 let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
-                self.log_to_disk(r, cid);
+                let replies = self.log_to_disk(r, cid, replies);
                 for reply in replies {
                     self.send_reply(r, reply);
                 }
@@ -611,23 +645,124 @@ impl World {
         }
     }
 
-    /// Durable runs: the decided instance goes to the replica's disk before its replies
-    /// leave; at the replica's staggered point, a checkpoint replaces the log it covers.
-    fn log_to_disk(&mut self, r: usize, cid: ConsensusId) {
+    /// Durable runs: the decided instance is appended unsynced and its replies are held
+    /// until the sync (returned empty); at the replica's staggered point, a checkpoint is
+    /// written (synced at once). Other runs: the replies, to send now.
+    fn log_to_disk(&mut self, r: usize, cid: ConsensusId, replies: Vec<Reply>) -> Vec<Reply> {
         let n = self.nodes.len();
         let node = &mut self.nodes[r];
         let Some(disk) = node.disk.as_mut() else {
-            return;
+            return replies;
         };
         let decided = node
             .core
             .decided_instance(cid)
             .expect("a delivered instance is in the decision log");
-        disk.log.push(decided);
+        disk.unsynced.push(decided);
+        disk.held.push((cid.0, replies));
         let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
-        if tagma_storage::checkpoint_due(cid.0, r, n, period) {
+        let checkpoint = tagma_storage::checkpoint_due(cid.0, r, n, period);
+        if checkpoint {
             disk.checkpoint = Some((cid.0, node.exec.checkpoint()));
+        }
+        let schedule_sync = !disk.sync_scheduled;
+        disk.sync_scheduled = true;
+        if checkpoint {
             self.count("checkpoints");
+        }
+        if schedule_sync {
+            let at = self.now_ms + self.rng.range(0, 4);
+            self.schedule(at, Event::DiskSync(r as u32));
+        }
+        Vec::new()
+    }
+
+    /// A log sync completes: the unsynced records are durable, their replies leave.
+    fn disk_sync(&mut self, r: usize) {
+        if self.nodes[r].crashed {
+            return;
+        }
+        let Some(disk) = self.nodes[r].disk.as_mut() else {
+            return;
+        };
+        disk.sync_scheduled = false;
+        let synced = std::mem::take(&mut disk.unsynced);
+        disk.log.extend(synced);
+        let held = std::mem::take(&mut disk.held);
+        for (_, replies) in held {
+            for reply in replies {
+                self.send_reply(r, reply);
+            }
+        }
+    }
+
+    /// A durable replica crashes: unsynced records and the replies they held are lost; in
+    /// BFT runs the disk may be damaged, for at most f replicas with the Byzantine ones.
+    fn crash_disk(&mut self, r: usize) {
+        let budget = self.sc.f.saturating_sub(self.sc.byzantine.len());
+        let damaged_so_far = self.disk_damage_count;
+        let damage =
+            self.sc.mode == Mode::Bft && damaged_so_far < budget && self.rng.chance(DISK_DAMAGE_P);
+        let Some(disk) = self.nodes[r].disk.as_mut() else {
+            return;
+        };
+        let lost = disk.unsynced.len();
+        let first_lost = disk
+            .unsynced
+            .first()
+            .map(|d| d.cid.0)
+            .or(disk.damaged.then_some(0));
+        disk.unsynced.clear();
+        disk.held.clear();
+        disk.sync_scheduled = false;
+        let newly_damaged = damage && !disk.damaged;
+        disk.damaged |= damage;
+        if lost > 0 {
+            self.count("unsynced_records_lost");
+        }
+        if newly_damaged {
+            self.disk_damage_count += 1;
+            self.count("disks_damaged");
+        }
+        let first_lost = if newly_damaged { Some(0) } else { first_lost };
+        if let Some(from) = first_lost {
+            self.forget_unheld_decisions(from);
+        }
+    }
+
+    /// A decision that no correct replica holds any more — in memory, or durably on an
+    /// undamaged disk — was never externalised (replies wait for the sync) and is gone with
+    /// the crash: the agreement check forgets it (and every later one), so the instance may be
+    /// decided anew. A decision some replica synced is never forgotten.
+    fn forget_unheld_decisions(&mut self, from: u64) {
+        let holds = |node: &Node, cid: u64| -> bool {
+            if node.byz.is_some() {
+                return false;
+            }
+            match (&node.disk, node.crashed) {
+                (_, false) | (None, true) => node.delivered > cid,
+                (Some(d), true) => {
+                    !d.damaged
+                        && (d.checkpoint.as_ref().is_some_and(|(c, _)| *c >= cid)
+                            || d.log.iter().any(|x| x.cid.0 == cid))
+                }
+            }
+        };
+        for cid in from..self.decided.len() as u64 {
+            if !self.nodes.iter().any(|n| holds(n, cid)) {
+                let forgotten = self.decided.len() as u64 - cid;
+                self.decided.truncate(cid as usize);
+                *self
+                    .counters
+                    .entry("unsynced_decisions_forgotten".into())
+                    .or_default() += forgotten;
+                self.note(b'C', cid, forgotten, &[], || {
+                    format!(
+                        "decisions from cid {cid} on were never synced by any replica: forgotten"
+                    )
+                });
+                break;
+            }
         }
     }
 
@@ -686,7 +821,11 @@ impl World {
                 );
                 return;
             }
-            if !self.nodes[r].executed.insert((req.client, req.seq)) {
+            if self.nodes[r]
+                .executed
+                .insert((req.client, req.seq), cid)
+                .is_some()
+            {
                 self.violation(
                     "validity",
                     format!(
@@ -1185,7 +1324,14 @@ impl World {
         self.phase = Phase::Liveness { deadline_ms };
         self.partitions_active.clear();
         self.net = NetParams::healed();
-        let mut keep_down = self.sc.f.saturating_sub(self.sc.byzantine.len());
+        // CFT durable replicas rejoin only when every peer is reachable (their votes before
+        // the crash are lost and a CFT quorum may hinge on one peer; see
+        // `Replica::start_recovery`): no replica stays down for good in those runs.
+        let mut keep_down = if self.sc.durable && self.sc.mode == Mode::Cft {
+            0
+        } else {
+            self.sc.f.saturating_sub(self.sc.byzantine.len())
+        };
         for r in 0..self.nodes.len() {
             if !self.nodes[r].crashed {
                 continue;
