@@ -251,16 +251,6 @@ fn fault(
     std::thread::sleep(opts.before);
     let n = cluster.cfg.n();
     let recovery_ms = match scenario {
-        Scenario::KillAll => {
-            cluster.stop_all();
-            let restarted = Instant::now();
-            cluster.start_all()?;
-            let at = total(counts);
-            wait_until("the restarted cluster serves again", ready, || {
-                total(counts) > at
-            })?;
-            restarted.elapsed().as_secs_f64() * 1000.0
-        }
         Scenario::LaggingReplica => {
             let lagging = n - 1;
             cluster.kill(lagging);
@@ -288,18 +278,17 @@ fn fault(
             )?;
             restarted.elapsed().as_secs_f64() * 1000.0
         }
-        Scenario::CorruptLog | Scenario::CorruptCheckpoint => {
+        Scenario::KillAll | Scenario::CorruptLog | Scenario::CorruptCheckpoint => {
             cluster.stop_all();
-            let victim = n - 1;
             let dir = tagma_node::cluster_dir::data_dir(
                 &cluster.dir,
                 &cluster.cfg,
-                tagma_wire::ReplicaId(victim as u32),
+                tagma_wire::ReplicaId(n as u32 - 1),
             );
-            if scenario == Scenario::CorruptLog {
-                corrupt_log(&dir.join("log"))?;
-            } else {
-                corrupt_checkpoint(&dir.join("checkpoints"))?;
+            match scenario {
+                Scenario::CorruptLog => corrupt_log(&dir.join("log"))?,
+                Scenario::CorruptCheckpoint => corrupt_checkpoint(&dir.join("checkpoints"))?,
+                _ => {}
             }
             let restarted = Instant::now();
             cluster.start_all()?;
