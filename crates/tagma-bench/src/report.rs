@@ -140,12 +140,16 @@ impl BenchReport {
         if self.unreplicated_run {
             return table;
         }
-        // Drop the baseline's row and ratio: it did not run.
-        let mut lines: Vec<&str> = table.lines().collect();
-        lines.truncate(3);
+        // Drop the baseline's row and ratio (it did not run); keep the durability line.
+        let lines: Vec<&str> = table.lines().collect();
+        let durability = lines
+            .iter()
+            .skip(5)
+            .map(|l| format!("\n{l}"))
+            .collect::<String>();
         format!(
-            "{}\nunreplicated baseline skipped (--no-baseline)   errors {}",
-            lines.join("\n"),
+            "{}\nunreplicated baseline skipped (--no-baseline)   errors {}{durability}",
+            lines[..3.min(lines.len())].join("\n"),
             self.errors
         )
     }
@@ -254,6 +258,18 @@ mod tests {
         assert!(short.contains("bft n=4 f=1"));
         assert!(short.contains("baseline skipped"));
         assert!(!short.contains("ratio_vs_unreplicated"));
+        // With durability, its line survives either way.
+        r.durability = "fsync".into();
+        r.no_durability_ops_s = 1250.0;
+        r.ratio_vs_no_durability = 0.8;
+        let durable = r.table();
+        assert_eq!(durable.lines().count(), 5, "{durable}");
+        assert!(
+            durable.contains("ratio_vs_no_durability 0.800"),
+            "{durable}"
+        );
+        r.unreplicated_run = true;
+        assert_eq!(r.table().lines().count(), 6);
     }
 
     #[test]
