@@ -33,10 +33,33 @@ pub fn max_f(mode: Mode, n: usize) -> u32 {
     }
 }
 
+/// Ports picked for a cluster lie below the kernel's ephemeral range (32768 and up on
+/// Linux): a port the kernel hands out itself could be taken by some client's outgoing
+/// connection while its replica is down, and the replica could not listen again on restart.
+const PICKED_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
+/// A port free on `host` now, in [`PICKED_PORTS`], from a starting point that differs per
+/// process and call (clusters created side by side rarely probe the same ports).
 fn free_port(host: &str) -> Result<u16> {
-    let l =
-        TcpListener::bind((host, 0)).with_context(|| format!("cannot bind a port on {host}"))?;
-    Ok(l.local_addr()?.port())
+    static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let span = u32::from(PICKED_PORTS.end - PICKED_PORTS.start);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let start = (std::process::id() ^ nanos).wrapping_add(call.wrapping_mul(7919)) % span;
+    for k in 0..span {
+        let port = PICKED_PORTS.start + ((start + k) % span) as u16;
+        if TcpListener::bind((host, port)).is_ok() {
+            return Ok(port);
+        }
+    }
+    bail!(
+        "no free port on {host} in {}..{} — fix: pass --base-port",
+        PICKED_PORTS.start,
+        PICKED_PORTS.end
+    )
 }
 
 /// Writes keys and `tagma.toml` into `dir`; returns the validated configuration.

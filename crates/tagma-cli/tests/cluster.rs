@@ -5,13 +5,12 @@
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tagma_cli::cluster::{LocalCluster, digests_equal};
+use tagma_cli::cluster::LocalCluster;
 use tagma_cli::workload::{self, WorkloadOptions};
 use tagma_client::Proxy;
 use tagma_core::Mode;
@@ -24,12 +23,10 @@ use tagma_wire::{
     RequestEnvelope, RequestKind, RequestSeq, Role, ViewId,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
-const READY: Duration = Duration::from_secs(30);
+mod common;
+use common::{READY, assert_converged, assert_history_clean, exe, wait_until};
 
-fn exe() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_tagma"))
-}
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn cluster(n: usize, mode: Mode) -> LocalCluster {
     LocalCluster::launch(exe(), n, mode, |_| {}).expect("start a local cluster")
@@ -55,25 +52,9 @@ fn serve_and_check(c: &LocalCluster, clients: usize, ops: u64, live: &[ReplicaId
         &AtomicU64::new(0),
         &AtomicBool::new(false),
     );
-    if !report.violations.is_empty() || report.errors > 0 {
-        c.dump_logs();
-    }
-    assert!(
-        report.violations.is_empty(),
-        "linearizability violations: {:?}",
-        &report.violations[..report.violations.len().min(5)]
-    );
-    assert_eq!(
-        report.errors, 0,
-        "failed ops, first: {:?}",
-        report.first_error
-    );
+    assert_history_clean(c, &report, "concurrent clients");
     assert!(report.completed >= clients as u64 * ops);
-    let checker = c.proxy(READY).unwrap();
-    let states = c
-        .converged_states(&checker, live, Duration::from_secs(30))
-        .unwrap();
-    assert!(digests_equal(&states), "digests differ: {states:?}");
+    let states = assert_converged(c, live, Duration::from_secs(30));
     assert!(
         states[0].executed_requests >= clients as u64 * ops / 2,
         "{states:?}"
@@ -126,12 +107,11 @@ fn follower_killed_with_sigkill_keeps_the_service_running() {
         "only {} ops after the kill (at kill: {at_kill})",
         report.completed - at_kill
     );
-    let checker = c.proxy(READY).unwrap();
-    let live = [ReplicaId(0), ReplicaId(1), ReplicaId(2)];
-    let states = c
-        .converged_states(&checker, &live, Duration::from_secs(30))
-        .unwrap();
-    assert!(digests_equal(&states), "{states:?}");
+    assert_converged(
+        &c,
+        &[ReplicaId(0), ReplicaId(1), ReplicaId(2)],
+        Duration::from_secs(30),
+    );
 }
 
 struct Raw {
@@ -368,14 +348,6 @@ fn regency_of(c: &LocalCluster, i: usize) -> u64 {
         .map_or(0, |v| v as u64)
 }
 
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
 #[test]
 fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
@@ -437,28 +409,12 @@ fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
         stop.store(true, Ordering::Relaxed);
         worker.join().unwrap()
     });
-    if !report.violations.is_empty() || report.errors > 0 {
-        c.dump_logs();
-    }
-    assert!(
-        report.violations.is_empty(),
-        "{:?}",
-        &report.violations[..report.violations.len().min(5)]
+    assert_history_clean(&c, &report, "every request completes");
+    assert_converged(
+        &c,
+        &[ReplicaId(0), ReplicaId(2), ReplicaId(3)],
+        Duration::from_secs(60),
     );
-    assert_eq!(
-        report.errors, 0,
-        "every request completes: {:?}",
-        report.first_error
-    );
-    let checker = c.proxy(READY).unwrap();
-    let live = [ReplicaId(0), ReplicaId(2), ReplicaId(3)];
-    let states = c
-        .converged_states(&checker, &live, Duration::from_secs(60))
-        .unwrap_or_else(|e| {
-            c.dump_logs();
-            panic!("{e}")
-        });
-    assert!(digests_equal(&states), "{states:?}");
 }
 
 #[test]
