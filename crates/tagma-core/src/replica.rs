@@ -1964,18 +1964,17 @@ impl Replica {
     /// catching up after twice that. Only future times (a past one would spin the timer).
     fn recovery_timer(&self) -> Option<u64> {
         let r = self.recovery.as_ref()?;
+        let now = self.now_ms;
         let others = self.params.members.len() - 1;
         let give_up = r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
-        [
-            (r.heard.len() < others).then_some(r.retransmit_ms),
-            Some(r.deadline_ms),
-            Some(give_up),
-        ]
-        .into_iter()
-        .flatten()
-        .filter(|t| *t > self.now_ms)
-        .min()
-        .or((r.heard.len() < others).then_some(r.retransmit_ms.max(self.now_ms + 1)))
+        // Retransmissions go on while a peer is unheard (never in the past: a due one is
+        // sent at the next tick); the deadlines matter only until they pass.
+        let retransmit = (r.heard.len() < others).then(|| r.retransmit_ms.max(now + 1));
+        let ahead = |t: u64| (t > now).then_some(t);
+        [retransmit, ahead(r.deadline_ms), ahead(give_up)]
+            .into_iter()
+            .flatten()
+            .min()
     }
 
     fn retransmit_position(&mut self) {

@@ -26,15 +26,16 @@ use crossbeam_channel::{Receiver, Sender};
 use tagma_core::ValidConfig;
 use tagma_exec::{Executor, Service};
 use tagma_storage::{CheckpointStore, Log, LogOptions};
-use tagma_wire::{Batch, ConsensusId, DecidedInstance, Decode};
+use tagma_wire::{Batch, ConsensusId, DecidedInstance, Decode, Encode};
 use tracing::{error, info, warn};
 
 use crate::{ExecEvent, Metrics, NodeError};
 
 /// What the storage thread is asked to do.
 pub(crate) enum StorageEvent {
-    /// Log decided instance `cid` (an encoded [`DecidedInstance`]).
-    Append { cid: u64, record: Bytes },
+    /// Log decided instance `cid` with its proof (encoded by the storage thread, off the
+    /// consensus thread).
+    Append { cid: u64, decided: DecidedInstance },
     /// A checkpoint of `cid` is durable: drop the log segments it covers.
     Release { cid: u64 },
 }
@@ -133,12 +134,14 @@ fn recover<S: Service>(
     };
     let kept = cfg.raw.limits.decisions_kept;
     let mut recent: VecDeque<DecidedInstance> = VecDeque::new();
+    let mut checkpoint_cid = None;
     // Both steps of recovery change the executor, one after the other.
     let executor = std::cell::RefCell::new(executor);
     let (log, last) = tagma_storage::recover(
         &store,
         options,
         |ckp| {
+            checkpoint_cid = Some(ckp.cid);
             let mut executor = executor.borrow_mut();
             executor
                 .restore(&Bytes::copy_from_slice(&ckp.state))
@@ -161,6 +164,10 @@ fn recover<S: Service>(
             let batch =
                 Batch::decode(&decided.batch).map_err(|e| format!("batch does not decode: {e}"))?;
             executor.borrow_mut().execute_batch(decided.cid, &batch);
+            recent.push_back(decided);
+            if recent.len() > kept {
+                recent.pop_front();
+            }
             Ok(())
         },
     )
@@ -169,31 +176,35 @@ fn recover<S: Service>(
         other => Failure::Damaged(other.to_string()),
     })?;
     let executor = executor.into_inner();
-    // The newest logged decisions with their proofs — including those a checkpoint covers
-    // (the log keeps the last `decisions_kept` before each checkpoint) — so this replica can
-    // prove its position to replicas that are behind, after any restart.
-    let first = last
-        .map_or(0, |l| (l + 1).saturating_sub(kept as u64))
-        .max(log.first_cid().unwrap_or(0));
-    let mut undecodable = None;
-    log.replay_from(
-        first,
-        |cid, payload| -> Result<(), tagma_storage::StorageError> {
-            match DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
-                Ok(decided) => {
-                    recent.push_back(decided);
-                    if recent.len() > kept {
-                        recent.pop_front();
-                    }
+    // The replayed decisions are in `recent`; the log also keeps up to `decisions_kept` that
+    // the checkpoint covers: read those too (only those), so this replica can prove its
+    // position to replicas that are behind, after any restart.
+    if let (Some(ckp), Some(last)) = (checkpoint_cid, last)
+        && recent.len() < kept
+    {
+        let first = (last + 1).saturating_sub(kept as u64);
+        let first = first.max(log.first_cid().unwrap_or(first));
+        let mut older = VecDeque::new();
+        let mut undecodable = None;
+        log.replay_range(
+            first..ckp + 1,
+            |cid, payload| -> Result<(), tagma_storage::StorageError> {
+                match DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
+                    Ok(decided) => older.push_back(decided),
+                    Err(e) => undecodable = Some(format!("record {cid} does not decode: {e}")),
                 }
-                Err(e) => undecodable = Some(format!("record {cid} does not decode: {e}")),
-            }
-            Ok(())
-        },
-    )
-    .map_err(|e| Failure::from(&e))?;
-    if let Some(reason) = undecodable {
-        return Err(Failure::Damaged(reason));
+                Ok(())
+            },
+        )
+        .map_err(|e| Failure::from(&e))?;
+        if let Some(reason) = undecodable {
+            return Err(Failure::Damaged(reason));
+        }
+        older.extend(recent);
+        while older.len() > kept {
+            older.pop_front();
+        }
+        recent = older;
     }
     if let Some(last) = last {
         info!(
@@ -226,8 +237,8 @@ pub(crate) fn storage_loop(
         let mut release = None;
         for event in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
             match event {
-                StorageEvent::Append { cid, record } => {
-                    if let Err(e) = log.append(cid, &record) {
+                StorageEvent::Append { cid, decided } => {
+                    if let Err(e) = log.append(cid, &decided.to_bytes()) {
                         error!("cannot log instance {cid}: {e}; this replica stops replying");
                         return;
                     }

@@ -876,7 +876,7 @@ fn carry_out_actions(
                     };
                     let event = durability::StorageEvent::Append {
                         cid: decision.cid.0,
-                        record: decided.to_bytes(),
+                        decided,
                     };
                     if tx.send(event).is_err() {
                         return false;

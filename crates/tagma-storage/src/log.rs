@@ -49,6 +49,8 @@ pub struct LogOptions {
 #[derive(Debug)]
 struct Sealed {
     path: PathBuf,
+    /// From the file name (the cid its first record carries, if any).
+    first_cid: u64,
     last_cid: Option<u64>,
 }
 
@@ -226,6 +228,7 @@ impl Log {
             if !is_last {
                 sealed.push(Sealed {
                     path,
+                    first_cid: named_first,
                     last_cid: scan.last_cid,
                 });
                 continue;
@@ -272,26 +275,16 @@ impl Log {
 
     /// The oldest instance the log holds.
     pub fn first_cid(&self) -> Option<u64> {
-        self.segments_first_cids().into_iter().next()
-    }
-
-    fn segments_first_cids(&self) -> Vec<u64> {
-        // Sealed segments' first cids come from their names (they hold records, or are
-        // empty and then skipped).
-        let mut out = Vec::new();
-        for s in &self.sealed {
-            if s.last_cid.is_some()
-                && let Some(first) = first_cid_of(&s.path)
-            {
-                out.push(first);
-            }
-        }
-        if let Some(c) = &self.current
-            && c.last_cid.is_some()
-        {
-            out.push(c.first_cid);
-        }
-        out
+        self.sealed
+            .iter()
+            .find(|s| s.last_cid.is_some())
+            .map(|s| s.first_cid)
+            .or_else(|| {
+                self.current
+                    .as_ref()
+                    .filter(|c| c.last_cid.is_some())
+                    .map(|c| c.first_cid)
+            })
     }
 
     /// The newest instance appended (synced or not).
@@ -377,6 +370,7 @@ impl Log {
             if c.last_cid.is_some() {
                 self.sealed.push(Sealed {
                     path: c.path,
+                    first_cid: c.first_cid,
                     last_cid: c.last_cid,
                 });
             } else {
@@ -425,16 +419,30 @@ impl Log {
     pub fn replay_from<E: From<StorageError>>(
         &self,
         from: u64,
+        f: impl FnMut(u64, &[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        self.replay_range(from..u64::MAX, f)
+    }
+
+    /// [`Log::replay_from`] for the instances of `range` only; segments wholly outside it are
+    /// not read.
+    pub fn replay_range<E: From<StorageError>>(
+        &self,
+        range: std::ops::Range<u64>,
         mut f: impl FnMut(u64, &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
+        let from = range.start;
+        let overlaps = |first: u64, last: Option<u64>| {
+            last.is_some_and(|l| l >= range.start) && first < range.end
+        };
         let mut paths: Vec<&Path> = self
             .sealed
             .iter()
-            .filter(|s| s.last_cid.is_some_and(|l| l >= from))
+            .filter(|s| overlaps(s.first_cid, s.last_cid))
             .map(|s| s.path.as_path())
             .collect();
         if let Some(c) = &self.current
-            && c.last_cid.is_some_and(|l| l >= from)
+            && overlaps(c.first_cid, c.last_cid)
         {
             paths.push(&c.path);
         }
@@ -452,6 +460,9 @@ impl Log {
             let mut offset = 0usize;
             let mut next = named_first;
             while let Some(r) = record_at(&image, offset, Some(next)) {
+                if r.cid >= range.end {
+                    break;
+                }
                 if r.cid >= from {
                     if r.cid != expected {
                         return Err(StorageError::Gap {

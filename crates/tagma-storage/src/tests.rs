@@ -171,6 +171,28 @@ fn corruption_in_a_sealed_segment_is_reported_even_at_its_end() {
 }
 
 #[test]
+fn replay_range_reads_exactly_its_instances() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(opts(dir.path(), 1024)).unwrap();
+    append_range(&mut log, 0..100);
+    let mut seen = Vec::new();
+    log.replay_range(37..64, |cid, p| -> Result<(), StorageError> {
+        assert_eq!(p, payload(cid).as_slice());
+        seen.push(cid);
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(seen, (37..64).collect::<Vec<_>>());
+    let mut none = 0;
+    log.replay_range(150..200, |_, _| -> Result<(), StorageError> {
+        none += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(none, 0);
+}
+
+#[test]
 fn releasing_drops_covered_segments_only() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(opts(dir.path(), 1024)).unwrap();
