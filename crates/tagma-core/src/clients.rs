@@ -515,6 +515,20 @@ impl Clients {
             .collect();
     }
 
+    /// Replaces the sessions with those of a state installed by state transfer (this
+    /// replica skipped the decisions in between): pending requests those sessions already
+    /// delivered are dropped.
+    pub fn install_sessions(&mut self, sessions: &[(ClientId, RequestSeq)]) {
+        for (client, seq) in sessions {
+            let session = self.sessions.entry(*client).or_insert(Session {
+                last_delivered: RequestSeq(0),
+            });
+            session.last_delivered = session.last_delivered.max(*seq);
+            self.drop_pending_up_to(*client, *seq);
+            self.refresh_timer(*client);
+        }
+    }
+
     fn drop_pending_up_to(&mut self, client: ClientId, seq: RequestSeq) {
         let Some(queue) = self.pending.get_mut(&client) else {
             return;

@@ -219,6 +219,9 @@ pub struct StorageSection {
     pub checkpoint_period: u64,
     /// Size each log segment file is preallocated to.
     pub log_segment_bytes: u64,
+    /// The largest checkpoint a replica accepts by state transfer (a faulty replica cannot
+    /// make it fetch more).
+    pub state_bytes_max: u64,
 }
 
 impl Default for StorageSection {
@@ -228,6 +231,7 @@ impl Default for StorageSection {
             durability: Durability::None,
             checkpoint_period: 1000,
             log_segment_bytes: 64 << 20,
+            state_bytes_max: 16 << 30,
         }
     }
 }
@@ -482,6 +486,13 @@ impl Config {
                 "remove the key to use the default (1000), or set at least the number of replicas",
             ));
         }
+        if st.state_bytes_max == 0 {
+            return Err(err(
+                "storage.state_bytes_max",
+                "must be greater than 0",
+                "remove the key to use the default (16 GiB), or set a positive value",
+            ));
+        }
         if st.log_segment_bytes < 4096 {
             return Err(err(
                 "storage.log_segment_bytes",
@@ -692,6 +703,7 @@ impl Config {
         s.push_str(&format!("# \"none\": in memory only; \"fsync\": decided batches are logged and forced to disk before\n# their replies leave, and checkpoints are taken (survives the crash of every replica). Default \"none\".\ndurability = \"{}\"\n", st.durability));
         s.push_str(&format!("# Instances between two checkpoints of a replica (staggered across replicas; at least n). Default 1000.\ncheckpoint_period = {}\n", st.checkpoint_period));
         s.push_str(&format!("# Bytes each log segment file is preallocated to. Default 67108864 (64 MiB).\nlog_segment_bytes = {}\n", st.log_segment_bytes));
+        s.push_str(&format!("# The largest checkpoint accepted by state transfer. Default 17179869184 (16 GiB).\nstate_bytes_max = {}\n", st.state_bytes_max));
         s
     }
 }

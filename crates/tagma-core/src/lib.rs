@@ -15,6 +15,7 @@ pub mod proof;
 pub mod quorum;
 pub mod replica;
 pub mod sync;
+pub mod transfer;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use quorum::{Mode, Quorums};

@@ -30,7 +30,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use tagma_crypto::IdentityKey;
 use tagma_wire::{
-    Accept, Batch, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest, Encode, Epoch,
+    Accept, Batch, CheckpointInfo, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest, Encode, Epoch,
     PeerMessage, Propose, PublicKey, Regency, ReplicaId, RequestEnvelope, RequestSeq, Signature,
     SignedCollect, Stop, StopData, Sync, ViewId, Vote, collect_signing_bytes,
 };
@@ -40,6 +40,9 @@ use crate::config::ValidConfig;
 use crate::proof::{DecisionLog, ProofChecker, sign_accept};
 use crate::quorum::{Mode, Quorums};
 use crate::sync::{self, Choice, Normalized};
+use crate::transfer::{
+    Fetch, FetchOut, FetchParams, InstallOutcome, LOG_RUN, StateToInstall, TransferInput,
+};
 
 /// Everything the core needs from the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -65,6 +68,13 @@ pub struct ReplicaParams {
     /// Decided instances (with their ACCEPT signatures) kept in memory for decision
     /// forwarding to replicas that fell behind.
     pub decisions_kept: usize,
+    /// Whether this replica keeps durable checkpoints and a log: it then serves and runs
+    /// state transfer ([`crate::transfer`]) when decision forwarding cannot help.
+    pub state_transfer: bool,
+    /// Bytes per state-transfer chunk (fits in a frame).
+    pub chunk_bytes: u32,
+    /// The largest checkpoint fetched by state transfer.
+    pub state_bytes_max: u64,
 }
 
 impl ReplicaParams {
@@ -86,8 +96,16 @@ impl ReplicaParams {
             seed: 0x7461_676d_6100_0000 ^ me.0 as u64,
             member_keys: cfg.replicas.iter().map(|r| r.public_key).collect(),
             decisions_kept: r.limits.decisions_kept,
+            state_transfer: r.storage.durability == crate::config::Durability::Fsync,
+            chunk_bytes: chunk_bytes(r.limits.frame_bytes_max),
+            state_bytes_max: r.storage.state_bytes_max,
         }
     }
+}
+
+/// State-transfer chunks: 1 MiB, or less when frames are smaller (with room for the header).
+pub fn chunk_bytes(frame_bytes_max: usize) -> u32 {
+    (frame_bytes_max.saturating_sub(64)).clamp(1, 1 << 20) as u32
 }
 
 /// A PROPOSE's batch as prepared by the network stage.
@@ -144,6 +162,8 @@ pub enum PeerInput {
         request: RequestEnvelope,
         authentic: bool,
     },
+    /// A state-transfer message.
+    Transfer(TransferInput),
 }
 
 impl PeerInput {
@@ -201,6 +221,20 @@ impl PeerInput {
             PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
             PeerMessage::Decision(d) => PeerInput::Decision(d),
             PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
+            PeerMessage::StateQuery { next } => PeerInput::Transfer(TransferInput::Query { next }),
+            PeerMessage::StateOffer { checkpoint, next } => {
+                PeerInput::Transfer(TransferInput::Offer { checkpoint, next })
+            }
+            PeerMessage::ChunkRequest { cid, offset, len } => {
+                PeerInput::Transfer(TransferInput::ChunkRequest { cid, offset, len })
+            }
+            PeerMessage::Chunk { cid, offset, data } => {
+                PeerInput::Transfer(TransferInput::Chunk { cid, offset, data })
+            }
+            PeerMessage::LogRequest { from, count } => {
+                PeerInput::Transfer(TransferInput::LogRequest { from, count })
+            }
+            PeerMessage::LogEntry(d) => PeerInput::Transfer(TransferInput::LogEntry(d)),
         }
     }
 }
@@ -212,6 +246,9 @@ pub struct Decision {
     pub epoch: Epoch,
     pub hash: Digest,
     pub batch: Batch,
+    /// Durable replicas (`state_transfer`): the instance with the signatures of its
+    /// decision, for the log.
+    pub logged: Option<DecidedInstance>,
 }
 
 /// What the caller must do. Carry actions out in the order they are polled.
@@ -227,12 +264,42 @@ pub enum Action {
     ResendReply { client: ClientId, seq: RequestSeq },
     /// A new regency was installed (observability: logs, metrics, failover measurements).
     RegencyInstalled { regency: Regency, leader: ReplicaId },
-    /// HOOK(state transfer): this replica is behind by instances that no peer keeps in
-    /// memory any more; it needs a checkpoint and log from the others (durability issue).
+    /// This replica is behind by instances that no peer keeps in memory any more; it needs
+    /// a checkpoint and log from the others. With `state_transfer` on, the core starts
+    /// fetching them at once (the actions below); otherwise this is only reported.
     StateTransferNeeded {
         next_cid: ConsensusId,
         known_decided: ConsensusId,
     },
+    /// State transfer, serving side: send `to` the `len` bytes at `offset` of the durable
+    /// checkpoint of `cid` as a [`PeerMessage::Chunk`] (the core checked the range against
+    /// the checkpoint it announced).
+    ReadChunk {
+        to: ReplicaId,
+        cid: ConsensusId,
+        offset: u64,
+        len: u32,
+    },
+    /// State transfer, serving side: send `to` the logged decisions `from ..` (at most
+    /// `count`, stopping at the first the log lacks) as [`PeerMessage::LogEntry`]s.
+    ReadLog {
+        to: ReplicaId,
+        from: ConsensusId,
+        count: u32,
+    },
+    /// State transfer, fetching side: store this part of the incoming checkpoint (chunks come
+    /// in order from offset 0; a new fetch starts again from 0).
+    StoreChunk {
+        cid: ConsensusId,
+        offset: u64,
+        data: Bytes,
+    },
+    /// State transfer, fetching side: every part arrived; validate and install it (see
+    /// [`crate::transfer`]), then report with [`Replica::state_installed`]. The core may
+    /// still deliver instances meanwhile (decided by the others while the state was
+    /// fetched): once a state is installed, the runtime skips the `Deliver`s of instances it
+    /// covers, and logs none of them.
+    InstallState(StateToInstall),
 }
 
 /// Why a proposal is invalid. A correct replica never WRITEs or ACCEPTs an invalid proposal.
@@ -356,6 +423,11 @@ pub enum Rejection {
     /// the votes it cast before the crash, so it neither votes nor reports a collect until
     /// the start-up synchronisation is over (it would contradict its own earlier votes).
     Recovering,
+    /// A state-transfer message that does not fit (out of range, unexpected, unproven).
+    InvalidTransfer {
+        from: ReplicaId,
+        reason: &'static str,
+    },
 }
 
 impl Rejection {
@@ -382,6 +454,7 @@ impl Rejection {
             Rejection::InvalidProof { .. } => "invalid_proof",
             Rejection::Unauthentic => "unauthentic",
             Rejection::Recovering => "recovering",
+            Rejection::InvalidTransfer { .. } => "invalid_transfer",
         }
     }
 }
@@ -398,6 +471,8 @@ pub struct CoreStats {
     pub leader_changes: u64,
     /// Instances decided from a forwarded proof (catch-up) rather than by voting.
     pub decisions_forwarded_in: u64,
+    /// States installed by state transfer.
+    pub state_transfers: u64,
 }
 
 /// Requests carried in one STOP, at most.
@@ -492,6 +567,13 @@ pub struct Replica {
     leader_fault: Option<(ConsensusId, ProposalFault)>,
     /// Start-up synchronisation in progress ([`Replica::start_recovery`]).
     recovery: Option<Recovery>,
+    /// This replica's durable checkpoints, oldest first (at most two: the newest one is
+    /// offered, the previous one still served to a fetch that started before it).
+    served: VecDeque<CheckpointInfo>,
+    /// State transfer in progress.
+    fetch: Option<Fetch>,
+    /// The newest decisions of the state being installed (kept for forwarding once it is).
+    installing_recent: Vec<DecidedInstance>,
     now_ms: u64,
 }
 
@@ -578,6 +660,9 @@ impl Replica {
             stats: CoreStats::default(),
             leader_fault: None,
             recovery: None,
+            served: VecDeque::new(),
+            fetch: None,
+            installing_recent: Vec::new(),
             now_ms: 0,
             params,
         }
@@ -640,17 +725,22 @@ impl Replica {
         self.last_decided_timestamp_ms = timestamp_ms;
         self.clients.restore_sessions(sessions);
         for decided in recent {
-            let hash = tagma_crypto::digest(&decided.batch);
-            let signatures = decided.proof.accepts.iter().copied().collect();
-            self.decisions.record(
-                decided.cid,
-                decided.proof.epoch,
-                hash,
-                decided.batch.clone(),
-                signatures,
-                Some(decided.proof),
-            );
+            self.record_proven(decided);
         }
+    }
+
+    /// Keeps a proven decision for forwarding (after the last one kept).
+    fn record_proven(&mut self, decided: DecidedInstance) {
+        let hash = tagma_crypto::digest(&decided.batch);
+        let signatures = decided.proof.accepts.iter().copied().collect();
+        self.decisions.record(
+            decided.cid,
+            decided.proof.epoch,
+            hash,
+            decided.batch.clone(),
+            signatures,
+            Some(decided.proof),
+        );
     }
 
     /// An ordered request that arrived on an authenticated client connection (authentication
@@ -715,6 +805,7 @@ impl Replica {
                 self.on_position(from, next, reply);
                 Ok(())
             }
+            PeerInput::Transfer(t) => self.on_transfer(from, t),
             consensus => self.on_consensus_input(from, consensus),
         };
         self.settle();
@@ -768,6 +859,11 @@ impl Replica {
             );
         }
         self.maybe_request_decisions();
+        if let Some(fetch) = self.fetch.as_mut() {
+            let mut out = Vec::new();
+            fetch.tick(now_ms, &mut out);
+            self.fetch_actions(out);
+        }
         self.settle();
     }
     /// The earliest time at which `handle_tick` must be called, if any timer is armed.
@@ -777,12 +873,14 @@ impl Replica {
             .behind_since_ms
             .map(|_| self.catch_up.next_request_ms);
         let recovery = self.recovery_timer();
+        let fetch = self.fetch.as_ref().and_then(Fetch::deadline_ms);
         [
             self.clients.next_deadline_ms(),
             self.sync.stop_retransmit_ms,
             self.sync.sync_deadline_ms,
             catch_up,
             recovery,
+            fetch,
         ]
         .into_iter()
         .flatten()
@@ -1178,13 +1276,26 @@ impl Replica {
         {
             self.catch_up.behind_since_ms = None;
             self.catch_up.state_transfer_signalled = false;
+            // Caught up by other means: a fetch not yet handed over is pointless.
+            if self.fetch.as_ref().is_some_and(|f| !f.is_installing()) {
+                tracing::info!(%cid, "caught up while fetching state: state transfer abandoned");
+                self.fetch = None;
+            }
         }
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), "decided");
+        // Taken now: by the time the runtime logs it, more decisions may have pushed it out
+        // of the bounded decision log.
+        let logged = if self.params.state_transfer {
+            self.decisions.as_decided(cid)
+        } else {
+            None
+        };
         self.actions.push_back(Action::Deliver(Decision {
             cid,
             epoch,
             hash,
             batch,
+            logged,
         }));
     }
 
@@ -1861,6 +1972,20 @@ impl Replica {
                 next_cid: cid,
                 known_decided,
             });
+            if self.params.state_transfer && self.fetch.is_none() {
+                tracing::info!(next = %cid, decided_elsewhere = %known_decided, "too far behind for decision forwarding: starting state transfer");
+                let mut out = Vec::new();
+                let params = FetchParams {
+                    me: self.params.me,
+                    peers: self.params.members.len() - 1,
+                    one_correct: self.params.quorums.one_correct(),
+                    chunk_bytes: self.params.chunk_bytes,
+                    state_bytes_max: self.params.state_bytes_max,
+                    timeout_ms: self.params.request_timeout_ms.max(1),
+                };
+                self.fetch = Some(Fetch::start(params, cid, self.now_ms, &mut out));
+                self.fetch_actions(out);
+            }
         }
     }
 
@@ -1874,8 +1999,21 @@ impl Replica {
     }
 
     /// Answers a catch-up request with the run of consecutive decisions starting at `cid`
-    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`).
+    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`); a durable replica reads
+    /// those no longer in memory from its log.
     fn on_decision_request(&mut self, from: ReplicaId, cid: ConsensusId) {
+        if self.params.state_transfer
+            && cid < self.instance.cid
+            && self.decisions.first_cid().is_none_or(|first| cid < first)
+        {
+            // No longer in memory: a durable replica reads it from its log.
+            self.actions.push_back(Action::ReadLog {
+                to: from,
+                from: cid,
+                count: FUTURE_DECISIONS_MAX as u32,
+            });
+            return;
+        }
         for c in cid.0..cid.0.saturating_add(FUTURE_DECISIONS_MAX as u64) {
             let Some(d) = self.decisions.proven(ConsensusId(c), &self.checker) else {
                 break;
@@ -2053,6 +2191,200 @@ impl Replica {
         self.recovery = None;
         self.clients.restart_timers(self.now_ms);
         self.settle();
+    }
+}
+
+// ---- state transfer (see `crate::transfer`) -------------------------------------------------
+
+impl Replica {
+    /// A durable checkpoint of this replica is written (the runtime reports each one): it is
+    /// offered to replicas that need state from now on.
+    pub fn note_checkpoint(&mut self, info: CheckpointInfo) {
+        if self.served.back().is_some_and(|c| c.cid >= info.cid) {
+            return;
+        }
+        self.served.push_back(info);
+        while self.served.len() > 2 {
+            self.served.pop_front();
+        }
+    }
+
+    /// Whether a state transfer is in progress (fetching side).
+    pub fn is_fetching_state(&self) -> bool {
+        self.fetch.is_some()
+    }
+
+    /// The runtime's verdict on [`Action::InstallState`].
+    pub fn state_installed(&mut self, now_ms: u64, outcome: InstallOutcome) {
+        self.set_now(now_ms);
+        match outcome {
+            InstallOutcome::Installed {
+                last,
+                timestamp_ms,
+                sessions,
+            } => {
+                let recent = std::mem::take(&mut self.installing_recent);
+                let started = self.fetch.take().map(|f| f.started_ms());
+                if last < self.instance.cid {
+                    tracing::warn!(%last, next = %self.instance.cid, "state installed behind this replica's position: ignored");
+                    return;
+                }
+                tracing::info!(
+                    %last,
+                    from = %self.instance.cid,
+                    ms = started.map(|s| now_ms.saturating_sub(s)),
+                    "state transfer done"
+                );
+                self.stats.state_transfers += 1;
+                self.instance = Instance::new(last.next());
+                self.last_decided = Some(last);
+                self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(timestamp_ms);
+                self.clients.install_sessions(&sessions);
+                self.future.discard_below(last.next());
+                self.catch_up.future.retain(|c, _| *c > last);
+                for decided in recent {
+                    if self.decisions.last_cid().is_none_or(|n| n < decided.cid) {
+                        self.record_proven(decided);
+                    }
+                }
+                self.catch_up.behind_since_ms = None;
+                self.catch_up.state_transfer_signalled = false;
+                self.catch_up.requested_until = last.next();
+                // Still behind (decided meanwhile)? Forwarding takes it from here.
+                if self
+                    .catch_up
+                    .highest_seen
+                    .values()
+                    .filter(|c| **c > last.next())
+                    .count()
+                    >= self.params.quorums.one_correct()
+                {
+                    self.request_decisions(false);
+                }
+                self.progress_recovery();
+                self.settle();
+            }
+            InstallOutcome::Rejected { reason } => {
+                self.installing_recent.clear();
+                if !self.catch_up.state_transfer_signalled {
+                    tracing::info!(%reason, "fetched state not installed, and no longer needed");
+                    self.fetch = None;
+                    return;
+                }
+                tracing::warn!(%reason, "fetched state rejected: trying another source");
+                if let Some(fetch) = self.fetch.as_mut() {
+                    let mut out = Vec::new();
+                    fetch.rejected(&mut out);
+                    self.fetch_actions(out);
+                }
+            }
+        }
+    }
+
+    fn on_transfer(&mut self, from: ReplicaId, input: TransferInput) -> Result<(), Rejection> {
+        let bad = |reason: &'static str| Err(Rejection::InvalidTransfer { from, reason });
+        match input {
+            TransferInput::Query { .. } => {
+                self.actions.push_back(Action::Send {
+                    to: from,
+                    msg: PeerMessage::StateOffer {
+                        checkpoint: self.served.back().copied(),
+                        next: self.instance.cid,
+                    },
+                });
+            }
+            TransferInput::Offer { checkpoint, next } => {
+                let Some(fetch) = self.fetch.as_mut() else {
+                    return bad("offer while not fetching");
+                };
+                let mut out = Vec::new();
+                fetch.on_offer(from, checkpoint, next, self.now_ms, &mut out);
+                self.fetch_actions(out);
+            }
+            TransferInput::ChunkRequest { cid, offset, len } => {
+                let Some(ckp) = self.served.iter().find(|c| c.cid == cid) else {
+                    return bad("chunk of a checkpoint not held");
+                };
+                if len == 0
+                    || len > self.params.chunk_bytes
+                    || offset.checked_add(u64::from(len)).is_none_or(|end| end > ckp.len)
+                {
+                    return bad("chunk outside the checkpoint");
+                }
+                self.actions.push_back(Action::ReadChunk {
+                    to: from,
+                    cid,
+                    offset,
+                    len,
+                });
+            }
+            TransferInput::Chunk { cid, offset, data } => {
+                let Some(fetch) = self.fetch.as_mut() else {
+                    return bad("chunk while not fetching");
+                };
+                let mut out = Vec::new();
+                let r = fetch.on_chunk(from, cid, offset, data, self.now_ms, &mut out);
+                self.fetch_actions(out);
+                if let Err(reason) = r {
+                    return bad(reason);
+                }
+            }
+            TransferInput::LogRequest { from: first, count } => {
+                if count == 0 || count > LOG_RUN {
+                    return bad("log request of a bad length");
+                }
+                // From memory when every decision asked for is kept there; else from disk.
+                let run: Vec<DecidedInstance> = (first.0..first.0.saturating_add(u64::from(count)))
+                    .map_while(|c| self.decisions.proven(ConsensusId(c), &self.checker))
+                    .collect();
+                if run.len() == count as usize || !self.params.state_transfer {
+                    for d in run {
+                        self.actions.push_back(Action::Send {
+                            to: from,
+                            msg: PeerMessage::LogEntry(d),
+                        });
+                    }
+                } else {
+                    self.actions.push_back(Action::ReadLog {
+                        to: from,
+                        from: first,
+                        count,
+                    });
+                }
+            }
+            TransferInput::LogEntry(decided) => {
+                let Some(fetch) = self.fetch.as_mut().filter(|f| f.wants(decided.cid)) else {
+                    // Read from a peer's disk for catch-up (or no longer needed by a fetch).
+                    return self.on_decision(from, decided);
+                };
+                let mut out = Vec::new();
+                let r = fetch.on_log_entry(decided, &self.checker, self.now_ms, &mut out);
+                self.fetch_actions(out);
+                if let Err(reason) = r {
+                    return bad(reason);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn fetch_actions(&mut self, out: Vec<FetchOut>) {
+        for o in out {
+            let action = match o {
+                FetchOut::Broadcast(msg) => Action::Broadcast(msg),
+                FetchOut::Send { to, msg } => Action::Send { to, msg },
+                FetchOut::StoreChunk { cid, offset, data } => {
+                    Action::StoreChunk { cid, offset, data }
+                }
+                FetchOut::Install(state) => {
+                    let kept = self.params.decisions_kept;
+                    let skip = state.log.len().saturating_sub(kept);
+                    self.installing_recent = state.log[skip..].to_vec();
+                    Action::InstallState(state)
+                }
+            };
+            self.actions.push_back(action);
+        }
     }
 }
 

@@ -178,6 +178,7 @@ fn deliver(cid: u64, hash: Digest, batch: Batch) -> Action {
         epoch: E0,
         hash,
         batch,
+        logged: None,
     })
 }
 

@@ -66,6 +66,11 @@ pub fn request_seed(batch_seed: u64, index: usize) -> u64 {
     z ^ (z >> 31)
 }
 
+/// The digest that names a checkpoint in state transfer: BLAKE3 of its bytes.
+pub fn checkpoint_digest(checkpoint: &[u8]) -> Digest {
+    Digest(*blake3::hash(checkpoint).as_bytes())
+}
+
 /// Applies decided batches to a service in consensus order, tracking the execution position
 /// and caching recent replies per client for retransmissions.
 pub struct Executor<S: Service> {
@@ -289,6 +294,75 @@ impl<S: Service> Executor<S> {
         self.last_executed = last_executed;
         self.reply_cache = reply_cache;
         Ok(())
+    }
+
+    /// State transfer: replaces the state with a fetched checkpoint (`state`, after instance
+    /// `checkpoint_cid`), executes the proven decisions `log` after it, and compares the
+    /// digest of its own checkpoint ([`Executor::checkpoint`], deterministic) at each
+    /// voucher's instance with the voucher's. Counting the checkpoint's source (whose digest
+    /// the caller checked) as one match, at least `needed` must match; otherwise — or if
+    /// anything does not install, decode or follow — the previous state is restored and the
+    /// reason returned. Replies of the replayed batches are cached, not returned. On success
+    /// returns how many matched.
+    pub fn install_fetched(
+        &mut self,
+        state: &Bytes,
+        checkpoint_cid: u64,
+        log: &[tagma_wire::DecidedInstance],
+        vouchers: &[(ConsensusId, Digest)],
+        needed: usize,
+    ) -> Result<usize, String> {
+        let backup = self.checkpoint();
+        let result = self.replay_fetched(state, checkpoint_cid, log, vouchers, needed);
+        if result.is_err() {
+            self.restore(&backup)
+                .expect("a checkpoint of this executor restores");
+        }
+        result
+    }
+
+    fn replay_fetched(
+        &mut self,
+        state: &Bytes,
+        checkpoint_cid: u64,
+        log: &[tagma_wire::DecidedInstance],
+        vouchers: &[(ConsensusId, Digest)],
+        needed: usize,
+    ) -> Result<usize, String> {
+        self.restore(state)
+            .map_err(|e| format!("the fetched checkpoint does not install: {e}"))?;
+        if self.executed_instances != checkpoint_cid + 1 {
+            return Err(format!(
+                "the fetched checkpoint is at instance {}, announced {checkpoint_cid}",
+                self.executed_instances.wrapping_sub(1)
+            ));
+        }
+        let mut matched = 1;
+        for decided in log {
+            if decided.cid.0 != self.executed_instances {
+                return Err(format!(
+                    "the fetched log skips from instance {} to {}",
+                    self.executed_instances, decided.cid
+                ));
+            }
+            let batch = Batch::decode(&decided.batch)
+                .map_err(|e| format!("a proven batch does not decode: {e}"))?;
+            self.execute_batch(decided.cid, &batch);
+            let at_voucher = vouchers.iter().filter(|(c, _)| *c == decided.cid);
+            let mut digest = None;
+            for (_, expected) in at_voucher {
+                let d = *digest.get_or_insert_with(|| checkpoint_digest(&self.checkpoint()));
+                matched += usize::from(d == *expected);
+            }
+        }
+        if matched >= needed {
+            Ok(matched)
+        } else {
+            Err(format!(
+                "only {matched} of the source and {} vouchers match the replayed state ({needed} needed)",
+                vouchers.len()
+            ))
+        }
     }
 
     /// The view stamped on replies.

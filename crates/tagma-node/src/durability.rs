@@ -15,21 +15,31 @@
 //! own thread, so a large one stalls neither ordering nor logging. At start, [`recover`]
 //! rebuilds the executor from the newest checkpoint and the log after it, and hands the core
 //! the position, the sessions and the recent decisions (for forwarding) to resume with.
+//!
+//! **State transfer** (`tagma_core::transfer`): the core decides what to fetch and checks
+//! every decision's proof; here are its hands. The *transfer* thread reads chunks of this
+//! replica's checkpoints for peers and stores incoming chunks in `incoming.part`; the
+//! storage thread reads runs of logged decisions for peers; the execution thread validates
+//! a fetched state ([`DurableExec::install`]: digest, replay, vouchers), rolls back if it
+//! does not validate, and otherwise checkpoints it durably and restarts the log after it
+//! before the core goes on.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use tagma_core::ValidConfig;
+use tagma_core::transfer::{InstallOutcome, StateToInstall};
 use tagma_exec::{Executor, Service};
 use tagma_storage::{CheckpointStore, Log, LogOptions};
-use tagma_wire::{Batch, ConsensusId, DecidedInstance, Decode, Encode};
+use tagma_wire::{
+    Batch, CheckpointInfo, ConsensusId, DecidedInstance, Decode, Encode, PeerMessage, ReplicaId,
+};
 use tracing::{error, info, warn};
 
-use crate::{ExecEvent, Metrics, NodeError};
+use crate::{ConsensusEvent, ExecEvent, Metrics, NodeError, Shared, send_peer};
 
 /// What the storage thread is asked to do.
 pub(crate) enum StorageEvent {
@@ -38,6 +48,42 @@ pub(crate) enum StorageEvent {
     Append { cid: u64, decided: DecidedInstance },
     /// A checkpoint of `cid` is durable: drop the log segments it covers.
     Release { cid: u64 },
+    /// Send `to` the logged decisions `from ..` (at most `count`) as `LogEntry`s.
+    ReadLog { to: ReplicaId, from: u64, count: u32 },
+    /// A state covering every instance up to `cid` was installed and checkpointed: drop
+    /// the whole log and continue after `cid`.
+    ResetAfter { cid: u64 },
+}
+
+/// A checkpoint for the checkpoint thread to write. `installed`: the state came by state
+/// transfer; once it is durable the log restarts after it, then the sender is told.
+pub(crate) struct CheckpointJob {
+    pub cid: u64,
+    pub state: Bytes,
+    pub installed: Option<Sender<()>>,
+}
+
+/// What the transfer thread is asked to do.
+pub(crate) enum TransferJob {
+    ReadChunk {
+        to: ReplicaId,
+        cid: u64,
+        offset: u64,
+        len: u32,
+    },
+    StoreChunk {
+        offset: u64,
+        data: Bytes,
+    },
+}
+
+/// How a checkpoint is named in state-transfer offers.
+pub(crate) fn checkpoint_info(cid: u64, state: &[u8]) -> CheckpointInfo {
+    CheckpointInfo {
+        cid: ConsensusId(cid),
+        len: state.len() as u64,
+        digest: tagma_exec::checkpoint_digest(state),
+    }
 }
 
 /// What recovery found on disk.
@@ -48,6 +94,8 @@ pub(crate) struct Recovered {
     pub last: Option<ConsensusId>,
     /// The newest logged decisions, oldest first (at most `decisions_kept`).
     pub recent: Vec<DecidedInstance>,
+    /// The checkpoint recovered from, as offered to replicas that need state.
+    pub checkpoint: Option<CheckpointInfo>,
 }
 
 /// The replica's storage directories under its data directory.
@@ -135,6 +183,7 @@ fn recover<S: Service>(
     let kept = cfg.raw.limits.decisions_kept;
     let mut recent: VecDeque<DecidedInstance> = VecDeque::new();
     let mut checkpoint_cid = None;
+    let mut checkpoint = None;
     // Both steps of recovery change the executor, one after the other.
     let executor = std::cell::RefCell::new(executor);
     let (log, last) = tagma_storage::recover(
@@ -142,6 +191,7 @@ fn recover<S: Service>(
         options,
         |ckp| {
             checkpoint_cid = Some(ckp.cid);
+            checkpoint = Some(checkpoint_info(ckp.cid, &ckp.state));
             let mut executor = executor.borrow_mut();
             executor
                 .restore(&Bytes::copy_from_slice(&ckp.state))
@@ -218,18 +268,23 @@ fn recover<S: Service>(
         store,
         last: last.map(ConsensusId),
         recent: recent.into(),
+        checkpoint,
     })
 }
 
 /// The storage thread: appends every record queued, syncs once, tells the execution thread.
 /// A checkpoint releases the log up to `keep` instances before it (kept for forwarding).
 pub(crate) fn storage_loop(
-    keep: u64,
+    sh: &Shared,
     mut log: Log,
     rx: Receiver<StorageEvent>,
     exec_tx: Sender<ExecEvent>,
-    metrics: Arc<Metrics>,
+    peers: HashMap<ReplicaId, Sender<Bytes>>,
 ) {
+    let keep = sh.cfg.raw.limits.decisions_kept as u64;
+    let metrics = &sh.metrics;
+    // Instances up to this one are covered by a state installed by state transfer.
+    let mut covered: Option<u64> = None;
     // Bounds one group: the replies of its first batch wait for all of it.
     const GROUP_MAX: usize = 1024;
     while let Ok(first) = rx.recv() {
@@ -238,6 +293,9 @@ pub(crate) fn storage_loop(
         for event in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
             match event {
                 StorageEvent::Append { cid, decided } => {
+                    if covered.is_some_and(|c| cid <= c) {
+                        continue;
+                    }
                     if let Err(e) = log.append(cid, &decided.to_bytes()) {
                         error!("cannot log instance {cid}: {e}; this replica stops replying");
                         return;
@@ -246,6 +304,20 @@ pub(crate) fn storage_loop(
                     last = Some(cid);
                 }
                 StorageEvent::Release { cid } => release = release.max(Some(cid)),
+                StorageEvent::ReadLog { to, from, count } => {
+                    if let Some(tx) = peers.get(&to) {
+                        serve_log(sh, &log, tx, from, count);
+                    }
+                }
+                StorageEvent::ResetAfter { cid } => {
+                    if let Err(e) = log.reset_after(cid) {
+                        error!("cannot restart the log after the installed state {cid}: {e}; this replica stops replying");
+                        return;
+                    }
+                    last = None;
+                    release = None;
+                    covered = Some(cid);
+                }
             }
         }
         if let Some(cid) = last {
@@ -266,26 +338,74 @@ pub(crate) fn storage_loop(
     }
 }
 
-/// The checkpoint thread: writes each checkpoint handed to it, then lets the storage thread
-/// release the log it covers.
+/// Sends `to` the logged decisions `from ..` (at most `count`), stopping at the first the
+/// log does not hold.
+fn serve_log(sh: &Shared, log: &Log, tx: &Sender<Bytes>, from: u64, count: u32) {
+    let first = log.first_cid().unwrap_or(u64::MAX);
+    let last = log.last_cid().unwrap_or(0);
+    if from < first || from > last {
+        return;
+    }
+    let end = from.saturating_add(u64::from(count)).min(last + 1);
+    let mut entries = Vec::new();
+    let read = log.replay_range(
+        from..end,
+        |_, payload| -> Result<(), tagma_storage::StorageError> {
+            if let Ok(d) = DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
+                entries.push(d);
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = read {
+        warn!("cannot read the log for a replica fetching state: {e}");
+    }
+    for d in entries {
+        send_peer(sh, tx, PeerMessage::LogEntry(d).to_bytes());
+    }
+}
+
+/// The checkpoint thread: writes each checkpoint handed to it, tells the core (which offers
+/// it to replicas that need state), then lets the storage thread release the log up to the
+/// previous checkpoint (the two newest are kept and served).
 pub(crate) fn checkpoint_loop(
+    sh: &Shared,
     store: CheckpointStore,
-    rx: Receiver<(u64, Bytes)>,
+    rx: Receiver<CheckpointJob>,
     storage_tx: Sender<StorageEvent>,
-    metrics: Arc<Metrics>,
 ) {
-    while let Ok((cid, state)) = rx.recv() {
-        match store.write(cid, &state) {
+    let mut previous: Option<u64> = None;
+    while let Ok(job) = rx.recv() {
+        let cid = job.cid;
+        match store.write(cid, &job.state) {
             Ok(path) => {
-                metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
+                sh.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
                 info!(
                     instance = cid,
-                    bytes = state.len(),
+                    bytes = job.state.len(),
                     file = %path.display(),
                     "checkpoint written"
                 );
-                if storage_tx.send(StorageEvent::Release { cid }).is_err() {
+                let info = checkpoint_info(cid, &job.state);
+                if sh
+                    .consensus_tx
+                    .send(ConsensusEvent::Checkpointed(info))
+                    .is_err()
+                {
                     return;
+                }
+                let event = match job.installed {
+                    Some(_) => Some(StorageEvent::ResetAfter { cid }),
+                    None => previous.map(|p| StorageEvent::Release { cid: p }),
+                };
+                previous = Some(cid);
+                if let Some(event) = event
+                    && storage_tx.send(event).is_err()
+                {
+                    return;
+                }
+                if let Some(done) = job.installed {
+                    let _ = done.send(());
                 }
             }
             Err(e) => warn!("cannot write the checkpoint of instance {cid}: {e}"),
@@ -293,10 +413,60 @@ pub(crate) fn checkpoint_loop(
     }
 }
 
+/// The transfer thread: serves chunks of this replica's checkpoints to peers, and stores the
+/// chunks of a checkpoint this replica fetches.
+pub(crate) fn transfer_loop(
+    sh: &Shared,
+    store: CheckpointStore,
+    rx: Receiver<TransferJob>,
+    peers: HashMap<ReplicaId, Sender<Bytes>>,
+) {
+    while let Ok(job) = rx.recv() {
+        match job {
+            TransferJob::ReadChunk {
+                to,
+                cid,
+                offset,
+                len,
+            } => {
+                let Some(tx) = peers.get(&to) else {
+                    continue;
+                };
+                match store.read_chunk(cid, offset, len as usize) {
+                    Ok(data) => {
+                        sh.metrics
+                            .state_bytes_served
+                            .fetch_add(u64::from(len), Ordering::Relaxed);
+                        let msg = PeerMessage::Chunk {
+                            cid: ConsensusId(cid),
+                            offset,
+                            data: Bytes::from(data),
+                        };
+                        send_peer(sh, tx, msg.to_bytes());
+                    }
+                    // Replaced by a newer checkpoint meanwhile: the fetcher starts over.
+                    Err(e) => warn!("cannot read a chunk of checkpoint {cid}: {e}"),
+                }
+            }
+            TransferJob::StoreChunk { offset, data } => {
+                sh.metrics
+                    .state_bytes_fetched
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                if let Err(e) = store.store_chunk(offset, &data) {
+                    // The install's digest check then fails and another attempt starts.
+                    warn!("cannot store a fetched chunk: {e}");
+                }
+            }
+        }
+    }
+}
+
 /// The execution thread's side of durability: replies held until their batch is logged,
 /// and the staggered checkpoint points.
 pub(crate) struct DurableExec {
-    pub checkpoint_tx: Sender<(u64, Bytes)>,
+    pub checkpoint_tx: Sender<CheckpointJob>,
+    /// Where fetched checkpoints are stored (read back at install).
+    pub store: CheckpointStore,
     /// This replica's position among the members, the member count and the period.
     pub index: usize,
     pub n: usize,
@@ -305,6 +475,9 @@ pub(crate) struct DurableExec {
     pub held: VecDeque<(u64, Vec<tagma_wire::Reply>)>,
     /// Every instance up to this one is on disk.
     pub durable_through: Option<u64>,
+    /// The last instance of the newest state installed by state transfer: later `Deliver`s
+    /// of instances up to it are skipped (see `Action::InstallState`).
+    pub installed_through: Option<u64>,
 }
 
 impl DurableExec {
@@ -326,15 +499,83 @@ impl DurableExec {
         if !tagma_storage::checkpoint_due(cid, self.index, self.n, self.period) {
             return;
         }
-        if self
-            .checkpoint_tx
-            .try_send((cid, executor.checkpoint()))
-            .is_err()
-        {
+        let job = CheckpointJob {
+            cid,
+            state: executor.checkpoint(),
+            installed: None,
+        };
+        if self.checkpoint_tx.try_send(job).is_err() {
             warn!(
                 instance = cid,
                 "previous checkpoint still being written: this one is skipped"
             );
+        }
+    }
+}
+
+impl DurableExec {
+    /// Validates and installs a fetched state (see `tagma_core::transfer`): the stored
+    /// checkpoint must have the source's digest; it is installed and the proven decisions
+    /// after it replayed, comparing the state's digest at each voucher's instance; with fewer
+    /// than `matches_needed` matches everything is rolled back. Once accepted, the state is
+    /// checkpointed durably and the log restarted after it before the core is told.
+    pub fn install<S: Service>(
+        &mut self,
+        executor: &mut Executor<S>,
+        state: &StateToInstall,
+    ) -> InstallOutcome {
+        let rejected = |reason: String| InstallOutcome::Rejected { reason };
+        let target = state.target();
+        if executor.executed_instances() > target.0 + 1 {
+            return rejected(format!(
+                "this replica already executed beyond instance {target}"
+            ));
+        }
+        let bytes = match self.store.read_incoming() {
+            Ok(b) => Bytes::from(b),
+            Err(e) => return rejected(format!("cannot read the fetched checkpoint: {e}")),
+        };
+        self.store.remove_incoming();
+        let fetched = checkpoint_info(state.checkpoint.cid.0, &bytes);
+        if fetched != state.checkpoint {
+            return rejected(format!(
+                "the checkpoint from replica {} does not match its digest",
+                state.source
+            ));
+        }
+        let vouchers: Vec<_> = state.vouchers.iter().map(|(_, v)| (v.cid, v.digest)).collect();
+        match executor.install_fetched(
+            &bytes,
+            state.checkpoint.cid.0,
+            &state.log,
+            &vouchers,
+            state.matches_needed,
+        ) {
+            Ok(matched) => info!(
+                source = %state.source,
+                matched,
+                needed = state.matches_needed,
+                "fetched state validated"
+            ),
+            Err(reason) => return rejected(reason),
+        }
+        // Durable before anything else happens: the checkpoint of the installed state, then
+        // the log restarted after it (the checkpoint thread does both, in that order).
+        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
+        let job = CheckpointJob {
+            cid: target.0,
+            state: executor.checkpoint(),
+            installed: Some(done_tx),
+        };
+        if self.checkpoint_tx.send(job).is_err() || done_rx.recv().is_err() {
+            return rejected("the checkpoint thread stopped".into());
+        }
+        self.durable_through = Some(target.0);
+        self.installed_through = Some(target.0);
+        InstallOutcome::Installed {
+            last: target,
+            timestamp_ms: executor.last_timestamp_ms(),
+            sessions: executor.sessions(),
         }
     }
 }

@@ -106,7 +106,14 @@ struct ConnHandle {
 
 enum ConsensusEvent {
     Request(RequestEnvelope),
-    Peer { from: ReplicaId, input: PeerInput },
+    Peer {
+        from: ReplicaId,
+        input: PeerInput,
+    },
+    /// A durable checkpoint was written (offered to replicas that need state).
+    Checkpointed(tagma_wire::CheckpointInfo),
+    /// The execution thread's verdict on a fetched state.
+    Installed(tagma_core::transfer::InstallOutcome),
 }
 
 enum ExecEvent {
@@ -135,6 +142,8 @@ enum ExecEvent {
     Execute(RequestEnvelope),
     /// Durability: every instance up to this one is logged and synced.
     Durable(u64),
+    /// State transfer: validate and install a fetched state.
+    Install(tagma_core::transfer::StateToInstall),
 }
 
 /// Wall-clock milliseconds that never go backwards (monotonic clock offset from the wall
@@ -321,6 +330,7 @@ fn start_node<S: Service>(
     }
     let mut durable_exec = None;
     let mut storage_tx = None;
+    let mut transfer_tx = None;
     let mut core = None;
     if !unreplicated {
         let params = ReplicaParams::from_config(&cfg, me);
@@ -334,29 +344,35 @@ fn start_node<S: Service>(
                     rec.recent,
                 );
             }
+            if let Some(info) = rec.checkpoint {
+                replica.note_checkpoint(info);
+            }
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
+            let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
             let (sh, exec_tx2, tx2) = (shared.clone(), exec_tx.clone(), tx.clone());
+            let links = peer_links.clone();
             threads.push(spawn("storage".into(), me, move || {
-                durability::storage_loop(
-                    sh.cfg.raw.limits.decisions_kept as u64,
-                    rec.log,
-                    rx,
-                    exec_tx2,
-                    sh.metrics.clone(),
-                )
+                durability::storage_loop(&sh, rec.log, rx, exec_tx2, links)
             }));
-            let sh = shared.clone();
+            let (sh, store) = (shared.clone(), rec.store.clone());
             threads.push(spawn("checkpoint".into(), me, move || {
-                durability::checkpoint_loop(rec.store, ckp_rx, tx2, sh.metrics.clone())
+                durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
             }));
+            let (sh, store, links) = (shared.clone(), rec.store.clone(), peer_links.clone());
+            threads.push(spawn("transfer".into(), me, move || {
+                durability::transfer_loop(&sh, store, xfer_rx, links)
+            }));
+            transfer_tx = Some(xfer_tx);
             durable_exec = Some(durability::DurableExec {
+                store: rec.store,
                 checkpoint_tx: ckp_tx,
                 index: cfg.replicas.iter().position(|r| r.id == me).unwrap_or(0),
                 n: cfg.n(),
                 period: cfg.raw.storage.checkpoint_period,
                 held: VecDeque::new(),
                 durable_through: rec.last.map(|c| c.0),
+                installed_through: None,
             });
             storage_tx = Some(tx);
         }
@@ -365,7 +381,13 @@ fn start_node<S: Service>(
     if let Some(core) = core {
         let sh = shared.clone();
         threads.push(spawn("consensus".into(), me, move || {
-            consensus_loop(&sh, core, consensus_rx, peer_links, exec_tx, storage_tx)
+            let links = Links {
+                peers: peer_links,
+                exec_tx,
+                storage_tx,
+                transfer_tx,
+            };
+            consensus_loop(&sh, core, consensus_rx, &links)
         }));
     }
     let sh = shared.clone();
@@ -788,20 +810,27 @@ fn order(sh: &Shared, request: RequestEnvelope) -> bool {
     }
 }
 
+/// Where the consensus thread sends what its actions ask for.
+struct Links {
+    peers: HashMap<ReplicaId, Sender<Bytes>>,
+    exec_tx: Sender<ExecEvent>,
+    /// Durable replicas only.
+    storage_tx: Option<Sender<durability::StorageEvent>>,
+    transfer_tx: Option<Sender<durability::TransferJob>>,
+}
+
 fn consensus_loop(
     sh: &Arc<Shared>,
     mut core: Replica,
     rx: Receiver<ConsensusEvent>,
-    peers: HashMap<ReplicaId, Sender<Bytes>>,
-    exec_tx: Sender<ExecEvent>,
-    storage_tx: Option<Sender<durability::StorageEvent>>,
+    links: &Links,
 ) {
     let clock = Clock::new();
     const IDLE_WAKE_MS: u64 = 100;
-    if storage_tx.is_some() {
+    if links.storage_tx.is_some() {
         // Durable replicas synchronise with the others before ordering (SPEC §5).
         core.start_recovery(clock.now_ms());
-        if !carry_out_actions(sh, &mut core, &peers, &exec_tx, storage_tx.as_ref()) {
+        if !carry_out_actions(sh, &mut core, links) {
             return;
         }
     }
@@ -819,6 +848,14 @@ fn consensus_loop(
             Ok(ConsensusEvent::Peer { from, input }) => {
                 core.handle_peer(clock.now_ms(), from, input)
             }
+            Ok(ConsensusEvent::Checkpointed(info)) => {
+                core.note_checkpoint(info);
+                Ok(())
+            }
+            Ok(ConsensusEvent::Installed(outcome)) => {
+                core.state_installed(clock.now_ms(), outcome);
+                Ok(())
+            }
             Err(RecvTimeoutError::Timeout) => Ok(()),
             Err(RecvTimeoutError::Disconnected) => return,
         };
@@ -830,7 +867,7 @@ fn consensus_loop(
                 sh.reject(rejection.reason(), format_args!("{rejection:?}"));
             }
         }
-        if !carry_out_actions(sh, &mut core, &peers, &exec_tx, storage_tx.as_ref()) {
+        if !carry_out_actions(sh, &mut core, links) {
             return;
         }
         // Timers are checked after every event, not only when the queue is idle: a steady
@@ -838,7 +875,7 @@ fn consensus_loop(
         let now = clock.now_ms();
         if core.next_timeout_ms().is_some_and(|t| t <= now) {
             core.handle_tick(now);
-            if !carry_out_actions(sh, &mut core, &peers, &exec_tx, storage_tx.as_ref()) {
+            if !carry_out_actions(sh, &mut core, links) {
                 return;
             }
         }
@@ -846,13 +883,9 @@ fn consensus_loop(
 }
 
 /// Carries out the core's actions in order; false when the replica is shutting down.
-fn carry_out_actions(
-    sh: &Arc<Shared>,
-    core: &mut Replica,
-    peers: &HashMap<ReplicaId, Sender<Bytes>>,
-    exec_tx: &Sender<ExecEvent>,
-    storage_tx: Option<&Sender<durability::StorageEvent>>,
-) -> bool {
+fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
+    let (peers, exec_tx) = (&links.peers, &links.exec_tx);
+    let storage_tx = links.storage_tx.as_ref();
     while let Some(action) = core.poll_action() {
         match action {
             Action::Broadcast(msg) => {
@@ -866,13 +899,13 @@ fn carry_out_actions(
                     send_peer(sh, tx, msg.to_bytes());
                 }
             }
-            Action::Deliver(decision) => {
+            Action::Deliver(mut decision) => {
                 sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
                 // Parallel logging: the storage thread logs the instance (with its proof)
                 // while the execution thread executes it.
                 if let Some(tx) = storage_tx {
-                    let Some(decided) = core.decided_instance(decision.cid) else {
-                        unreachable!("a delivered instance is in the decision log");
+                    let Some(decided) = decision.logged.take() else {
+                        unreachable!("a durable replica's decisions carry their proof");
                     };
                     let event = durability::StorageEvent::Append {
                         cid: decision.cid.0,
@@ -908,11 +941,52 @@ fn carry_out_actions(
                 next_cid,
                 known_decided,
             } => {
-                warn!(
-                    next = next_cid.0,
-                    decided_elsewhere = known_decided.0,
-                    "too far behind for decision forwarding; state transfer is not implemented yet"
-                );
+                if links.transfer_tx.is_none() {
+                    warn!(
+                        next = next_cid.0,
+                        decided_elsewhere = known_decided.0,
+                        "too far behind for decision forwarding, and state transfer needs durable checkpoints: set [storage] durability = \"fsync\" (or raise limits.decisions_kept)"
+                    );
+                }
+            }
+            Action::ReadChunk {
+                to,
+                cid,
+                offset,
+                len,
+            } => {
+                if let Some(tx) = &links.transfer_tx {
+                    // Dropped when the transfer thread is busy: the fetcher asks again.
+                    let _ = tx.try_send(durability::TransferJob::ReadChunk {
+                        to,
+                        cid: cid.0,
+                        offset,
+                        len,
+                    });
+                }
+            }
+            Action::ReadLog { to, from, count } => {
+                if let Some(tx) = storage_tx {
+                    let _ = tx.try_send(durability::StorageEvent::ReadLog {
+                        to,
+                        from: from.0,
+                        count,
+                    });
+                }
+            }
+            Action::StoreChunk { offset, data, .. } => {
+                if let Some(tx) = &links.transfer_tx
+                    && tx
+                        .send(durability::TransferJob::StoreChunk { offset, data })
+                        .is_err()
+                {
+                    return false;
+                }
+            }
+            Action::InstallState(state) => {
+                if exec_tx.send(ExecEvent::Install(state)).is_err() {
+                    return false;
+                }
             }
         }
     }
@@ -970,6 +1044,13 @@ fn execution_loop<S: Service>(
             ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
             ExecEvent::Deliver(decision) => {
                 let cid = decision.cid.0;
+                if durable
+                    .as_ref()
+                    .is_some_and(|d| d.installed_through.is_some_and(|t| cid <= t))
+                {
+                    // Decided while this replica fetched state; the state covers it.
+                    continue;
+                }
                 let replies = executor.execute_batch(decision.cid, &decision.batch);
                 match durable.as_mut() {
                     // Parallel logging: replies leave once the batch is also on disk.
@@ -982,6 +1063,30 @@ fn execution_loop<S: Service>(
                         }
                     }
                     None => send_replies(&routes, replies),
+                }
+            }
+            ExecEvent::Install(state) => {
+                let Some(d) = durable.as_mut() else {
+                    continue;
+                };
+                let started = Instant::now();
+                let outcome = d.install(&mut executor, &state);
+                if matches!(outcome, tagma_core::transfer::InstallOutcome::Installed { .. }) {
+                    sh.metrics.state_transfers.fetch_add(1, Ordering::Relaxed);
+                    sh.metrics
+                        .state_install_ms
+                        .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
+                    // Everything held is covered by the durable checkpoint just written.
+                    for (_, replies) in std::mem::take(&mut d.held) {
+                        send_replies(&routes, replies);
+                    }
+                }
+                if sh
+                    .consensus_tx
+                    .send(ConsensusEvent::Installed(outcome))
+                    .is_err()
+                {
+                    return;
                 }
             }
             ExecEvent::Durable(cid) => {

@@ -38,6 +38,12 @@ pub struct Metrics {
     pub recovered_instances: AtomicU64,
     /// 1 when this replica found its durable state damaged at start and discarded it.
     pub state_discarded: AtomicU64,
+    /// State transfer: states installed, chunk bytes served and fetched, and the duration of
+    /// the last install (validation and replay, ms).
+    pub state_transfers: AtomicU64,
+    pub state_bytes_served: AtomicU64,
+    pub state_bytes_fetched: AtomicU64,
+    pub state_install_ms: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -59,7 +65,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 17] = [
+        let counters: [(&str, &str, &AtomicU64); 21] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -144,6 +150,26 @@ impl Metrics {
                 "tagma_state_discarded",
                 "1 when the durable state was found damaged at start and moved aside",
                 &self.state_discarded,
+            ),
+            (
+                "tagma_state_transfers_total",
+                "States installed by state transfer",
+                &self.state_transfers,
+            ),
+            (
+                "tagma_state_bytes_served_total",
+                "Checkpoint bytes sent to replicas fetching state",
+                &self.state_bytes_served,
+            ),
+            (
+                "tagma_state_bytes_fetched_total",
+                "Checkpoint bytes received by state transfer",
+                &self.state_bytes_fetched,
+            ),
+            (
+                "tagma_state_install_ms",
+                "Duration of the last state install (validation and replay), ms",
+                &self.state_install_ms,
             ),
         ];
         for (name, help, v) in counters {

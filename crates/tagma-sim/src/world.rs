@@ -14,6 +14,7 @@ use std::panic::{self, AssertUnwindSafe};
 use bytes::Bytes;
 use serde::Serialize;
 use tagma_client::Voter;
+use tagma_core::transfer::{InstallOutcome, StateToInstall};
 use tagma_core::{
     Action, Mode, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch,
 };
@@ -110,6 +111,11 @@ struct Node {
     key: IdentityKey,
     /// Durable runs, correct replicas: what survives a crash.
     disk: Option<Disk>,
+    /// A checkpoint being fetched by state transfer (memory only: lost on crash).
+    incoming: Vec<u8>,
+    /// The last instance of the newest state installed by state transfer (later deliveries
+    /// up to it are skipped, as the node skips them).
+    installed_through: Option<u64>,
 }
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
@@ -123,6 +129,8 @@ struct Node {
 #[derive(Default)]
 struct Disk {
     checkpoint: Option<(u64, Bytes)>,
+    /// The checkpoint before it, still served to state transfers (as the node keeps two).
+    previous: Option<(u64, Bytes)>,
     log: Vec<DecidedInstance>,
     unsynced: Vec<DecidedInstance>,
     /// Replies of unsynced instances, by instance.
@@ -134,8 +142,22 @@ struct Disk {
 /// Instances between two checkpoints of one replica in durable runs (staggered over the
 /// replicas; small, so runs checkpoint, truncate the log and recover from checkpoints).
 const CHECKPOINT_PERIOD_PER_REPLICA: u64 = 6;
+/// Decisions kept in memory in durable runs: fewer than a checkpoint period, so state
+/// transfer is exercised.
+const DURABLE_DECISIONS_KEPT: usize = 8;
+/// State-transfer chunk size in the simulator: small, so a checkpoint takes several chunks.
+const SIM_CHUNK_BYTES: u32 = 512;
 /// Chance that a crash damages a durable replica's disk (BFT runs, within the f budget).
 const DISK_DAMAGE_P: f64 = 0.2;
+
+/// How a checkpoint is named in state-transfer offers (as the node names it).
+fn checkpoint_info(cid: u64, state: &[u8]) -> tagma_wire::CheckpointInfo {
+    tagma_wire::CheckpointInfo {
+        cid: ConsensusId(cid),
+        len: state.len() as u64,
+        digest: tagma_exec::checkpoint_digest(state),
+    }
+}
 
 /// The outcome of a run, before the report is assembled.
 pub struct Outcome {
@@ -209,9 +231,13 @@ impl World {
                     request_timeout_ms: REQUEST_TIMEOUT_MS,
                     seed: sc.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
                     member_keys: member_keys.clone(),
-                    // Large: replicas that fall far behind catch up by decision forwarding; state
-                    // transfer (the durability issue) will let this shrink to the default.
-                    decisions_kept: 100_000,
+                    // Durable runs keep few decisions in memory, so replicas that fall behind
+                    // (or restart empty) need state transfer; other runs have no checkpoints
+                    // and catch up by decision forwarding alone.
+                    decisions_kept: if sc.durable { DURABLE_DECISIONS_KEPT } else { 100_000 },
+                    state_transfer: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
+                    chunk_bytes: SIM_CHUNK_BYTES,
+                    state_bytes_max: 1 << 30,
                 };
                 let byz = sc
                     .byzantine
@@ -231,6 +257,8 @@ impl World {
                     regency: 0,
                     delivered: 0,
                     executed: BTreeMap::new(),
+                    incoming: Vec::new(),
+                    installed_through: None,
                 }
             })
             .collect();
@@ -506,9 +534,88 @@ impl World {
         // forget that they were executed.
         node.delivered = next;
         node.executed.retain(|_, cid| *cid < next);
+        for (cid, state) in disk.previous.iter().chain(&disk.checkpoint) {
+            core.note_checkpoint(checkpoint_info(*cid, state));
+        }
         node.core = core;
         node.exec = exec;
         node.regency = 0;
+        node.incoming.clear();
+        node.installed_through = None;
+    }
+
+    /// State transfer: validates and installs a fetched state as the node does (digest of
+    /// the stored checkpoint, replay, vouchers), checking every replayed decision like a
+    /// delivery; then the durable checkpoint of the installed state replaces the log.
+    fn install_state(&mut self, r: usize, state: StateToInstall) {
+        let bytes = Bytes::from(std::mem::take(&mut self.nodes[r].incoming));
+        let target = state.target();
+        let outcome = if checkpoint_info(state.checkpoint.cid.0, &bytes) != state.checkpoint {
+            InstallOutcome::Rejected {
+                reason: "the fetched checkpoint does not match its digest".into(),
+            }
+        } else {
+            let vouchers: Vec<_> = state.vouchers.iter().map(|(_, v)| (v.cid, v.digest)).collect();
+            let node = &mut self.nodes[r];
+            match node.exec.install_fetched(
+                &bytes,
+                state.checkpoint.cid.0,
+                &state.log,
+                &vouchers,
+                state.matches_needed,
+            ) {
+                Ok(_) => InstallOutcome::Installed {
+                    last: target,
+                    timestamp_ms: node.exec.last_timestamp_ms(),
+                    sessions: node.exec.sessions(),
+                },
+                Err(reason) => InstallOutcome::Rejected { reason },
+            }
+        };
+        if let InstallOutcome::Installed { .. } = &outcome {
+            self.count("state_transfers");
+            self.note(b'T', r as u64, target.0, &[], || {
+                format!(
+                    "replica {r} installs state up to cid {target} (checkpoint {} from replica {}, {} vouchers)",
+                    state.checkpoint.cid,
+                    state.source,
+                    state.vouchers.len()
+                )
+            });
+            // The checkpointed instances are checked as the state's; the replayed ones as
+            // deliveries (agreement, validity, exactly once).
+            self.nodes[r].installed_through = Some(target.0);
+            let delivered = self.nodes[r].delivered;
+            self.nodes[r].delivered = delivered.max(state.checkpoint.cid.0 + 1);
+            for decided in state.log.iter().filter(|d| d.cid.0 >= delivered) {
+                let batch = Batch::decode(&decided.batch).expect("installed batches decode");
+                let hash = tagma_crypto::digest(&decided.batch);
+                self.check_delivery(r, decided.cid.0, hash, &batch);
+                if !self.violations.is_empty() {
+                    return;
+                }
+            }
+            let node = &mut self.nodes[r];
+            if let Some(disk) = node.disk.as_mut() {
+                let ckp = node.exec.checkpoint();
+                node.core.note_checkpoint(checkpoint_info(target.0, &ckp));
+                disk.previous = disk.checkpoint.replace((target.0, ckp));
+                disk.log.clear();
+                disk.unsynced.clear();
+                let held = std::mem::take(&mut disk.held);
+                for (_, replies) in held {
+                    for reply in replies {
+                        self.send_reply(r, reply);
+                    }
+                }
+            }
+        } else {
+            self.count("state_transfers_rejected");
+        }
+        self.replica_input(r, |core, now| {
+            core.state_installed(now, outcome);
+            Ok(())
+        });
     }
 
     /// Gives replica `r` one input, then carries out every action it produced.
@@ -592,6 +699,10 @@ impl World {
             Action::Send { to, msg } => self.send_peer(r, &[to], msg),
             Action::Deliver(decision) => {
                 let (cid, hash) = (decision.cid, decision.hash);
+                if self.nodes[r].installed_through.is_some_and(|t| cid.0 <= t) {
+                    self.count("deliveries_covered_by_installed_state");
+                    return;
+                }
                 self.note(b'D', r as u64, cid.0, &hash.0, || {
                     format!(
                         "replica {r} delivers cid {cid} epoch {} ({} requests, {hash:?})",
@@ -608,7 +719,7 @@ impl World {
                     byz.on_decided(&decision.batch);
                 }
                 let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
-                let replies = self.log_to_disk(r, cid, replies);
+                let replies = self.log_to_disk(r, cid, decision.logged, replies);
                 for reply in replies {
                     self.send_reply(r, reply);
                 }
@@ -631,6 +742,51 @@ impl World {
                     byz.on_regency(regency);
                 }
             }
+            Action::ReadChunk {
+                to,
+                cid,
+                offset,
+                len,
+            } => {
+                let Some(disk) = self.nodes[r].disk.as_ref() else {
+                    return;
+                };
+                let held = disk
+                    .checkpoint
+                    .iter()
+                    .chain(&disk.previous)
+                    .find(|(c, _)| *c == cid.0);
+                let Some((_, state)) = held else {
+                    self.count("chunk_of_dropped_checkpoint");
+                    return;
+                };
+                let data = state.slice(offset as usize..offset as usize + len as usize);
+                self.count("chunks_served");
+                self.send_peer(r, &[to], PeerMessage::Chunk { cid, offset, data });
+            }
+            Action::ReadLog { to, from, count } => {
+                let Some(disk) = self.nodes[r].disk.as_ref() else {
+                    return;
+                };
+                let entries: Vec<DecidedInstance> = disk
+                    .log
+                    .iter()
+                    .filter(|d| d.cid >= from && d.cid.0 < from.0 + u64::from(count))
+                    .cloned()
+                    .collect();
+                for d in entries {
+                    self.send_peer(r, &[to], PeerMessage::LogEntry(d));
+                }
+            }
+            Action::StoreChunk { offset, data, .. } => {
+                let incoming = &mut self.nodes[r].incoming;
+                if offset == 0 {
+                    incoming.clear();
+                }
+                debug_assert_eq!(incoming.len() as u64, offset, "chunks are stored in order");
+                incoming.extend_from_slice(&data);
+            }
+            Action::InstallState(state) => self.install_state(r, state),
             Action::StateTransferNeeded {
                 next_cid,
                 known_decided,
@@ -648,22 +804,28 @@ impl World {
     /// Durable runs: the decided instance is appended unsynced and its replies are held
     /// until the sync (returned empty); at the replica's staggered point, a checkpoint is
     /// written (synced at once). Other runs: the replies, to send now.
-    fn log_to_disk(&mut self, r: usize, cid: ConsensusId, replies: Vec<Reply>) -> Vec<Reply> {
+    fn log_to_disk(
+        &mut self,
+        r: usize,
+        cid: ConsensusId,
+        decided: Option<DecidedInstance>,
+        replies: Vec<Reply>,
+    ) -> Vec<Reply> {
         let n = self.nodes.len();
         let node = &mut self.nodes[r];
         let Some(disk) = node.disk.as_mut() else {
             return replies;
         };
-        let decided = node
-            .core
-            .decided_instance(cid)
-            .expect("a delivered instance is in the decision log");
+        let decided = decided.expect("a durable replica's decisions carry their proof");
         disk.unsynced.push(decided);
         disk.held.push((cid.0, replies));
         let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
         let checkpoint = tagma_storage::checkpoint_due(cid.0, r, n, period);
         if checkpoint {
-            disk.checkpoint = Some((cid.0, node.exec.checkpoint()));
+            let state = node.exec.checkpoint();
+            node.core
+                .note_checkpoint(checkpoint_info(cid.0, &state));
+            disk.previous = disk.checkpoint.replace((cid.0, state));
         }
         let schedule_sync = !disk.sync_scheduled;
         disk.sync_scheduled = true;
@@ -927,6 +1089,8 @@ impl World {
             PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
             PeerMessage::Decision(d) => PeerInput::Decision(d),
             PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
+            // No requests to authenticate in state-transfer messages.
+            transfer => PeerInput::from_message(transfer, |_| true),
         }
     }
 
@@ -1477,6 +1641,12 @@ fn message_counter(msg: &PeerMessage) -> &'static str {
         PeerMessage::DecisionRequest { .. } => "received_decision_request",
         PeerMessage::Decision(_) => "received_decision",
         PeerMessage::Position { .. } => "received_position",
+        PeerMessage::StateQuery { .. } => "received_state_query",
+        PeerMessage::StateOffer { .. } => "received_state_offer",
+        PeerMessage::ChunkRequest { .. } => "received_chunk_request",
+        PeerMessage::Chunk { .. } => "received_chunk",
+        PeerMessage::LogRequest { .. } => "received_log_request",
+        PeerMessage::LogEntry(_) => "received_log_entry",
     }
 }
 
@@ -1514,6 +1684,21 @@ fn describe(msg: &PeerMessage) -> String {
         PeerMessage::DecisionRequest { cid } => format!("DECISION_REQUEST cid {cid}"),
         PeerMessage::Decision(d) => format!("DECISION cid {}", d.cid),
         PeerMessage::Position { next, reply } => format!("POSITION next {next} reply {reply}"),
+        PeerMessage::StateQuery { next } => format!("STATE_QUERY next {next}"),
+        PeerMessage::StateOffer { checkpoint, next } => format!(
+            "STATE_OFFER checkpoint {:?} next {next}",
+            checkpoint.map(|c| (c.cid.0, c.len, c.digest))
+        ),
+        PeerMessage::ChunkRequest { cid, offset, len } => {
+            format!("CHUNK_REQUEST cid {cid} offset {offset} len {len}")
+        }
+        PeerMessage::Chunk { cid, offset, data } => {
+            format!("CHUNK cid {cid} offset {offset} len {}", data.len())
+        }
+        PeerMessage::LogRequest { from, count } => {
+            format!("LOG_REQUEST from {from} count {count}")
+        }
+        PeerMessage::LogEntry(d) => format!("LOG_ENTRY cid {}", d.cid),
     }
 }
 

@@ -10,9 +10,14 @@
 //! steps in the order that leaves every crash recoverable, exactly:
 //! 1. write `<cid>.tmp` and `fdatasync` it;
 //! 2. rename it to `<cid>.ckp` (atomic) and sync the directory;
-//! 3. remove older checkpoints (and stale temporary files);
-//! 4. only then may the caller release the log prefix up to `cid`
-//!    ([`crate::Log::release_through`]).
+//! 3. remove older checkpoints but the previous one (and stale temporary files): the
+//!    previous one is still served to a state transfer that started before this one;
+//! 4. only then may the caller release the log prefix up to the *previous* checkpoint
+//!    ([`crate::Log::release_through`]), so the log still covers both.
+//!
+//! State transfer reads a checkpoint's state in chunks ([`CheckpointStore::read_chunk`])
+//! and stores an incoming one chunk by chunk in `incoming.part`
+//! ([`CheckpointStore::store_chunk`]), never holding more than a chunk in memory.
 //!
 //! Recovery ([`CheckpointStore::load_newest`]) takes the newest valid `.ckp`, or a valid
 //! `.tmp` newer than it (the crash came between steps 1 and 2), and replays only log records
@@ -117,7 +122,7 @@ impl CheckpointStore {
     }
 
     /// Durably stores `state` as the checkpoint of instance `cid` (steps 1–3 of the module
-    /// documentation), then removes older checkpoints.
+    /// documentation), then removes older checkpoints but the previous one.
     pub fn write(&self, cid: u64, state: &[u8]) -> Result<PathBuf, StorageError> {
         let tmp = self.dir.join(name(cid, "tmp"));
         let ckp = self.dir.join(name(cid, "ckp"));
@@ -142,12 +147,58 @@ impl CheckpointStore {
         }
         std::fs::rename(&tmp, &ckp).map_err(StorageError::io(&ckp))?;
         sync_dir(&self.dir)?;
-        for (old, _, path) in list(&self.dir)? {
-            if old < cid {
+        let files = list(&self.dir)?;
+        let previous = files
+            .iter()
+            .filter(|(c, tmp, _)| !tmp && *c < cid)
+            .map(|(c, _, _)| *c)
+            .max();
+        for (old, tmp, path) in files {
+            if old < cid && (tmp || Some(old) != previous) {
                 std::fs::remove_file(&path).map_err(StorageError::io(&path))?;
             }
         }
         Ok(ckp)
+    }
+
+    /// `len` bytes at `offset` of the state of the durable checkpoint of `cid`.
+    pub fn read_chunk(&self, cid: u64, offset: u64, len: usize) -> Result<Vec<u8>, StorageError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.dir.join(name(cid, "ckp"));
+        let file = File::open(&path).map_err(StorageError::io(&path))?;
+        let mut buf = vec![0u8; len];
+        file.read_exact_at(&mut buf, HEADER_BYTES as u64 + offset)
+            .map_err(StorageError::io(&path))?;
+        Ok(buf)
+    }
+
+    fn incoming_path(&self) -> PathBuf {
+        self.dir.join("incoming.part")
+    }
+
+    /// Stores a chunk of a checkpoint being fetched (offset 0 starts a new one).
+    pub fn store_chunk(&self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.incoming_path();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(offset == 0)
+            .open(&path)
+            .map_err(StorageError::io(&path))?;
+        file.write_all_at(data, offset)
+            .map_err(StorageError::io(&path))
+    }
+
+    /// The fetched checkpoint's state, stored by [`CheckpointStore::store_chunk`].
+    pub fn read_incoming(&self) -> Result<Vec<u8>, StorageError> {
+        let path = self.incoming_path();
+        std::fs::read(&path).map_err(StorageError::io(&path))
+    }
+
+    /// Removes the fetched checkpoint once installed (or rejected).
+    pub fn remove_incoming(&self) {
+        let _ = std::fs::remove_file(self.incoming_path());
     }
 
     /// The newest valid checkpoint (see the module documentation), `None` if there is none.

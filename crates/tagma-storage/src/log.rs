@@ -501,6 +501,22 @@ impl Log {
         Ok(released)
     }
 
+    /// Drops every record and continues after `cid`: the replica installed, by state
+    /// transfer, a state (durably checkpointed at `cid`) beyond everything logged here. The
+    /// next append must be `cid + 1`.
+    pub fn reset_after(&mut self, cid: u64) -> Result<(), StorageError> {
+        self.buf.clear();
+        if let Some(c) = self.current.take() {
+            std::fs::remove_file(&c.path).map_err(StorageError::io(&c.path))?;
+        }
+        for s in self.sealed.drain(..) {
+            std::fs::remove_file(&s.path).map_err(StorageError::io(&s.path))?;
+        }
+        sync_dir(&self.opts.dir)?;
+        self.next_cid = Some(cid + 1);
+        Ok(())
+    }
+
     /// Segment files in use (sealed and current).
     pub fn segment_count(&self) -> usize {
         self.sealed.len() + usize::from(self.current.is_some())

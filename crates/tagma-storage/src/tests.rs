@@ -389,3 +389,43 @@ fn a_log_that_does_not_reach_back_to_the_checkpoint_is_a_gap() {
         Err(RecoverError::Storage(StorageError::Gap { expected: 0, .. }))
     ));
 }
+
+#[test]
+fn the_previous_checkpoint_is_kept_and_served_in_chunks() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = CheckpointStore::open(dir.path()).unwrap();
+    let a: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
+    store.write(10, &a).unwrap();
+    store.write(20, &[7u8; 100]).unwrap();
+    assert_eq!(store.read_chunk(10, 1000, 10).unwrap(), a[1000..1010].to_vec());
+    assert_eq!(store.read_chunk(20, 0, 100).unwrap(), vec![7u8; 100]);
+    assert!(store.read_chunk(20, 50, 100).is_err(), "past the end");
+    store.write(30, &[8u8; 10]).unwrap();
+    assert!(store.read_chunk(10, 0, 1).is_err(), "only the two newest are kept");
+    assert_eq!(store.load_newest().unwrap().unwrap().cid, 30);
+    // Incoming chunks land in a part file the checkpoint listing ignores.
+    store.store_chunk(0, b"abc").unwrap();
+    store.store_chunk(3, b"def").unwrap();
+    assert_eq!(store.read_incoming().unwrap(), b"abcdef");
+    store.store_chunk(0, b"x").unwrap();
+    assert_eq!(store.read_incoming().unwrap(), b"x", "offset 0 starts over");
+    assert_eq!(store.load_newest().unwrap().unwrap().cid, 30);
+    store.remove_incoming();
+    assert!(store.read_incoming().is_err());
+}
+
+#[test]
+fn reset_after_drops_every_record_and_continues_after_the_installed_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(opts(dir.path(), 4096)).unwrap();
+    append_range(&mut log, 0..50);
+    log.sync().unwrap();
+    log.reset_after(500).unwrap();
+    assert!(log.append(51, &payload(51)).is_err(), "continues after 500 only");
+    append_range(&mut log, 501..510);
+    log.sync().unwrap();
+    drop(log);
+    let log = Log::open(opts(dir.path(), 4096)).unwrap();
+    assert_eq!(log.first_cid(), Some(501));
+    assert_eq!(replay_all(&log, 501), (501..510).collect::<Vec<_>>());
+}

@@ -60,6 +60,12 @@
 //! | `PeerMessage::DecisionRequest` | 8 | cid `u64` |
 //! | `PeerMessage::Decision` | 9 | `DecidedInstance` |
 //! | `PeerMessage::Position` | 10 | next `u64`, reply `u8` (0 or 1) |
+//! | `PeerMessage::StateQuery` | 11 | next `u64` |
+//! | `PeerMessage::StateOffer` | 12 | checkpoint (`u8` 0 = none, 1 = some; then cid `u64`, len `u64`, digest 32 bytes), next `u64` |
+//! | `PeerMessage::ChunkRequest` | 13 | cid `u64`, offset `u64`, len `u32` |
+//! | `PeerMessage::Chunk` | 14 | cid `u64`, offset `u64`, data (`u32` len + bytes) |
+//! | `PeerMessage::LogRequest` | 15 | from `u64`, count `u32` |
+//! | `PeerMessage::LogEntry` | 16 | `DecidedInstance` |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
@@ -154,6 +160,12 @@ const PEER_SYNC: u8 = 7;
 const PEER_DECISION_REQUEST: u8 = 8;
 const PEER_DECISION: u8 = 9;
 const PEER_POSITION: u8 = 10;
+const PEER_STATE_QUERY: u8 = 11;
+const PEER_STATE_OFFER: u8 = 12;
+const PEER_CHUNK_REQUEST: u8 = 13;
+const PEER_CHUNK: u8 = 14;
+const PEER_LOG_REQUEST: u8 = 15;
+const PEER_LOG_ENTRY: u8 = 16;
 
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
@@ -949,6 +961,44 @@ impl Encode for PeerMessage {
                 out.put_u64_le(next.0);
                 out.put_u8(u8::from(*reply));
             }
+            PeerMessage::StateQuery { next } => {
+                put_header(out, PEER_STATE_QUERY);
+                out.put_u64_le(next.0);
+            }
+            PeerMessage::StateOffer { checkpoint, next } => {
+                put_header(out, PEER_STATE_OFFER);
+                match checkpoint {
+                    None => out.put_u8(0),
+                    Some(c) => {
+                        out.put_u8(1);
+                        out.put_u64_le(c.cid.0);
+                        out.put_u64_le(c.len);
+                        out.put_slice(&c.digest.0);
+                    }
+                }
+                out.put_u64_le(next.0);
+            }
+            PeerMessage::ChunkRequest { cid, offset, len } => {
+                put_header(out, PEER_CHUNK_REQUEST);
+                out.put_u64_le(cid.0);
+                out.put_u64_le(*offset);
+                out.put_u32_le(*len);
+            }
+            PeerMessage::Chunk { cid, offset, data } => {
+                put_header(out, PEER_CHUNK);
+                out.put_u64_le(cid.0);
+                out.put_u64_le(*offset);
+                put_bytes(out, data);
+            }
+            PeerMessage::LogRequest { from, count } => {
+                put_header(out, PEER_LOG_REQUEST);
+                out.put_u64_le(from.0);
+                out.put_u32_le(*count);
+            }
+            PeerMessage::LogEntry(decided) => {
+                put_header(out, PEER_LOG_ENTRY);
+                put_decided(out, decided);
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -964,6 +1014,14 @@ impl Encode for PeerMessage {
                 PeerMessage::DecisionRequest { .. } => 8,
                 PeerMessage::Decision(decided) => decided_len(decided),
                 PeerMessage::Position { .. } => 9,
+                PeerMessage::StateQuery { .. } => 8,
+                PeerMessage::StateOffer { checkpoint, .. } => {
+                    1 + checkpoint.map_or(0, |_| 8 + 8 + 32) + 8
+                }
+                PeerMessage::ChunkRequest { .. } => 8 + 8 + 4,
+                PeerMessage::Chunk { data, .. } => 8 + 8 + 4 + data.len(),
+                PeerMessage::LogRequest { .. } => 8 + 4,
+                PeerMessage::LogEntry(decided) => decided_len(decided),
             }
     }
 }
@@ -998,6 +1056,43 @@ impl Decode for PeerMessage {
                     }
                 },
             }),
+            PEER_STATE_QUERY => Ok(PeerMessage::StateQuery {
+                next: ConsensusId(r.u64()?),
+            }),
+            PEER_STATE_OFFER => {
+                let checkpoint = match r.u8()? {
+                    0 => None,
+                    1 => Some(CheckpointInfo {
+                        cid: ConsensusId(r.u64()?),
+                        len: r.u64()?,
+                        digest: Digest(r.array()?),
+                    }),
+                    _ => {
+                        return Err(WireError::Invalid {
+                            what: "state offer checkpoint flag",
+                        });
+                    }
+                };
+                Ok(PeerMessage::StateOffer {
+                    checkpoint,
+                    next: ConsensusId(r.u64()?),
+                })
+            }
+            PEER_CHUNK_REQUEST => Ok(PeerMessage::ChunkRequest {
+                cid: ConsensusId(r.u64()?),
+                offset: r.u64()?,
+                len: r.u32()?,
+            }),
+            PEER_CHUNK => Ok(PeerMessage::Chunk {
+                cid: ConsensusId(r.u64()?),
+                offset: r.u64()?,
+                data: r.bytes()?,
+            }),
+            PEER_LOG_REQUEST => Ok(PeerMessage::LogRequest {
+                from: ConsensusId(r.u64()?),
+                count: r.u32()?,
+            }),
+            PEER_LOG_ENTRY => Ok(PeerMessage::LogEntry(read_decided(r)?)),
             tag => Err(WireError::UnknownTag {
                 what: "peer message",
                 tag,

@@ -199,6 +199,47 @@ pub enum PeerMessage {
         next: ConsensusId,
         reply: bool,
     },
+    /// State transfer (SPEC §4): "which checkpoint do you hold?" from a replica that is too
+    /// far behind for decision forwarding; `next` is its next instance.
+    StateQuery {
+        next: ConsensusId,
+    },
+    /// The answer: the sender's newest durable checkpoint (if any) and its next instance
+    /// (every instance before it is decided there).
+    StateOffer {
+        checkpoint: Option<CheckpointInfo>,
+        next: ConsensusId,
+    },
+    /// "Send me `len` bytes at `offset` of your checkpoint of instance `cid`."
+    ChunkRequest {
+        cid: ConsensusId,
+        offset: u64,
+        len: u32,
+    },
+    /// Part of a checkpoint.
+    Chunk {
+        cid: ConsensusId,
+        offset: u64,
+        data: Bytes,
+    },
+    /// "Send me the logged decisions `from`, `from + 1`, … (at most `count`)."
+    LogRequest {
+        from: ConsensusId,
+        count: u32,
+    },
+    /// A logged decision with its proof (the answer to a [`PeerMessage::LogRequest`]).
+    LogEntry(DecidedInstance),
+}
+
+/// A durable checkpoint as a state-transfer offer names it: the executor state after
+/// instance `cid`, `len` bytes whose BLAKE3 is `digest`. Executor checkpoints are
+/// deterministic, so correct replicas that checkpoint the same instance announce the same
+/// digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct CheckpointInfo {
+    pub cid: ConsensusId,
+    pub len: u64,
+    pub digest: Digest,
 }
 
 /// Client → replica messages.

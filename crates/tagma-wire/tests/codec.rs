@@ -469,7 +469,7 @@ fn wrong_version_is_rejected() {
 #[test]
 fn unknown_message_tags_are_rejected() {
     for (name, bytes, decode) in all_top_level() {
-        for tag in [0u8, 11, 0x80, 0xff] {
+        for tag in [0u8, 17, 0x80, 0xff] {
             let r = decode(&with_byte(&bytes, 1, tag));
             assert!(
                 matches!(r, Err(WireError::UnknownTag { tag: t, .. }) if t == tag),
@@ -749,6 +749,40 @@ fn arb_peer() -> impl Strategy<Value = PeerMessage> {
             next: ConsensusId(next),
             reply
         }),
+        any::<u64>().prop_map(|next| PeerMessage::StateQuery {
+            next: ConsensusId(next)
+        }),
+        (
+            proptest::option::of((any::<u64>(), any::<u64>(), any::<[u8; 32]>())),
+            any::<u64>()
+        )
+            .prop_map(|(checkpoint, next)| PeerMessage::StateOffer {
+                checkpoint: checkpoint.map(|(cid, len, digest)| CheckpointInfo {
+                    cid: ConsensusId(cid),
+                    len,
+                    digest: Digest(digest),
+                }),
+                next: ConsensusId(next),
+            }),
+        (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(cid, offset, len)| {
+            PeerMessage::ChunkRequest {
+                cid: ConsensusId(cid),
+                offset,
+                len,
+            }
+        }),
+        (any::<u64>(), any::<u64>(), payload()).prop_map(|(cid, offset, data)| {
+            PeerMessage::Chunk {
+                cid: ConsensusId(cid),
+                offset,
+                data,
+            }
+        }),
+        (any::<u64>(), any::<u32>()).prop_map(|(from, count)| PeerMessage::LogRequest {
+            from: ConsensusId(from),
+            count
+        }),
+        arb_decided().prop_map(PeerMessage::LogEntry),
     ]
 }
 

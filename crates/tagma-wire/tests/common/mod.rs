@@ -217,6 +217,54 @@ pub fn peer_messages() -> Vec<(&'static str, PeerMessage)> {
             },
         ),
         (
+            "state_query",
+            PeerMessage::StateQuery {
+                next: ConsensusId(9),
+            },
+        ),
+        (
+            "state_offer",
+            PeerMessage::StateOffer {
+                checkpoint: Some(CheckpointInfo {
+                    cid: ConsensusId(7),
+                    len: 3,
+                    digest: Digest([0xcd; 32]),
+                }),
+                next: ConsensusId(12),
+            },
+        ),
+        (
+            "state_offer_empty",
+            PeerMessage::StateOffer {
+                checkpoint: None,
+                next: ConsensusId(0),
+            },
+        ),
+        (
+            "chunk_request",
+            PeerMessage::ChunkRequest {
+                cid: ConsensusId(7),
+                offset: 4096,
+                len: 1024,
+            },
+        ),
+        (
+            "chunk",
+            PeerMessage::Chunk {
+                cid: ConsensusId(7),
+                offset: 2,
+                data: Bytes::from_static(b"xyz"),
+            },
+        ),
+        (
+            "log_request",
+            PeerMessage::LogRequest {
+                from: ConsensusId(8),
+                count: 64,
+            },
+        ),
+        ("log_entry", PeerMessage::LogEntry(decided())),
+        (
             "decision_empty_proof",
             PeerMessage::Decision(DecidedInstance {
                 cid: ConsensusId(0),

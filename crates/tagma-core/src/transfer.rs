@@ -1,0 +1,480 @@
+//! State transfer (SPEC §4, reference §2.3): how a replica that fell further behind than its
+//! peers keep decisions in memory gets the service state back, while the others keep serving.
+//!
+//! # Protocol
+//! 1. The lagging replica broadcasts `StateQuery`; every replica answers with a `StateOffer`:
+//!    its newest durable checkpoint (instance, length, BLAKE3 digest) and its next instance.
+//! 2. From the offers it makes a plan. The **target** is the highest instance that at least
+//!    one correct replica has decided (the f+1-th highest `next`, minus one; the highest in
+//!    CFT). The **source** is a replica whose checkpoint is at most the target; the
+//!    **vouchers** are the other replicas whose checkpoints lie between the source's and the
+//!    target. Checkpoints are staggered, so the vouchers' lie at different instances.
+//! 3. **Collaborative fetch**: the checkpoint comes in chunks from the source (a bounded
+//!    window of chunk requests in flight, each chunk handed to the runtime to store as it
+//!    arrives: memory stays bounded by the window, not the state); the decisions from the
+//!    checkpoint up to the target come in runs from the *other* replicas, rotating. Every
+//!    decision carries its proof and is checked here, so a faulty replica cannot slip in a
+//!    wrong one.
+//! 4. **Validation**: the runtime checks the stored checkpoint against the source's digest,
+//!    installs it, replays the proven decisions and, at each voucher's instance, compares
+//!    the digest of its own (deterministic) executor checkpoint with the voucher's. The state
+//!    is accepted only if at least f+1 of {source} ∪ vouchers match (one in CFT): one of them
+//!    is correct, and a correct replica's state at any instance determines the state at every
+//!    later one. Otherwise everything is rolled back and another source is tried.
+//!
+//! Safety does not depend on timing; progress needs f+1 correct replicas with checkpoints in
+//! the window and a correct source among the candidates, which rotation finds.
+//!
+//! This module is sans-IO: it never touches files or sockets. The replica core owns a
+//! [`Fetch`] and turns what it returns into [`crate::Action`]s.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use tagma_wire::{CheckpointInfo, ClientId, ConsensusId, DecidedInstance, ReplicaId, RequestSeq};
+
+use crate::proof::ProofChecker;
+
+/// Chunk requests in flight to the source.
+pub const CHUNK_WINDOW: u64 = 8;
+/// Decisions asked for in one `LogRequest`.
+pub const LOG_RUN: u32 = 64;
+/// Runs of decisions in flight.
+const LOG_WINDOW: u64 = 4;
+/// An attempt that makes no progress for this many request timeouts is abandoned and the next
+/// source tried.
+const STALL_TIMEOUTS: u32 = 4;
+
+/// A state-transfer message from an authenticated peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TransferInput {
+    Query {
+        next: ConsensusId,
+    },
+    Offer {
+        checkpoint: Option<CheckpointInfo>,
+        next: ConsensusId,
+    },
+    ChunkRequest {
+        cid: ConsensusId,
+        offset: u64,
+        len: u32,
+    },
+    Chunk {
+        cid: ConsensusId,
+        offset: u64,
+        data: Bytes,
+    },
+    LogRequest {
+        from: ConsensusId,
+        count: u32,
+    },
+    LogEntry(DecidedInstance),
+}
+
+/// Everything fetched, for the runtime to validate and install ([`crate::Action::InstallState`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StateToInstall {
+    pub source: ReplicaId,
+    /// The checkpoint the runtime stored chunk by chunk (its BLAKE3 must be `digest`).
+    pub checkpoint: CheckpointInfo,
+    /// The proven decisions `checkpoint.cid + 1 ..= target`, in order.
+    pub log: Vec<DecidedInstance>,
+    /// Other replicas' checkpoints at instances in `(checkpoint.cid, target]`.
+    pub vouchers: Vec<(ReplicaId, CheckpointInfo)>,
+    /// How many of {source} ∪ vouchers must match the replayed state: f+1 (BFT) or 1 (CFT).
+    pub matches_needed: usize,
+}
+
+impl StateToInstall {
+    /// The last instance the installed state covers.
+    pub fn target(&self) -> ConsensusId {
+        self.log.last().map_or(self.checkpoint.cid, |d| d.cid)
+    }
+}
+
+/// The runtime's verdict on a [`StateToInstall`] ([`crate::Replica::state_installed`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InstallOutcome {
+    /// The state is installed: every instance up to `last` is executed, the last batch's
+    /// timestamp was `timestamp_ms`, and the client sessions are `sessions`.
+    Installed {
+        last: ConsensusId,
+        timestamp_ms: u64,
+        sessions: Vec<(ClientId, RequestSeq)>,
+    },
+    /// Not enough digests matched (or the checkpoint did not check or install): the runtime
+    /// rolled back; another source is tried.
+    Rejected { reason: String },
+}
+
+/// What a [`Fetch`] step asks of the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum FetchOut {
+    Broadcast(tagma_wire::PeerMessage),
+    Send {
+        to: ReplicaId,
+        msg: tagma_wire::PeerMessage,
+    },
+    /// Store `data` at `offset` of the incoming checkpoint (chunks come in order, from 0).
+    StoreChunk {
+        cid: ConsensusId,
+        offset: u64,
+        data: Bytes,
+    },
+    Install(StateToInstall),
+}
+
+/// The fixed parts of a fetch.
+#[derive(Clone, Debug)]
+pub struct FetchParams {
+    pub me: ReplicaId,
+    pub peers: usize,
+    /// f+1 (BFT) or 1 (CFT).
+    pub one_correct: usize,
+    pub chunk_bytes: u32,
+    pub state_bytes_max: u64,
+    pub timeout_ms: u64,
+}
+
+#[derive(Debug)]
+struct Plan {
+    source: ReplicaId,
+    checkpoint: CheckpointInfo,
+    vouchers: Vec<(ReplicaId, CheckpointInfo)>,
+    target: ConsensusId,
+    /// Who is asked for runs of decisions, in rotation.
+    log_peers: Vec<ReplicaId>,
+    /// Checkpoint bytes stored (chunks are accepted only in order).
+    written: u64,
+    /// Checkpoint bytes asked for.
+    requested: u64,
+    /// Verified decisions after the checkpoint.
+    log: BTreeMap<ConsensusId, DecidedInstance>,
+    /// Decisions asked for: every cid below this.
+    log_requested: ConsensusId,
+    rotation: usize,
+}
+
+impl Plan {
+    fn first_missing(&self) -> ConsensusId {
+        let mut c = self.checkpoint.cid.next();
+        while self.log.contains_key(&c) {
+            c = c.next();
+        }
+        c
+    }
+    fn complete(&self) -> bool {
+        self.written == self.checkpoint.len && self.first_missing() > self.target
+    }
+}
+
+#[derive(Debug)]
+enum Phase {
+    Offers,
+    Fetching(Box<Plan>),
+    Installing,
+}
+
+/// The fetching side of state transfer for one replica (see the module documentation).
+#[derive(Debug)]
+pub struct Fetch {
+    params: FetchParams,
+    /// The replica's next instance when the fetch started.
+    next: ConsensusId,
+    offers: BTreeMap<ReplicaId, (Option<CheckpointInfo>, ConsensusId)>,
+    phase: Phase,
+    /// Attempts made (rotates the source).
+    attempt: usize,
+    /// When the current step made progress last, and how many timeouts passed without.
+    progress_ms: u64,
+    stalls: u32,
+    started_ms: u64,
+}
+
+impl Fetch {
+    /// Starts a fetch: asks every peer for its offer.
+    pub fn start(params: FetchParams, next: ConsensusId, now_ms: u64, out: &mut Vec<FetchOut>) -> Fetch {
+        out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery { next }));
+        Fetch {
+            params,
+            next,
+            offers: BTreeMap::new(),
+            phase: Phase::Offers,
+            attempt: 0,
+            progress_ms: now_ms,
+            stalls: 0,
+            started_ms: now_ms,
+        }
+    }
+
+    /// Whether `cid` is a decision this fetch still needs (others go to catch-up).
+    pub fn wants(&self, cid: ConsensusId) -> bool {
+        match &self.phase {
+            Phase::Fetching(plan) => {
+                cid > plan.checkpoint.cid && cid <= plan.target && !plan.log.contains_key(&cid)
+            }
+            _ => false,
+        }
+    }
+
+    /// Whether the fetched state is with the runtime (its verdict must be awaited).
+    pub fn is_installing(&self) -> bool {
+        matches!(self.phase, Phase::Installing)
+    }
+
+    pub fn started_ms(&self) -> u64 {
+        self.started_ms
+    }
+
+    /// When [`Fetch::tick`] has something to do.
+    pub fn deadline_ms(&self) -> Option<u64> {
+        match self.phase {
+            Phase::Installing => None,
+            _ => Some(self.progress_ms + self.params.timeout_ms),
+        }
+    }
+
+    pub fn on_offer(
+        &mut self,
+        from: ReplicaId,
+        checkpoint: Option<CheckpointInfo>,
+        next: ConsensusId,
+        now_ms: u64,
+        out: &mut Vec<FetchOut>,
+    ) {
+        self.offers.insert(from, (checkpoint, next));
+        if matches!(self.phase, Phase::Offers) && self.offers.len() >= self.params.peers {
+            self.try_plan(now_ms, out);
+        }
+    }
+
+    /// A chunk of the checkpoint being fetched.
+    pub fn on_chunk(
+        &mut self,
+        from: ReplicaId,
+        cid: ConsensusId,
+        offset: u64,
+        data: Bytes,
+        now_ms: u64,
+        out: &mut Vec<FetchOut>,
+    ) -> Result<(), &'static str> {
+        let Phase::Fetching(plan) = &mut self.phase else {
+            return Err("no checkpoint being fetched");
+        };
+        if from != plan.source || cid != plan.checkpoint.cid {
+            return Err("chunk of another checkpoint");
+        }
+        if offset != plan.written {
+            // A duplicate or a chunk after a lost one (re-requested on the next stall).
+            return Err("chunk out of order");
+        }
+        let expected = (plan.checkpoint.len - offset).min(u64::from(self.params.chunk_bytes));
+        if data.len() as u64 != expected {
+            return Err("chunk of the wrong length");
+        }
+        plan.written += expected;
+        out.push(FetchOut::StoreChunk { cid, offset, data });
+        self.progress(now_ms);
+        self.pump(out);
+        Ok(())
+    }
+
+    /// A logged decision; checked against its proof here.
+    pub fn on_log_entry(
+        &mut self,
+        decided: DecidedInstance,
+        checker: &ProofChecker,
+        now_ms: u64,
+        out: &mut Vec<FetchOut>,
+    ) -> Result<(), &'static str> {
+        let Phase::Fetching(plan) = &mut self.phase else {
+            return Err("no log being fetched");
+        };
+        if decided.cid <= plan.checkpoint.cid || decided.cid > plan.target {
+            return Err("log entry outside the range fetched");
+        }
+        if plan.log.contains_key(&decided.cid) {
+            return Err("log entry already held");
+        }
+        if checker.check(&decided).is_none() {
+            return Err("log entry with an invalid proof");
+        }
+        plan.log.insert(decided.cid, decided);
+        self.progress(now_ms);
+        self.pump(out);
+        Ok(())
+    }
+
+    /// Timeouts: the plan once enough offers are in, re-requests after a stall, and a new
+    /// attempt after too many.
+    pub fn tick(&mut self, now_ms: u64, out: &mut Vec<FetchOut>) {
+        if self.deadline_ms().is_none_or(|d| now_ms < d) {
+            return;
+        }
+        self.stalls += 1;
+        self.progress_ms = now_ms;
+        match &mut self.phase {
+            Phase::Offers => {
+                if !self.try_plan(now_ms, out) {
+                    // Not enough offers yet: ask again (peers may have been unreachable, or
+                    // their checkpoints not yet written).
+                    out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery {
+                        next: self.next,
+                    }));
+                }
+            }
+            Phase::Fetching(plan) => {
+                if self.stalls > STALL_TIMEOUTS {
+                    tracing::warn!(source = %plan.source, checkpoint = %plan.checkpoint.cid, "state transfer stalled: trying another source");
+                    self.retry(out);
+                    return;
+                }
+                // Ask again for what is missing (a message was lost), rotating the log peers.
+                plan.requested = plan.written;
+                plan.log_requested = plan.first_missing();
+                plan.rotation += 1;
+                self.pump(out);
+            }
+            Phase::Installing => {}
+        }
+    }
+
+    /// The runtime rejected the fetched state: try another source with fresh offers.
+    pub fn rejected(&mut self, out: &mut Vec<FetchOut>) {
+        if matches!(self.phase, Phase::Installing) {
+            self.retry(out);
+        }
+    }
+
+    fn retry(&mut self, out: &mut Vec<FetchOut>) {
+        self.attempt += 1;
+        self.stalls = 0;
+        self.offers.clear();
+        self.phase = Phase::Offers;
+        out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery { next: self.next }));
+    }
+
+    fn progress(&mut self, now_ms: u64) {
+        self.progress_ms = now_ms;
+        self.stalls = 0;
+    }
+
+    /// Chooses the source, vouchers, target and log peers from the offers; false if the
+    /// offers do not allow a plan yet.
+    fn try_plan(&mut self, now_ms: u64, out: &mut Vec<FetchOut>) -> bool {
+        let Some(plan) = self.plan() else {
+            return false;
+        };
+        tracing::info!(
+            source = %plan.source,
+            checkpoint = %plan.checkpoint.cid,
+            bytes = plan.checkpoint.len,
+            target = %plan.target,
+            vouchers = plan.vouchers.len(),
+            attempt = self.attempt,
+            "state transfer: fetching"
+        );
+        self.phase = Phase::Fetching(Box::new(plan));
+        self.progress(now_ms);
+        self.pump(out);
+        true
+    }
+
+    fn plan(&self) -> Option<Plan> {
+        // The target: decided at a correct replica.
+        let mut nexts: Vec<ConsensusId> = self.offers.values().map(|(_, n)| *n).collect();
+        nexts.sort_unstable_by(|a, b| b.cmp(a));
+        let bound = *nexts.get(self.params.one_correct - 1)?;
+        let target = ConsensusId(bound.0.checked_sub(1)?);
+        let mut candidates: Vec<(ReplicaId, CheckpointInfo)> = self
+            .offers
+            .iter()
+            .filter_map(|(r, (c, _))| c.map(|c| (*r, c)))
+            .filter(|(_, c)| {
+                c.cid.next() >= self.next && c.cid <= target && c.len <= self.params.state_bytes_max
+            })
+            .collect();
+        candidates.sort_by_key(|(r, c)| (c.cid, *r));
+        let eligible: Vec<usize> = (0..candidates.len())
+            .filter(|i| candidates.len() - i >= self.params.one_correct)
+            .collect();
+        if eligible.is_empty() {
+            return None;
+        }
+        let i = eligible[self.attempt % eligible.len()];
+        let (source, checkpoint) = candidates[i];
+        let vouchers: Vec<(ReplicaId, CheckpointInfo)> = candidates[i + 1..].to_vec();
+        let mut log_peers: Vec<ReplicaId> = self
+            .offers
+            .iter()
+            .filter(|(r, (_, n))| **r != source && *n > target)
+            .map(|(r, _)| *r)
+            .collect();
+        if log_peers.is_empty() {
+            log_peers.push(source);
+        }
+        Some(Plan {
+            source,
+            checkpoint,
+            vouchers,
+            target,
+            log_peers,
+            written: 0,
+            requested: 0,
+            log: BTreeMap::new(),
+            log_requested: checkpoint.cid.next(),
+            rotation: self.attempt,
+        })
+    }
+
+    /// Keeps the windows of chunk and log requests full; hands the state over when complete.
+    fn pump(&mut self, out: &mut Vec<FetchOut>) {
+        let Phase::Fetching(plan) = &mut self.phase else {
+            return;
+        };
+        let chunk = u64::from(self.params.chunk_bytes);
+        while plan.requested < plan.checkpoint.len
+            && plan.requested - plan.written < CHUNK_WINDOW * chunk
+        {
+            let len = (plan.checkpoint.len - plan.requested).min(chunk);
+            out.push(FetchOut::Send {
+                to: plan.source,
+                msg: tagma_wire::PeerMessage::ChunkRequest {
+                    cid: plan.checkpoint.cid,
+                    offset: plan.requested,
+                    len: len as u32,
+                },
+            });
+            plan.requested += len;
+        }
+        let first_missing = plan.first_missing();
+        while plan.log_requested <= plan.target
+            && plan.log_requested.0 - first_missing.0 < LOG_WINDOW * u64::from(LOG_RUN)
+        {
+            let count = (plan.target.0 - plan.log_requested.0 + 1).min(u64::from(LOG_RUN));
+            let to = plan.log_peers[plan.rotation % plan.log_peers.len()];
+            plan.rotation += 1;
+            out.push(FetchOut::Send {
+                to,
+                msg: tagma_wire::PeerMessage::LogRequest {
+                    from: plan.log_requested,
+                    count: count as u32,
+                },
+            });
+            plan.log_requested = ConsensusId(plan.log_requested.0 + count);
+        }
+        if plan.complete() {
+            let Phase::Fetching(plan) = std::mem::replace(&mut self.phase, Phase::Installing) else {
+                unreachable!("matched above");
+            };
+            out.push(FetchOut::Install(StateToInstall {
+                source: plan.source,
+                checkpoint: plan.checkpoint,
+                log: plan.log.into_values().collect(),
+                vouchers: plan.vouchers,
+                matches_needed: self.params.one_correct,
+            }));
+        }
+    }
+}
