@@ -304,7 +304,7 @@ fn fault(
 }
 
 /// A Prometheus value of replica `i` (0 when unreachable).
-fn metric(cluster: &LocalCluster, i: usize, name: &str) -> f64 {
+pub fn metric(cluster: &LocalCluster, i: usize, name: &str) -> f64 {
     cluster.cfg.replicas[i]
         .metrics_addr
         .and_then(|addr| tagma_node::metrics::scrape(addr).ok())

@@ -10,4 +10,5 @@
 pub mod chaos;
 pub mod cluster;
 pub mod init;
+pub mod transfer_bench;
 pub mod workload;

@@ -214,8 +214,25 @@ impl ServiceKind {
     }
 }
 
+#[derive(Subcommand, Clone)]
+enum BenchWhat {
+    /// Time how long a wiped replica takes to get a large state back by state transfer
+    /// (a local BFT cluster, n = 4, durability on, clients writing meanwhile): reports the
+    /// time and MB/s from its restart until it caught up.
+    StateTransfer {
+        /// Size of the key-value state to fill the cluster with, in MB.
+        #[arg(long, default_value_t = 50)]
+        state_mb: u64,
+        /// One JSON object on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
 #[derive(clap::Args, Clone)]
 struct BenchArgs {
+    #[command(subcommand)]
+    what: Option<BenchWhat>,
     /// `micro`: the paper's empty service (replies of the requested size); `kv`: puts (or,
     /// with --unordered, gets) on the key-value service.
     #[arg(long, value_enum, default_value_t = ServiceKind::Micro)]
@@ -544,6 +561,20 @@ impl Measured {
 /// `tagma bench`: one configuration, or with `--sweep` each configuration of a figure (and
 /// with `--plot` the figure).
 fn bench(args: BenchArgs) -> Result<()> {
+    if let Some(BenchWhat::StateTransfer { state_mb, json }) = args.what {
+        let exe = std::env::current_exe().context("cannot find the tagma executable")?;
+        let opts = tagma_cli::transfer_bench::TransferOptions { state_mb, json };
+        let report = tagma_cli::transfer_bench::run(&exe, &opts)?;
+        if json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!("{}", report.table());
+        }
+        if !report.state_digests_equal {
+            bail!("the replicas' state digests differ after the transfer");
+        }
+        return Ok(());
+    }
     if args.clients == 0 {
         bail!("--clients must be at least 1");
     }

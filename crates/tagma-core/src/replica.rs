@@ -30,9 +30,10 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use tagma_crypto::IdentityKey;
 use tagma_wire::{
-    Accept, Batch, CheckpointInfo, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest, Encode, Epoch,
-    PeerMessage, Propose, PublicKey, Regency, ReplicaId, RequestEnvelope, RequestSeq, Signature,
-    SignedCollect, Stop, StopData, Sync, ViewId, Vote, collect_signing_bytes,
+    Accept, Batch, CheckpointInfo, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest,
+    Encode, Epoch, PeerMessage, Propose, PublicKey, Regency, ReplicaId, RequestEnvelope,
+    RequestSeq, Signature, SignedCollect, Stop, StopData, Sync, ViewId, Vote,
+    collect_signing_bytes,
 };
 
 use crate::clients::{Admission, ClientLimits, Clients};
@@ -1916,6 +1917,9 @@ impl Replica {
             .values()
             .filter(|c| **c > next)
             .count();
+        if ahead >= self.params.quorums.one_correct() {
+            self.maybe_start_state_transfer();
+        }
         if ahead >= self.params.quorums.one_correct() && self.catch_up.behind_since_ms.is_none() {
             // Messages for the next instance routinely arrive a little early; wait a quarter
             // period before asking.
@@ -1956,6 +1960,13 @@ impl Replica {
             self.catch_up.rotation = self.catch_up.rotation.wrapping_add(1);
             self.actions.push_back(Action::Send { to, msg });
         }
+        self.maybe_start_state_transfer();
+    }
+
+    /// Signals (and, when durable, starts) state transfer once the (f+1)-th highest position
+    /// the peers claim is further ahead than they keep decisions in memory.
+    fn maybe_start_state_transfer(&mut self) {
+        let cid = self.instance.cid;
         // The (f+1)-th highest claim: at least one correct replica is that far ahead.
         let mut claims: Vec<ConsensusId> = self.catch_up.highest_seen.values().copied().collect();
         claims.sort_unstable_by(|a, b| b.cmp(a));
@@ -2090,6 +2101,7 @@ impl Replica {
             // The peer has decided up to `next − 1`: it is ahead.
             let seen = self.catch_up.highest_seen.entry(from).or_insert(next);
             *seen = (*seen).max(next);
+            self.maybe_start_state_transfer();
         }
         if let Some(r) = self.recovery.as_mut() {
             r.heard.insert(from, next);
@@ -2214,6 +2226,13 @@ impl Replica {
         self.fetch.is_some()
     }
 
+    /// How long the state transfer in progress has been running.
+    pub fn state_transfer_elapsed_ms(&self, now_ms: u64) -> Option<u64> {
+        self.fetch
+            .as_ref()
+            .map(|f| now_ms.saturating_sub(f.started_ms()))
+    }
+
     /// The runtime's verdict on [`Action::InstallState`].
     pub fn state_installed(&mut self, now_ms: u64, outcome: InstallOutcome) {
         self.set_now(now_ms);
@@ -2307,7 +2326,9 @@ impl Replica {
                 };
                 if len == 0
                     || len > self.params.chunk_bytes
-                    || offset.checked_add(u64::from(len)).is_none_or(|end| end > ckp.len)
+                    || offset
+                        .checked_add(u64::from(len))
+                        .is_none_or(|end| end > ckp.len)
                 {
                     return bad("chunk outside the checkpoint");
                 }

@@ -194,8 +194,15 @@ pub struct Fetch {
 
 impl Fetch {
     /// Starts a fetch: asks every peer for its offer.
-    pub fn start(params: FetchParams, next: ConsensusId, now_ms: u64, out: &mut Vec<FetchOut>) -> Fetch {
-        out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery { next }));
+    pub fn start(
+        params: FetchParams,
+        next: ConsensusId,
+        now_ms: u64,
+        out: &mut Vec<FetchOut>,
+    ) -> Fetch {
+        out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery {
+            next,
+        }));
         Fetch {
             params,
             next,
@@ -352,7 +359,9 @@ impl Fetch {
         self.stalls = 0;
         self.offers.clear();
         self.phase = Phase::Offers;
-        out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery { next: self.next }));
+        out.push(FetchOut::Broadcast(tagma_wire::PeerMessage::StateQuery {
+            next: self.next,
+        }));
     }
 
     fn progress(&mut self, now_ms: u64) {
@@ -465,7 +474,8 @@ impl Fetch {
             plan.log_requested = ConsensusId(plan.log_requested.0 + count);
         }
         if plan.complete() {
-            let Phase::Fetching(plan) = std::mem::replace(&mut self.phase, Phase::Installing) else {
+            let Phase::Fetching(plan) = std::mem::replace(&mut self.phase, Phase::Installing)
+            else {
                 unreachable!("matched above");
             };
             out.push(FetchOut::Install(StateToInstall {

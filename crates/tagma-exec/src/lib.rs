@@ -351,6 +351,10 @@ impl<S: Service> Executor<S> {
             let at_voucher = vouchers.iter().filter(|(c, _)| *c == decided.cid);
             let mut digest = None;
             for (_, expected) in at_voucher {
+                if matched >= needed {
+                    // Enough already: one of the matches is a correct replica's.
+                    break;
+                }
                 let d = *digest.get_or_insert_with(|| checkpoint_digest(&self.checkpoint()));
                 matched += usize::from(d == *expected);
             }

@@ -49,18 +49,25 @@ pub(crate) enum StorageEvent {
     /// A checkpoint of `cid` is durable: drop the log segments it covers.
     Release { cid: u64 },
     /// Send `to` the logged decisions `from ..` (at most `count`) as `LogEntry`s.
-    ReadLog { to: ReplicaId, from: u64, count: u32 },
-    /// A state covering every instance up to `cid` was installed and checkpointed: drop
-    /// the whole log and continue after `cid`.
-    ResetAfter { cid: u64 },
+    ReadLog {
+        to: ReplicaId,
+        from: u64,
+        count: u32,
+    },
+    /// State transfer: the checkpoint of `checkpoint` is durable and `entries` are the
+    /// proven decisions after it; log those not logged yet (restarting the log after the
+    /// checkpoint if it does not reach it) and sync. Sent by the execution thread before
+    /// the core hears of the install, so it comes before any later instance's `Append`.
+    Installed {
+        checkpoint: u64,
+        entries: Vec<DecidedInstance>,
+    },
 }
 
-/// A checkpoint for the checkpoint thread to write. `installed`: the state came by state
-/// transfer; once it is durable the log restarts after it, then the sender is told.
+/// A checkpoint for the checkpoint thread to write.
 pub(crate) struct CheckpointJob {
     pub cid: u64,
     pub state: Bytes,
-    pub installed: Option<Sender<()>>,
 }
 
 /// What the transfer thread is asked to do.
@@ -75,6 +82,9 @@ pub(crate) enum TransferJob {
         offset: u64,
         data: Bytes,
     },
+    /// Every chunk is stored: hand the fetched state to the execution thread (through here,
+    /// so that it never reads a chunk not yet written).
+    Install(StateToInstall),
 }
 
 /// How a checkpoint is named in state-transfer offers.
@@ -309,14 +319,19 @@ pub(crate) fn storage_loop(
                         serve_log(sh, &log, tx, from, count);
                     }
                 }
-                StorageEvent::ResetAfter { cid } => {
-                    if let Err(e) = log.reset_after(cid) {
-                        error!("cannot restart the log after the installed state {cid}: {e}; this replica stops replying");
+                StorageEvent::Installed {
+                    checkpoint,
+                    entries,
+                } => {
+                    if let Err(e) = log_installed(&mut log, checkpoint, &entries) {
+                        error!(
+                            "cannot log the decisions of an installed state: {e}; this replica stops replying"
+                        );
                         return;
                     }
-                    last = None;
-                    release = None;
-                    covered = Some(cid);
+                    let through = entries.last().map_or(checkpoint, |d| d.cid.0);
+                    covered = covered.max(Some(through));
+                    last = last.max(Some(through));
                 }
             }
         }
@@ -394,19 +409,12 @@ pub(crate) fn checkpoint_loop(
                 {
                     return;
                 }
-                let event = match job.installed {
-                    Some(_) => Some(StorageEvent::ResetAfter { cid }),
-                    None => previous.map(|p| StorageEvent::Release { cid: p }),
-                };
-                previous = Some(cid);
-                if let Some(event) = event
-                    && storage_tx.send(event).is_err()
+                if let Some(p) = previous
+                    && storage_tx.send(StorageEvent::Release { cid: p }).is_err()
                 {
                     return;
                 }
-                if let Some(done) = job.installed {
-                    let _ = done.send(());
-                }
+                previous = Some(cid);
             }
             Err(e) => warn!("cannot write the checkpoint of instance {cid}: {e}"),
         }
@@ -420,6 +428,7 @@ pub(crate) fn transfer_loop(
     store: CheckpointStore,
     rx: Receiver<TransferJob>,
     peers: HashMap<ReplicaId, Sender<Bytes>>,
+    exec_tx: Sender<ExecEvent>,
 ) {
     while let Ok(job) = rx.recv() {
         match job {
@@ -457,6 +466,11 @@ pub(crate) fn transfer_loop(
                     warn!("cannot store a fetched chunk: {e}");
                 }
             }
+            TransferJob::Install(state) => {
+                if exec_tx.send(ExecEvent::Install(state)).is_err() {
+                    return;
+                }
+            }
         }
     }
 }
@@ -465,6 +479,8 @@ pub(crate) fn transfer_loop(
 /// and the staggered checkpoint points.
 pub(crate) struct DurableExec {
     pub checkpoint_tx: Sender<CheckpointJob>,
+    pub storage_tx: Sender<StorageEvent>,
+    pub consensus_tx: Sender<ConsensusEvent>,
     /// Where fetched checkpoints are stored (read back at install).
     pub store: CheckpointStore,
     /// This replica's position among the members, the member count and the period.
@@ -502,7 +518,6 @@ impl DurableExec {
         let job = CheckpointJob {
             cid,
             state: executor.checkpoint(),
-            installed: None,
         };
         if self.checkpoint_tx.try_send(job).is_err() {
             warn!(
@@ -535,15 +550,19 @@ impl DurableExec {
             Ok(b) => Bytes::from(b),
             Err(e) => return rejected(format!("cannot read the fetched checkpoint: {e}")),
         };
-        self.store.remove_incoming();
         let fetched = checkpoint_info(state.checkpoint.cid.0, &bytes);
         if fetched != state.checkpoint {
+            self.store.remove_incoming();
             return rejected(format!(
                 "the checkpoint from replica {} does not match its digest",
                 state.source
             ));
         }
-        let vouchers: Vec<_> = state.vouchers.iter().map(|(_, v)| (v.cid, v.digest)).collect();
+        let vouchers: Vec<_> = state
+            .vouchers
+            .iter()
+            .map(|(_, v)| (v.cid, v.digest))
+            .collect();
         match executor.install_fetched(
             &bytes,
             state.checkpoint.cid.0,
@@ -557,20 +576,32 @@ impl DurableExec {
                 needed = state.matches_needed,
                 "fetched state validated"
             ),
-            Err(reason) => return rejected(reason),
+            Err(reason) => {
+                self.store.remove_incoming();
+                return rejected(reason);
+            }
         }
-        // Durable before anything else happens: the checkpoint of the installed state, then
-        // the log restarted after it (the checkpoint thread does both, in that order).
-        let (done_tx, done_rx) = crossbeam_channel::bounded(1);
-        let job = CheckpointJob {
-            cid: target.0,
-            state: executor.checkpoint(),
-            installed: Some(done_tx),
+        // Durable before the core goes on: the fetched checkpoint (already on disk: it only
+        // gets its header and checksum), then the decisions after it in the log.
+        if let Err(e) = self.store.promote_incoming(state.checkpoint.cid.0, &bytes) {
+            // The executor holds the validated state, but it is not durable: stop rather
+            // than answer from it.
+            error!("cannot store the installed checkpoint: {e}; this replica stops replying");
+            return rejected(format!("cannot store the installed checkpoint: {e}"));
+        }
+        let _ = self
+            .consensus_tx
+            .send(ConsensusEvent::Checkpointed(state.checkpoint));
+        let event = StorageEvent::Installed {
+            checkpoint: state.checkpoint.cid.0,
+            entries: state.log.clone(),
         };
-        if self.checkpoint_tx.send(job).is_err() || done_rx.recv().is_err() {
-            return rejected("the checkpoint thread stopped".into());
+        if self.storage_tx.send(event).is_err() {
+            return rejected("the storage thread stopped".into());
         }
-        self.durable_through = Some(target.0);
+        // The instances after the checkpoint become durable with the storage thread's sync
+        // (its `Durable` event).
+        self.durable_through = self.durable_through.max(Some(state.checkpoint.cid.0));
         self.installed_through = Some(target.0);
         InstallOutcome::Installed {
             last: target,
@@ -578,4 +609,24 @@ impl DurableExec {
             sessions: executor.sessions(),
         }
     }
+}
+
+/// Logs the decisions of a state installed by state transfer: those after what the log
+/// already holds; if the log does not reach the installed checkpoint, it restarts after it.
+fn log_installed(
+    log: &mut Log,
+    checkpoint: u64,
+    entries: &[DecidedInstance],
+) -> Result<(), tagma_storage::StorageError> {
+    let from = match log.last_cid() {
+        Some(last) if last >= checkpoint => last + 1,
+        _ => {
+            log.reset_after(checkpoint)?;
+            checkpoint + 1
+        }
+    };
+    for d in entries.iter().filter(|d| d.cid.0 >= from) {
+        log.append(d.cid.0, &d.to_bytes())?;
+    }
+    log.sync()
 }

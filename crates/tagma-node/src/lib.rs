@@ -360,11 +360,14 @@ fn start_node<S: Service>(
                 durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
             }));
             let (sh, store, links) = (shared.clone(), rec.store.clone(), peer_links.clone());
+            let exec_tx3 = exec_tx.clone();
             threads.push(spawn("transfer".into(), me, move || {
-                durability::transfer_loop(&sh, store, xfer_rx, links)
+                durability::transfer_loop(&sh, store, xfer_rx, links, exec_tx3)
             }));
             transfer_tx = Some(xfer_tx);
             durable_exec = Some(durability::DurableExec {
+                storage_tx: tx.clone(),
+                consensus_tx: shared.consensus_tx.clone(),
                 store: rec.store,
                 checkpoint_tx: ckp_tx,
                 index: cfg.replicas.iter().position(|r| r.id == me).unwrap_or(0),
@@ -853,6 +856,15 @@ fn consensus_loop(
                 Ok(())
             }
             Ok(ConsensusEvent::Installed(outcome)) => {
+                if core.is_fetching_state()
+                    && matches!(
+                        outcome,
+                        tagma_core::transfer::InstallOutcome::Installed { .. }
+                    )
+                    && let Some(ms) = core.state_transfer_elapsed_ms(clock.now_ms())
+                {
+                    sh.metrics.state_transfer_ms.store(ms, Ordering::Relaxed);
+                }
                 core.state_installed(clock.now_ms(), outcome);
                 Ok(())
             }
@@ -984,7 +996,10 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                 }
             }
             Action::InstallState(state) => {
-                if exec_tx.send(ExecEvent::Install(state)).is_err() {
+                // Through the transfer thread, after the chunks it is still writing.
+                if let Some(tx) = &links.transfer_tx
+                    && tx.send(durability::TransferJob::Install(state)).is_err()
+                {
                     return false;
                 }
             }
@@ -1071,7 +1086,10 @@ fn execution_loop<S: Service>(
                 };
                 let started = Instant::now();
                 let outcome = d.install(&mut executor, &state);
-                if matches!(outcome, tagma_core::transfer::InstallOutcome::Installed { .. }) {
+                if matches!(
+                    outcome,
+                    tagma_core::transfer::InstallOutcome::Installed { .. }
+                ) {
                     sh.metrics.state_transfers.fetch_add(1, Ordering::Relaxed);
                     sh.metrics
                         .state_install_ms

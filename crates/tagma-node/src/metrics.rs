@@ -44,6 +44,7 @@ pub struct Metrics {
     pub state_bytes_served: AtomicU64,
     pub state_bytes_fetched: AtomicU64,
     pub state_install_ms: AtomicU64,
+    pub state_transfer_ms: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -65,7 +66,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 21] = [
+        let counters: [(&str, &str, &AtomicU64); 22] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -170,6 +171,11 @@ impl Metrics {
                 "tagma_state_install_ms",
                 "Duration of the last state install (validation and replay), ms",
                 &self.state_install_ms,
+            ),
+            (
+                "tagma_state_transfer_ms",
+                "Duration of the last state transfer, from detecting the lag to the state installed, ms",
+                &self.state_transfer_ms,
             ),
         ];
         for (name, help, v) in counters {

@@ -234,7 +234,11 @@ impl World {
                     // Durable runs keep few decisions in memory, so replicas that fall behind
                     // (or restart empty) need state transfer; other runs have no checkpoints
                     // and catch up by decision forwarding alone.
-                    decisions_kept: if sc.durable { DURABLE_DECISIONS_KEPT } else { 100_000 },
+                    decisions_kept: if sc.durable {
+                        DURABLE_DECISIONS_KEPT
+                    } else {
+                        100_000
+                    },
                     state_transfer: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
@@ -555,7 +559,11 @@ impl World {
                 reason: "the fetched checkpoint does not match its digest".into(),
             }
         } else {
-            let vouchers: Vec<_> = state.vouchers.iter().map(|(_, v)| (v.cid, v.digest)).collect();
+            let vouchers: Vec<_> = state
+                .vouchers
+                .iter()
+                .map(|(_, v)| (v.cid, v.digest))
+                .collect();
             let node = &mut self.nodes[r];
             match node.exec.install_fetched(
                 &bytes,
@@ -823,8 +831,7 @@ impl World {
         let checkpoint = tagma_storage::checkpoint_due(cid.0, r, n, period);
         if checkpoint {
             let state = node.exec.checkpoint();
-            node.core
-                .note_checkpoint(checkpoint_info(cid.0, &state));
+            node.core.note_checkpoint(checkpoint_info(cid.0, &state));
             disk.previous = disk.checkpoint.replace((cid.0, state));
         }
         let schedule_sync = !disk.sync_scheduled;

@@ -54,6 +54,15 @@ fn name(cid: u64, ext: &str) -> String {
     format!("{cid:020}.{ext}")
 }
 
+fn header(cid: u64, len: usize) -> [u8; HEADER_BYTES] {
+    let mut header = [0u8; HEADER_BYTES];
+    header[..4].copy_from_slice(&MAGIC);
+    header[4..8].copy_from_slice(&VERSION.to_le_bytes());
+    header[8..16].copy_from_slice(&cid.to_le_bytes());
+    header[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+    header
+}
+
 /// `(cid, is_tmp, path)` of every checkpoint file.
 fn list(dir: &Path) -> Result<Vec<(u64, bool, PathBuf)>, StorageError> {
     let mut out = Vec::new();
@@ -125,16 +134,11 @@ impl CheckpointStore {
     /// documentation), then removes older checkpoints but the previous one.
     pub fn write(&self, cid: u64, state: &[u8]) -> Result<PathBuf, StorageError> {
         let tmp = self.dir.join(name(cid, "tmp"));
-        let ckp = self.dir.join(name(cid, "ckp"));
         {
             let file = File::create(&tmp).map_err(StorageError::io(&tmp))?;
             let mut out = BufWriter::with_capacity(1 << 20, &file);
             let mut hasher = blake3::Hasher::new();
-            let mut header = [0u8; HEADER_BYTES];
-            header[..4].copy_from_slice(&MAGIC);
-            header[4..8].copy_from_slice(&VERSION.to_le_bytes());
-            header[8..16].copy_from_slice(&cid.to_le_bytes());
-            header[16..24].copy_from_slice(&(state.len() as u64).to_le_bytes());
+            let header = header(cid, state.len());
             hasher.update(&header);
             hasher.update(state);
             out.write_all(&header)
@@ -145,7 +149,14 @@ impl CheckpointStore {
             drop(out);
             file.sync_data().map_err(StorageError::io(&tmp))?;
         }
-        std::fs::rename(&tmp, &ckp).map_err(StorageError::io(&ckp))?;
+        self.publish(cid, &tmp)
+    }
+
+    /// Steps 2–3: renames the synced `tmp` to the checkpoint of `cid`, syncs the directory,
+    /// removes older checkpoints but the previous one.
+    fn publish(&self, cid: u64, tmp: &Path) -> Result<PathBuf, StorageError> {
+        let ckp = self.dir.join(name(cid, "ckp"));
+        std::fs::rename(tmp, &ckp).map_err(StorageError::io(&ckp))?;
         sync_dir(&self.dir)?;
         let files = list(&self.dir)?;
         let previous = files
@@ -176,7 +187,9 @@ impl CheckpointStore {
         self.dir.join("incoming.part")
     }
 
-    /// Stores a chunk of a checkpoint being fetched (offset 0 starts a new one).
+    /// Stores a chunk of the state of a checkpoint being fetched (offset 0 starts a new one).
+    /// The file leaves room for the header, so that once validated it becomes a checkpoint
+    /// without being written again ([`CheckpointStore::promote_incoming`]).
     pub fn store_chunk(&self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
         use std::os::unix::fs::FileExt;
         let path = self.incoming_path();
@@ -186,14 +199,47 @@ impl CheckpointStore {
             .truncate(offset == 0)
             .open(&path)
             .map_err(StorageError::io(&path))?;
-        file.write_all_at(data, offset)
+        file.write_all_at(data, HEADER_BYTES as u64 + offset)
             .map_err(StorageError::io(&path))
     }
 
     /// The fetched checkpoint's state, stored by [`CheckpointStore::store_chunk`].
     pub fn read_incoming(&self) -> Result<Vec<u8>, StorageError> {
+        use std::os::unix::fs::FileExt;
         let path = self.incoming_path();
-        std::fs::read(&path).map_err(StorageError::io(&path))
+        let file = File::open(&path).map_err(StorageError::io(&path))?;
+        let len = file.metadata().map_err(StorageError::io(&path))?.len();
+        let mut state = vec![0u8; len.saturating_sub(HEADER_BYTES as u64) as usize];
+        file.read_exact_at(&mut state, HEADER_BYTES as u64)
+            .map_err(StorageError::io(&path))?;
+        Ok(state)
+    }
+
+    /// Makes the fetched checkpoint (whose state, validated, is `state`) the durable
+    /// checkpoint of `cid`: its header and checksum are written around the state already on
+    /// disk, then it takes the steps of [`CheckpointStore::write`] from the sync on.
+    pub fn promote_incoming(&self, cid: u64, state: &[u8]) -> Result<PathBuf, StorageError> {
+        use std::os::unix::fs::FileExt;
+        let path = self.incoming_path();
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .map_err(StorageError::io(&path))?;
+        let header = header(cid, state.len());
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&header);
+        hasher.update(state);
+        file.write_all_at(&header, 0)
+            .and_then(|()| {
+                file.write_all_at(
+                    hasher.finalize().as_bytes(),
+                    (HEADER_BYTES + state.len()) as u64,
+                )
+            })
+            .and_then(|()| file.set_len((HEADER_BYTES + state.len() + DIGEST_BYTES) as u64))
+            .and_then(|()| file.sync_data())
+            .map_err(StorageError::io(&path))?;
+        self.publish(cid, &path)
     }
 
     /// Removes the fetched checkpoint once installed (or rejected).

@@ -397,11 +397,17 @@ fn the_previous_checkpoint_is_kept_and_served_in_chunks() {
     let a: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
     store.write(10, &a).unwrap();
     store.write(20, &[7u8; 100]).unwrap();
-    assert_eq!(store.read_chunk(10, 1000, 10).unwrap(), a[1000..1010].to_vec());
+    assert_eq!(
+        store.read_chunk(10, 1000, 10).unwrap(),
+        a[1000..1010].to_vec()
+    );
     assert_eq!(store.read_chunk(20, 0, 100).unwrap(), vec![7u8; 100]);
     assert!(store.read_chunk(20, 50, 100).is_err(), "past the end");
     store.write(30, &[8u8; 10]).unwrap();
-    assert!(store.read_chunk(10, 0, 1).is_err(), "only the two newest are kept");
+    assert!(
+        store.read_chunk(10, 0, 1).is_err(),
+        "only the two newest are kept"
+    );
     assert_eq!(store.load_newest().unwrap().unwrap().cid, 30);
     // Incoming chunks land in a part file the checkpoint listing ignores.
     store.store_chunk(0, b"abc").unwrap();
@@ -412,6 +418,21 @@ fn the_previous_checkpoint_is_kept_and_served_in_chunks() {
     assert_eq!(store.load_newest().unwrap().unwrap().cid, 30);
     store.remove_incoming();
     assert!(store.read_incoming().is_err());
+    // A fetched state becomes a checkpoint without being written again.
+    store.store_chunk(0, &a[..3000]).unwrap();
+    store.store_chunk(3000, &a[3000..]).unwrap();
+    assert_eq!(store.read_incoming().unwrap(), a);
+    store.promote_incoming(40, &a).unwrap();
+    let newest = store.load_newest().unwrap().unwrap();
+    assert_eq!((newest.cid, newest.state), (40, a));
+    assert!(
+        store.read_incoming().is_err(),
+        "the part file became the checkpoint"
+    );
+    assert!(
+        store.read_chunk(30, 0, 10).is_ok(),
+        "the previous one is kept"
+    );
 }
 
 #[test]
@@ -421,7 +442,10 @@ fn reset_after_drops_every_record_and_continues_after_the_installed_state() {
     append_range(&mut log, 0..50);
     log.sync().unwrap();
     log.reset_after(500).unwrap();
-    assert!(log.append(51, &payload(51)).is_err(), "continues after 500 only");
+    assert!(
+        log.append(51, &payload(51)).is_err(),
+        "continues after 500 only"
+    );
     append_range(&mut log, 501..510);
     log.sync().unwrap();
     drop(log);
