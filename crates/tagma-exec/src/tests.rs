@@ -386,3 +386,87 @@ fn checkpoint_restores_the_whole_executor() {
     wrong[0] = 9;
     assert!(b.restore(&Bytes::from(wrong)).is_err());
 }
+
+/// Instances `0..n` of a history: instance `cid` carries `per_instance` requests of client 1.
+fn history(n: u64, per_instance: u64) -> Vec<(ConsensusId, Batch)> {
+    (0..n)
+        .map(|cid| {
+            let requests = (0..per_instance)
+                .map(|i| request(1, cid * per_instance + i + 1, RequestKind::Ordered, b"op"))
+                .collect();
+            (ConsensusId(cid), batch(requests))
+        })
+        .collect()
+}
+
+fn decided(cid: ConsensusId, b: &Batch) -> tagma_wire::DecidedInstance {
+    tagma_wire::DecidedInstance {
+        cid,
+        batch: tagma_wire::Encode::to_bytes(b),
+        proof: tagma_wire::DecisionProof {
+            epoch: tagma_wire::Epoch(0),
+            accepts: vec![],
+        },
+    }
+}
+
+#[test]
+fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_otherwise() {
+    use crate::checkpoint_digest;
+    // The correct replicas' history, with checkpoints at 4 (the source's), 7 and 9 (vouchers).
+    let good = history(12, 2);
+    let mut a = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    let mut at = std::collections::BTreeMap::new();
+    for (cid, b) in &good {
+        a.execute_batch(*cid, b);
+        at.insert(cid.0, a.checkpoint());
+    }
+    let vouchers = [
+        (ConsensusId(7), checkpoint_digest(&at[&7])),
+        (ConsensusId(9), checkpoint_digest(&at[&9])),
+    ];
+    let log: Vec<_> = good[5..=9].iter().map(|(c, b)| decided(*c, b)).collect();
+    // A lagging replica at instance 2.
+    let mut b = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    for (cid, batch) in &good[..2] {
+        b.execute_batch(*cid, batch);
+    }
+    let before = b.checkpoint();
+    // A faulty source's checkpoint: a well-formed state at instance 4, but not the one the
+    // history leads to. It installs, but the correct vouchers disagree: rolled back.
+    let mut liar = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    for (cid, batch) in history(5, 3) {
+        liar.execute_batch(cid, &batch);
+    }
+    let lie = liar.checkpoint();
+    let err = b.install_fetched(&lie, 4, &log, &vouchers, 2).unwrap_err();
+    assert!(err.contains("only 1 of the source and 2 vouchers"), "{err}");
+    assert_eq!(b.checkpoint(), before, "the previous state is back");
+    // With f = 2 (f + 1 = 3 matches needed), the lying source and a colluding voucher are
+    // not enough.
+    let mut lying_history = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    lying_history.restore(&lie).unwrap();
+    for (cid, batch) in &good[5..=7] {
+        lying_history.execute_batch(*cid, batch);
+    }
+    let colluding = [
+        (ConsensusId(7), checkpoint_digest(&lying_history.checkpoint())),
+        vouchers[1],
+    ];
+    assert!(b.install_fetched(&lie, 4, &log, &colluding, 3).is_err());
+    assert_eq!(b.checkpoint(), before);
+    // A log with a hole, and a checkpoint at another instance than announced, are refused.
+    let holed: Vec<_> = log.iter().filter(|d| d.cid.0 != 6).cloned().collect();
+    assert!(b.install_fetched(&at[&4], 4, &holed, &vouchers, 2).unwrap_err().contains("skips"));
+    assert!(b.install_fetched(&at[&4], 5, &log, &vouchers, 2).is_err());
+    assert_eq!(b.checkpoint(), before);
+    // The correct source: the vouchers match, the state is the history's at instance 9.
+    assert_eq!(b.install_fetched(&at[&4], 4, &log, &vouchers, 2), Ok(2));
+    assert_eq!(b.checkpoint(), at[&9]);
+    assert_eq!(b.executed_instances(), 10);
+    assert_eq!(b.state_digest(), {
+        let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+        c.restore(&at[&9]).unwrap();
+        c.state_digest()
+    });
+}
