@@ -10,8 +10,9 @@
 //! Scenarios:
 //! - `kill-all`: SIGKILL every replica mid-load, restart them all from their disks.
 //! - `lagging-replica`: stop one follower for a while under load, restart it, and measure
-//!   how long it takes to catch up with the others (local recovery, then the decisions it
-//!   missed) while they keep serving.
+//!   how long it takes to catch up with the others (local recovery, then state transfer —
+//!   the others have released the log it misses — and the decisions since) while they keep
+//!   serving.
 //! - `corrupt-log` / `corrupt-checkpoint`: stop every replica, damage one replica's log (a
 //!   record in the middle) or its newest checkpoint, restart all: the damaged replica must
 //!   notice, move its state aside, and fetch what it misses from the others.
@@ -84,6 +85,10 @@ pub struct ChaosReport {
     pub state_digests_equal: bool,
     /// corrupt-*: whether the damaged replica noticed and discarded its state.
     pub damaged_state_discarded: bool,
+    /// States the restarted (lagging or damaged) replica installed by state transfer, and
+    /// how long the last one took.
+    pub state_transfers: u64,
+    pub state_transfer_ms: f64,
 }
 
 impl ChaosReport {
@@ -106,6 +111,7 @@ impl ChaosReport {
              recovery_ms            {:.0}\n\
              state_digests_equal    {}\n\
              damaged_state_discarded {}\n\
+             state_transfers        {} ({:.0} ms)\n\
              {}",
             self.scenario,
             self.mode,
@@ -117,6 +123,8 @@ impl ChaosReport {
             self.recovery_ms,
             self.state_digests_equal,
             self.damaged_state_discarded,
+            self.state_transfers,
+            self.state_transfer_ms,
             if self.passed() { "PASSED" } else { "FAILED" }
         )
     }
@@ -175,10 +183,10 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     let mut cluster = LocalCluster::launch(exe, n, opts.mode, |cfg| {
         cfg.storage.durability = Durability::Fsync;
         cfg.storage.checkpoint_period = 200;
-        cfg.storage.log_segment_bytes = 1 << 20;
+        // Small segments: the log a checkpoint covers is really released, so a replica that
+        // was down long enough needs state transfer (a checkpoint and the log after it).
+        cfg.storage.log_segment_bytes = 64 << 10;
         cfg.timeouts.request_timeout_ms = 500;
-        // A lagging replica catches up by decision forwarding from the others' memory.
-        cfg.limits.decisions_kept = 1 << 20;
     })?;
     let ready = Duration::from_secs(30);
     let proxies: Vec<Proxy> = (0..opts.clients)
@@ -220,8 +228,10 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         duplicated += value.saturating_sub(acked + doubt);
     }
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
-    let damaged_state_discarded =
-        metric(&cluster, cluster.cfg.n() - 1, "tagma_state_discarded") > 0.0;
+    let last = cluster.cfg.n() - 1;
+    let damaged_state_discarded = metric(&cluster, last, "tagma_state_discarded") > 0.0;
+    let state_transfers = metric(&cluster, last, "tagma_state_transfers_total") as u64;
+    let state_transfer_ms = metric(&cluster, last, "tagma_state_transfer_ms");
     Ok(ChaosReport {
         scenario: scenario.name().into(),
         mode: opts.mode.to_string(),
@@ -236,6 +246,8 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         recovery_ms,
         state_digests_equal: digests_equal(&states),
         damaged_state_discarded,
+        state_transfers,
+        state_transfer_ms,
     })
 }
 

@@ -223,6 +223,10 @@ enum BenchWhat {
         /// Size of the key-value state to fill the cluster with, in MB.
         #[arg(long, default_value_t = 50)]
         state_mb: u64,
+        /// Instances between two checkpoints of a replica (the others must have checkpointed
+        /// the full state twice before the wipe).
+        #[arg(long, default_value_t = 400)]
+        checkpoint_period: u64,
         /// One JSON object on stdout instead of the table.
         #[arg(long)]
         json: bool,
@@ -561,9 +565,18 @@ impl Measured {
 /// `tagma bench`: one configuration, or with `--sweep` each configuration of a figure (and
 /// with `--plot` the figure).
 fn bench(args: BenchArgs) -> Result<()> {
-    if let Some(BenchWhat::StateTransfer { state_mb, json }) = args.what {
+    if let Some(BenchWhat::StateTransfer {
+        state_mb,
+        checkpoint_period,
+        json,
+    }) = args.what
+    {
         let exe = std::env::current_exe().context("cannot find the tagma executable")?;
-        let opts = tagma_cli::transfer_bench::TransferOptions { state_mb, json };
+        let opts = tagma_cli::transfer_bench::TransferOptions {
+            state_mb,
+            checkpoint_period,
+            json,
+        };
         let report = tagma_cli::transfer_bench::run(&exe, &opts)?;
         if json {
             println!("{}", serde_json::to_string(&report)?);

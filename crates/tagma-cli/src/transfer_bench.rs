@@ -29,12 +29,11 @@ use crate::cluster::{LocalCluster, digests_equal};
 const VALUE_BYTES: usize = 60 << 10;
 /// Concurrent clients filling the state.
 const FILL_CLIENTS: usize = 8;
-/// Instances between two checkpoints of a replica in this benchmark.
-const CHECKPOINT_PERIOD: u64 = 400;
-
 #[derive(Clone, Debug)]
 pub struct TransferOptions {
     pub state_mb: u64,
+    /// Instances between two checkpoints of a replica.
+    pub checkpoint_period: u64,
     pub json: bool,
 }
 
@@ -132,10 +131,10 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
     let n = 4;
     let mut cluster = LocalCluster::launch(exe, n, Mode::Bft, |cfg| {
         cfg.storage.durability = Durability::Fsync;
-        cfg.storage.checkpoint_period = CHECKPOINT_PERIOD;
-        // Small segments, so the log the checkpoints cover is really released: the wiped
-        // replica cannot simply replay the others' logs from the start.
-        cfg.storage.log_segment_bytes = 8 << 20;
+        cfg.storage.checkpoint_period = opts.checkpoint_period;
+        // Segments small against the state, so the log the checkpoints cover is really
+        // released: the wiped replica cannot simply replay the others' logs from the start.
+        cfg.storage.log_segment_bytes = (opts.state_mb << 17).clamp(1 << 20, 8 << 20);
         cfg.timeouts.request_timeout_ms = 2_000;
     })?;
     let ready = Duration::from_secs(60);

@@ -132,9 +132,47 @@ fn chaos(args: &[&str]) -> serde_json::Value {
 #[test]
 fn chaos_lagging_replica_catches_up_while_the_others_serve() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let report = chaos(&["--scenario", "lagging-replica"]);
+    let report = chaos(&["--scenario", "lagging-replica", "--down-s", "3"]);
     assert_eq!(report["scenario"], "lagging-replica");
     assert_eq!(report["n"], 4);
+    assert!(
+        report["state_transfers"].as_u64().unwrap() >= 1,
+        "the others released the log it missed: it must have fetched state: {report}"
+    );
+}
+
+/// `tagma bench state-transfer` as a user runs it, on a small state: a wiped replica gets the
+/// whole state back from the others by state transfer and converges with them.
+#[test]
+fn bench_state_transfer_brings_a_wiped_replica_back() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let out = std::process::Command::new(exe())
+        .args([
+            "bench",
+            "state-transfer",
+            "--state-mb",
+            "4",
+            "--checkpoint-period",
+            "40",
+            "--json",
+        ])
+        .output()
+        .expect("run tagma bench state-transfer");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    assert_eq!(report["state_digests_equal"], true, "{report}");
+    assert!(
+        report["installed_state_mb"].as_f64().unwrap() > 3.0,
+        "{report}"
+    );
+    assert!(report["fetched_mb"].as_f64().unwrap() > 3.0, "{report}");
+    assert!(report["transfer_ms"].as_f64().unwrap() > 0.0, "{report}");
+    assert!(report["mb_per_s"].as_f64().unwrap() > 0.0, "{report}");
 }
 
 #[test]

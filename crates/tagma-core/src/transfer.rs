@@ -565,13 +565,34 @@ mod tests {
     fn the_plan_takes_the_lowest_checkpoint_and_ignores_one_inflated_position() {
         let mut out = Vec::new();
         let mut f = fetch(&mut out);
-        assert!(matches!(&out[..], [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]));
+        assert!(matches!(
+            &out[..],
+            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
+        ));
         out.clear();
-        f.on_offer(ReplicaId(0), Some(ckp(100, 25)), ConsensusId(150), 1, &mut out);
-        f.on_offer(ReplicaId(1), Some(ckp(120, 25)), ConsensusId(151), 1, &mut out);
+        f.on_offer(
+            ReplicaId(0),
+            Some(ckp(100, 25)),
+            ConsensusId(150),
+            1,
+            &mut out,
+        );
+        f.on_offer(
+            ReplicaId(1),
+            Some(ckp(120, 25)),
+            ConsensusId(151),
+            1,
+            &mut out,
+        );
         assert!(out.is_empty(), "waits for every peer (or the timeout)");
         // A Byzantine replica claims to be far ahead, with a low checkpoint.
-        f.on_offer(ReplicaId(2), Some(ckp(80, 25)), ConsensusId(1_000_000), 1, &mut out);
+        f.on_offer(
+            ReplicaId(2),
+            Some(ckp(80, 25)),
+            ConsensusId(1_000_000),
+            1,
+            &mut out,
+        );
         let sent = sends(&out);
         // Chunks from the source (the lowest checkpoint, 3 chunks of 10 bytes for 25).
         let chunks: Vec<_> = sent
@@ -590,7 +611,9 @@ mod tests {
             })
             .collect();
         assert_eq!(logs, vec![(ReplicaId(1), 81, 64), (ReplicaId(1), 145, 6)]);
-        assert!(f.wants(ConsensusId(150)) && !f.wants(ConsensusId(151)) && !f.wants(ConsensusId(80)));
+        assert!(
+            f.wants(ConsensusId(150)) && !f.wants(ConsensusId(151)) && !f.wants(ConsensusId(80))
+        );
     }
 
     #[test]
@@ -598,7 +621,13 @@ mod tests {
         let mut out = Vec::new();
         let mut f = fetch(&mut out);
         for r in 0..3 {
-            f.on_offer(ReplicaId(r), Some(ckp(50, 25)), ConsensusId(51), 1, &mut out);
+            f.on_offer(
+                ReplicaId(r),
+                Some(ckp(50, 25)),
+                ConsensusId(51),
+                1,
+                &mut out,
+            );
         }
         out.clear();
         let data = |n: usize| Bytes::from(vec![7u8; n]);
@@ -616,8 +645,15 @@ mod tests {
             Err("chunk of the wrong length")
         );
         for (offset, len) in [(0, 10), (10, 10)] {
-            f.on_chunk(ReplicaId(0), ConsensusId(50), offset, data(len), 2, &mut out)
-                .unwrap();
+            f.on_chunk(
+                ReplicaId(0),
+                ConsensusId(50),
+                offset,
+                data(len),
+                2,
+                &mut out,
+            )
+            .unwrap();
         }
         assert!(!f.is_installing());
         f.on_chunk(ReplicaId(0), ConsensusId(50), 20, data(5), 2, &mut out)
@@ -660,8 +696,15 @@ mod tests {
             f.on_log_entry(proven(13), &checker, 2, &mut out),
             Err("log entry outside the range fetched")
         );
-        f.on_chunk(ReplicaId(0), ConsensusId(10), 0, Bytes::from(vec![1u8; 5]), 2, &mut out)
-            .unwrap();
+        f.on_chunk(
+            ReplicaId(0),
+            ConsensusId(10),
+            0,
+            Bytes::from(vec![1u8; 5]),
+            2,
+            &mut out,
+        )
+        .unwrap();
         f.on_log_entry(proven(12), &checker, 2, &mut out).unwrap();
         assert!(!f.is_installing(), "11 is still missing");
         f.on_log_entry(proven(11), &checker, 2, &mut out).unwrap();
@@ -677,45 +720,82 @@ mod tests {
         let mut out = Vec::new();
         let mut f = fetch(&mut out);
         for r in 0..3 {
-            f.on_offer(ReplicaId(r), Some(ckp(40 + u64::from(r), 25)), ConsensusId(60), 1, &mut out);
+            f.on_offer(
+                ReplicaId(r),
+                Some(ckp(40 + u64::from(r), 25)),
+                ConsensusId(60),
+                1,
+                &mut out,
+            );
         }
         let source = |out: &[FetchOut]| {
-            sends(out).iter().find_map(|(to, m)| {
-                matches!(m, PeerMessage::ChunkRequest { .. }).then_some(*to)
-            })
+            sends(out)
+                .iter()
+                .find_map(|(to, m)| matches!(m, PeerMessage::ChunkRequest { .. }).then_some(*to))
         };
         assert_eq!(source(&out), Some(ReplicaId(0)));
         // The source stays silent: chunks are asked for again on each timeout...
         for t in 1..=STALL_TIMEOUTS as u64 {
             out.clear();
             f.tick(1 + t * 100, &mut out);
-            assert_eq!(source(&out), Some(ReplicaId(0)), "re-requested at stall {t}");
+            assert_eq!(
+                source(&out),
+                Some(ReplicaId(0)),
+                "re-requested at stall {t}"
+            );
         }
         // ...then the attempt is abandoned for fresh offers and the next source.
         out.clear();
         f.tick(1 + (STALL_TIMEOUTS as u64 + 1) * 100, &mut out);
-        assert!(matches!(&out[..], [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]));
+        assert!(matches!(
+            &out[..],
+            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
+        ));
         out.clear();
         for r in 0..3 {
-            f.on_offer(ReplicaId(r), Some(ckp(40 + u64::from(r), 25)), ConsensusId(60), 700, &mut out);
+            f.on_offer(
+                ReplicaId(r),
+                Some(ckp(40 + u64::from(r), 25)),
+                ConsensusId(60),
+                700,
+                &mut out,
+            );
         }
         assert_eq!(source(&out), Some(ReplicaId(1)));
         // A state the runtime rejects also moves on.
         let data = Bytes::from(vec![0u8; 10]);
         for offset in [0, 10] {
-            f.on_chunk(ReplicaId(1), ConsensusId(41), offset, data.clone(), 701, &mut out)
-                .unwrap();
-        }
-        f.on_chunk(ReplicaId(1), ConsensusId(41), 20, data.slice(..5), 701, &mut out)
+            f.on_chunk(
+                ReplicaId(1),
+                ConsensusId(41),
+                offset,
+                data.clone(),
+                701,
+                &mut out,
+            )
             .unwrap();
+        }
+        f.on_chunk(
+            ReplicaId(1),
+            ConsensusId(41),
+            20,
+            data.slice(..5),
+            701,
+            &mut out,
+        )
+        .unwrap();
         let checker = checker();
         for cid in 42..=59 {
-            f.on_log_entry(proven(cid), &checker, 702, &mut out).unwrap();
+            f.on_log_entry(proven(cid), &checker, 702, &mut out)
+                .unwrap();
         }
         assert!(f.is_installing());
         out.clear();
         f.rejected(&mut out);
-        assert!(matches!(&out[..], [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]));
+        assert!(matches!(
+            &out[..],
+            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
+        ));
         assert!(!f.is_installing());
     }
 
@@ -730,6 +810,9 @@ mod tests {
         f.on_offer(ReplicaId(2), None, ConsensusId(40), 1, &mut out);
         assert!(sends(&out).is_empty());
         f.tick(200, &mut out);
-        assert!(matches!(&out[..], [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]));
+        assert!(matches!(
+            &out[..],
+            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
+        ));
     }
 }

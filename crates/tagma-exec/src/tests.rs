@@ -450,14 +450,21 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         lying_history.execute_batch(*cid, batch);
     }
     let colluding = [
-        (ConsensusId(7), checkpoint_digest(&lying_history.checkpoint())),
+        (
+            ConsensusId(7),
+            checkpoint_digest(&lying_history.checkpoint()),
+        ),
         vouchers[1],
     ];
     assert!(b.install_fetched(&lie, 4, &log, &colluding, 3).is_err());
     assert_eq!(b.checkpoint(), before);
     // A log with a hole, and a checkpoint at another instance than announced, are refused.
     let holed: Vec<_> = log.iter().filter(|d| d.cid.0 != 6).cloned().collect();
-    assert!(b.install_fetched(&at[&4], 4, &holed, &vouchers, 2).unwrap_err().contains("skips"));
+    assert!(
+        b.install_fetched(&at[&4], 4, &holed, &vouchers, 2)
+            .unwrap_err()
+            .contains("skips")
+    );
     assert!(b.install_fetched(&at[&4], 5, &log, &vouchers, 2).is_err());
     assert_eq!(b.checkpoint(), before);
     // The correct source: the vouchers match, the state is the history's at instance 9.

@@ -21,6 +21,9 @@ use crate::scenario::Behaviour;
 
 /// Decided batches / instances a Byzantine replica remembers for replays.
 const HISTORY_MAX: usize = 16;
+/// Own past states remembered for [`Behaviour::LyingState`] (enough to offer one older than
+/// the correct replicas' checkpoints, so that it gets picked as the source).
+const OWN_STATES_MAX: usize = 256;
 /// Sent messages remembered for [`Behaviour::Replay`].
 const REPLAY_RING_MAX: usize = 64;
 
@@ -48,6 +51,10 @@ pub struct Byzantine {
     regency: u32,
     /// Highest regency it spammed a STOP for.
     spam_regency: u32,
+    /// [`Behaviour::LyingState`]: the wrong checkpoint it offers, and its bytes.
+    state_lie: Option<(tagma_wire::CheckpointInfo, Bytes)>,
+    /// [`Behaviour::LyingState`]: its own recent executor checkpoints, by instance.
+    own_states: VecDeque<(u64, Bytes)>,
 }
 
 fn bump(exercised: &mut Exercised, b: Behaviour) {
@@ -64,7 +71,36 @@ impl Byzantine {
             sent: VecDeque::new(),
             regency: 0,
             spam_regency: 0,
+            state_lie: None,
+            own_states: VecDeque::new(),
         }
+    }
+
+    /// [`Behaviour::LyingState`]: its executor's checkpoint after instance `cid`.
+    pub fn remember_state(&mut self, cid: u64, state: Bytes) {
+        push_bounded(&mut self.own_states, (cid, state), OWN_STATES_MAX);
+    }
+
+    /// The oldest remembered state at or after instance `cid`.
+    pub fn state_at_or_after(&self, cid: u64) -> Option<(u64, Bytes)> {
+        self.own_states.iter().find(|(c, _)| *c >= cid).cloned()
+    }
+
+    /// [`Behaviour::LyingState`]: the checkpoint to offer from now on.
+    pub fn set_state_lie(&mut self, info: tagma_wire::CheckpointInfo, state: Bytes) {
+        self.state_lie = Some((info, state));
+    }
+
+    /// A chunk of the lie, if `cid` names it and the range is inside it.
+    pub fn state_lie_chunk(
+        &self,
+        cid: tagma_wire::ConsensusId,
+        offset: u64,
+        len: u32,
+    ) -> Option<Bytes> {
+        let (info, state) = self.state_lie.as_ref()?;
+        let end = offset.checked_add(u64::from(len))?;
+        (info.cid == cid && end <= info.len).then(|| state.slice(offset as usize..end as usize))
     }
 
     pub fn has(&self, b: Behaviour) -> bool {
@@ -215,6 +251,13 @@ impl Byzantine {
     ) -> Vec<(ReplicaId, PeerMessage)> {
         let all = |m: PeerMessage| dests.iter().map(|&d| (d, m.clone())).collect::<Vec<_>>();
         match msg {
+            PeerMessage::StateOffer { next, .. }
+                if self.has(Behaviour::LyingState) && self.state_lie.is_some() =>
+            {
+                bump(exercised, Behaviour::LyingState);
+                let checkpoint = self.state_lie.as_ref().map(|(info, _)| *info);
+                all(PeerMessage::StateOffer { checkpoint, next })
+            }
             PeerMessage::Propose(p)
                 if self.has(Behaviour::Equivocate) && dests.len() >= 2 && rng.chance(0.7) =>
             {

@@ -111,10 +111,13 @@ pub enum Behaviour {
     Slow,
     /// Answers clients with made-up replies.
     WrongReply,
+    /// Offers replicas that fetch state a well-formed but wrong checkpoint (its own state
+    /// plus a write nobody ordered, under its correct digest) and serves it.
+    LyingState,
 }
 
 impl Behaviour {
-    pub const ALL: [Behaviour; 10] = [
+    pub const ALL: [Behaviour; 11] = [
         Behaviour::Silent,
         Behaviour::Equivocate,
         Behaviour::InvalidPropose,
@@ -125,6 +128,7 @@ impl Behaviour {
         Behaviour::Replay,
         Behaviour::Slow,
         Behaviour::WrongReply,
+        Behaviour::LyingState,
     ];
 
     pub fn name(self) -> &'static str {
@@ -139,6 +143,7 @@ impl Behaviour {
             Behaviour::Replay => "replay",
             Behaviour::Slow => "slow",
             Behaviour::WrongReply => "wrong_reply",
+            Behaviour::LyingState => "lying_state",
         }
     }
 }

@@ -19,7 +19,7 @@ use tagma_core::{
     Action, Mode, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch,
 };
 use tagma_crypto::IdentityKey;
-use tagma_exec::Executor;
+use tagma_exec::{Executor, Service};
 use tagma_kv::{KvOp, KvReply, KvService};
 use tagma_wire::{
     Batch, ClientId, ConsensusId, DecidedInstance, Decode, Digest, Encode, PeerMessage, ReplicaId,
@@ -33,7 +33,9 @@ use crate::client::{
 };
 use crate::linearizability::{self, Entry, LinError};
 use crate::rng::Rng;
-use crate::scenario::{ClientFault, LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario};
+use crate::scenario::{
+    Behaviour, ClientFault, LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario,
+};
 
 /// A run stops (as a liveness failure) after this many events.
 pub const EVENTS_MAX: u64 = 500_000;
@@ -727,6 +729,12 @@ impl World {
                     byz.on_decided(&decision.batch);
                 }
                 let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
+                let node = &mut self.nodes[r];
+                if let Some(byz) = node.byz.as_mut()
+                    && byz.has(Behaviour::LyingState)
+                {
+                    byz.remember_state(cid.0, node.exec.checkpoint());
+                }
                 let replies = self.log_to_disk(r, cid, decision.logged, replies);
                 for reply in replies {
                     self.send_reply(r, reply);
@@ -1038,8 +1046,71 @@ impl World {
         if let Some(byz) = self.nodes[r].byz.as_mut() {
             byz.on_received(&msg);
         }
+        if self.nodes[r]
+            .byz
+            .as_ref()
+            .is_some_and(|b| b.has(Behaviour::LyingState))
+        {
+            self.lie_about_state(r, from, &msg);
+        }
         let input = self.network_stage(msg);
         self.replica_input(r, |core, now| core.handle_peer(now, ReplicaId(from), input));
+    }
+
+    /// [`Behaviour::LyingState`]: asked for state, replica `r` prepares a wrong checkpoint —
+    /// its own state plus a write nobody ordered, well-formed and under its true digest, at
+    /// an instance it has executed — and serves its chunks when asked.
+    fn lie_about_state(&mut self, r: usize, from: u32, msg: &PeerMessage) {
+        match msg {
+            PeerMessage::StateQuery { next } => {
+                // The lowest of its past states the asker could use: likely the chosen source.
+                let Some((cid, truth)) = self.nodes[r]
+                    .byz
+                    .as_ref()
+                    .and_then(|b| b.state_at_or_after(next.0.saturating_sub(1)))
+                else {
+                    return;
+                };
+                let mut liar = Executor::new(KvService::new(), ViewId(0), 4, 64);
+                if liar.restore(&truth).is_err() {
+                    return;
+                }
+                liar.service.execute_ordered(
+                    &KvOp::Put {
+                        key: Bytes::from_static(b"lie"),
+                        value: Bytes::from_static(b"never ordered"),
+                    }
+                    .encode(),
+                    &tagma_exec::Context {
+                        client: ClientId(0),
+                        seq: RequestSeq(0),
+                        cid: None,
+                        timestamp_ms: 0,
+                        seed: 0,
+                    },
+                );
+                let state = liar.checkpoint();
+                let info = checkpoint_info(cid, &state);
+                if let Some(byz) = self.nodes[r].byz.as_mut() {
+                    byz.set_state_lie(info, state);
+                }
+            }
+            PeerMessage::ChunkRequest { cid, offset, len } => {
+                let chunk = self.nodes[r]
+                    .byz
+                    .as_ref()
+                    .and_then(|b| b.state_lie_chunk(*cid, *offset, *len));
+                if let Some(data) = chunk {
+                    let msg = PeerMessage::Chunk {
+                        cid: *cid,
+                        offset: *offset,
+                        data,
+                    };
+                    self.send_peer(r, &[ReplicaId(from)], msg);
+                }
+            }
+            _ => {}
+        }
     }
 
     fn authentic(&self, r: &RequestEnvelope) -> bool {

@@ -78,9 +78,15 @@ fn seed_range_holds_every_invariant() {
     eprintln!("{}", describe(&summary));
     assert!(!summary.failed(), "{}", describe(&summary));
     if count >= CI_SEEDS {
-        // The range exercises durable restarts (every replica at once included) and
-        // recovery from checkpoints, not only restarts that keep memory.
-        for counter in ["durable_restarts", "checkpoints", "received_position"] {
+        // The range exercises durable restarts (every replica at once included), recovery
+        // from checkpoints and state transfer, not only restarts that keep memory.
+        for counter in [
+            "durable_restarts",
+            "checkpoints",
+            "received_position",
+            "state_transfers",
+            "chunks_served",
+        ] {
             let seen = summary.counters.get(counter).copied().unwrap_or(0);
             assert!(seen > 0, "no {counter} in {count} seeds");
         }
