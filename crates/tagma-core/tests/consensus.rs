@@ -52,6 +52,9 @@ fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         seed: u64::from(me),
         member_keys: (0..n).map(|i| key(i).public()).collect(),
         decisions_kept: 64,
+        state_transfer: false,
+        chunk_bytes: 1 << 20,
+        state_bytes_max: 1 << 30,
     }
 }
 
@@ -1077,6 +1080,13 @@ impl Cluster {
                 }
                 Action::RegencyInstalled { .. } | Action::StateTransferNeeded { .. } => {}
                 Action::ResendReply { .. } => {}
+                // Without durable state (`state_transfer: false`) none of these occur.
+                a @ (Action::ReadChunk { .. }
+                | Action::ReadLog { .. }
+                | Action::StoreChunk { .. }
+                | Action::InstallState(_)) => {
+                    panic!("state transfer action without durability: {a:?}")
+                }
             }
         }
     }
