@@ -355,7 +355,7 @@ fn corrupt_log(dir: &Path) -> Result<()> {
 }
 
 /// Flips one byte in the middle of the newest checkpoint.
-fn corrupt_checkpoint(dir: &Path) -> Result<()> {
+pub fn corrupt_checkpoint(dir: &Path) -> Result<()> {
     let Some(path) = files(dir, "ckp")?.pop() else {
         bail!("no checkpoint yet in {} (raise --before-s)", dir.display());
     };

@@ -8,6 +8,11 @@
 //! validates the state against the others' checkpoint digests, and installs it. Reported:
 //! the time from the restart until it has caught up with the others (same position and
 //! state digest), and the state's size divided by that time.
+//!
+//! Then the whole system (seed 002's initial-state synchronisation, DDS): every replica is
+//! killed and restarted, each recovering from its own disk and synchronising with the others
+//! before ordering; and again with one replica's newest checkpoint corrupted, which it must
+//! detect, set aside, and replace by state transfer from the others.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -63,6 +68,16 @@ pub struct TransferReport {
     /// Operations the other replicas completed for clients meanwhile.
     pub ops_during_transfer: u64,
     pub fill_s: f64,
+    /// Every replica killed and restarted: until all are back at their position and the
+    /// service completed a request.
+    pub whole_system_recovery_ms: f64,
+    /// `installed_state_mb` per second of `whole_system_recovery_ms` (each replica loads its
+    /// own copy; the copies load in parallel).
+    pub whole_system_mb_per_s: f64,
+    /// The same with one replica's newest checkpoint corrupted: until it, too, is back (by
+    /// state transfer).
+    pub one_corrupt_recovery_ms: f64,
+    pub one_corrupt_mb_per_s: f64,
     pub state_digests_equal: bool,
 }
 
@@ -79,6 +94,8 @@ impl TransferReport {
              install_ms           {:.0}\n\
              ops_during_transfer  {}\n\
              fill_s               {:.1}\n\
+             whole_system_recovery_ms  {:.0} ({:.1} MB/s)\n\
+             one_corrupt_recovery_ms   {:.0} ({:.1} MB/s)\n\
              state_digests_equal  {}",
             self.mode,
             self.n,
@@ -92,6 +109,10 @@ impl TransferReport {
             self.install_ms,
             self.ops_during_transfer,
             self.fill_s,
+            self.whole_system_recovery_ms,
+            self.whole_system_mb_per_s,
+            self.one_corrupt_recovery_ms,
+            self.one_corrupt_mb_per_s,
             self.state_digests_equal
         )
     }
@@ -295,6 +316,14 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
         .max()
         .unwrap_or(0) as f64
         / 1e6;
+    let whole_system_recovery_ms = restart_all(&mut cluster, &probe, None)?;
+    let corrupt = tagma_node::cluster_dir::data_dir(&cluster.dir, &cluster.cfg, ReplicaId(1));
+    let one_corrupt_recovery_ms = restart_all(&mut cluster, &probe, Some(&corrupt))?;
+    let one_corrupt_transfers = metric(&cluster, 1, "tagma_state_transfers_total");
+    if one_corrupt_transfers < 1.0 {
+        bail!("the replica with a corrupt checkpoint came back without state transfer");
+    }
+    let states = cluster.converged_states(&probe, &cluster.cfg.members(), ready)?;
     Ok(TransferReport {
         state_mb: opts.state_mb,
         n,
@@ -308,6 +337,47 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
         install_ms,
         ops_during_transfer: ops.load(Ordering::Relaxed),
         fill_s,
+        whole_system_recovery_ms,
+        whole_system_mb_per_s: installed_state_mb / (whole_system_recovery_ms / 1000.0),
+        one_corrupt_recovery_ms,
+        one_corrupt_mb_per_s: installed_state_mb / (one_corrupt_recovery_ms / 1000.0),
         state_digests_equal: digests_equal(&states),
     })
+}
+
+/// Kills every replica (after corrupting the newest checkpoint under `corrupt`, if given),
+/// restarts them all, and returns the time until every replica is back at least at the
+/// position they had and the service completed a request.
+fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>) -> Result<f64> {
+    let ready = Duration::from_secs(120);
+    let before = cluster.converged_states(probe, &cluster.cfg.members(), ready)?;
+    let position = before
+        .iter()
+        .map(|s| s.executed_instances)
+        .max()
+        .unwrap_or(0);
+    cluster.stop_all();
+    if let Some(dir) = corrupt {
+        crate::chaos::corrupt_checkpoint(&dir.join("checkpoints"))?;
+    }
+    let restarted = Instant::now();
+    cluster.start_all()?;
+    let n = cluster.cfg.n();
+    loop {
+        let back = probe
+            .query_states(Duration::from_secs(2))
+            .into_iter()
+            .filter_map(|(_, s)| s)
+            .filter(|s| s.executed_instances >= position)
+            .count();
+        if back == n {
+            break;
+        }
+        if restarted.elapsed() > Duration::from_secs(600) {
+            bail!("the replicas did not all recover within 600 s");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    put(probe, "after-restart".into(), Bytes::from_static(b"ok"))?;
+    Ok(restarted.elapsed().as_secs_f64() * 1000.0)
 }

@@ -118,6 +118,8 @@ struct Node {
     /// The last instance of the newest state installed by state transfer (later deliveries
     /// up to it are skipped, as the node skips them).
     installed_through: Option<u64>,
+    /// Byzantine replicas: what their honest core decided, by instance.
+    byz_decided: BTreeMap<u64, Digest>,
 }
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
@@ -265,6 +267,7 @@ impl World {
                     executed: BTreeMap::new(),
                     incoming: Vec::new(),
                     installed_through: None,
+                    byz_decided: BTreeMap::new(),
                 }
             })
             .collect();
@@ -725,8 +728,16 @@ impl World {
                     if !self.violations.is_empty() {
                         return;
                     }
-                } else if let Some(byz) = self.nodes[r].byz.as_mut() {
-                    byz.on_decided(&decision.batch);
+                } else {
+                    if self.decided.get(cid.0 as usize).is_some_and(|h| *h != hash) {
+                        self.reset_byzantine(r, cid.0);
+                        return;
+                    }
+                    let node = &mut self.nodes[r];
+                    node.byz_decided.insert(cid.0, hash);
+                    if let Some(byz) = node.byz.as_mut() {
+                        byz.on_decided(&decision.batch);
+                    }
                 }
                 let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
                 let node = &mut self.nodes[r];
@@ -943,6 +954,41 @@ impl World {
         }
     }
 
+    /// Byzantine replicas keep no disk and do not crash with the others, so one may have
+    /// decided an instance from ACCEPTs that correct replicas sent just before they all
+    /// crashed, unsynced — an instance the restarted replicas decide anew, maybe otherwise.
+    /// Its honest core would then meet two proven values for one instance, beyond what any
+    /// correct replica can meet: its state is arbitrary anyway, so it restarts empty.
+    fn reset_byzantine(&mut self, r: usize, cid: u64) {
+        let node = &mut self.nodes[r];
+        node.core = Replica::new(node.params.clone(), node.key.clone());
+        node.exec = Executor::new(KvService::new(), ViewId(0), 4, 64);
+        node.byz_decided.clear();
+        node.timer_at = None;
+        let crashed = node.crashed;
+        self.count("byzantine_reset_after_forgotten_decisions");
+        self.note(b'C', r as u64, cid, &[], || {
+            format!("Byzantine replica {r} decided cid {cid} otherwise than the correct ones: restarts empty")
+        });
+        if !crashed {
+            self.arm_timer(r);
+        }
+    }
+
+    /// After a correct replica first delivered `cid` with `hash`: Byzantine replicas that
+    /// decided it otherwise restart empty (see [`World::reset_byzantine`]).
+    fn reset_diverged_byzantine(&mut self, cid: u64, hash: Digest) {
+        for r in 0..self.nodes.len() {
+            if self.nodes[r]
+                .byz_decided
+                .get(&cid)
+                .is_some_and(|h| *h != hash)
+            {
+                self.reset_byzantine(r, cid);
+            }
+        }
+    }
+
     /// Agreement, total order (prefix) and validity, on every delivery of a correct replica.
     fn check_delivery(&mut self, r: usize, cid: u64, hash: Digest, batch: &Batch) {
         let expected = self.nodes[r].delivered;
@@ -974,6 +1020,7 @@ impl World {
             None => {
                 debug_assert_eq!(self.decided.len() as u64, cid);
                 self.decided.push(hash);
+                self.reset_diverged_byzantine(cid, hash);
             }
         }
         for envelope in &batch.requests {
