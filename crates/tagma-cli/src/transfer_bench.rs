@@ -266,7 +266,7 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
             let deadline = restarted + Duration::from_secs(600);
             loop {
                 let states: Vec<StateInfo> = probe
-                    .query_states(Duration::from_secs(2))
+                    .query_states(Duration::from_millis(250))
                     .into_iter()
                     .filter_map(|(_, s)| s)
                     .collect();
@@ -365,7 +365,7 @@ fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>
     let n = cluster.cfg.n();
     loop {
         let back = probe
-            .query_states(Duration::from_secs(2))
+            .query_states(Duration::from_millis(250))
             .into_iter()
             .filter_map(|(_, s)| s)
             .filter(|s| s.executed_instances >= position)

@@ -2269,17 +2269,9 @@ impl Replica {
                 self.catch_up.behind_since_ms = None;
                 self.catch_up.state_transfer_signalled = false;
                 self.catch_up.requested_until = last.next();
-                // Still behind (decided meanwhile)? Forwarding takes it from here.
-                if self
-                    .catch_up
-                    .highest_seen
-                    .values()
-                    .filter(|c| **c > last.next())
-                    .count()
-                    >= self.params.quorums.one_correct()
-                {
-                    self.request_decisions(false);
-                }
+                // The others went on deciding while the state was fetched: ask for what
+                // follows at once (decision forwarding) rather than wait to notice the lag.
+                self.request_decisions(false);
                 self.progress_recovery();
                 self.settle();
             }
