@@ -25,7 +25,7 @@ use tagma_client::Proxy;
 use tagma_core::Mode;
 use tagma_core::config::Durability;
 use tagma_kv::KvOp;
-use tagma_wire::{ReplicaId, StateInfo};
+use tagma_wire::ReplicaId;
 
 use crate::chaos::metric;
 use crate::cluster::{LocalCluster, digests_equal};
@@ -241,7 +241,7 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
     let stop = AtomicBool::new(false);
     let ops = AtomicU64::new(0);
     let probe = cluster.proxy(ready)?;
-    let (recovery_ms, states) = std::thread::scope(|s| -> Result<(f64, Vec<StateInfo>)> {
+    let recovery_ms = std::thread::scope(|s| -> Result<f64> {
         for (c, proxy) in proxies.iter().enumerate().skip(1).take(4) {
             let (stop, ops) = (&stop, &ops);
             s.spawn(move || {
@@ -261,28 +261,25 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
             });
         }
         let restarted = Instant::now();
-        let result = (|| -> Result<(f64, Vec<StateInfo>)> {
+        let result = (|| -> Result<f64> {
             cluster.start(wiped)?;
             let deadline = restarted + Duration::from_secs(600);
+            // Positions from the metrics endpoints: a state query would make every replica
+            // digest its whole state, again and again.
             loop {
-                let states: Vec<StateInfo> = probe
-                    .query_states(Duration::from_millis(250))
-                    .into_iter()
-                    .filter_map(|(_, s)| s)
-                    .collect();
-                let mine = states.iter().find(|s| s.replica.0 as usize == wiped);
-                let others_min = states
+                let positions = positions(&cluster);
+                let others_min = positions
                     .iter()
-                    .filter(|s| s.replica.0 as usize != wiped)
-                    .map(|s| s.executed_instances)
-                    .min();
-                if let (Some(m), Some(o)) = (mine, others_min)
-                    && m.executed_instances + 2 >= o
-                {
-                    return Ok((restarted.elapsed().as_secs_f64() * 1000.0, states));
+                    .enumerate()
+                    .filter(|(i, _)| *i != wiped)
+                    .map(|(_, p)| *p)
+                    .min()
+                    .unwrap_or(0);
+                if positions[wiped] > 0 && positions[wiped] + 2 >= others_min {
+                    return Ok(restarted.elapsed().as_secs_f64() * 1000.0);
                 }
                 if Instant::now() > deadline {
-                    bail!("the wiped replica did not catch up within 600 s: {states:?}");
+                    bail!("the wiped replica did not catch up within 600 s: positions {positions:?}");
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
@@ -290,7 +287,6 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
         stop.store(true, Ordering::Relaxed);
         result
     })?;
-    drop(states);
     let states = cluster.converged_states(&probe, &cluster.cfg.members(), ready)?;
     let installed = states
         .iter()
@@ -362,15 +358,8 @@ fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>
     }
     let restarted = Instant::now();
     cluster.start_all()?;
-    let n = cluster.cfg.n();
     loop {
-        let back = probe
-            .query_states(Duration::from_millis(250))
-            .into_iter()
-            .filter_map(|(_, s)| s)
-            .filter(|s| s.executed_instances >= position)
-            .count();
-        if back == n {
+        if positions(cluster).iter().all(|p| *p >= position) {
             break;
         }
         if restarted.elapsed() > Duration::from_secs(600) {
@@ -380,4 +369,11 @@ fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>
     }
     put(probe, "after-restart".into(), Bytes::from_static(b"ok"))?;
     Ok(restarted.elapsed().as_secs_f64() * 1000.0)
+}
+
+/// Every replica's executed position, from its metrics (0 while it does not answer).
+fn positions(cluster: &LocalCluster) -> Vec<u64> {
+    (0..cluster.cfg.n())
+        .map(|i| metric(cluster, i, "tagma_executed_instances") as u64)
+        .collect()
 }

@@ -277,6 +277,9 @@ fn start_node<S: Service>(
     metrics
         .recovered_instances
         .store(executor.executed_instances(), Ordering::Relaxed);
+    metrics
+        .executed_instances
+        .store(executor.executed_instances(), Ordering::Relaxed);
     let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind {
         addr: info.addr,
         source,
@@ -1067,6 +1070,9 @@ fn execution_loop<S: Service>(
                     continue;
                 }
                 let replies = executor.execute_batch(decision.cid, &decision.batch);
+                sh.metrics
+                    .executed_instances
+                    .store(executor.executed_instances(), Ordering::Relaxed);
                 match durable.as_mut() {
                     // Parallel logging: replies leave once the batch is also on disk.
                     Some(d) => {
@@ -1086,6 +1092,9 @@ fn execution_loop<S: Service>(
                 };
                 let started = Instant::now();
                 let outcome = d.install(&mut executor, &state);
+                sh.metrics
+                    .executed_instances
+                    .store(executor.executed_instances(), Ordering::Relaxed);
                 if matches!(
                     outcome,
                     tagma_core::transfer::InstallOutcome::Installed { .. }

@@ -45,6 +45,8 @@ pub struct Metrics {
     pub state_bytes_fetched: AtomicU64,
     pub state_install_ms: AtomicU64,
     pub state_transfer_ms: AtomicU64,
+    /// Instances executed (the next instance to execute), whatever brought the state there.
+    pub executed_instances: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -66,7 +68,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 22] = [
+        let counters: [(&str, &str, &AtomicU64); 23] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -176,6 +178,11 @@ impl Metrics {
                 "tagma_state_transfer_ms",
                 "Duration of the last state transfer, from detecting the lag to the state installed, ms",
                 &self.state_transfer_ms,
+            ),
+            (
+                "tagma_executed_instances",
+                "Consensus instances executed: the position of the replica's state",
+                &self.executed_instances,
             ),
         ];
         for (name, help, v) in counters {
