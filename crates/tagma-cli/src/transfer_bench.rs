@@ -279,7 +279,9 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
                     return Ok(restarted.elapsed().as_secs_f64() * 1000.0);
                 }
                 if Instant::now() > deadline {
-                    bail!("the wiped replica did not catch up within 600 s: positions {positions:?}");
+                    bail!(
+                        "the wiped replica did not catch up within 600 s: positions {positions:?}"
+                    );
                 }
                 std::thread::sleep(Duration::from_millis(20));
             }
