@@ -201,7 +201,11 @@ fn recover<S: Service>(
         options,
         |ckp| {
             checkpoint_cid = Some(ckp.cid);
-            checkpoint = Some(checkpoint_info(ckp.cid, &ckp.state));
+            checkpoint = Some(CheckpointInfo {
+                cid: ConsensusId(ckp.cid),
+                len: ckp.state.len() as u64,
+                digest: tagma_wire::Digest(ckp.digest),
+            });
             let mut executor = executor.borrow_mut();
             executor
                 .restore(&Bytes::copy_from_slice(&ckp.state))
@@ -393,7 +397,7 @@ pub(crate) fn checkpoint_loop(
     while let Ok(job) = rx.recv() {
         let cid = job.cid;
         match store.write(cid, &job.state) {
-            Ok(path) => {
+            Ok((path, digest)) => {
                 sh.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
                 info!(
                     instance = cid,
@@ -401,7 +405,11 @@ pub(crate) fn checkpoint_loop(
                     file = %path.display(),
                     "checkpoint written"
                 );
-                let info = checkpoint_info(cid, &job.state);
+                let info = CheckpointInfo {
+                    cid: ConsensusId(cid),
+                    len: job.state.len() as u64,
+                    digest: tagma_wire::Digest(digest),
+                };
                 if sh
                     .consensus_tx
                     .send(ConsensusEvent::Checkpointed(info))
@@ -583,7 +591,11 @@ impl DurableExec {
         }
         // Durable before the core goes on: the fetched checkpoint (already on disk: it only
         // gets its header and checksum), then the decisions after it in the log.
-        if let Err(e) = self.store.promote_incoming(state.checkpoint.cid.0, &bytes) {
+        if let Err(e) = self.store.promote_incoming(
+            state.checkpoint.cid.0,
+            bytes.len(),
+            &state.checkpoint.digest.0,
+        ) {
             // The executor holds the validated state, but it is not durable: stop rather
             // than answer from it.
             error!("cannot store the installed checkpoint: {e}; this replica stops replying");

@@ -3,10 +3,12 @@
 //! A checkpoint is the file `<cid, 20 digits>.ckp` in the checkpoint directory:
 //!
 //! ```text
-//! magic "TGCK" | version u32 LE (1) | cid u64 LE | state length u64 LE | state | BLAKE3 (32 B)
+//! magic "TGCK" | version u32 LE (2) | cid u64 LE | state length u64 LE | state | checksum (32 B)
 //! ```
 //!
-//! where the BLAKE3 digest covers everything before it. [`CheckpointStore::write`] takes the
+//! where the checksum is BLAKE3 of the header followed by the state's own BLAKE3 digest: one
+//! pass over the state yields both the checksum and the digest that names the checkpoint in
+//! state transfer ([`Checkpoint::digest`]). [`CheckpointStore::write`] takes the
 //! steps in the order that leaves every crash recoverable, exactly:
 //! 1. write `<cid>.tmp` and `fdatasync` it;
 //! 2. rename it to `<cid>.ckp` (atomic) and sync the directory;
@@ -32,7 +34,7 @@ use std::path::{Path, PathBuf};
 use crate::{StorageError, sync_dir};
 
 const MAGIC: [u8; 4] = *b"TGCK";
-const VERSION: u32 = 1;
+const VERSION: u32 = 2;
 const HEADER_BYTES: usize = 4 + 4 + 8 + 8;
 const DIGEST_BYTES: usize = 32;
 
@@ -42,6 +44,16 @@ pub struct Checkpoint {
     /// The last instance the state includes.
     pub cid: u64,
     pub state: Vec<u8>,
+    /// BLAKE3 of `state`.
+    pub digest: [u8; DIGEST_BYTES],
+}
+
+/// The checksum that ends a checkpoint file.
+fn checksum(header: &[u8; HEADER_BYTES], state_digest: &[u8; DIGEST_BYTES]) -> [u8; DIGEST_BYTES] {
+    let mut hasher = blake3::Hasher::new();
+    hasher.update(header);
+    hasher.update(state_digest);
+    *hasher.finalize().as_bytes()
 }
 
 /// The checkpoint directory.
@@ -111,7 +123,9 @@ fn load(path: &Path, named_cid: u64) -> Result<Checkpoint, String> {
         ));
     }
     let body_end = body_end as usize;
-    if blake3::hash(&bytes[..body_end]).as_bytes()[..] != bytes[body_end..] {
+    let digest = *blake3::hash(&bytes[HEADER_BYTES..body_end]).as_bytes();
+    let header: [u8; HEADER_BYTES] = bytes[..HEADER_BYTES].try_into().expect("header bytes");
+    if checksum(&header, &digest)[..] != bytes[body_end..] {
         return Err("checksum mismatch".into());
     }
     if cid != named_cid {
@@ -119,7 +133,11 @@ fn load(path: &Path, named_cid: u64) -> Result<Checkpoint, String> {
     }
     bytes.truncate(body_end);
     bytes.drain(..HEADER_BYTES);
-    Ok(Checkpoint { cid, state: bytes })
+    Ok(Checkpoint {
+        cid,
+        state: bytes,
+        digest,
+    })
 }
 
 impl CheckpointStore {
@@ -131,25 +149,28 @@ impl CheckpointStore {
     }
 
     /// Durably stores `state` as the checkpoint of instance `cid` (steps 1–3 of the module
-    /// documentation), then removes older checkpoints but the previous one.
-    pub fn write(&self, cid: u64, state: &[u8]) -> Result<PathBuf, StorageError> {
+    /// documentation), then removes older checkpoints but the previous one. Returns the
+    /// file and BLAKE3 of `state`.
+    pub fn write(
+        &self,
+        cid: u64,
+        state: &[u8],
+    ) -> Result<(PathBuf, [u8; DIGEST_BYTES]), StorageError> {
         let tmp = self.dir.join(name(cid, "tmp"));
+        let digest = *blake3::hash(state).as_bytes();
         {
             let file = File::create(&tmp).map_err(StorageError::io(&tmp))?;
             let mut out = BufWriter::with_capacity(1 << 20, &file);
-            let mut hasher = blake3::Hasher::new();
             let header = header(cid, state.len());
-            hasher.update(&header);
-            hasher.update(state);
             out.write_all(&header)
                 .and_then(|()| out.write_all(state))
-                .and_then(|()| out.write_all(hasher.finalize().as_bytes()))
+                .and_then(|()| out.write_all(&checksum(&header, &digest)))
                 .and_then(|()| out.flush())
                 .map_err(StorageError::io(&tmp))?;
             drop(out);
             file.sync_data().map_err(StorageError::io(&tmp))?;
         }
-        self.publish(cid, &tmp)
+        Ok((self.publish(cid, &tmp)?, digest))
     }
 
     /// Steps 2–3: renames the synced `tmp` to the checkpoint of `cid`, syncs the directory,
@@ -215,28 +236,28 @@ impl CheckpointStore {
         Ok(state)
     }
 
-    /// Makes the fetched checkpoint (whose state, validated, is `state`) the durable
-    /// checkpoint of `cid`: its header and checksum are written around the state already on
-    /// disk, then it takes the steps of [`CheckpointStore::write`] from the sync on.
-    pub fn promote_incoming(&self, cid: u64, state: &[u8]) -> Result<PathBuf, StorageError> {
+    /// Makes the fetched checkpoint (validated: `len` bytes whose BLAKE3 is `digest`) the
+    /// durable checkpoint of `cid`: its header and checksum are written around the state
+    /// already on disk (nothing is hashed or copied again), then it takes the steps of
+    /// [`CheckpointStore::write`] from the sync on.
+    pub fn promote_incoming(
+        &self,
+        cid: u64,
+        len: usize,
+        digest: &[u8; DIGEST_BYTES],
+    ) -> Result<PathBuf, StorageError> {
         use std::os::unix::fs::FileExt;
         let path = self.incoming_path();
         let file = std::fs::OpenOptions::new()
             .write(true)
             .open(&path)
             .map_err(StorageError::io(&path))?;
-        let header = header(cid, state.len());
-        let mut hasher = blake3::Hasher::new();
-        hasher.update(&header);
-        hasher.update(state);
+        let header = header(cid, len);
         file.write_all_at(&header, 0)
             .and_then(|()| {
-                file.write_all_at(
-                    hasher.finalize().as_bytes(),
-                    (HEADER_BYTES + state.len()) as u64,
-                )
+                file.write_all_at(&checksum(&header, digest), (HEADER_BYTES + len) as u64)
             })
-            .and_then(|()| file.set_len((HEADER_BYTES + state.len() + DIGEST_BYTES) as u64))
+            .and_then(|()| file.set_len((HEADER_BYTES + len + DIGEST_BYTES) as u64))
             .and_then(|()| file.sync_data())
             .map_err(StorageError::io(&path))?;
         self.publish(cid, &path)

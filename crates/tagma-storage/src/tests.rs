@@ -354,7 +354,7 @@ fn a_checkpoint_beyond_the_log_continues_the_log_after_it() {
 fn a_corrupt_newest_checkpoint_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let store = CheckpointStore::open(dir.path().join("ckp")).unwrap();
-    let path = store.write(7, &[5u8; 1000]).unwrap();
+    let (path, _) = store.write(7, &[5u8; 1000]).unwrap();
     assert_eq!(store.load_newest().unwrap().unwrap().state, vec![5u8; 1000]);
     let mut bytes = fs::read(&path).unwrap();
     bytes[500] ^= 1;
@@ -422,8 +422,11 @@ fn the_previous_checkpoint_is_kept_and_served_in_chunks() {
     store.store_chunk(0, &a[..3000]).unwrap();
     store.store_chunk(3000, &a[3000..]).unwrap();
     assert_eq!(store.read_incoming().unwrap(), a);
-    store.promote_incoming(40, &a).unwrap();
+    store
+        .promote_incoming(40, a.len(), blake3::hash(&a).as_bytes())
+        .unwrap();
     let newest = store.load_newest().unwrap().unwrap();
+    assert_eq!(newest.digest, *blake3::hash(&a).as_bytes());
     assert_eq!((newest.cid, newest.state), (40, a));
     assert!(
         store.read_incoming().is_err(),
