@@ -2246,6 +2246,9 @@ impl Replica {
                 let started = self.fetch.take().map(|f| f.started_ms());
                 if last < self.instance.cid {
                     tracing::warn!(%last, next = %self.instance.cid, "state installed behind this replica's position: ignored");
+                    // Another fetch may start if forwarding cannot take it further.
+                    self.catch_up.state_transfer_signalled = false;
+                    self.maybe_start_state_transfer();
                     return;
                 }
                 tracing::info!(

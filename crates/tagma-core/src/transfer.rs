@@ -272,6 +272,11 @@ impl Fetch {
         if from != plan.source || cid != plan.checkpoint.cid {
             return Err("chunk of another checkpoint");
         }
+        if plan.written == plan.checkpoint.len {
+            // Nothing more is wanted: not progress (a faulty source must not keep a stalled
+            // fetch alive with empty chunks).
+            return Err("checkpoint already complete");
+        }
         if offset != plan.written {
             // A duplicate or a chunk after a lost one (re-requested on the next stall).
             return Err("chunk out of order");
@@ -401,7 +406,9 @@ impl Fetch {
             .iter()
             .filter_map(|(r, (c, _))| c.map(|c| (*r, c)))
             .filter(|(_, c)| {
-                c.cid.next() >= self.next && c.cid <= target && c.len <= self.params.state_bytes_max
+                c.cid.0.saturating_add(1) >= self.next.0
+                    && c.cid <= target
+                    && c.len <= self.params.state_bytes_max
             })
             .collect();
         candidates.sort_by_key(|(r, c)| (c.cid, *r));
@@ -459,7 +466,8 @@ impl Fetch {
         }
         let first_missing = plan.first_missing();
         while plan.log_requested <= plan.target
-            && plan.log_requested.0 - first_missing.0 < LOG_WINDOW * u64::from(LOG_RUN)
+            && plan.log_requested.0.saturating_sub(first_missing.0)
+                < LOG_WINDOW * u64::from(LOG_RUN)
         {
             let count = (plan.target.0 - plan.log_requested.0 + 1).min(u64::from(LOG_RUN));
             let to = plan.log_peers[plan.rotation % plan.log_peers.len()];
@@ -705,6 +713,12 @@ mod tests {
             &mut out,
         )
         .unwrap();
+        // The checkpoint is complete: an empty chunk is no progress (a faulty source cannot
+        // keep a fetch whose log stalls from moving on).
+        assert_eq!(
+            f.on_chunk(ReplicaId(0), ConsensusId(10), 5, Bytes::new(), 2, &mut out),
+            Err("checkpoint already complete")
+        );
         f.on_log_entry(proven(12), &checker, 2, &mut out).unwrap();
         assert!(!f.is_installing(), "11 is still missing");
         f.on_log_entry(proven(11), &checker, 2, &mut out).unwrap();
@@ -797,6 +811,41 @@ mod tests {
             [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
         ));
         assert!(!f.is_installing());
+    }
+
+    #[test]
+    fn extreme_offers_and_entries_do_not_overflow() {
+        let mut out = Vec::new();
+        let mut f = fetch(&mut out);
+        f.on_offer(
+            ReplicaId(0),
+            Some(ckp(u64::MAX, 5)),
+            ConsensusId(u64::MAX),
+            1,
+            &mut out,
+        );
+        f.on_offer(
+            ReplicaId(1),
+            Some(ckp(10, 5)),
+            ConsensusId(2_000),
+            1,
+            &mut out,
+        );
+        f.on_offer(
+            ReplicaId(2),
+            Some(ckp(12, 5)),
+            ConsensusId(2_000),
+            1,
+            &mut out,
+        );
+        // A proven entry far beyond the window, then the window's own: no underflow.
+        let checker = checker();
+        f.on_log_entry(proven(1_500), &checker, 2, &mut out)
+            .unwrap();
+        for cid in 11..300 {
+            f.on_log_entry(proven(cid), &checker, 2, &mut out).unwrap();
+        }
+        f.tick(1_000, &mut out);
     }
 
     #[test]

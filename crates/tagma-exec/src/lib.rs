@@ -297,23 +297,26 @@ impl<S: Service> Executor<S> {
     }
 
     /// State transfer: replaces the state with a fetched checkpoint (`state`, after instance
-    /// `checkpoint_cid`), executes the proven decisions `log` after it, and compares the
-    /// digest of its own checkpoint ([`Executor::checkpoint`], deterministic) at each
-    /// voucher's instance with the voucher's. Counting the checkpoint's source (whose digest
-    /// the caller checked) as one match, at least `needed` must match; otherwise — or if
-    /// anything does not install, decode or follow — the previous state is restored and the
-    /// reason returned. Replies of the replayed batches are cached, not returned. On success
-    /// returns how many matched.
+    /// `checkpoint_cid`, whose digest `state_digest` the caller checked against the source's),
+    /// executes the proven decisions `log` after it, and compares the digest of its own
+    /// checkpoint ([`Executor::checkpoint`], deterministic) at each voucher's instance with
+    /// the voucher's (a voucher at the checkpoint's own instance is compared with
+    /// `state_digest`). Counting the source as one match, at least `needed` must match;
+    /// otherwise — or if anything does not install, decode or follow — the previous state is
+    /// restored and the reason returned. Replies of the replayed batches are cached, not
+    /// returned. On success returns how many matched.
     pub fn install_fetched(
         &mut self,
         state: &Bytes,
+        state_digest: Digest,
         checkpoint_cid: u64,
         log: &[tagma_wire::DecidedInstance],
         vouchers: &[(ConsensusId, Digest)],
         needed: usize,
     ) -> Result<usize, String> {
         let backup = self.checkpoint();
-        let result = self.replay_fetched(state, checkpoint_cid, log, vouchers, needed);
+        let result =
+            self.replay_fetched(state, state_digest, checkpoint_cid, log, vouchers, needed);
         if result.is_err() {
             self.restore(&backup)
                 .expect("a checkpoint of this executor restores");
@@ -324,6 +327,7 @@ impl<S: Service> Executor<S> {
     fn replay_fetched(
         &mut self,
         state: &Bytes,
+        state_digest: Digest,
         checkpoint_cid: u64,
         log: &[tagma_wire::DecidedInstance],
         vouchers: &[(ConsensusId, Digest)],
@@ -337,7 +341,11 @@ impl<S: Service> Executor<S> {
                 self.executed_instances.wrapping_sub(1)
             ));
         }
-        let mut matched = 1;
+        let at_checkpoint = vouchers
+            .iter()
+            .filter(|(c, d)| c.0 == checkpoint_cid && *d == state_digest)
+            .count();
+        let mut matched = 1 + at_checkpoint;
         for decided in log {
             if decided.cid.0 != self.executed_instances {
                 return Err(format!(

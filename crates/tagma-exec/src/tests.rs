@@ -439,7 +439,9 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         liar.execute_batch(cid, &batch);
     }
     let lie = liar.checkpoint();
-    let err = b.install_fetched(&lie, 4, &log, &vouchers, 2).unwrap_err();
+    let err = b
+        .install_fetched(&lie, checkpoint_digest(&lie), 4, &log, &vouchers, 2)
+        .unwrap_err();
     assert!(err.contains("only 1 of the source and 2 vouchers"), "{err}");
     assert_eq!(b.checkpoint(), before, "the previous state is back");
     // With f = 2 (f + 1 = 3 matches needed), the lying source and a colluding voucher are
@@ -456,20 +458,43 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         ),
         vouchers[1],
     ];
-    assert!(b.install_fetched(&lie, 4, &log, &colluding, 3).is_err());
+    assert!(
+        b.install_fetched(&lie, checkpoint_digest(&lie), 4, &log, &colluding, 3)
+            .is_err()
+    );
     assert_eq!(b.checkpoint(), before);
     // A log with a hole, and a checkpoint at another instance than announced, are refused.
     let holed: Vec<_> = log.iter().filter(|d| d.cid.0 != 6).cloned().collect();
     assert!(
-        b.install_fetched(&at[&4], 4, &holed, &vouchers, 2)
+        b.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &holed, &vouchers, 2)
             .unwrap_err()
             .contains("skips")
     );
-    assert!(b.install_fetched(&at[&4], 5, &log, &vouchers, 2).is_err());
+    assert!(
+        b.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 5, &log, &vouchers, 2)
+            .is_err()
+    );
     assert_eq!(b.checkpoint(), before);
     // The correct source: the vouchers match, the state is the history's at instance 9.
-    assert_eq!(b.install_fetched(&at[&4], 4, &log, &vouchers, 2), Ok(2));
+    assert_eq!(
+        b.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &log, &vouchers, 2),
+        Ok(2)
+    );
     assert_eq!(b.checkpoint(), at[&9]);
+    // A voucher whose checkpoint is at the source's own instance vouches by its digest (a
+    // state that needs no log at all can be validated).
+    let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    let same = [(ConsensusId(4), checkpoint_digest(&at[&4]))];
+    assert_eq!(
+        c.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &[], &same, 2),
+        Ok(2)
+    );
+    assert_eq!(c.checkpoint(), at[&4]);
+    let other = [(ConsensusId(4), checkpoint_digest(&lie))];
+    assert!(
+        c.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &[], &other, 2)
+            .is_err()
+    );
     assert_eq!(b.executed_instances(), 10);
     assert_eq!(b.state_digest(), {
         let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);

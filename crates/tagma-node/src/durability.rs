@@ -56,8 +56,8 @@ pub(crate) enum StorageEvent {
     },
     /// State transfer: the checkpoint of `checkpoint` is durable and `entries` are the
     /// proven decisions after it; log those not logged yet (restarting the log after the
-    /// checkpoint if it does not reach it) and sync. Sent by the execution thread before
-    /// the core hears of the install, so it comes before any later instance's `Append`.
+    /// checkpoint if it does not reach it) and sync. Sent by the consensus thread before the
+    /// core hears of the install, so it comes before any later instance's `Append`.
     Installed {
         checkpoint: u64,
         entries: Vec<DecidedInstance>,
@@ -411,7 +411,7 @@ pub(crate) fn checkpoint_loop(
                     digest: tagma_wire::Digest(digest),
                 };
                 if sh
-                    .consensus_tx
+                    .internal_tx
                     .send(ConsensusEvent::Checkpointed(info))
                     .is_err()
                 {
@@ -487,7 +487,7 @@ pub(crate) fn transfer_loop(
 /// and the staggered checkpoint points.
 pub(crate) struct DurableExec {
     pub checkpoint_tx: Sender<CheckpointJob>,
-    pub storage_tx: Sender<StorageEvent>,
+    /// The consensus thread's internal channel (never full: see `Shared::internal_tx`).
     pub consensus_tx: Sender<ConsensusEvent>,
     /// Where fetched checkpoints are stored (read back at install).
     pub store: CheckpointStore,
@@ -540,14 +540,17 @@ impl DurableExec {
     /// Validates and installs a fetched state (see `tagma_core::transfer`): the stored
     /// checkpoint must have the source's digest; it is installed and the proven decisions
     /// after it replayed, comparing the state's digest at each voucher's instance; with fewer
-    /// than `matches_needed` matches everything is rolled back. Once accepted, the state is
-    /// checkpointed durably and the log restarted after it before the core is told.
+    /// than `matches_needed` matches everything is rolled back. Once accepted, the fetched
+    /// file becomes the durable checkpoint, and the decisions after it are returned for the
+    /// log (the consensus thread hands them to the storage thread before any later
+    /// instance). `Err`: the state is installed but could not be made durable (fatal).
     pub fn install<S: Service>(
         &mut self,
         executor: &mut Executor<S>,
         state: &StateToInstall,
-    ) -> InstallOutcome {
-        let rejected = |reason: String| InstallOutcome::Rejected { reason };
+    ) -> Result<(InstallOutcome, Option<StorageEvent>), String> {
+        let rejected =
+            |reason: String| Ok((InstallOutcome::Rejected { reason }, None::<StorageEvent>));
         let target = state.target();
         if executor.executed_instances() > target.0 + 1 {
             return rejected(format!(
@@ -573,6 +576,7 @@ impl DurableExec {
             .collect();
         match executor.install_fetched(
             &bytes,
+            state.checkpoint.digest,
             state.checkpoint.cid.0,
             &state.log,
             &vouchers,
@@ -596,30 +600,29 @@ impl DurableExec {
             bytes.len(),
             &state.checkpoint.digest.0,
         ) {
-            // The executor holds the validated state, but it is not durable: stop rather
-            // than answer from it.
-            error!("cannot store the installed checkpoint: {e}; this replica stops replying");
-            return rejected(format!("cannot store the installed checkpoint: {e}"));
+            return Err(format!("cannot store the installed checkpoint: {e}"));
         }
-        let _ = self
+        if self
             .consensus_tx
-            .send(ConsensusEvent::Checkpointed(state.checkpoint));
+            .send(ConsensusEvent::Checkpointed(state.checkpoint))
+            .is_err()
+        {
+            return Err("the consensus thread stopped".into());
+        }
         let event = StorageEvent::Installed {
             checkpoint: state.checkpoint.cid.0,
             entries: state.log.clone(),
         };
-        if self.storage_tx.send(event).is_err() {
-            return rejected("the storage thread stopped".into());
-        }
         // The instances after the checkpoint become durable with the storage thread's sync
         // (its `Durable` event).
         self.durable_through = self.durable_through.max(Some(state.checkpoint.cid.0));
         self.installed_through = Some(target.0);
-        InstallOutcome::Installed {
+        let outcome = InstallOutcome::Installed {
             last: target,
             timestamp_ms: executor.last_timestamp_ms(),
             sessions: executor.sessions(),
-        }
+        };
+        Ok((outcome, Some(event)))
     }
 }
 

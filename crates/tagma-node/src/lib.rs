@@ -112,8 +112,12 @@ enum ConsensusEvent {
     },
     /// A durable checkpoint was written (offered to replicas that need state).
     Checkpointed(tagma_wire::CheckpointInfo),
-    /// The execution thread's verdict on a fetched state.
-    Installed(tagma_core::transfer::InstallOutcome),
+    /// The execution thread's verdict on a fetched state, with what the storage thread must
+    /// log for it.
+    Installed {
+        outcome: tagma_core::transfer::InstallOutcome,
+        log: Option<durability::StorageEvent>,
+    },
 }
 
 enum ExecEvent {
@@ -191,6 +195,10 @@ struct Shared {
     verifier: Arc<RequestVerifier>,
     sig_pool: Option<SignaturePool>,
     consensus_tx: Sender<ConsensusEvent>,
+    /// The replica's own threads' events for the consensus thread (checkpoints written,
+    /// installed states): a channel of their own, so that the execution thread never waits
+    /// behind peer traffic while the consensus thread waits for it.
+    internal_tx: Sender<ConsensusEvent>,
     exec_tx: Sender<ExecEvent>,
     next_conn_id: AtomicU64,
     /// Connections accepted whose handshake has not finished (bounded by `connections_max`).
@@ -296,6 +304,8 @@ fn start_node<S: Service>(
     }
     let verifier = Arc::new(RequestVerifier::new(&cfg, me, &key)?);
     let (consensus_tx, consensus_rx) = bounded(lim.consensus_queue_max);
+    // At most one install and a few checkpoints are ever pending.
+    let (internal_tx, internal_rx) = bounded(64);
     let (exec_tx, exec_rx) = bounded(lim.execution_queue_max);
     let sig_pool = verifier.signed_requests().then(|| {
         SignaturePool::start(
@@ -314,6 +324,7 @@ fn start_node<S: Service>(
         verifier,
         sig_pool,
         consensus_tx,
+        internal_tx,
         exec_tx: exec_tx.clone(),
         next_conn_id: AtomicU64::new(1),
         handshakes: AtomicU64::new(0),
@@ -369,8 +380,7 @@ fn start_node<S: Service>(
             }));
             transfer_tx = Some(xfer_tx);
             durable_exec = Some(durability::DurableExec {
-                storage_tx: tx.clone(),
-                consensus_tx: shared.consensus_tx.clone(),
+                consensus_tx: shared.internal_tx.clone(),
                 store: rec.store,
                 checkpoint_tx: ckp_tx,
                 index: cfg.replicas.iter().position(|r| r.id == me).unwrap_or(0),
@@ -393,7 +403,7 @@ fn start_node<S: Service>(
                 storage_tx,
                 transfer_tx,
             };
-            consensus_loop(&sh, core, consensus_rx, &links)
+            consensus_loop(&sh, core, consensus_rx, internal_rx, &links)
         }));
     }
     let sh = shared.clone();
@@ -829,6 +839,7 @@ fn consensus_loop(
     sh: &Arc<Shared>,
     mut core: Replica,
     rx: Receiver<ConsensusEvent>,
+    internal_rx: Receiver<ConsensusEvent>,
     links: &Links,
 ) {
     let clock = Clock::new();
@@ -847,7 +858,12 @@ fn consensus_loop(
             .map(|t| t.saturating_sub(now))
             .unwrap_or(IDLE_WAKE_MS)
             .min(IDLE_WAKE_MS);
-        let result = match rx.recv_timeout(Duration::from_millis(wait_ms)) {
+        let event = crossbeam_channel::select! {
+            recv(internal_rx) -> e => e.map_err(|_| RecvTimeoutError::Disconnected),
+            recv(rx) -> e => e.map_err(|_| RecvTimeoutError::Disconnected),
+            default(Duration::from_millis(wait_ms)) => Err(RecvTimeoutError::Timeout),
+        };
+        let result = match event {
             Ok(ConsensusEvent::Request(request)) => {
                 core.handle_client_request(clock.now_ms(), request)
             }
@@ -858,7 +874,14 @@ fn consensus_loop(
                 core.note_checkpoint(info);
                 Ok(())
             }
-            Ok(ConsensusEvent::Installed(outcome)) => {
+            Ok(ConsensusEvent::Installed { outcome, log }) => {
+                // The installed state's decisions go to the log before any later instance's
+                // (sent from here, in order with the appends, never from execution).
+                if let (Some(event), Some(tx)) = (log, links.storage_tx.as_ref())
+                    && tx.send(event).is_err()
+                {
+                    return;
+                }
                 if core.is_fetching_state()
                     && matches!(
                         outcome,
@@ -1091,26 +1114,34 @@ fn execution_loop<S: Service>(
                     continue;
                 };
                 let started = Instant::now();
-                let outcome = d.install(&mut executor, &state);
+                let (outcome, log) = match d.install(&mut executor, &state) {
+                    Ok(done) => done,
+                    Err(fatal) => {
+                        // The executor may hold a state that is not durable: stop rather
+                        // than answer from it.
+                        tracing::error!("{fatal}; this replica stops");
+                        return;
+                    }
+                };
                 sh.metrics
                     .executed_instances
                     .store(executor.executed_instances(), Ordering::Relaxed);
-                if matches!(
-                    outcome,
-                    tagma_core::transfer::InstallOutcome::Installed { .. }
-                ) {
+                if let tagma_core::transfer::InstallOutcome::Installed { .. } = &outcome {
                     sh.metrics.state_transfers.fetch_add(1, Ordering::Relaxed);
                     sh.metrics
                         .state_install_ms
                         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    // Everything held is covered by the durable checkpoint just written.
-                    for (_, replies) in std::mem::take(&mut d.held) {
+                    // Replies of instances the durable checkpoint covers may leave; later ones
+                    // wait for the storage thread's sync of the installed log.
+                    let covered = state.checkpoint.cid.0;
+                    while d.held.front().is_some_and(|(c, _)| *c <= covered) {
+                        let (_, replies) = d.held.pop_front().expect("front checked");
                         send_replies(&routes, replies);
                     }
                 }
                 if sh
-                    .consensus_tx
-                    .send(ConsensusEvent::Installed(outcome))
+                    .internal_tx
+                    .send(ConsensusEvent::Installed { outcome, log })
                     .is_err()
                 {
                     return;

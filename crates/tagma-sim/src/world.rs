@@ -572,6 +572,7 @@ impl World {
             let node = &mut self.nodes[r];
             match node.exec.install_fetched(
                 &bytes,
+                state.checkpoint.digest,
                 state.checkpoint.cid.0,
                 &state.log,
                 &vouchers,
