@@ -91,6 +91,11 @@ impl StateToInstall {
     pub fn target(&self) -> ConsensusId {
         self.log.last().map_or(self.checkpoint.cid, |d| d.cid)
     }
+
+    /// The vouchers' checkpoints.
+    pub fn voucher_checkpoints(&self) -> Vec<CheckpointInfo> {
+        self.vouchers.iter().map(|(_, v)| *v).collect()
+    }
 }
 
 /// The runtime's verdict on a [`StateToInstall`] ([`crate::Replica::state_installed`]).

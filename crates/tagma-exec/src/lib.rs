@@ -8,7 +8,9 @@ pub mod reply_cache;
 use std::collections::HashMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tagma_wire::{Batch, ClientId, ConsensusId, Digest, Reply, RequestKind, RequestSeq, ViewId};
+use tagma_wire::{
+    Batch, CheckpointInfo, ClientId, ConsensusId, Digest, Reply, RequestKind, RequestSeq, ViewId,
+};
 use tagma_wire::{Decode, Encode};
 
 pub use reply_cache::ReplyCache;
@@ -296,27 +298,28 @@ impl<S: Service> Executor<S> {
         Ok(())
     }
 
-    /// State transfer: replaces the state with a fetched checkpoint (`state`, after instance
-    /// `checkpoint_cid`, whose digest `state_digest` the caller checked against the source's),
-    /// executes the proven decisions `log` after it, and compares the digest of its own
-    /// checkpoint ([`Executor::checkpoint`], deterministic) at each voucher's instance with
-    /// the voucher's (a voucher at the checkpoint's own instance is compared with
-    /// `state_digest`). Counting the source as one match, at least `needed` must match;
+    /// State transfer: replaces the state with a fetched checkpoint (`state`, which must be
+    /// the `checkpoint` its source announced: length and digest are checked here), executes
+    /// the proven decisions `log` after it, and compares the digest of its own checkpoint
+    /// ([`Executor::checkpoint`], deterministic) at each voucher's instance with the
+    /// voucher's (a voucher at the checkpoint's own instance is compared with the
+    /// checkpoint's digest). Counting the source as one match, at least `needed` must match;
     /// otherwise — or if anything does not install, decode or follow — the previous state is
     /// restored and the reason returned. Replies of the replayed batches are cached, not
     /// returned. On success returns how many matched.
     pub fn install_fetched(
         &mut self,
         state: &Bytes,
-        state_digest: Digest,
-        checkpoint_cid: u64,
+        checkpoint: &CheckpointInfo,
         log: &[tagma_wire::DecidedInstance],
-        vouchers: &[(ConsensusId, Digest)],
+        vouchers: &[CheckpointInfo],
         needed: usize,
     ) -> Result<usize, String> {
+        if state.len() as u64 != checkpoint.len || checkpoint_digest(state) != checkpoint.digest {
+            return Err("the fetched checkpoint does not match its source's digest".into());
+        }
         let backup = self.checkpoint();
-        let result =
-            self.replay_fetched(state, state_digest, checkpoint_cid, log, vouchers, needed);
+        let result = self.replay_fetched(state, checkpoint, log, vouchers, needed);
         if result.is_err() {
             self.restore(&backup)
                 .expect("a checkpoint of this executor restores");
@@ -327,12 +330,12 @@ impl<S: Service> Executor<S> {
     fn replay_fetched(
         &mut self,
         state: &Bytes,
-        state_digest: Digest,
-        checkpoint_cid: u64,
+        checkpoint: &CheckpointInfo,
         log: &[tagma_wire::DecidedInstance],
-        vouchers: &[(ConsensusId, Digest)],
+        vouchers: &[CheckpointInfo],
         needed: usize,
     ) -> Result<usize, String> {
+        let checkpoint_cid = checkpoint.cid.0;
         self.restore(state)
             .map_err(|e| format!("the fetched checkpoint does not install: {e}"))?;
         if self.executed_instances != checkpoint_cid + 1 {
@@ -343,7 +346,7 @@ impl<S: Service> Executor<S> {
         }
         let at_checkpoint = vouchers
             .iter()
-            .filter(|(c, d)| c.0 == checkpoint_cid && *d == state_digest)
+            .filter(|v| v.cid == checkpoint.cid && v.digest == checkpoint.digest)
             .count();
         let mut matched = 1 + at_checkpoint;
         for decided in log {
@@ -356,9 +359,12 @@ impl<S: Service> Executor<S> {
             let batch = Batch::decode(&decided.batch)
                 .map_err(|e| format!("a proven batch does not decode: {e}"))?;
             self.execute_batch(decided.cid, &batch);
-            let at_voucher = vouchers.iter().filter(|(c, _)| *c == decided.cid);
+            let at_voucher = vouchers.iter().filter(|v| v.cid == decided.cid);
             let mut digest = None;
-            for (_, expected) in at_voucher {
+            for CheckpointInfo {
+                digest: expected, ..
+            } in at_voucher
+            {
                 if matched >= needed {
                     // Enough already: one of the matches is a correct replica's.
                     break;

@@ -410,9 +410,17 @@ fn decided(cid: ConsensusId, b: &Batch) -> tagma_wire::DecidedInstance {
     }
 }
 
+/// How a source or voucher announces the checkpoint `state` of instance `cid`.
+fn info(cid: u64, state: &[u8]) -> tagma_wire::CheckpointInfo {
+    tagma_wire::CheckpointInfo {
+        cid: ConsensusId(cid),
+        len: state.len() as u64,
+        digest: crate::checkpoint_digest(state),
+    }
+}
+
 #[test]
 fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_otherwise() {
-    use crate::checkpoint_digest;
     // The correct replicas' history, with checkpoints at 4 (the source's), 7 and 9 (vouchers).
     let good = history(12, 2);
     let mut a = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
@@ -421,10 +429,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         a.execute_batch(*cid, b);
         at.insert(cid.0, a.checkpoint());
     }
-    let vouchers = [
-        (ConsensusId(7), checkpoint_digest(&at[&7])),
-        (ConsensusId(9), checkpoint_digest(&at[&9])),
-    ];
+    let vouchers = [info(7, &at[&7]), info(9, &at[&9])];
     let log: Vec<_> = good[5..=9].iter().map(|(c, b)| decided(*c, b)).collect();
     // A lagging replica at instance 2.
     let mut b = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
@@ -440,7 +445,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     }
     let lie = liar.checkpoint();
     let err = b
-        .install_fetched(&lie, checkpoint_digest(&lie), 4, &log, &vouchers, 2)
+        .install_fetched(&lie, &info(4, &lie), &log, &vouchers, 2)
         .unwrap_err();
     assert!(err.contains("only 1 of the source and 2 vouchers"), "{err}");
     assert_eq!(b.checkpoint(), before, "the previous state is back");
@@ -451,48 +456,59 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     for (cid, batch) in &good[5..=7] {
         lying_history.execute_batch(*cid, batch);
     }
-    let colluding = [
-        (
-            ConsensusId(7),
-            checkpoint_digest(&lying_history.checkpoint()),
-        ),
-        vouchers[1],
-    ];
+    let colluding = [info(7, &lying_history.checkpoint()), vouchers[1]];
     assert!(
-        b.install_fetched(&lie, checkpoint_digest(&lie), 4, &log, &colluding, 3)
+        b.install_fetched(&lie, &info(4, &lie), &log, &colluding, 3)
             .is_err()
     );
     assert_eq!(b.checkpoint(), before);
     // A log with a hole, and a checkpoint at another instance than announced, are refused.
     let holed: Vec<_> = log.iter().filter(|d| d.cid.0 != 6).cloned().collect();
     assert!(
-        b.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &holed, &vouchers, 2)
+        b.install_fetched(&at[&4], &info(4, &at[&4]), &holed, &vouchers, 2)
             .unwrap_err()
             .contains("skips")
     );
     assert!(
-        b.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 5, &log, &vouchers, 2)
+        b.install_fetched(&at[&4], &info(5, &at[&4]), &log, &vouchers, 2)
             .is_err()
+    );
+    // Bytes that are not what the source announced are refused before anything changes.
+    let mut tampered = at[&4].to_vec();
+    tampered[0] ^= 1;
+    assert!(
+        b.install_fetched(
+            &Bytes::from(tampered),
+            &info(4, &at[&4]),
+            &log,
+            &vouchers,
+            2
+        )
+        .unwrap_err()
+        .contains("does not match")
     );
     assert_eq!(b.checkpoint(), before);
     // The correct source: the vouchers match, the state is the history's at instance 9.
     assert_eq!(
-        b.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &log, &vouchers, 2),
+        b.install_fetched(&at[&4], &info(4, &at[&4]), &log, &vouchers, 2),
         Ok(2)
     );
     assert_eq!(b.checkpoint(), at[&9]);
     // A voucher whose checkpoint is at the source's own instance vouches by its digest (a
     // state that needs no log at all can be validated).
     let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
-    let same = [(ConsensusId(4), checkpoint_digest(&at[&4]))];
+    let same = [info(4, &at[&4])];
     assert_eq!(
-        c.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &[], &same, 2),
+        c.install_fetched(&at[&4], &info(4, &at[&4]), &[], &same, 2),
         Ok(2)
     );
     assert_eq!(c.checkpoint(), at[&4]);
-    let other = [(ConsensusId(4), checkpoint_digest(&lie))];
+    let other = [tagma_wire::CheckpointInfo {
+        cid: ConsensusId(4),
+        ..info(4, &lie)
+    }];
     assert!(
-        c.install_fetched(&at[&4], checkpoint_digest(&at[&4]), 4, &[], &other, 2)
+        c.install_fetched(&at[&4], &info(4, &at[&4]), &[], &other, 2)
             .is_err()
     );
     assert_eq!(b.executed_instances(), 10);

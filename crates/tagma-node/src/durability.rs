@@ -87,15 +87,6 @@ pub(crate) enum TransferJob {
     Install(StateToInstall),
 }
 
-/// How a checkpoint is named in state-transfer offers.
-pub(crate) fn checkpoint_info(cid: u64, state: &[u8]) -> CheckpointInfo {
-    CheckpointInfo {
-        cid: ConsensusId(cid),
-        len: state.len() as u64,
-        digest: tagma_exec::checkpoint_digest(state),
-    }
-}
-
 /// What recovery found on disk.
 pub(crate) struct Recovered {
     pub log: Log,
@@ -561,25 +552,11 @@ impl DurableExec {
             Ok(b) => Bytes::from(b),
             Err(e) => return rejected(format!("cannot read the fetched checkpoint: {e}")),
         };
-        let fetched = checkpoint_info(state.checkpoint.cid.0, &bytes);
-        if fetched != state.checkpoint {
-            self.store.remove_incoming();
-            return rejected(format!(
-                "the checkpoint from replica {} does not match its digest",
-                state.source
-            ));
-        }
-        let vouchers: Vec<_> = state
-            .vouchers
-            .iter()
-            .map(|(_, v)| (v.cid, v.digest))
-            .collect();
         match executor.install_fetched(
             &bytes,
-            state.checkpoint.digest,
-            state.checkpoint.cid.0,
+            &state.checkpoint,
             &state.log,
-            &vouchers,
+            &state.voucher_checkpoints(),
             state.matches_needed,
         ) {
             Ok(matched) => info!(
@@ -590,7 +567,7 @@ impl DurableExec {
             ),
             Err(reason) => {
                 self.store.remove_incoming();
-                return rejected(reason);
+                return rejected(format!("state from replica {}: {reason}", state.source));
             }
         }
         // Durable before the core goes on: the fetched checkpoint (already on disk: it only

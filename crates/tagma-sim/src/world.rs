@@ -559,32 +559,20 @@ impl World {
     fn install_state(&mut self, r: usize, state: StateToInstall) {
         let bytes = Bytes::from(std::mem::take(&mut self.nodes[r].incoming));
         let target = state.target();
-        let outcome = if checkpoint_info(state.checkpoint.cid.0, &bytes) != state.checkpoint {
-            InstallOutcome::Rejected {
-                reason: "the fetched checkpoint does not match its digest".into(),
-            }
-        } else {
-            let vouchers: Vec<_> = state
-                .vouchers
-                .iter()
-                .map(|(_, v)| (v.cid, v.digest))
-                .collect();
-            let node = &mut self.nodes[r];
-            match node.exec.install_fetched(
-                &bytes,
-                state.checkpoint.digest,
-                state.checkpoint.cid.0,
-                &state.log,
-                &vouchers,
-                state.matches_needed,
-            ) {
-                Ok(_) => InstallOutcome::Installed {
-                    last: target,
-                    timestamp_ms: node.exec.last_timestamp_ms(),
-                    sessions: node.exec.sessions(),
-                },
-                Err(reason) => InstallOutcome::Rejected { reason },
-            }
+        let node = &mut self.nodes[r];
+        let outcome = match node.exec.install_fetched(
+            &bytes,
+            &state.checkpoint,
+            &state.log,
+            &state.voucher_checkpoints(),
+            state.matches_needed,
+        ) {
+            Ok(_) => InstallOutcome::Installed {
+                last: target,
+                timestamp_ms: node.exec.last_timestamp_ms(),
+                sessions: node.exec.sessions(),
+            },
+            Err(reason) => InstallOutcome::Rejected { reason },
         };
         if let InstallOutcome::Installed { .. } = &outcome {
             self.count("state_transfers");
