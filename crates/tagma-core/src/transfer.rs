@@ -847,9 +847,21 @@ mod tests {
         let checker = checker();
         f.on_log_entry(proven(1_500), &checker, 2, &mut out)
             .unwrap();
+        out.clear();
         for cid in 11..300 {
             f.on_log_entry(proven(cid), &checker, 2, &mut out).unwrap();
         }
+        // The source's offer at u64::MAX was filtered out, and requests go on past the
+        // entries that arrived ahead of the window.
+        let furthest = sends(&out)
+            .iter()
+            .filter_map(|(_, m)| match m {
+                PeerMessage::LogRequest { from, .. } => Some(from.0),
+                _ => None,
+            })
+            .max();
+        assert!(furthest.is_some_and(|c| c >= 300), "{furthest:?}");
+        assert!(f.wants(ConsensusId(300)) && !f.wants(ConsensusId(1_500)));
         f.tick(1_000, &mut out);
     }
 
