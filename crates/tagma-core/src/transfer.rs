@@ -843,6 +843,11 @@ mod tests {
             1,
             &mut out,
         );
+        assert!(
+            sends(&out).iter().any(|(to, m)| *to == ReplicaId(1)
+                && matches!(m, PeerMessage::ChunkRequest { .. })),
+            "the checkpoint at u64::MAX is no candidate: replica 1's is the source"
+        );
         // A proven entry far beyond the window, then the window's own: no underflow.
         let checker = checker();
         f.on_log_entry(proven(1_500), &checker, 2, &mut out)
@@ -851,8 +856,7 @@ mod tests {
         for cid in 11..300 {
             f.on_log_entry(proven(cid), &checker, 2, &mut out).unwrap();
         }
-        // The source's offer at u64::MAX was filtered out, and requests go on past the
-        // entries that arrived ahead of the window.
+        // Requests go on past the entries that arrived ahead of the window.
         let furthest = sends(&out)
             .iter()
             .filter_map(|(_, m)| match m {
