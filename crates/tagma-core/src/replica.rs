@@ -2393,6 +2393,14 @@ impl Replica {
                     Action::StoreChunk { cid, offset, data }
                 }
                 FetchOut::Install(state) => {
+                    if state.target() < self.instance.cid {
+                        // Decided here meanwhile (forwarding overtook the fetch): installing
+                        // it would only be refused by the runtime.
+                        tracing::info!(target = %state.target(), next = %self.instance.cid, "fetched state overtaken: not installed");
+                        self.fetch = None;
+                        self.catch_up.state_transfer_signalled = false;
+                        continue;
+                    }
                     let kept = self.params.decisions_kept;
                     let skip = state.log.len().saturating_sub(kept);
                     self.installing_recent = state.log[skip..].to_vec();

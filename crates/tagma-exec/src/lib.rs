@@ -298,6 +298,17 @@ impl<S: Service> Executor<S> {
         Ok(())
     }
 
+    /// Whether a fetched state ending at instance `target` may still be installed: not if this
+    /// executor already executed beyond it (see [`Executor::install_fetched`]).
+    pub fn can_install_through(&self, target: ConsensusId) -> Result<(), String> {
+        if self.executed_instances > target.0.saturating_add(1) {
+            return Err(format!(
+                "this replica already executed beyond instance {target}"
+            ));
+        }
+        Ok(())
+    }
+
     /// State transfer: replaces the state with a fetched checkpoint (`state`, which must be
     /// the `checkpoint` its source announced: length and digest are checked here), executes
     /// the proven decisions `log` after it, and compares the digest of its own checkpoint
@@ -306,7 +317,9 @@ impl<S: Service> Executor<S> {
     /// checkpoint's digest). Counting the source as one match, at least `needed` must match;
     /// otherwise — or if anything does not install, decode or follow — the previous state is
     /// restored and the reason returned. Replies of the replayed batches are cached, not
-    /// returned. On success returns how many matched.
+    /// returned. On success returns how many matched. A state that ends before what this
+    /// executor already executed is refused without touching anything (the replica caught up
+    /// by other means while it was fetched; installing it would go back in time).
     pub fn install_fetched(
         &mut self,
         state: &Bytes,
@@ -315,6 +328,7 @@ impl<S: Service> Executor<S> {
         vouchers: &[CheckpointInfo],
         needed: usize,
     ) -> Result<usize, String> {
+        self.can_install_through(log.last().map_or(checkpoint.cid, |d| d.cid))?;
         if state.len() as u64 != checkpoint.len || checkpoint_digest(state) != checkpoint.digest {
             return Err("the fetched checkpoint does not match its source's digest".into());
         }

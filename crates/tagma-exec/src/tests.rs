@@ -494,6 +494,15 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         Ok(2)
     );
     assert_eq!(b.checkpoint(), at[&9]);
+    // Once at instance 9, a state that ends before it is refused untouched: installing it
+    // would go back in time (the replica caught up while the state was fetched).
+    let early = &log[..2];
+    assert!(
+        b.install_fetched(&at[&4], &info(4, &at[&4]), early, &vouchers[..0], 1)
+            .unwrap_err()
+            .contains("already executed beyond instance 6")
+    );
+    assert_eq!(b.checkpoint(), at[&9]);
     // A voucher whose checkpoint is at the source's own instance vouches by its digest (a
     // state that needs no log at all can be validated).
     let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);

@@ -543,10 +543,9 @@ impl DurableExec {
         let rejected =
             |reason: String| Ok((InstallOutcome::Rejected { reason }, None::<StorageEvent>));
         let target = state.target();
-        if executor.executed_instances() > target.0 + 1 {
-            return rejected(format!(
-                "this replica already executed beyond instance {target}"
-            ));
+        // Checked before the fetched bytes are read (install_fetched checks it again).
+        if let Err(reason) = executor.can_install_through(target) {
+            return rejected(reason);
         }
         let bytes = match self.store.read_incoming() {
             Ok(b) => Bytes::from(b),

@@ -126,10 +126,12 @@ struct Node {
 /// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
 /// behind, as the node keeps the last `decisions_kept`). As in the node, a decided instance is
 /// appended unsynced, a sync completes a few milliseconds later, and the instance's replies
-/// leave only then (parallel logging). A crash loses the unsynced records and the replies
-/// they hold, and everything in memory (consensus state, regency, pending requests); in BFT
-/// runs it may also damage the disk (a corrupt record or checkpoint, which the real log's
-/// checksums detect), for at most f replicas counting the Byzantine ones.
+/// leave only then (parallel logging). A crash loses the replies the unsynced records hold
+/// and everything in memory (consensus state, regency, pending requests); of the unsynced
+/// records, a prefix may survive, ending in a torn one. In BFT runs it may also damage the
+/// disk (a corrupt checkpoint, or one flipped byte in a synced record), for at most f replicas
+/// counting the Byzantine ones. What survives is decided by the real segment reader on the
+/// log's real bytes (see [`World::crash_disk`]).
 #[derive(Default)]
 struct Disk {
     checkpoint: Option<(u64, Bytes)>,
@@ -153,6 +155,9 @@ const DURABLE_DECISIONS_KEPT: usize = 8;
 const SIM_CHUNK_BYTES: u32 = 512;
 /// Chance that a crash damages a durable replica's disk (BFT runs, within the f budget).
 const DISK_DAMAGE_P: f64 = 0.2;
+/// Chance that a crash leaves part of a durable replica's unsynced log bytes on disk (whole
+/// records and a torn one).
+const TEAR_P: f64 = 0.5;
 
 /// How a checkpoint is named in state-transfer offers (as the node names it).
 fn checkpoint_info(cid: u64, state: &[u8]) -> tagma_wire::CheckpointInfo {
@@ -873,38 +878,152 @@ impl World {
         }
     }
 
-    /// A durable replica crashes: unsynced records and the replies they held are lost; in
-    /// BFT runs the disk may be damaged, for at most f replicas with the Byzantine ones.
+    /// A durable replica crashes: the replies its unsynced records held are lost, and so are
+    /// the records — except that the kernel may have written some of them out already: a
+    /// prefix of the unsynced bytes may survive, ending in a torn record. In BFT runs, within
+    /// the f budget shared with the Byzantine replicas, the crash may also damage the disk:
+    /// all of it (a checkpoint that fails its checksum), or one byte of one synced log record.
+    /// What survives is what the real segment reader (`tagma_storage::read_segment`) makes of
+    /// the resulting bytes: a torn tail is cut off, a bad record followed by good ones is
+    /// corruption and sets the whole disk aside.
     fn crash_disk(&mut self, r: usize) {
         let budget = self.sc.f.saturating_sub(self.sc.byzantine.len());
-        let damaged_so_far = self.disk_damage_count;
-        let damage =
-            self.sc.mode == Mode::Bft && damaged_so_far < budget && self.rng.chance(DISK_DAMAGE_P);
-        let Some(disk) = self.nodes[r].disk.as_mut() else {
+        let damage = self.sc.mode == Mode::Bft
+            && self.disk_damage_count < budget
+            && self.rng.chance(DISK_DAMAGE_P);
+        // Damage is to the whole disk or to one synced record; a torn write hits the unsynced.
+        let flip_record = damage && self.rng.chance(0.5);
+        let tear = self.rng.chance(TEAR_P);
+        let Some(disk) = self.nodes[r].disk.as_ref() else {
             return;
         };
-        let lost = disk.unsynced.len();
-        let first_lost = disk
-            .unsynced
-            .first()
+        let before: Vec<u64> = disk
+            .log
+            .iter()
+            .chain(&disk.unsynced)
             .map(|d| d.cid.0)
-            .or(disk.damaged.then_some(0));
-        disk.unsynced.clear();
+            .collect();
+        let was_damaged = disk.damaged;
+        let survivors = if tear {
+            self.rng.below(disk.unsynced.len() as u64 + 1) as usize
+        } else {
+            0
+        };
+        let flip = (flip_record && !disk.log.is_empty()).then(|| self.rng.index(disk.log.len()));
+        let image = self.disk_image(r, survivors, tear, flip);
+        let disk = self.nodes[r].disk.as_mut().expect("checked above");
         disk.held.clear();
         disk.sync_scheduled = false;
-        let newly_damaged = damage && !disk.damaged;
-        disk.damaged |= damage;
-        if lost > 0 {
+        let first_cid = disk
+            .log
+            .first()
+            .or(disk.unsynced.first())
+            .map_or(0, |d| d.cid.0);
+        let (records, end) = tagma_storage::read_segment(&image, first_cid, true);
+        let mut kept = Vec::with_capacity(records.len());
+        for (cid, payload) in records {
+            match DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
+                Ok(d) if d.cid.0 == cid => kept.push(d),
+                _ => {
+                    let msg = format!("replica {r}: logged record {cid} reads back otherwise");
+                    return self.violation("disk", msg);
+                }
+            }
+        }
+        let corrupt = matches!(end, tagma_storage::SegmentEnd::Corrupt { .. });
+        if corrupt && flip.is_none() {
+            let msg = format!("replica {r}: a crash's torn tail was judged corrupt: {end:?}");
+            return self.violation("disk", msg);
+        }
+        let synced = disk.log.len();
+        let unsynced_lost = disk.unsynced.len().saturating_sub(survivors);
+        disk.unsynced.clear();
+        disk.log = kept;
+        let disk_damaged = damage && !flip_record;
+        let newly_damaged = (disk_damaged || corrupt) && !disk.damaged;
+        disk.damaged |= disk_damaged || corrupt;
+        let cut_synced = disk.log.len() < synced && !corrupt;
+        if unsynced_lost > 0 {
             self.count("unsynced_records_lost");
         }
-        if newly_damaged {
+        if survivors > 0 {
+            self.count("unsynced_records_survived");
+        }
+        if matches!(end, tagma_storage::SegmentEnd::Torn { .. }) {
+            self.count("torn_tails_cut");
+        }
+        if corrupt {
+            self.count("corrupt_logs_detected");
+        }
+        if cut_synced {
+            // A damaged last record reads as a torn tail: a synced instance is gone.
+            self.count("synced_records_cut");
+        }
+        if flip.is_some() || newly_damaged {
             self.disk_damage_count += 1;
+        }
+        if newly_damaged {
             self.count("disks_damaged");
         }
-        let first_lost = if newly_damaged { Some(0) } else { first_lost };
+        // Every instance that was on the disk or in its unsynced tail and is not held any more.
+        let disk = self.nodes[r].disk.as_ref().expect("checked above");
+        let holds = |cid: u64| !disk.damaged && disk.log.iter().any(|d| d.cid.0 == cid);
+        let first_lost = if was_damaged || newly_damaged {
+            Some(0)
+        } else {
+            before.into_iter().find(|c| !holds(*c))
+        };
         if let Some(from) = first_lost {
             self.forget_unheld_decisions(from);
         }
+    }
+
+    /// The bytes of replica `r`'s log as a crash leaves them: its synced records, the first
+    /// `survivors` unsynced ones, with `tear` the beginning of the next one (or of garbage),
+    /// and with `flip` one byte of that synced record changed.
+    fn disk_image(
+        &mut self,
+        r: usize,
+        survivors: usize,
+        tear: bool,
+        flip: Option<usize>,
+    ) -> Vec<u8> {
+        let disk = self.nodes[r].disk.as_ref().expect("a durable replica");
+        let mut image = Vec::new();
+        let mut flip_at = None;
+        for (i, d) in disk
+            .log
+            .iter()
+            .chain(&disk.unsynced[..survivors])
+            .enumerate()
+        {
+            let start = image.len();
+            tagma_storage::encode_record(&mut image, d.cid.0, &d.to_bytes());
+            if flip == Some(i) {
+                flip_at = Some((start, image.len()));
+            }
+        }
+        let partial = disk.unsynced.get(survivors).filter(|_| tear).map(|d| {
+            let mut record = Vec::new();
+            tagma_storage::encode_record(&mut record, d.cid.0, &d.to_bytes());
+            record
+        });
+        if let Some((start, end)) = flip_at {
+            let at = start + self.rng.index(end - start);
+            image[at] ^= 1 << self.rng.below(8);
+        }
+        if let Some(record) = partial {
+            let cut = 1 + self.rng.index(record.len() - 1);
+            image.extend_from_slice(&record[..cut]);
+            if self.rng.chance(0.5) {
+                // The torn write left garbage in its last sector.
+                let at = image.len() - 1 - self.rng.index(cut.min(512));
+                image[at] ^= 0x5a;
+            }
+        }
+        // The preallocated rest of the segment.
+        image.resize(image.len() + 64, 0);
+        image
     }
 
     /// A decision that no correct replica holds any more — in memory, or durably on an

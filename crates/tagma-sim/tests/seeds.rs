@@ -79,13 +79,19 @@ fn seed_range_holds_every_invariant() {
     assert!(!summary.failed(), "{}", describe(&summary));
     if count >= CI_SEEDS {
         // The range exercises durable restarts (every replica at once included), recovery
-        // from checkpoints and state transfer, not only restarts that keep memory.
+        // from checkpoints and state transfer, not only restarts that keep memory; and disk
+        // faults at record level: torn tails cut off, unsynced records that survive a crash,
+        // corrupt records detected, a damaged last record cut off.
         for counter in [
             "durable_restarts",
             "checkpoints",
             "received_position",
             "state_transfers",
             "chunks_served",
+            "torn_tails_cut",
+            "unsynced_records_survived",
+            "corrupt_logs_detected",
+            "synced_records_cut",
         ] {
             let seen = summary.counters.get(counter).copied().unwrap_or(0);
             assert!(seen > 0, "no {counter} in {count} seeds");

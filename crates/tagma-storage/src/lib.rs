@@ -23,7 +23,7 @@ pub mod log;
 use std::path::{Path, PathBuf};
 
 pub use checkpoint::{Checkpoint, CheckpointStore};
-pub use log::{Log, LogOptions};
+pub use log::{Log, LogOptions, SegmentEnd, encode_record, read_segment};
 
 /// Why storage could not be used as it is on disk.
 #[derive(Debug, thiserror::Error)]

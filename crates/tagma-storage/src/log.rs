@@ -114,7 +114,9 @@ fn checksum(len_and_cid: &[u8], payload: &[u8]) -> u32 {
     h.finalize()
 }
 
-fn encode_record(out: &mut Vec<u8>, cid: u64, payload: &[u8]) {
+/// Appends the record of instance `cid` to `out`, as [`Log::append`] writes it (public so a
+/// simulated disk can hold the exact bytes recovery reads).
+pub fn encode_record(out: &mut Vec<u8>, cid: u64, payload: &[u8]) {
     let mut len_and_cid = [0u8; 12];
     len_and_cid[..4].copy_from_slice(&(payload.len() as u32).to_le_bytes());
     len_and_cid[4..].copy_from_slice(&cid.to_le_bytes());
@@ -181,6 +183,48 @@ fn scan_segment(image: &[u8], named_first: u64) -> SegmentScan {
     }
 }
 
+/// How a segment ends, as recovery judges it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SegmentEnd {
+    /// The valid records end in zeros (or the image ends).
+    Clean,
+    /// The last segment ends in an incomplete or invalid record with no valid record after
+    /// it: a write a crash interrupted, never synced as a whole; recovery cuts it off.
+    Torn { offset: u64 },
+    /// A bad record followed by a valid one, or a bad record in a segment that is not the
+    /// last: no crash does this; recovery reports it and guesses nothing.
+    Corrupt { offset: u64, reason: String },
+}
+
+/// What recovery reads from one segment's bytes: its valid records (instance and payload, in
+/// order, from `first_cid` on) and how it ends. [`Log::open`] judges every segment this way.
+pub fn read_segment(
+    image: &[u8],
+    first_cid: u64,
+    is_last: bool,
+) -> (Vec<(u64, &[u8])>, SegmentEnd) {
+    let scan = scan_segment(image, first_cid);
+    let mut records = Vec::new();
+    let mut offset = 0usize;
+    while offset < scan.end as usize {
+        let r = record_at(image, offset, None).expect("the scan found a valid record here");
+        records.push((r.cid, r.payload));
+        offset = r.end;
+    }
+    (records, judge(&scan, is_last))
+}
+
+fn judge(scan: &SegmentScan, is_last: bool) -> SegmentEnd {
+    match &scan.bad {
+        None => SegmentEnd::Clean,
+        Some(reason) if !is_last || scan.valid_after_bad => SegmentEnd::Corrupt {
+            offset: scan.end,
+            reason: reason.clone(),
+        },
+        Some(_) => SegmentEnd::Torn { offset: scan.end },
+    }
+}
+
 fn segment_name(first_cid: u64) -> String {
     format!("{first_cid:020}.log")
 }
@@ -216,13 +260,12 @@ impl Log {
             let image = read_image(&path)?;
             let scan = scan_segment(&image, named_first);
             let is_last = i + 1 == count;
-            if let Some(reason) = &scan.bad
-                && (!is_last || scan.valid_after_bad)
-            {
+            let end = judge(&scan, is_last);
+            if let SegmentEnd::Corrupt { offset, reason } = end {
                 return Err(StorageError::CorruptLog {
                     path,
-                    offset: scan.end,
-                    reason: reason.clone(),
+                    offset,
+                    reason,
                 });
             }
             if !is_last {
@@ -238,7 +281,7 @@ impl Log {
                 .write(true)
                 .open(&path)
                 .map_err(StorageError::io(&path))?;
-            if scan.bad.is_some() {
+            if let SegmentEnd::Torn { .. } = end {
                 // A torn tail: zero it, so the next appends start on clean space.
                 tracing::warn!(
                     segment = %path.display(),

@@ -456,3 +456,66 @@ fn reset_after_drops_every_record_and_continues_after_the_installed_state() {
     assert_eq!(log.first_cid(), Some(501));
     assert_eq!(replay_all(&log, 501), (501..510).collect::<Vec<_>>());
 }
+
+/// `read_segment` on in-memory images (what a simulated disk hands recovery): every way a
+/// segment can end, judged as `Log::open` judges files.
+#[test]
+fn read_segment_judges_images_as_recovery_does() {
+    let mut image = Vec::new();
+    let mut starts = Vec::new();
+    for cid in 5..10 {
+        starts.push(image.len());
+        encode_record(&mut image, cid, &payload(cid));
+    }
+    let whole = image.len();
+    let cids = |records: &[(u64, &[u8])]| records.iter().map(|r| r.0).collect::<Vec<_>>();
+
+    // Clean, with preallocated zeros after the records.
+    image.resize(whole + 64, 0);
+    let (records, end) = read_segment(&image, 5, true);
+    assert_eq!(cids(&records), vec![5, 6, 7, 8, 9]);
+    assert!(records.iter().all(|(c, p)| *p == payload(*c).as_slice()));
+    assert_eq!(end, SegmentEnd::Clean);
+
+    // A torn tail: the prefix of a sixth record.
+    let mut torn = image[..whole].to_vec();
+    let mut sixth = Vec::new();
+    encode_record(&mut sixth, 10, &payload(10));
+    torn.extend_from_slice(&sixth[..sixth.len() / 2]);
+    torn.resize(torn.len() + 64, 0);
+    let (records, end) = read_segment(&torn, 5, true);
+    assert_eq!(cids(&records), vec![5, 6, 7, 8, 9]);
+    assert_eq!(
+        end,
+        SegmentEnd::Torn {
+            offset: whole as u64
+        }
+    );
+    // The same bytes in a segment that is not the last are corruption.
+    let (_, end) = read_segment(&torn, 5, false);
+    assert!(matches!(end, SegmentEnd::Corrupt { offset, .. } if offset == whole as u64));
+
+    // A flipped byte in the middle record: the records after it make it corruption.
+    let mut flipped = image.clone();
+    flipped[starts[2] + log::HEADER_BYTES + 3] ^= 0x40;
+    let (records, end) = read_segment(&flipped, 5, true);
+    assert_eq!(cids(&records), vec![5, 6]);
+    assert!(matches!(end, SegmentEnd::Corrupt { offset, .. } if offset == starts[2] as u64));
+
+    // A flipped byte in the last record looks like a torn tail: it is cut off.
+    let mut last = image.clone();
+    last[starts[4] + 1] ^= 0x01;
+    let (records, end) = read_segment(&last, 5, true);
+    assert_eq!(cids(&records), vec![5, 6, 7, 8]);
+    assert_eq!(
+        end,
+        SegmentEnd::Torn {
+            offset: starts[4] as u64
+        }
+    );
+
+    // A segment whose records do not start at its named instance is corruption.
+    let (records, end) = read_segment(&image, 6, true);
+    assert!(records.is_empty());
+    assert!(matches!(end, SegmentEnd::Corrupt { offset: 0, .. }));
+}
