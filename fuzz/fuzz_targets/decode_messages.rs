@@ -6,7 +6,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tagma_wire::{
     Batch, ClientMessage, Decode, Encode, Handshake, PeerMessage, ReplicaMessage, Request,
-    RequestEnvelope,
+    RequestEnvelope, View, ViewChange,
 };
 
 fn check<T: Decode + Encode>(input: &Bytes) {
@@ -25,4 +25,6 @@ fuzz_target!(|data: &[u8]| {
     check::<Batch>(&input);
     check::<Request>(&input);
     check::<RequestEnvelope>(&input);
+    check::<View>(&input);
+    check::<ViewChange>(&input);
 });

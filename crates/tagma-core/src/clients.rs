@@ -254,7 +254,7 @@ impl Clients {
     pub fn admit(&mut self, request: RequestEnvelope) -> Result<Admission, Rejection> {
         let r = &request.request;
         let limits = self.limits;
-        if r.kind != RequestKind::Ordered {
+        if !r.kind.is_ordered() {
             return Err(Rejection::NotOrdered);
         }
         if r.view != limits.view {
@@ -428,7 +428,7 @@ impl Clients {
         for envelope in &batch.requests {
             let r = &envelope.request;
             let (client, seq) = (r.client, r.seq);
-            if r.kind != RequestKind::Ordered {
+            if !r.kind.is_ordered() {
                 return Err(ProposalFault::UnorderedRequest { client, seq });
             }
             if r.view != limits.view {

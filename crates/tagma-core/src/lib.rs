@@ -16,6 +16,7 @@ pub mod quorum;
 pub mod replica;
 pub mod sync;
 pub mod transfer;
+pub mod view;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use quorum::{Mode, Quorums};

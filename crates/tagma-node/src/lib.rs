@@ -759,6 +759,13 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
         );
         return true;
     }
+    if request.request.kind == RequestKind::Reconfigure && sh.unreplicated {
+        sh.reject(
+            "reconfigure_unreplicated",
+            "a view change sent to the unreplicated server, which has no view",
+        );
+        return true;
+    }
     match request.request.kind {
         RequestKind::Unordered => {
             if !sh.cfg.raw.cluster.readonly_requests {
@@ -780,37 +787,39 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
         // The unreplicated server executes requests in arrival order, so it verifies on the
         // connection's own thread (keeping each client's order; connections still verify in
         // parallel); a replica hands signatures to the pool, whose reordering the core undoes.
-        RequestKind::Ordered => match sh.sig_pool.as_ref().filter(|_| !sh.unreplicated) {
-            Some(pool) => {
-                let sh2 = sh.clone();
-                pool.submit(move |verifier| match verifier.verify(&request) {
-                    Ok(()) => {
-                        let _ = order(&sh2, request);
-                    }
-                    Err(e) => sh2.reject(
-                        e.reason(),
-                        format_args!(
-                            "request {:?}/{}: {e}",
-                            request.request.client, request.request.seq
+        RequestKind::Ordered | RequestKind::Reconfigure => {
+            match sh.sig_pool.as_ref().filter(|_| !sh.unreplicated) {
+                Some(pool) => {
+                    let sh2 = sh.clone();
+                    pool.submit(move |verifier| match verifier.verify(&request) {
+                        Ok(()) => {
+                            let _ = order(&sh2, request);
+                        }
+                        Err(e) => sh2.reject(
+                            e.reason(),
+                            format_args!(
+                                "request {:?}/{}: {e}",
+                                request.request.client, request.request.seq
+                            ),
                         ),
-                    ),
-                });
-                true
-            }
-            None => match sh.verifier.verify(&request) {
-                Ok(()) => order(sh, request),
-                Err(e) => {
-                    sh.reject(
-                        e.reason(),
-                        format_args!(
-                            "request {:?}/{}: {e}",
-                            request.request.client, request.request.seq
-                        ),
-                    );
+                    });
                     true
                 }
-            },
-        },
+                None => match sh.verifier.verify(&request) {
+                    Ok(()) => order(sh, request),
+                    Err(e) => {
+                        sh.reject(
+                            e.reason(),
+                            format_args!(
+                                "request {:?}/{}: {e}",
+                                request.request.client, request.request.seq
+                            ),
+                        );
+                        true
+                    }
+                },
+            }
+        }
     }
 }
 

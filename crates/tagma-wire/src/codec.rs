@@ -19,7 +19,11 @@
 //!
 //! | type | encoding |
 //! |------|----------|
-//! | `Request` | client `u64`, seq `u64`, kind `u8` (0 ordered, 1 unordered), view `u32`, payload (`u32` len + bytes) — 25 bytes + payload |
+//! | `Request` | client `u64`, seq `u64`, kind `u8` (0 ordered, 1 unordered, 2 reconfigure), view `u32`, payload (`u32` len + bytes) — 25 bytes + payload |
+//! | `ViewMember` | id `u32`, address (`u32` len + UTF-8), key 32 bytes |
+//! | `View` | id `u32`, f `u32`, count `u32`, members (ids strictly ascending) |
+//! | `ViewOp` | tag `u8`: 0 = Add (`ViewMember`); 1 = Remove (id `u32`); 2 = SetF (f `u32`) |
+//! | `ViewChange` | view `u32`, count `u32`, ops, signature 64 bytes; signed bytes: `"tagma/view-change/v1"`, view `u32`, count `u32`, ops |
 //! | `RequestAuth` | tag `u8`: 0 = Macs (`u8` count, count × 16 bytes); 1 = Signature (64 bytes) |
 //! | `RequestEnvelope` | `Request` then `RequestAuth` |
 //! | `Batch` | version `u8` ([`WIRE_VERSION`]), timestamp_ms `u64`, seed `u64`, count `u32`, envelopes |
@@ -143,6 +147,7 @@ const HEADER_LEN: usize = 2;
 
 const KIND_ORDERED: u8 = 0;
 const KIND_UNORDERED: u8 = 1;
+const KIND_RECONFIGURE: u8 = 2;
 
 const AUTH_MACS: u8 = 0;
 const AUTH_SIGNATURE: u8 = 1;
@@ -323,6 +328,7 @@ fn kind_tag(kind: RequestKind) -> u8 {
     match kind {
         RequestKind::Ordered => KIND_ORDERED,
         RequestKind::Unordered => KIND_UNORDERED,
+        RequestKind::Reconfigure => KIND_RECONFIGURE,
     }
 }
 
@@ -330,6 +336,7 @@ fn read_kind(r: &mut Reader<'_>) -> Result<RequestKind, WireError> {
     match r.u8()? {
         KIND_ORDERED => Ok(RequestKind::Ordered),
         KIND_UNORDERED => Ok(RequestKind::Unordered),
+        KIND_RECONFIGURE => Ok(RequestKind::Reconfigure),
         tag => Err(WireError::UnknownTag {
             what: "request kind",
             tag,
@@ -909,6 +916,166 @@ standalone!(
 );
 standalone!(StopData, put_stop_data, read_stop_data, stop_data_len);
 standalone!(Sync, put_sync, read_sync, sync_len);
+
+// ----------------------------------------------------------------------------------------------
+// Views and view changes
+// ----------------------------------------------------------------------------------------------
+
+/// The longest member address accepted (a host name and port).
+pub const ADDR_BYTES_MAX: usize = 255;
+const MEMBER_MIN_LEN: usize = 4 + 4 + 32;
+const VIEW_OP_MIN_LEN: usize = 1 + 4;
+const OP_ADD: u8 = 0;
+const OP_REMOVE: u8 = 1;
+const OP_SET_F: u8 = 2;
+const VIEW_CHANGE_DOMAIN: &[u8] = b"tagma/view-change/v1";
+
+fn put_member(out: &mut BytesMut, m: &ViewMember) {
+    out.put_u32_le(m.id.0);
+    put_bytes(out, m.addr.as_bytes());
+    out.put_slice(&m.key.0);
+}
+
+fn member_len(m: &ViewMember) -> usize {
+    MEMBER_MIN_LEN + m.addr.len()
+}
+
+fn read_member(r: &mut Reader<'_>) -> Result<ViewMember, WireError> {
+    let id = ReplicaId(r.u32()?);
+    let addr = r.bytes()?;
+    if addr.len() > ADDR_BYTES_MAX {
+        return Err(WireError::TooLong {
+            what: "member address",
+            len: addr.len(),
+            max: ADDR_BYTES_MAX,
+        });
+    }
+    let addr = String::from_utf8(addr.to_vec()).map_err(|_| WireError::Invalid {
+        what: "member address (not UTF-8)",
+    })?;
+    Ok(ViewMember {
+        id,
+        addr,
+        key: PublicKey(r.array()?),
+    })
+}
+
+fn put_view(out: &mut BytesMut, v: &View) {
+    out.put_u32_le(v.id.0);
+    out.put_u32_le(v.f);
+    put_len(out, v.members.len(), "view members");
+    for m in &v.members {
+        put_member(out, m);
+    }
+}
+
+fn view_len(v: &View) -> usize {
+    12 + v.members.iter().map(member_len).sum::<usize>()
+}
+
+fn read_view(r: &mut Reader<'_>) -> Result<View, WireError> {
+    let id = ViewId(r.u32()?);
+    let f = r.u32()?;
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, MEMBER_MIN_LEN, "view members")?;
+    let mut members: Vec<ViewMember> = Vec::with_capacity(count);
+    for _ in 0..count {
+        let m = read_member(r)?;
+        if members.last().is_some_and(|last| last.id >= m.id) {
+            return Err(WireError::Invalid {
+                what: "view members (ids not strictly ascending)",
+            });
+        }
+        members.push(m);
+    }
+    Ok(View { id, f, members })
+}
+
+fn put_ops(out: &mut BytesMut, ops: &[ViewOp]) {
+    put_len(out, ops.len(), "view operations");
+    for op in ops {
+        match op {
+            ViewOp::Add(m) => {
+                out.put_u8(OP_ADD);
+                put_member(out, m);
+            }
+            ViewOp::Remove(id) => {
+                out.put_u8(OP_REMOVE);
+                out.put_u32_le(id.0);
+            }
+            ViewOp::SetF(f) => {
+                out.put_u8(OP_SET_F);
+                out.put_u32_le(*f);
+            }
+        }
+    }
+}
+
+fn ops_len(ops: &[ViewOp]) -> usize {
+    4 + ops
+        .iter()
+        .map(|op| match op {
+            ViewOp::Add(m) => 1 + member_len(m),
+            ViewOp::Remove(_) | ViewOp::SetF(_) => VIEW_OP_MIN_LEN,
+        })
+        .sum::<usize>()
+}
+
+fn read_ops(r: &mut Reader<'_>) -> Result<Vec<ViewOp>, WireError> {
+    let count = r.u32()? as usize;
+    let count = r.check_count(count, VIEW_OP_MIN_LEN, "view operations")?;
+    let mut ops = Vec::with_capacity(count);
+    for _ in 0..count {
+        ops.push(match r.u8()? {
+            OP_ADD => ViewOp::Add(read_member(r)?),
+            OP_REMOVE => ViewOp::Remove(ReplicaId(r.u32()?)),
+            OP_SET_F => ViewOp::SetF(r.u32()?),
+            tag => {
+                return Err(WireError::UnknownTag {
+                    what: "view operation",
+                    tag,
+                });
+            }
+        });
+    }
+    Ok(ops)
+}
+
+fn put_view_change(out: &mut BytesMut, c: &ViewChange) {
+    out.put_u32_le(c.view.0);
+    put_ops(out, &c.ops);
+    out.put_slice(&c.signature.0);
+}
+
+fn view_change_len(c: &ViewChange) -> usize {
+    4 + ops_len(&c.ops) + Signature::LEN
+}
+
+fn read_view_change(r: &mut Reader<'_>) -> Result<ViewChange, WireError> {
+    Ok(ViewChange {
+        view: ViewId(r.u32()?),
+        ops: read_ops(r)?,
+        signature: Signature(r.array()?),
+    })
+}
+
+/// The bytes the administrator signs for a view change: a domain tag, then the view and the
+/// operations as encoded in [`ViewChange`] (one encoding per value, so one signed form).
+pub fn view_change_signing_bytes(view: ViewId, ops: &[ViewOp]) -> Bytes {
+    let mut out = BytesMut::with_capacity(VIEW_CHANGE_DOMAIN.len() + 4 + ops_len(ops));
+    out.put_slice(VIEW_CHANGE_DOMAIN);
+    out.put_u32_le(view.0);
+    put_ops(&mut out, ops);
+    out.freeze()
+}
+
+standalone!(View, put_view, read_view, view_len);
+standalone!(
+    ViewChange,
+    put_view_change,
+    read_view_change,
+    view_change_len
+);
 
 // ----------------------------------------------------------------------------------------------
 // PeerMessage

@@ -16,7 +16,8 @@ pub mod ids;
 pub mod message;
 
 pub use codec::{
-    Decode, Encode, MAX_MAC_ENTRIES, REQUEST_HEADER_LEN, WireError, collect_signing_bytes,
+    ADDR_BYTES_MAX, Decode, Encode, MAX_MAC_ENTRIES, REQUEST_HEADER_LEN, WireError,
+    collect_signing_bytes, view_change_signing_bytes,
 };
 pub use ids::*;
 pub use message::*;

@@ -17,6 +17,52 @@ use crate::ids::*;
 pub enum RequestKind {
     Ordered = 0,
     Unordered = 1,
+    /// A view change ([`ViewChange`] in the payload) signed by the administrator: ordered
+    /// like an ordered request (same sequence numbers), never given to the service.
+    Reconfigure = 2,
+}
+
+impl RequestKind {
+    /// Whether requests of this kind are totally ordered (they share one sequence space).
+    pub const fn is_ordered(self) -> bool {
+        matches!(self, RequestKind::Ordered | RequestKind::Reconfigure)
+    }
+}
+
+/// One member of a view: its id, the address it listens on for replicas and clients, and its
+/// Ed25519 public key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewMember {
+    pub id: ReplicaId,
+    pub addr: String,
+    pub key: PublicKey,
+}
+
+/// The replica set: id (incremented by each installed change), members ascending by id, and
+/// the number of faults tolerated.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct View {
+    pub id: ViewId,
+    pub f: u32,
+    pub members: Vec<ViewMember>,
+}
+
+/// One operation of a view change.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ViewOp {
+    Add(ViewMember),
+    Remove(ReplicaId),
+    SetF(u32),
+}
+
+/// The payload of a [`RequestKind::Reconfigure`] request: operations for view `view`, signed
+/// by the administrator's key over `view_change_signing_bytes(view, ops)`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ViewChange {
+    /// The view the operations apply to; in any other view the change is refused.
+    pub view: ViewId,
+    pub ops: Vec<ViewOp>,
+    pub signature: Signature,
 }
 
 /// A client request. Its digest (`tagma_crypto::request_digest`) is what MACs and signatures

@@ -49,6 +49,9 @@ const CLIENT_REQUEST_MACS: &str = "01 01 03000000 07000000 2a00000000000000 00 0
 const CLIENT_REQUEST_SIG: &str = "01 01 03000000 07000000 2a00000000000000 01 02000000 05000000 676574206b 01 5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a5a";
 const CLIENT_STATE_QUERY: &str = "01 02 4d00000000000000";
 const REPLICA_REPLY: &str = "01 01 03000000 07000000 2a00000000000000 00 02000000 02000000 6f6b";
+const VIEW: &str = "02000000 01000000 02000000 00000000 03000000 683a30 3030303030303030303030303030303030303030303030303030303030303030 04000000 03000000 683a34 3434343434343434343434343434343434343434343434343434343434343434";
+const VIEW_CHANGE: &str = "02000000 03000000 00 05000000 03000000 683a35 3535353535353535353535353535353535353535353535353535353535353535 01 01000000 02 02000000 77777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777";
+const REQUEST_RECONFIGURE: &str = "03000000 07000000 2a00000000000000 02 02000000 00000000";
 const REPLICA_STATE_INFO: &str = "01 02 4d00000000000000 01000000 0a00000000000000 fa00000000000000 dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
 
 fn unhex(spaced: &str) -> Vec<u8> {
@@ -108,6 +111,23 @@ fn golden_request_types() {
     golden("envelope_macs", &common::mac_envelope(), ENVELOPE_MACS);
     golden("envelope_sig", &common::sig_envelope(), ENVELOPE_SIG);
     golden("batch", &common::batch(), BATCH);
+}
+
+#[test]
+fn golden_views() {
+    golden("view", &common::view(), VIEW);
+    golden("view_change", &common::view_change(), VIEW_CHANGE);
+    golden(
+        "request_reconfigure",
+        &common::request(RequestKind::Reconfigure, b""),
+        REQUEST_RECONFIGURE,
+    );
+    // The signed form: domain tag, then the view and operations as in the encoding.
+    let c = common::view_change();
+    let signed = view_change_signing_bytes(c.view, &c.ops);
+    let encoded = c.to_bytes();
+    assert_eq!(&signed[..20], b"tagma/view-change/v1");
+    assert_eq!(&signed[20..], &encoded[..encoded.len() - 64]);
 }
 
 #[test]

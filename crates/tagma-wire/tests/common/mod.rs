@@ -314,3 +314,31 @@ pub fn replica_messages() -> Vec<(&'static str, ReplicaMessage)> {
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
+
+pub fn view_member(id: u32) -> ViewMember {
+    ViewMember {
+        id: ReplicaId(id),
+        addr: format!("h:{id}"),
+        key: PublicKey([0x30 + id as u8; 32]),
+    }
+}
+
+pub fn view() -> View {
+    View {
+        id: ViewId(2),
+        f: 1,
+        members: vec![view_member(0), view_member(4)],
+    }
+}
+
+pub fn view_change() -> ViewChange {
+    ViewChange {
+        view: ViewId(2),
+        ops: vec![
+            ViewOp::Add(view_member(5)),
+            ViewOp::Remove(ReplicaId(1)),
+            ViewOp::SetF(2),
+        ],
+        signature: Signature([0x77; 64]),
+    }
+}

@@ -1,0 +1,302 @@
+//! Views: the replica set, and how an administrator's signed view change turns one view into
+//! the next (SPEC §6, reference §3).
+//!
+//! A view change travels as the payload of a [`RequestKind::Reconfigure`] request and is ordered
+//! like any request. Only after ordering does each replica judge it — with [`judge`], a pure
+//! function of the current view, the administrator's key and the payload bytes — so every
+//! correct replica reaches the same verdict at the same instance. A change that is refused
+//! leaves the view as it is; its client gets the reason in the reply.
+//!
+//! [`RequestKind::Reconfigure`]: tagma_wire::RequestKind::Reconfigure
+
+use std::collections::BTreeSet;
+
+use bytes::Bytes;
+use tagma_wire::{
+    Decode, MAX_MAC_ENTRIES, PublicKey, ReplicaId, View, ViewChange, ViewId, ViewOp,
+    view_change_signing_bytes,
+};
+
+use crate::quorum::Mode;
+
+/// Why a view change was refused. Each names what the administrator should change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ViewError {
+    #[error("the view change does not decode: {0}")]
+    Malformed(String),
+    #[error("no administrator key is configured ([cluster] admin_key): view changes are refused")]
+    NoAdmin,
+    #[error(
+        "the view change is for view {got} but view {current} is installed: fetch the current view and sign again"
+    )]
+    StaleView { current: ViewId, got: ViewId },
+    #[error("the view change's signature does not verify with the administrator key")]
+    BadSignature,
+    #[error("the view change has no operations")]
+    Empty,
+    #[error("replica {0} is already a member")]
+    AlreadyMember(ReplicaId),
+    #[error("replica {0} is not a member")]
+    NotMember(ReplicaId),
+    #[error("address {0} is already a member's")]
+    AddressTaken(String),
+    #[error(
+        "{n} members cannot tolerate f = {f} in {mode} mode (it needs {needed}): add replicas first or lower f"
+    )]
+    TooFewMembers {
+        n: usize,
+        f: usize,
+        mode: Mode,
+        needed: usize,
+    },
+    #[error("f must be at least 1 in a replicated view")]
+    ZeroF,
+    #[error("{n} members exceed the {max} a request authenticator can address")]
+    TooManyMembers { n: usize, max: usize },
+}
+
+/// The view that `ops` make of `view`, applied in order, with the id incremented; refused if
+/// any operation does not apply or the result cannot tolerate its `f` in `mode`.
+pub fn apply(view: &View, ops: &[ViewOp], mode: Mode) -> Result<View, ViewError> {
+    if ops.is_empty() {
+        return Err(ViewError::Empty);
+    }
+    let mut next = view.clone();
+    for op in ops {
+        match op {
+            ViewOp::Add(member) => {
+                if next.members.iter().any(|m| m.id == member.id) {
+                    return Err(ViewError::AlreadyMember(member.id));
+                }
+                if next.members.iter().any(|m| m.addr == member.addr) {
+                    return Err(ViewError::AddressTaken(member.addr.clone()));
+                }
+                let at = next.members.partition_point(|m| m.id < member.id);
+                next.members.insert(at, member.clone());
+            }
+            ViewOp::Remove(id) => {
+                let at = next
+                    .members
+                    .iter()
+                    .position(|m| m.id == *id)
+                    .ok_or(ViewError::NotMember(*id))?;
+                next.members.remove(at);
+            }
+            ViewOp::SetF(f) => next.f = *f,
+        }
+    }
+    let (n, f) = (next.members.len(), next.f as usize);
+    if f == 0 {
+        return Err(ViewError::ZeroF);
+    }
+    let needed = mode.replicas_needed(f);
+    if n < needed {
+        return Err(ViewError::TooFewMembers { n, f, mode, needed });
+    }
+    if n > MAX_MAC_ENTRIES {
+        return Err(ViewError::TooManyMembers {
+            n,
+            max: MAX_MAC_ENTRIES,
+        });
+    }
+    debug_assert!(
+        next.members.windows(2).all(|w| w[0].id < w[1].id),
+        "members stay ascending"
+    );
+    debug_assert_eq!(
+        next.members
+            .iter()
+            .map(|m| &m.addr)
+            .collect::<BTreeSet<_>>()
+            .len(),
+        n,
+        "addresses stay distinct"
+    );
+    next.id = ViewId(view.id.0 + 1);
+    Ok(next)
+}
+
+/// Judges the payload of an ordered reconfigure request against the installed `view`: it must
+/// decode, name `view`, carry the administrator's signature over its canonical bytes, and
+/// apply ([`apply`]). Deterministic: every correct replica judges the same bytes alike.
+pub fn judge(
+    view: &View,
+    admin: Option<&PublicKey>,
+    mode: Mode,
+    payload: &Bytes,
+) -> Result<View, ViewError> {
+    let change = ViewChange::decode(payload).map_err(|e| ViewError::Malformed(e.to_string()))?;
+    let admin = admin.ok_or(ViewError::NoAdmin)?;
+    if change.view != view.id {
+        return Err(ViewError::StaleView {
+            current: view.id,
+            got: change.view,
+        });
+    }
+    let signed = view_change_signing_bytes(change.view, &change.ops);
+    tagma_crypto::verify(admin, &signed, &change.signature).map_err(|_| ViewError::BadSignature)?;
+    apply(view, &change.ops, mode)
+}
+
+/// The administrator's side: the signed payload of a reconfigure request applying `ops` to
+/// view `view`.
+pub fn sign_change(
+    admin: &tagma_crypto::IdentityKey,
+    view: ViewId,
+    ops: Vec<ViewOp>,
+) -> ViewChange {
+    let signature = admin.sign(&view_change_signing_bytes(view, &ops));
+    ViewChange {
+        view,
+        ops,
+        signature,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tagma_crypto::IdentityKey;
+    use tagma_wire::{Encode, ViewMember};
+
+    use super::*;
+
+    fn member(id: u32) -> ViewMember {
+        ViewMember {
+            id: ReplicaId(id),
+            addr: format!("127.0.0.1:{}", 7000 + id),
+            key: IdentityKey::from_seed([id as u8 + 1; 32]).public(),
+        }
+    }
+
+    fn view(ids: &[u32], f: u32) -> View {
+        View {
+            id: ViewId(3),
+            f,
+            members: ids.iter().map(|i| member(*i)).collect(),
+        }
+    }
+
+    fn ids(v: &View) -> Vec<u32> {
+        v.members.iter().map(|m| m.id.0).collect()
+    }
+
+    #[test]
+    fn operations_apply_in_order_and_keep_members_ascending() {
+        let v = view(&[0, 1, 2, 3], 1);
+        let next = apply(
+            &v,
+            &[ViewOp::Add(member(7)), ViewOp::Add(member(5))],
+            Mode::Bft,
+        )
+        .unwrap();
+        assert_eq!(ids(&next), vec![0, 1, 2, 3, 5, 7]);
+        assert_eq!(next.id, ViewId(4));
+        // f = 2 needs 7 replicas in BFT: add them first, in the same change.
+        assert_eq!(
+            apply(&v, &[ViewOp::SetF(2)], Mode::Bft),
+            Err(ViewError::TooFewMembers {
+                n: 4,
+                f: 2,
+                mode: Mode::Bft,
+                needed: 7
+            })
+        );
+        let grown = apply(
+            &v,
+            &[
+                ViewOp::Add(member(4)),
+                ViewOp::Add(member(5)),
+                ViewOp::Add(member(6)),
+                ViewOp::SetF(2),
+            ],
+            Mode::Bft,
+        )
+        .unwrap();
+        assert_eq!((grown.members.len(), grown.f), (7, 2));
+        // CFT needs only 2f+1.
+        assert!(apply(&view(&[0, 1, 2, 3, 4], 1), &[ViewOp::SetF(2)], Mode::Cft).is_ok());
+        // Removing the leader (the lowest id) is an ordinary removal.
+        let removed = apply(
+            &view(&[0, 1, 2, 3, 4], 1),
+            &[ViewOp::Remove(ReplicaId(0))],
+            Mode::Bft,
+        )
+        .unwrap();
+        assert_eq!(ids(&removed), vec![1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn operations_that_do_not_apply_are_refused_with_the_reason() {
+        let v = view(&[0, 1, 2, 3], 1);
+        assert_eq!(apply(&v, &[], Mode::Bft), Err(ViewError::Empty));
+        assert_eq!(
+            apply(&v, &[ViewOp::Add(member(2))], Mode::Bft),
+            Err(ViewError::AlreadyMember(ReplicaId(2)))
+        );
+        let mut same_addr = member(9);
+        same_addr.addr = member(1).addr;
+        assert!(matches!(
+            apply(&v, &[ViewOp::Add(same_addr)], Mode::Bft),
+            Err(ViewError::AddressTaken(_))
+        ));
+        assert_eq!(
+            apply(&v, &[ViewOp::Remove(ReplicaId(8))], Mode::Bft),
+            Err(ViewError::NotMember(ReplicaId(8)))
+        );
+        assert!(matches!(
+            apply(&v, &[ViewOp::Remove(ReplicaId(3))], Mode::Bft),
+            Err(ViewError::TooFewMembers { n: 3, .. })
+        ));
+        assert_eq!(
+            apply(&v, &[ViewOp::SetF(0)], Mode::Bft),
+            Err(ViewError::ZeroF)
+        );
+    }
+
+    #[test]
+    fn only_the_administrators_signature_for_the_installed_view_is_accepted() {
+        let admin = IdentityKey::from_seed([42; 32]);
+        let v = view(&[0, 1, 2, 3], 1);
+        let change = sign_change(&admin, v.id, vec![ViewOp::Add(member(4))]);
+        let payload = change.to_bytes();
+        let next = judge(&v, Some(&admin.public()), Mode::Bft, &payload).unwrap();
+        assert_eq!(ids(&next), vec![0, 1, 2, 3, 4]);
+        // No administrator configured.
+        assert_eq!(
+            judge(&v, None, Mode::Bft, &payload),
+            Err(ViewError::NoAdmin)
+        );
+        // Another key.
+        let other = IdentityKey::from_seed([43; 32]);
+        assert_eq!(
+            judge(&v, Some(&other.public()), Mode::Bft, &payload),
+            Err(ViewError::BadSignature)
+        );
+        // Operations changed after signing.
+        let mut tampered = change.clone();
+        tampered.ops.push(ViewOp::SetF(2));
+        assert_eq!(
+            judge(&v, Some(&admin.public()), Mode::Bft, &tampered.to_bytes()),
+            Err(ViewError::BadSignature)
+        );
+        // Signed for another view (a replay of an old change).
+        let old = sign_change(&admin, ViewId(2), vec![ViewOp::Add(member(4))]);
+        assert_eq!(
+            judge(&v, Some(&admin.public()), Mode::Bft, &old.to_bytes()),
+            Err(ViewError::StaleView {
+                current: ViewId(3),
+                got: ViewId(2)
+            })
+        );
+        // Not a view change at all.
+        assert!(matches!(
+            judge(
+                &v,
+                Some(&admin.public()),
+                Mode::Bft,
+                &Bytes::from_static(b"put x 1")
+            ),
+            Err(ViewError::Malformed(_))
+        ));
+    }
+}
