@@ -20,9 +20,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use tagma_wire::{
-    Batch, ClientId, ConsensusId, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, ViewId,
-};
+use tagma_wire::{Batch, ClientId, ConsensusId, RequestAuth, RequestEnvelope, RequestSeq, ViewId};
 
 use crate::replica::{ProposalFault, Rejection};
 
@@ -546,7 +544,7 @@ impl Clients {
 #[cfg(test)]
 mod tests {
     use bytes::Bytes;
-    use tagma_wire::Request;
+    use tagma_wire::{Request, RequestKind};
 
     use super::*;
 
