@@ -6,7 +6,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tagma_wire::{
     Batch, ClientMessage, Decode, Encode, Handshake, PeerMessage, ReplicaMessage, Request,
-    RequestEnvelope, View, ViewChange,
+    ReconfigureOutcome, RequestEnvelope, View, ViewChange,
 };
 
 fn check<T: Decode + Encode>(input: &Bytes) {
@@ -27,4 +27,5 @@ fuzz_target!(|data: &[u8]| {
     check::<RequestEnvelope>(&input);
     check::<View>(&input);
     check::<ViewChange>(&input);
+    check::<ReconfigureOutcome>(&input);
 });

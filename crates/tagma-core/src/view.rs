@@ -138,6 +138,27 @@ pub fn judge(
     apply(view, &change.ops, mode)
 }
 
+/// What a replica needs to judge view changes: the installed view, the administrator's key
+/// (none: every change is refused) and the fault model. The core and the executor each keep
+/// one, and each judges every ordered change with [`Membership::judge`]: the core to order the
+/// next instance in the new view, the executor for the reply and the checkpointed state (it
+/// also replays logged and fetched decisions, where no core is involved).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Membership {
+    pub view: View,
+    pub admin: Option<PublicKey>,
+    pub mode: Mode,
+}
+
+impl Membership {
+    /// Judges an ordered change against the installed view and installs the view it makes.
+    pub fn apply_change(&mut self, payload: &Bytes) -> Result<&View, ViewError> {
+        let next = judge(&self.view, self.admin.as_ref(), self.mode, payload)?;
+        self.view = next;
+        Ok(&self.view)
+    }
+}
+
 /// The administrator's side: the signed payload of a reconfigure request applying `ops` to
 /// view `view`.
 pub fn sign_change(

@@ -8,8 +8,10 @@ pub mod reply_cache;
 use std::collections::HashMap;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
+use tagma_core::view::Membership;
 use tagma_wire::{
-    Batch, CheckpointInfo, ClientId, ConsensusId, Digest, Reply, RequestKind, RequestSeq, ViewId,
+    Batch, CheckpointInfo, ClientId, ConsensusId, Digest, ReconfigureOutcome, Reply, RequestKind,
+    RequestSeq, View, ViewId,
 };
 use tagma_wire::{Decode, Encode};
 
@@ -88,10 +90,13 @@ pub struct Executor<S: Service> {
     last_executed: HashMap<ClientId, RequestSeq>,
     /// The timestamp of the last batch executed (a resumed leader's batches never go back).
     last_timestamp_ms: u64,
+    /// The replica set and the rules for changing it ([`Executor::with_membership`]); without
+    /// it, every view change is refused.
+    membership: Option<Membership>,
 }
 
-/// Version byte of [`Executor::checkpoint`]'s encoding.
-const CHECKPOINT_VERSION: u8 = 1;
+/// Version byte of [`Executor::checkpoint`]'s encoding (2: with the view's members).
+const CHECKPOINT_VERSION: u8 = 2;
 
 impl<S: Service> Executor<S> {
     pub fn new(
@@ -108,7 +113,22 @@ impl<S: Service> Executor<S> {
             reply_cache: ReplyCache::new(reply_cache_per_client, reply_cache_clients_max),
             last_executed: HashMap::new(),
             last_timestamp_ms: 0,
+            membership: None,
         }
+    }
+
+    /// Gives the executor the replica set and the rules for changing it: view changes ordered
+    /// later are judged ([`Membership::apply_change`]) and answered here, never reach the
+    /// service, and the view is part of every checkpoint.
+    pub fn with_membership(mut self, membership: Membership) -> Self {
+        self.view = membership.view.id;
+        self.membership = Some(membership);
+        self
+    }
+
+    /// The installed view with its members, when the executor keeps them.
+    pub fn members(&self) -> Option<&View> {
+        self.membership.as_ref().map(|m| &m.view)
     }
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
     /// instance: asserted), caches the replies and returns them in batch order.
@@ -127,27 +147,30 @@ impl<S: Service> Executor<S> {
         for (index, envelope) in batch.requests.iter().enumerate() {
             let request = &envelope.request;
             debug_assert!(
-                request.kind == RequestKind::Ordered,
+                request.kind.is_ordered(),
                 "unordered request in the batch of instance {}",
                 cid.0
             );
-            if request.kind != RequestKind::Ordered {
-                continue;
-            }
-            let ctx = Context {
-                client: request.client,
-                seq: request.seq,
-                cid: Some(cid),
-                timestamp_ms: batch.timestamp_ms,
-                seed: request_seed(batch.seed, index),
+            let payload = match request.kind {
+                RequestKind::Unordered => continue,
+                RequestKind::Reconfigure => self.reconfigure(&request.payload),
+                RequestKind::Ordered => {
+                    let ctx = Context {
+                        client: request.client,
+                        seq: request.seq,
+                        cid: Some(cid),
+                        timestamp_ms: batch.timestamp_ms,
+                        seed: request_seed(batch.seed, index),
+                    };
+                    self.service.execute_ordered(&request.payload, &ctx)
+                }
             };
-            let payload = self.service.execute_ordered(&request.payload, &ctx);
             self.executed_requests += 1;
             self.last_executed.insert(request.client, request.seq);
             let reply = Reply {
                 client: request.client,
                 seq: request.seq,
-                kind: RequestKind::Ordered,
+                kind: request.kind,
                 view: self.view,
                 payload,
             };
@@ -158,6 +181,24 @@ impl<S: Service> Executor<S> {
         self.last_timestamp_ms = self.last_timestamp_ms.max(batch.timestamp_ms);
         replies
     }
+    /// An ordered view change: judged against the installed view and installed if valid (the
+    /// core installs the same view for the next instance); the reply says which.
+    fn reconfigure(&mut self, payload: &Bytes) -> Bytes {
+        let outcome = match self.membership.as_mut() {
+            None => ReconfigureOutcome::Refused(
+                "this replica runs without a membership: view changes are refused".into(),
+            ),
+            Some(m) => match m.apply_change(payload) {
+                Ok(view) => ReconfigureOutcome::Installed(view.clone()),
+                Err(e) => ReconfigureOutcome::Refused(e.to_string()),
+            },
+        };
+        if let ReconfigureOutcome::Installed(view) = &outcome {
+            self.view = view.id;
+        }
+        outcome.to_bytes()
+    }
+
     /// Executes an unordered request against the current state.
     pub fn execute_unordered(
         &self,
@@ -242,6 +283,15 @@ impl<S: Service> Executor<S> {
             out.put_u32_le(r.len() as u32);
             out.put_slice(r);
         }
+        match self.members() {
+            None => out.put_u8(0),
+            Some(view) => {
+                let view = view.to_bytes();
+                out.put_u8(1);
+                out.put_u32_le(view.len() as u32);
+                out.put_slice(&view);
+            }
+        }
         out.put_slice(&snapshot);
         out.freeze()
     }
@@ -264,7 +314,7 @@ impl<S: Service> Executor<S> {
         }
         let executed_instances = b.get_u64_le();
         let executed_requests = b.get_u64_le();
-        let view = ViewId(b.get_u32_le());
+        let view_id = ViewId(b.get_u32_le());
         let last_timestamp_ms = b.get_u64_le();
         need(&b, 4, "truncated sessions")?;
         let count = b.get_u32_le() as usize;
@@ -288,10 +338,36 @@ impl<S: Service> Executor<S> {
                 _ => return Err(bad("a cached reply does not decode")),
             }
         }
+        need(&b, 1, "truncated view")?;
+        let members = match b.get_u8() {
+            0 => None,
+            1 => {
+                need(&b, 4, "truncated view")?;
+                let len = b.get_u32_le() as usize;
+                need(&b, len, "truncated view")?;
+                let view =
+                    View::decode(&b.split_to(len)).map_err(|_| bad("the view does not decode"))?;
+                if view.id != view_id {
+                    return Err(bad("the view's members belong to another view"));
+                }
+                Some(view)
+            }
+            _ => return Err(bad("unknown view tag")),
+        };
+        if members.is_some() != self.membership.is_some() {
+            return Err(bad(if members.is_some() {
+                "it names the view's members, this executor runs without a membership"
+            } else {
+                "it lacks the view's members, which this executor keeps"
+            }));
+        }
         self.service.install_snapshot(&b)?;
+        if let (Some(m), Some(view)) = (self.membership.as_mut(), members) {
+            m.view = view;
+        }
         self.executed_instances = executed_instances;
         self.executed_requests = executed_requests;
-        self.view = view;
+        self.view = view_id;
         self.last_timestamp_ms = last_timestamp_ms;
         self.last_executed = last_executed;
         self.reply_cache = reply_cache;

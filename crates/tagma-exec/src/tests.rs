@@ -527,3 +527,101 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         c.state_digest()
     });
 }
+
+fn member(id: u32) -> tagma_wire::ViewMember {
+    tagma_wire::ViewMember {
+        id: tagma_wire::ReplicaId(id),
+        addr: format!("127.0.0.1:{}", 7000 + id),
+        key: tagma_wire::PublicKey([id as u8 + 1; 32]),
+    }
+}
+
+fn membership(admin: &tagma_crypto::IdentityKey) -> tagma_core::view::Membership {
+    tagma_core::view::Membership {
+        view: tagma_wire::View {
+            id: ViewId(0),
+            f: 1,
+            members: (0..4).map(member).collect(),
+        },
+        admin: Some(admin.public()),
+        mode: tagma_core::Mode::Bft,
+    }
+}
+
+fn reconfigure(client: u64, seq: u64, change: tagma_wire::ViewChange) -> RequestEnvelope {
+    let mut r = request(client, seq, RequestKind::Reconfigure, b"");
+    r.request.payload = tagma_wire::Encode::to_bytes(&change);
+    r
+}
+
+fn outcome(reply: &Reply) -> tagma_wire::ReconfigureOutcome {
+    <tagma_wire::ReconfigureOutcome as tagma_wire::Decode>::decode(&reply.payload).unwrap()
+}
+
+#[test]
+fn view_changes_are_judged_and_answered_by_the_executor_never_by_the_service() {
+    use tagma_core::view::sign_change;
+    use tagma_wire::{ReconfigureOutcome, ViewOp};
+    let admin = tagma_crypto::IdentityKey::from_seed([9; 32]);
+    let mut exec = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16)
+        .with_membership(membership(&admin));
+    let add = sign_change(&admin, ViewId(0), vec![ViewOp::Add(member(4))]);
+    let replayed = add.clone();
+    let forged = sign_change(
+        &tagma_crypto::IdentityKey::from_seed([10; 32]),
+        ViewId(1),
+        vec![ViewOp::Remove(tagma_wire::ReplicaId(0))],
+    );
+    let replies = exec.execute_batch(
+        ConsensusId(0),
+        &batch(vec![
+            request(1, 1, RequestKind::Ordered, b"a"),
+            reconfigure(7, 1, add),
+            reconfigure(7, 2, replayed),
+            reconfigure(7, 3, forged),
+        ]),
+    );
+    assert_eq!(
+        exec.service.executed, 1,
+        "only the ordinary request reached the service"
+    );
+    let ReconfigureOutcome::Installed(view) = outcome(&replies[1]) else {
+        panic!(
+            "the administrator's change is installed: {:?}",
+            outcome(&replies[1])
+        );
+    };
+    assert_eq!((view.id, view.members.len()), (ViewId(1), 5));
+    assert_eq!(
+        (replies[1].kind, replies[1].view),
+        (RequestKind::Reconfigure, ViewId(1))
+    );
+    assert!(
+        matches!(outcome(&replies[2]), ReconfigureOutcome::Refused(r) if r.contains("view 0 but view 1"))
+    );
+    assert!(
+        matches!(outcome(&replies[3]), ReconfigureOutcome::Refused(r) if r.contains("signature"))
+    );
+    assert_eq!(exec.members(), Some(&view));
+    assert_eq!(
+        exec.cached_reply(ClientId(7), RequestSeq(3)),
+        Some(replies[3].clone())
+    );
+    // The members travel with the checkpoint.
+    let ckp = exec.checkpoint();
+    let mut other = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16)
+        .with_membership(membership(&admin));
+    other.restore(&ckp).unwrap();
+    assert_eq!(other.members(), Some(&view));
+    assert_eq!(other.checkpoint(), ckp);
+    // An executor without a membership refuses changes, and refuses a checkpoint with members.
+    let mut bare = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    let err = bare.restore(&ckp).unwrap_err().to_string();
+    assert!(err.contains("without a membership"), "{err}");
+    let change = sign_change(&admin, ViewId(0), vec![ViewOp::Add(member(4))]);
+    let replies = bare.execute_batch(ConsensusId(0), &batch(vec![reconfigure(7, 1, change)]));
+    assert!(
+        matches!(outcome(&replies[0]), ReconfigureOutcome::Refused(r) if r.contains("without a membership"))
+    );
+    assert_eq!(bare.members(), None);
+}

@@ -23,6 +23,7 @@
 //! | `ViewMember` | id `u32`, address (`u32` len + UTF-8), key 32 bytes |
 //! | `View` | id `u32`, f `u32`, count `u32`, members (ids strictly ascending) |
 //! | `ViewOp` | tag `u8`: 0 = Add (`ViewMember`); 1 = Remove (id `u32`); 2 = SetF (f `u32`) |
+//! | `ReconfigureOutcome` | tag `u8`: 0 = Installed (`View`); 1 = Refused (reason: `u32` len + UTF-8) |
 //! | `ViewChange` | view `u32`, count `u32`, ops, signature 64 bytes; signed bytes: `"tagma/view-change/v1"`, view `u32`, count `u32`, ops |
 //! | `RequestAuth` | tag `u8`: 0 = Macs (`u8` count, count × 16 bytes); 1 = Signature (64 bytes) |
 //! | `RequestEnvelope` | `Request` then `RequestAuth` |
@@ -1069,7 +1070,46 @@ pub fn view_change_signing_bytes(view: ViewId, ops: &[ViewOp]) -> Bytes {
     out.freeze()
 }
 
+const OUTCOME_INSTALLED: u8 = 0;
+const OUTCOME_REFUSED: u8 = 1;
+
+fn put_outcome(out: &mut BytesMut, o: &ReconfigureOutcome) {
+    match o {
+        ReconfigureOutcome::Installed(v) => {
+            out.put_u8(OUTCOME_INSTALLED);
+            put_view(out, v);
+        }
+        ReconfigureOutcome::Refused(reason) => {
+            out.put_u8(OUTCOME_REFUSED);
+            put_bytes(out, reason.as_bytes());
+        }
+    }
+}
+
+fn outcome_len(o: &ReconfigureOutcome) -> usize {
+    1 + match o {
+        ReconfigureOutcome::Installed(v) => view_len(v),
+        ReconfigureOutcome::Refused(reason) => 4 + reason.len(),
+    }
+}
+
+fn read_outcome(r: &mut Reader<'_>) -> Result<ReconfigureOutcome, WireError> {
+    match r.u8()? {
+        OUTCOME_INSTALLED => Ok(ReconfigureOutcome::Installed(read_view(r)?)),
+        OUTCOME_REFUSED => String::from_utf8(r.bytes()?.to_vec())
+            .map(ReconfigureOutcome::Refused)
+            .map_err(|_| WireError::Invalid {
+                what: "refusal reason (not UTF-8)",
+            }),
+        tag => Err(WireError::UnknownTag {
+            what: "reconfigure outcome",
+            tag,
+        }),
+    }
+}
+
 standalone!(View, put_view, read_view, view_len);
+standalone!(ReconfigureOutcome, put_outcome, read_outcome, outcome_len);
 standalone!(
     ViewChange,
     put_view_change,

@@ -55,6 +55,14 @@ pub enum ViewOp {
     SetF(u32),
 }
 
+/// The payload of the reply to a [`RequestKind::Reconfigure`] request: the view it installed,
+/// or why it was refused (the view is then unchanged).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ReconfigureOutcome {
+    Installed(View),
+    Refused(String),
+}
+
 /// The payload of a [`RequestKind::Reconfigure`] request: operations for view `view`, signed
 /// by the administrator's key over `view_change_signing_bytes(view, ops)`.
 #[derive(Clone, Debug, PartialEq, Eq)]

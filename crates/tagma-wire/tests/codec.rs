@@ -949,6 +949,10 @@ proptest! {
 fn views_round_trip_and_reject_what_is_not_canonical() {
     check(&common::view());
     check(&common::view_change());
+    check(&ReconfigureOutcome::Installed(common::view()));
+    check(&ReconfigureOutcome::Refused(
+        "replica 9 is not a member".into(),
+    ));
     check(&View {
         id: ViewId(0),
         f: 0,

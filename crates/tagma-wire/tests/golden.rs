@@ -51,6 +51,7 @@ const CLIENT_STATE_QUERY: &str = "01 02 4d00000000000000";
 const REPLICA_REPLY: &str = "01 01 03000000 07000000 2a00000000000000 00 02000000 02000000 6f6b";
 const VIEW: &str = "02000000 01000000 02000000 00000000 03000000 683a30 3030303030303030303030303030303030303030303030303030303030303030 04000000 03000000 683a34 3434343434343434343434343434343434343434343434343434343434343434";
 const VIEW_CHANGE: &str = "02000000 03000000 00 05000000 03000000 683a35 3535353535353535353535353535353535353535353535353535353535353535 01 01000000 02 02000000 77777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777";
+const OUTCOME_REFUSED: &str = "01 03000000 6e6f21";
 const REQUEST_RECONFIGURE: &str = "03000000 07000000 2a00000000000000 02 02000000 00000000";
 const REPLICA_STATE_INFO: &str = "01 02 4d00000000000000 01000000 0a00000000000000 fa00000000000000 dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
 
@@ -117,6 +118,14 @@ fn golden_request_types() {
 fn golden_views() {
     golden("view", &common::view(), VIEW);
     golden("view_change", &common::view_change(), VIEW_CHANGE);
+    golden(
+        "outcome_refused",
+        &ReconfigureOutcome::Refused("no!".into()),
+        OUTCOME_REFUSED,
+    );
+    let installed = ReconfigureOutcome::Installed(common::view()).to_bytes();
+    assert_eq!(common::hex(&installed[..1]), "00");
+    assert_eq!(&installed[1..], &common::view().to_bytes()[..]);
     golden(
         "request_reconfigure",
         &common::request(RequestKind::Reconfigure, b""),
