@@ -157,6 +157,9 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
         // released: the wiped replica cannot simply replay the others' logs from the start.
         cfg.storage.log_segment_bytes = (opts.state_mb << 17).clamp(1 << 20, 8 << 20);
         cfg.timeouts.request_timeout_ms = 2_000;
+        // Few decisions in memory, so the wiped replica cannot be brought back by decision
+        // forwarding alone when the state holds fewer instances than the default keeps.
+        cfg.limits.decisions_kept = 16;
     })?;
     let ready = Duration::from_secs(60);
     let proxies: Vec<Proxy> = (0..FILL_CLIENTS)

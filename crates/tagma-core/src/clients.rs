@@ -527,6 +527,24 @@ impl Clients {
         }
     }
 
+    /// A view change installed `view`: requests are admitted (and proposed) only in it, so
+    /// pending requests issued in an older view are dropped — their clients retransmit them
+    /// in the new view, with the same sequence numbers.
+    pub fn set_view(&mut self, view: ViewId) {
+        self.limits.view = view;
+        let clients: Vec<ClientId> = self.pending.keys().copied().collect();
+        for client in clients {
+            let queue = self.pending.get_mut(&client).expect("listed above");
+            let before = queue.len();
+            queue.retain(|_, e| e.request.view == view);
+            self.pending_total -= before - queue.len();
+            if queue.is_empty() {
+                self.pending.remove(&client);
+            }
+            self.refresh_timer(client);
+        }
+    }
+
     fn drop_pending_up_to(&mut self, client: ClientId, seq: RequestSeq) {
         let Some(queue) = self.pending.get_mut(&client) else {
             return;

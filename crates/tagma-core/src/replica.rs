@@ -32,8 +32,8 @@ use tagma_crypto::IdentityKey;
 use tagma_wire::{
     Accept, Batch, CheckpointInfo, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest,
     Encode, Epoch, PeerMessage, Propose, PublicKey, Regency, ReplicaId, RequestEnvelope,
-    RequestSeq, Signature, SignedCollect, Stop, StopData, Sync, ViewId, Vote,
-    collect_signing_bytes,
+    RequestKind, RequestSeq, Signature, SignedCollect, Stop, StopData, Sync, View, ViewId,
+    ViewMember, Vote, collect_signing_bytes,
 };
 
 use crate::clients::{Admission, ClientLimits, Clients};
@@ -44,6 +44,7 @@ use crate::sync::{self, Choice, Normalized};
 use crate::transfer::{
     Fetch, FetchOut, FetchParams, InstallOutcome, LOG_RUN, StateToInstall, TransferInput,
 };
+use crate::view::Membership;
 
 /// Everything the core needs from the configuration.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -76,6 +77,44 @@ pub struct ReplicaParams {
     pub chunk_bytes: u32,
     /// The largest checkpoint fetched by state transfer.
     pub state_bytes_max: u64,
+    /// Members' addresses, in the order of `members` (part of the view a change produces).
+    pub member_addrs: Vec<String>,
+    /// The administrator's key, which signs view changes (`None`: all are refused).
+    pub admin_key: Option<PublicKey>,
+}
+
+impl ReplicaParams {
+    /// The installed view and the rules for changing it.
+    pub fn membership(&self) -> Membership {
+        Membership {
+            view: View {
+                id: self.view,
+                f: self.quorums.f as u32,
+                members: self
+                    .members
+                    .iter()
+                    .zip(&self.member_keys)
+                    .zip(&self.member_addrs)
+                    .map(|((id, key), addr)| ViewMember {
+                        id: *id,
+                        addr: addr.clone(),
+                        key: *key,
+                    })
+                    .collect(),
+            },
+            admin: self.admin_key,
+            mode: self.quorums.mode,
+        }
+    }
+
+    /// Makes `view` the installed one (members, keys, addresses, quorums, id).
+    fn set_view(&mut self, view: &View) {
+        self.view = view.id;
+        self.members = view.members.iter().map(|m| m.id).collect();
+        self.member_keys = view.members.iter().map(|m| m.key).collect();
+        self.member_addrs = view.members.iter().map(|m| m.addr.clone()).collect();
+        self.quorums = Quorums::new(self.quorums.mode, view.members.len(), view.f as usize);
+    }
 }
 
 impl ReplicaParams {
@@ -100,6 +139,8 @@ impl ReplicaParams {
             state_transfer: r.storage.durability == crate::config::Durability::Fsync,
             chunk_bytes: chunk_bytes(r.limits.frame_bytes_max),
             state_bytes_max: r.storage.state_bytes_max,
+            member_addrs: cfg.replicas.iter().map(|r| r.addr.to_string()).collect(),
+            admin_key: cfg.admin,
         }
     }
 }
@@ -261,6 +302,15 @@ pub enum Action {
     Send { to: ReplicaId, msg: PeerMessage },
     /// Execute a decided batch. Emitted exactly once per instance, in instance order.
     Deliver(Decision),
+    /// A view change ordered in instance `cid` (delivered just before) installed `view`:
+    /// instance `cid + 1` runs in it. The runtime connects to new members and persists the
+    /// view; if this replica is no longer a member (`member` false) it stops — the core
+    /// ignores every later input.
+    ViewInstalled {
+        cid: ConsensusId,
+        view: View,
+        member: bool,
+    },
     /// A client retransmitted a request that is already ordered: resend its cached reply.
     ResendReply { client: ClientId, seq: RequestSeq },
     /// A new regency was installed (observability: logs, metrics, failover measurements).
@@ -424,6 +474,8 @@ pub enum Rejection {
     /// the votes it cast before the crash, so it neither votes nor reports a collect until
     /// the start-up synchronisation is over (it would contradict its own earlier votes).
     Recovering,
+    /// This replica left the view (a view without it was installed): it takes no input.
+    NotMember,
     /// A state-transfer message that does not fit (out of range, unexpected, unproven).
     InvalidTransfer {
         from: ReplicaId,
@@ -455,6 +507,7 @@ impl Rejection {
             Rejection::InvalidProof { .. } => "invalid_proof",
             Rejection::Unauthentic => "unauthentic",
             Rejection::Recovering => "recovering",
+            Rejection::NotMember => "not_member",
             Rejection::InvalidTransfer { .. } => "invalid_transfer",
         }
     }
@@ -474,6 +527,8 @@ pub struct CoreStats {
     pub decisions_forwarded_in: u64,
     /// States installed by state transfer.
     pub state_transfers: u64,
+    /// Views installed by view changes.
+    pub views_installed: u64,
 }
 
 /// Requests carried in one STOP, at most.
@@ -568,6 +623,8 @@ pub struct Replica {
     leader_fault: Option<(ConsensusId, ProposalFault)>,
     /// Start-up synchronisation in progress ([`Replica::start_recovery`]).
     recovery: Option<Recovery>,
+    /// A view without this replica was installed: every input is ignored.
+    left: bool,
     /// This replica's durable checkpoints, oldest first (at most two: the newest one is
     /// offered, the previous one still served to a fetch that started before it).
     served: VecDeque<CheckpointInfo>,
@@ -612,6 +669,11 @@ impl Replica {
             params.members.len(),
             params.member_keys.len(),
             "one key per member"
+        );
+        assert_eq!(
+            params.members.len(),
+            params.member_addrs.len(),
+            "one address per member"
         );
         let me_index = params
             .members
@@ -661,6 +723,7 @@ impl Replica {
             stats: CoreStats::default(),
             leader_fault: None,
             recovery: None,
+            left: false,
             served: VecDeque::new(),
             fetch: None,
             installing_recent: Vec::new(),
@@ -751,6 +814,9 @@ impl Replica {
         now_ms: u64,
         request: RequestEnvelope,
     ) -> Result<(), Rejection> {
+        if self.left {
+            return Err(Rejection::NotMember);
+        }
         self.set_now(now_ms);
         let (client, seq) = (request.request.client, request.request.seq);
         match self.clients.admit(request)? {
@@ -768,6 +834,9 @@ impl Replica {
         from: ReplicaId,
         input: PeerInput,
     ) -> Result<(), Rejection> {
+        if self.left {
+            return Err(Rejection::NotMember);
+        }
         self.set_now(now_ms);
         if from == self.params.me {
             return Err(Rejection::FromSelf);
@@ -816,6 +885,9 @@ impl Replica {
     /// all replicas, the second suspects the leader), STOP retransmission, the SYNC timeout,
     /// and catch-up requests.
     pub fn handle_tick(&mut self, now_ms: u64) {
+        if self.left {
+            return;
+        }
         self.set_now(now_ms);
         let mut expired = self.clients.take_expired(now_ms);
         if self.recovery.is_some() {
@@ -869,6 +941,9 @@ impl Replica {
     }
     /// The earliest time at which `handle_tick` must be called, if any timer is armed.
     pub fn next_timeout_ms(&self) -> Option<u64> {
+        if self.left {
+            return None;
+        }
         let catch_up = self
             .catch_up
             .behind_since_ms
@@ -1291,6 +1366,7 @@ impl Replica {
         } else {
             None
         };
+        let new_view = self.judge_view_changes(&batch);
         self.actions.push_back(Action::Deliver(Decision {
             cid,
             epoch,
@@ -1298,6 +1374,81 @@ impl Replica {
             batch,
             logged,
         }));
+        if let Some(view) = new_view {
+            self.install_view(cid, view);
+        }
+    }
+
+    /// The view that the view changes ordered in `batch` install, judged in order against the
+    /// installed view exactly as the executor judges them (`None`: no change installs one).
+    fn judge_view_changes(&self, batch: &Batch) -> Option<View> {
+        let mut changes = batch
+            .requests
+            .iter()
+            .filter(|e| e.request.kind == RequestKind::Reconfigure)
+            .peekable();
+        changes.peek()?;
+        let mut membership = self.params.membership();
+        let before = membership.view.id;
+        for change in changes {
+            if let Err(e) = membership.apply_change(&change.request.payload) {
+                tracing::warn!(client = %change.request.client, seq = %change.request.seq, "view change refused: {e}");
+            }
+        }
+        (membership.view.id != before).then_some(membership.view)
+    }
+
+    /// The runtime's copy of the view moved ahead of the core's without the core deciding the
+    /// change: after recovery from disk ([`Replica::resume`]) or a state installed by state
+    /// transfer, the executor's view (checkpointed and replayed) is the one to order in from
+    /// instance `cid + 1` on. An older or equal view is ignored.
+    pub fn adopt_view(&mut self, cid: ConsensusId, view: View) {
+        if view.id > self.params.view {
+            self.install_view(cid, view);
+        }
+    }
+
+    /// Instance `cid` installed `view`: the next instance runs in it. Everything counted or
+    /// verified against the old members goes: buffered messages and catch-up decisions from
+    /// replicas that left, and the state of a leader change or start-up synchronisation in
+    /// progress is kept only for members. The leader is the new view's member for the
+    /// installed regency, so removing the leader hands leadership over at once.
+    fn install_view(&mut self, cid: ConsensusId, view: View) {
+        debug_assert!(view.id > self.params.view, "views only move forward");
+        let member = view.members.iter().any(|m| m.id == self.params.me);
+        let old_leader = self.leader();
+        self.params.set_view(&view);
+        self.checker = ProofChecker::new(
+            &self.params.members,
+            &self.params.member_keys,
+            self.params.quorums.accept_quorum(),
+        );
+        let members = self.params.members.clone();
+        let keep = |r: &ReplicaId| members.contains(r);
+        self.future.retain_senders(&keep, self.params.members.len());
+        // Verified against the old members' keys and quorums: fetched again when needed.
+        self.catch_up.future.clear();
+        self.catch_up.highest_seen.retain(|r, _| keep(r));
+        self.sync.stops.retain(|r, _| keep(r));
+        self.sync.stopdata.retain(|r, _| keep(r));
+        self.sync.early_stopdata.retain(|r, _| keep(r));
+        self.sync.epochs_seen.retain(|r, _| keep(r));
+        self.sync.pending = None;
+        if let Some(recovery) = self.recovery.as_mut() {
+            recovery.heard.retain(|r, _| keep(r));
+        }
+        self.clients.set_view(view.id);
+        self.stats.views_installed += 1;
+        tracing::info!(%cid, view = %view.id, n = view.members.len(), f = view.f, leader = %self.leader(), member, "view installed");
+        if self.leader() != old_leader {
+            self.actions.push_back(Action::RegencyInstalled {
+                regency: self.regency,
+                leader: self.leader(),
+            });
+        }
+        self.left = !member;
+        self.actions
+            .push_back(Action::ViewInstalled { cid, view, member });
     }
 
     /// Decides the current instance from a verified proof (catch-up or SYNC).
@@ -2241,6 +2392,7 @@ impl Replica {
                 last,
                 timestamp_ms,
                 sessions,
+                view,
             } => {
                 let recent = std::mem::take(&mut self.installing_recent);
                 let started = self.fetch.take().map(|f| f.started_ms());
@@ -2262,6 +2414,10 @@ impl Replica {
                 self.last_decided = Some(last);
                 self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(timestamp_ms);
                 self.clients.install_sessions(&sessions);
+                if let Some(view) = view {
+                    // The state may end in a later view than this replica ordered in.
+                    self.adopt_view(last, view);
+                }
                 self.future.discard_below(last.next());
                 self.catch_up.future.retain(|c, _| *c > last);
                 for decided in recent {
@@ -2559,6 +2715,18 @@ impl FutureBuffer {
         self.per_sender.insert(from, sender_len + 1);
         self.len += 1;
         Ok(())
+    }
+
+    /// Keeps only messages from senders `keep` accepts, with the per-sender share recomputed
+    /// for a view of `members` replicas.
+    fn retain_senders(&mut self, keep: &impl Fn(&ReplicaId) -> bool, members: usize) {
+        for msgs in self.by_cid.values_mut() {
+            msgs.retain(|(from, _)| keep(from));
+        }
+        self.by_cid.retain(|_, msgs| !msgs.is_empty());
+        self.per_sender.retain(|r, _| keep(r));
+        self.len = self.per_sender.values().sum();
+        self.per_sender_max = FutureBuffer::new(self.len_max, members).per_sender_max;
     }
 
     /// Drops the messages of instances before `cid` (decided without them).

@@ -102,11 +102,13 @@ impl StateToInstall {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InstallOutcome {
     /// The state is installed: every instance up to `last` is executed, the last batch's
-    /// timestamp was `timestamp_ms`, and the client sessions are `sessions`.
+    /// timestamp was `timestamp_ms`, the client sessions are `sessions`, and the view the
+    /// state ends in is `view` (when the executor keeps members).
     Installed {
         last: ConsensusId,
         timestamp_ms: u64,
         sessions: Vec<(ClientId, RequestSeq)>,
+        view: Option<tagma_wire::View>,
     },
     /// Not enough digests matched (or the checkpoint did not check or install): the runtime
     /// rolled back; another source is tried.

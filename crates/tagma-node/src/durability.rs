@@ -597,6 +597,7 @@ impl DurableExec {
             last: target,
             timestamp_ms: executor.last_timestamp_ms(),
             sessions: executor.sessions(),
+            view: executor.members().cloned(),
         };
         Ok((outcome, Some(event)))
     }

@@ -270,6 +270,10 @@ fn start_node<S: Service>(
         lim.reply_cache_per_client,
         lim.clients_max,
     );
+    if !unreplicated {
+        // The executor judges view changes exactly as the core does (and checkpoints the view).
+        executor = executor.with_membership(ReplicaParams::from_config(&cfg, me).membership());
+    }
     let metrics = Arc::new(Metrics::default());
     // Durability: recover before anything else runs.
     let recovered = match &data_dir {
@@ -357,6 +361,10 @@ fn start_node<S: Service>(
                     &executor.sessions(),
                     rec.recent,
                 );
+                // Views changed before the crash are in the recovered state.
+                if let Some(view) = executor.members() {
+                    replica.adopt_view(last, view.clone());
+                }
             }
             if let Some(info) = rec.checkpoint {
                 replica.note_checkpoint(info);
@@ -983,6 +991,22 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                     leader = leader.0,
                     "leader change: new regency installed"
                 );
+            }
+            Action::ViewInstalled { cid, view, member } => {
+                sh.metrics
+                    .view
+                    .store(u64::from(view.id.0), Ordering::Relaxed);
+                info!(
+                    cid = cid.0,
+                    view = view.id.0,
+                    n = view.members.len(),
+                    f = view.f,
+                    member,
+                    "view installed"
+                );
+                if !member {
+                    info!("this replica is not a member of the new view: it stops ordering");
+                }
             }
             Action::StateTransferNeeded {
                 next_cid,

@@ -30,6 +30,8 @@ pub struct Metrics {
     /// Installed regency and its leader (gauges).
     pub regency: AtomicU64,
     pub leader: AtomicU64,
+    /// Installed view id (gauge).
+    pub view: AtomicU64,
     /// Durability: log syncs (group commits), records logged, checkpoints written, and the
     /// instances recovered from disk at start.
     pub log_syncs: AtomicU64,
@@ -68,7 +70,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 23] = [
+        let counters: [(&str, &str, &AtomicU64); 24] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -128,6 +130,11 @@ impl Metrics {
                 "tagma_leader",
                 "Replica id of the current leader",
                 &self.leader,
+            ),
+            (
+                "tagma_view",
+                "Installed view id (view changes so far)",
+                &self.view,
             ),
             (
                 "tagma_log_syncs_total",

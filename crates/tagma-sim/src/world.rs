@@ -251,6 +251,8 @@ impl World {
                     state_transfer: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
+                    member_addrs: (0..n).map(|i| format!("sim:{i}")).collect(),
+                    admin_key: None,
                 };
                 let byz = sc
                     .byzantine
@@ -576,6 +578,7 @@ impl World {
                 last: target,
                 timestamp_ms: node.exec.last_timestamp_ms(),
                 sessions: node.exec.sessions(),
+                view: node.exec.members().cloned(),
             },
             Err(reason) => InstallOutcome::Rejected { reason },
         };
@@ -762,6 +765,16 @@ impl World {
                 if let Some(byz) = node.byz.as_mut() {
                     byz.on_regency(regency);
                 }
+            }
+            Action::ViewInstalled { cid, view, .. } => {
+                // Simulated replicas have no administrator key, so no change installs.
+                self.violation(
+                    "view",
+                    format!(
+                        "replica {r} installed view {} at cid {cid} without an administrator",
+                        view.id
+                    ),
+                );
             }
             Action::ReadChunk {
                 to,
