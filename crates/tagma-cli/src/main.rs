@@ -190,6 +190,11 @@ struct SimArgs {
     /// Faults tolerated [default: drawn per seed, 1..=3].
     #[arg(long)]
     f: Option<usize>,
+    /// Start each seed with one replica more than f needs and have the administrator remove
+    /// one (maybe the leader) during the faults, with a forged change ordered before it in
+    /// half the seeds.
+    #[arg(long)]
+    reconfig: bool,
     /// Print one line per event (with --seed).
     #[arg(long)]
     trace: bool,
@@ -1223,6 +1228,7 @@ fn sim(args: SimArgs) -> Result<()> {
         replicas: args.replicas,
         byzantine_max: args.byzantine,
         trace: args.trace,
+        reconfig: args.reconfig,
         ..Default::default()
     };
     if let Some(seed) = args.seed {

@@ -525,6 +525,17 @@ impl Inner {
                 }
                 return;
             }
+            ReplicaMessage::CurrentView(view) => {
+                // Following views (install once enough replicas agree, reconnect,
+                // retransmit) is not built into the proxy yet: its requests keep the view
+                // it started with and are refused after a view change.
+                tracing::warn!(
+                    from = from.0,
+                    view = view.id.0,
+                    "the cluster installed a newer view; this proxy does not follow view changes yet"
+                );
+                return;
+            }
         };
         if reply.client != self.client {
             return;

@@ -172,6 +172,23 @@ impl DecisionLog {
         })
     }
 
+    /// Before a view change: builds, with the ending view's `checker`, the proof of every kept
+    /// decision that has none yet. A proof is judged against the view its instance was decided
+    /// in; after the change only the new view's checker is at hand.
+    pub fn seal_proofs(&mut self, checker: &ProofChecker) {
+        let unsealed: Vec<ConsensusId> = self
+            .kept
+            .iter()
+            .filter(|(_, l)| l.proof.is_none())
+            .map(|(c, _)| *c)
+            .collect();
+        for cid in unsealed {
+            if self.proven(cid, checker).is_none() {
+                tracing::warn!(%cid, "a kept decision has too few valid signatures to prove it");
+            }
+        }
+    }
+
     /// `cid` with a verified proof, if it is kept and enough valid signatures are known.
     /// Verifies the stored signatures the first time and caches the result.
     pub fn proven(&mut self, cid: ConsensusId, checker: &ProofChecker) -> Option<DecidedInstance> {

@@ -734,6 +734,18 @@ impl Replica {
     pub fn me(&self) -> ReplicaId {
         self.params.me
     }
+    /// The installed view, with its members (what a client in an older view is sent).
+    pub fn view(&self) -> View {
+        self.params.membership().view
+    }
+    /// The installed view's id (requests must name it).
+    pub fn view_id(&self) -> ViewId {
+        self.params.view
+    }
+    /// Whether a view without this replica was installed (it takes no more input).
+    pub fn has_left(&self) -> bool {
+        self.left
+    }
     /// The leader of the installed regency: round-robin over the view's members.
     pub fn leader(&self) -> ReplicaId {
         self.leader_of(self.regency)
@@ -835,7 +847,7 @@ impl Replica {
         input: PeerInput,
     ) -> Result<(), Rejection> {
         if self.left {
-            return Err(Rejection::NotMember);
+            return self.serve_after_leaving(now_ms, from, input);
         }
         self.set_now(now_ms);
         if from == self.params.me {
@@ -1398,6 +1410,43 @@ impl Replica {
         (membership.view.id != before).then_some(membership.view)
     }
 
+    /// A replica that left the view takes part in nothing, but still answers what others may
+    /// need from it: its position, the decisions it holds (with their proofs) and its state.
+    /// After every replica stopped, a decision may be durable only at a replica that has since
+    /// left — the one that ordered its own removal — and the others must be able to learn it.
+    fn serve_after_leaving(
+        &mut self,
+        now_ms: u64,
+        from: ReplicaId,
+        input: PeerInput,
+    ) -> Result<(), Rejection> {
+        self.set_now(now_ms);
+        match input {
+            PeerInput::Position { reply: false, .. } => {
+                self.actions.push_back(Action::Send {
+                    to: from,
+                    msg: PeerMessage::Position {
+                        next: self.instance.cid,
+                        reply: true,
+                    },
+                });
+                Ok(())
+            }
+            PeerInput::DecisionRequest { .. }
+            | PeerInput::Transfer(
+                TransferInput::Query { .. }
+                | TransferInput::ChunkRequest { .. }
+                | TransferInput::LogRequest { .. },
+            ) => {
+                self.left = false;
+                let result = self.handle_peer(now_ms, from, input);
+                self.left = true;
+                result
+            }
+            _ => Err(Rejection::NotMember),
+        }
+    }
+
     /// The runtime's copy of the view moved ahead of the core's without the core deciding the
     /// change: after recovery from disk ([`Replica::resume`]) or a state installed by state
     /// transfer, the executor's view (checkpointed and replayed) is the one to order in from
@@ -1417,6 +1466,8 @@ impl Replica {
         debug_assert!(view.id > self.params.view, "views only move forward");
         let member = view.members.iter().any(|m| m.id == self.params.me);
         let old_leader = self.leader();
+        // Proofs of instances decided so far are judged by the view they were decided in.
+        self.decisions.seal_proofs(&self.checker);
         self.params.set_view(&view);
         self.checker = ProofChecker::new(
             &self.params.members,
@@ -2217,6 +2268,11 @@ impl Replica {
     /// keeps durable state and starts empty): tells every peer where this replica is and
     /// orders nothing until [`Replica::is_recovering`] turns false.
     pub fn start_recovery(&mut self, now_ms: u64) {
+        if self.left {
+            // Recovered into a view without this replica: it only serves (see
+            // `serve_after_leaving`).
+            return;
+        }
         self.set_now(now_ms);
         let timeout = self.params.request_timeout_ms.max(1);
         self.recovery = Some(Recovery {

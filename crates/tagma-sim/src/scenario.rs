@@ -24,6 +24,9 @@ pub struct SimOptions {
     pub fault_period_ms: Option<u64>,
     /// Virtual time the liveness phase may take (default [`LIVENESS_BOUND_MS_DEFAULT`]).
     pub liveness_bound_ms: Option<u64>,
+    /// Run with one replica more than f needs and have the administrator remove one during
+    /// the fault period ([`ReconfigPlan`]).
+    pub reconfig: bool,
 }
 
 pub const FAULT_PERIOD_MS_DEFAULT: u64 = 3_000;
@@ -35,7 +38,7 @@ pub const LIVENESS_OPS: u64 = 2;
 
 impl SimOptions {
     /// Parses the options part of a regression line or command line: `key=value` tokens
-    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N`).
+    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1`).
     pub fn parse_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Self, String> {
         let mut o = SimOptions::default();
         for token in tokens {
@@ -58,6 +61,7 @@ impl SimOptions {
                 "replicas" => o.replicas = Some(num()? as usize),
                 "byzantine" => o.byzantine_max = Some(num()? as usize),
                 "fault_ms" => o.fault_period_ms = Some(num()?),
+                "reconfig" => o.reconfig = num()? != 0,
                 _ => return Err(format!("unknown option {k:?}")),
             }
         }
@@ -81,6 +85,9 @@ impl SimOptions {
         }
         if let Some(ms) = self.fault_period_ms {
             t.push(format!("fault_ms={ms}"));
+        }
+        if self.reconfig {
+            t.push("reconfig=1".into());
         }
         t
     }
@@ -204,6 +211,16 @@ pub struct Crash {
     pub end_ms: Option<u64>,
 }
 
+/// A view change during the run: the administrator removes replica `remove` (possibly the
+/// leader, possibly a Byzantine one) at `at_ms`; with `forged_first`, a change signed by
+/// another key is ordered just before it and must be refused.
+#[derive(Clone, Debug, Serialize)]
+pub struct ReconfigPlan {
+    pub at_ms: u64,
+    pub remove: u32,
+    pub forged_first: bool,
+}
+
 /// Everything a seed decides before the run starts.
 #[derive(Clone, Debug, Serialize)]
 pub struct Scenario {
@@ -231,6 +248,9 @@ pub struct Scenario {
     pub durable: bool,
     /// Durable runs only: every correct replica crashes at `.0` and all restart at `.1`.
     pub crash_all: Option<(u64, u64)>,
+    /// With [`SimOptions::reconfig`]: the run has one replica more than f needs, and this
+    /// view change removes one.
+    pub reconfig: Option<ReconfigPlan>,
     pub fault_period_ms: u64,
     pub liveness_bound_ms: u64,
 }
@@ -265,7 +285,9 @@ impl Scenario {
         if f == 0 {
             return Err("f must be at least 1".into());
         }
-        let n = options.replicas.unwrap_or(mode.replicas_needed(f));
+        // A run that removes a replica starts with one more than f needs.
+        let spare = usize::from(options.reconfig && options.replicas.is_none());
+        let n = options.replicas.unwrap_or(mode.replicas_needed(f) + spare);
         if n < mode.replicas_needed(f) {
             return Err(format!(
                 "{n} replicas cannot tolerate f = {f} in {mode} mode (need {})",
@@ -334,6 +356,14 @@ impl Scenario {
             let start = durable_rng.below(fault_period_ms * 3 / 4);
             (start, start + durable_rng.range(20, 1_000))
         });
+        let reconfig = (options.reconfig && n > mode.replicas_needed(f)).then(|| {
+            let mut reconfig_rng = Rng::new(seed ^ 0x7ec0_4f16_0000_0006);
+            ReconfigPlan {
+                at_ms: reconfig_rng.below(fault_period_ms),
+                remove: reconfig_rng.below(n as u64) as u32,
+                forged_first: reconfig_rng.chance(0.5),
+            }
+        });
         Ok(Scenario {
             seed,
             mode,
@@ -350,6 +380,7 @@ impl Scenario {
             crashes,
             durable,
             crash_all,
+            reconfig,
             fault_period_ms,
             liveness_bound_ms: options
                 .liveness_bound_ms
@@ -437,6 +468,9 @@ impl Scenario {
         }
         if let Some(f) = options.f {
             cmd.push_str(&format!(" --f {f}"));
+        }
+        if options.reconfig {
+            cmd.push_str(" --reconfig");
         }
         cmd.push_str(" --trace");
         cmd

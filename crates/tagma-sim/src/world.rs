@@ -15,6 +15,7 @@ use bytes::Bytes;
 use serde::Serialize;
 use tagma_client::Voter;
 use tagma_core::transfer::{InstallOutcome, StateToInstall};
+use tagma_core::view::{Membership, sign_change};
 use tagma_core::{
     Action, Mode, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch,
 };
@@ -88,6 +89,27 @@ enum Event {
     /// replies they hold leave.
     DiskSync(u32),
     Heal,
+    /// The administrator sends (or resends) the scenario's view change.
+    Reconfigure,
+    /// A replica tells a client that its request named an older view than the installed one.
+    ClientView {
+        client: usize,
+        from: u32,
+        view: tagma_wire::View,
+    },
+}
+
+/// The principal of the administrator's client (not one of the simulated clients).
+const ADMIN_PRINCIPAL: u32 = 99;
+/// How often the administrator sends its view change before giving up.
+const RECONFIG_SENDS_MAX: u32 = 8;
+
+/// What a client knows of the view: the installed one, its quorums, and the newer views
+/// replicas reported (by view and content), with who reported them.
+struct ClientView {
+    view: tagma_wire::View,
+    quorums: Quorums,
+    reports: BTreeMap<(ViewId, Digest), BTreeSet<u32>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -120,6 +142,13 @@ struct Node {
     installed_through: Option<u64>,
     /// Byzantine replicas: what their honest core decided, by instance.
     byz_decided: BTreeMap<u64, Digest>,
+}
+
+impl Node {
+    /// A view without this replica was installed: it takes no more input.
+    fn left(&self) -> bool {
+        self.core.has_left()
+    }
 }
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
@@ -159,6 +188,12 @@ const DISK_DAMAGE_P: f64 = 0.2;
 /// records and a torn one).
 const TEAR_P: f64 = 0.5;
 
+/// A simulated replica's executor: the key-value service, judging view changes as the core
+/// does.
+fn new_executor(membership: &Membership) -> Executor<KvService> {
+    Executor::new(KvService::new(), ViewId(0), 4, 64).with_membership(membership.clone())
+}
+
 /// How a checkpoint is named in state-transfer offers (as the node names it).
 fn checkpoint_info(cid: u64, state: &[u8]) -> tagma_wire::CheckpointInfo {
     tagma_wire::CheckpointInfo {
@@ -195,9 +230,16 @@ pub struct World {
     partitions_active: BTreeSet<usize>,
     nodes: Vec<Node>,
     clients: Vec<SimClient>,
-    quorums: Quorums,
     /// Durable replicas whose disk a crash damaged so far.
     disk_damage_count: usize,
+    /// The administrator's key (signs view changes) and the initial view with its rules.
+    admin: IdentityKey,
+    membership: Membership,
+    /// Per client: the view it sends requests in.
+    client_views: Vec<ClientView>,
+    /// Each view a correct replica installed (every other correct one must install the same).
+    views: BTreeMap<ViewId, tagma_wire::View>,
+    reconfig_sends: u32,
     issued: BTreeSet<Digest>,
     /// Batch hash of each decided instance (first correct replica to deliver it).
     decided: Vec<Digest>,
@@ -221,9 +263,10 @@ impl World {
         let keys: Vec<IdentityKey> = (0..n)
             .map(|_| IdentityKey::from_seed(key_rng.bytes32()))
             .collect();
+        let admin = IdentityKey::from_seed(key_rng.bytes32());
         let members: Vec<ReplicaId> = (0..n as u32).map(ReplicaId).collect();
         let member_keys = keys.iter().map(IdentityKey::public).collect::<Vec<_>>();
-        let nodes = (0..n)
+        let nodes: Vec<Node> = (0..n)
             .map(|i| {
                 let params = ReplicaParams {
                     me: ReplicaId(i as u32),
@@ -252,7 +295,7 @@ impl World {
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
                     member_addrs: (0..n).map(|i| format!("sim:{i}")).collect(),
-                    admin_key: None,
+                    admin_key: Some(admin.public()),
                 };
                 let byz = sc
                     .byzantine
@@ -260,12 +303,13 @@ impl World {
                     .find(|(r, _)| *r == i as u32)
                     .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
                 let disk = (sc.durable && byz.is_none()).then(Disk::default);
+                let membership = params.membership();
                 Node {
                     core: Replica::new(params.clone(), keys[i].clone()),
                     params,
                     key: keys[i].clone(),
                     disk,
-                    exec: Executor::new(KvService::new(), ViewId(0), 4, 64),
+                    exec: new_executor(&membership),
                     crashed: false,
                     timer_at: None,
                     byz,
@@ -296,7 +340,20 @@ impl World {
             let keys = vec![Bytes::from(format!("faulty{j}/k"))];
             clients.push(SimClient::new(i, Some(*fault), keys, Bytes::from("faulty")));
         }
+        let membership = nodes[0].params.membership();
+        let client_views = (0..clients.len())
+            .map(|_| ClientView {
+                view: membership.view.clone(),
+                quorums,
+                reports: BTreeMap::new(),
+            })
+            .collect();
         World {
+            admin,
+            membership,
+            client_views,
+            views: BTreeMap::new(),
+            reconfig_sends: 0,
             net: sc.net,
             tracing,
             now_ms: 0,
@@ -307,7 +364,6 @@ impl World {
             partitions_active: BTreeSet::new(),
             nodes,
             clients,
-            quorums,
             disk_damage_count: 0,
             issued: BTreeSet::new(),
             decided: Vec::new(),
@@ -428,6 +484,100 @@ impl World {
             let at = self.rng.range(0, 20);
             self.wake_client(c, at, Wake::Start);
         }
+        if let Some(plan) = &self.sc.reconfig {
+            self.schedule(plan.at_ms, Event::Reconfigure);
+        }
+    }
+
+    // ---- reconfiguration ------------------------------------------------------------------
+
+    /// The administrator's view change (removing the plan's replica), preceded by a forged
+    /// one in half the plans, sent to every replica like a client request; resent until a
+    /// correct replica installed a view.
+    fn send_view_change(&mut self) {
+        let Some(plan) = self.sc.reconfig.clone() else {
+            return;
+        };
+        if !self.views.is_empty() || self.reconfig_sends >= RECONFIG_SENDS_MAX {
+            return;
+        }
+        self.reconfig_sends += 1;
+        let ops = vec![tagma_wire::ViewOp::Remove(ReplicaId(plan.remove))];
+        let mut changes = Vec::new();
+        if plan.forged_first {
+            let forger = IdentityKey::from_seed([0x66; 32]);
+            changes.push(sign_change(&forger, ViewId(0), ops.clone()));
+        }
+        changes.push(sign_change(&self.admin, ViewId(0), ops));
+        let sends = self.reconfig_sends;
+        self.note(b'V', plan.remove as u64, sends as u64, &[], || {
+            format!(
+                "administrator asks to remove replica {} (send {sends})",
+                plan.remove
+            )
+        });
+        for (i, change) in changes.into_iter().enumerate() {
+            let envelope = RequestEnvelope {
+                request: Request {
+                    client: ClientId::new(ADMIN_PRINCIPAL, 1),
+                    seq: RequestSeq(i as u64 + 1),
+                    kind: RequestKind::Reconfigure,
+                    view: ViewId(0),
+                    payload: change.to_bytes(),
+                },
+                auth: RequestAuth::Macs(Vec::new()),
+            };
+            self.issued
+                .insert(tagma_crypto::request_digest(&envelope.request));
+            for r in 0..self.nodes.len() as u32 {
+                if self.client_link_cut(r) || self.rng.chance(self.net.drop_p) {
+                    continue;
+                }
+                let at = self.now_ms + self.delay();
+                self.schedule(
+                    at,
+                    Event::Request {
+                        client: usize::MAX,
+                        to: r,
+                        envelope: envelope.clone(),
+                    },
+                );
+            }
+        }
+        let again = self.now_ms + RETRANSMIT_MS;
+        self.schedule(again, Event::Reconfigure);
+    }
+
+    /// A replica reports the installed view to client `c`: once one correct replica must be
+    /// among those reporting the same newer view (f+1 in BFT, one in CFT), the client moves to
+    /// it and retransmits its request there.
+    fn on_client_view(&mut self, c: usize, from: u32, view: tagma_wire::View) {
+        let cv = &mut self.client_views[c];
+        if view.id <= cv.view.id {
+            return;
+        }
+        let key = (view.id, tagma_crypto::digest(&view.to_bytes()));
+        let reports = cv.reports.entry(key).or_default();
+        reports.insert(from);
+        if reports.len() < cv.quorums.one_correct() {
+            return;
+        }
+        cv.quorums = Quorums::new(self.sc.mode, view.members.len(), view.f as usize);
+        cv.reports.clear();
+        let quorums = cv.quorums;
+        self.note(b'v', c as u64, view.id.0 as u64, &[], || {
+            format!(
+                "client {c} moves to view {} ({} members)",
+                view.id,
+                view.members.len()
+            )
+        });
+        self.client_views[c].view = view;
+        self.count("client_view_changes");
+        if let Some(out) = self.clients[c].out.as_mut() {
+            out.voter = Voter::new(quorums.reply_quorum(true), quorums.n);
+            self.send_attempt(c, false);
+        }
     }
 
     fn handle(&mut self, event: Event) {
@@ -480,6 +630,8 @@ impl World {
             Event::Restart(r) => self.restart(r as usize),
             Event::DiskSync(r) => self.disk_sync(r as usize),
             Event::Heal => self.heal(),
+            Event::Reconfigure => self.send_view_change(),
+            Event::ClientView { client, from, view } => self.on_client_view(client, from, view),
         }
     }
 
@@ -520,7 +672,7 @@ impl World {
     fn recover_from_disk(&mut self, r: usize) {
         let node = &mut self.nodes[r];
         let disk = node.disk.as_ref().expect("a durable replica");
-        let mut exec = Executor::new(KvService::new(), ViewId(0), 4, 64);
+        let mut exec = new_executor(&self.membership);
         if let Some((cid, state)) = &disk.checkpoint
             && let Err(e) = exec.restore(state)
         {
@@ -544,6 +696,10 @@ impl World {
                 &exec.sessions(),
                 recent,
             );
+            // A view change on the disk (checkpointed or replayed) is the one to order in.
+            if let Some(view) = exec.members() {
+                core.adopt_view(ConsensusId(next - 1), view.clone());
+            }
         }
         debug_assert!(node.delivered >= next, "the disk holds no future");
         // Instances lost with the unsynced tail (or the whole damaged disk) are decided again:
@@ -766,15 +922,34 @@ impl World {
                     byz.on_regency(regency);
                 }
             }
-            Action::ViewInstalled { cid, view, .. } => {
-                // Simulated replicas have no administrator key, so no change installs.
-                self.violation(
-                    "view",
+            Action::ViewInstalled { cid, view, member } => {
+                self.note(b'V', r as u64, view.id.0 as u64, &[], || {
+                    let ids: Vec<u32> = view.members.iter().map(|m| m.id.0).collect();
                     format!(
-                        "replica {r} installed view {} at cid {cid} without an administrator",
-                        view.id
-                    ),
-                );
+                        "replica {r} installs view {} after cid {cid}: members {ids:?}, f = {}",
+                        view.id, view.f
+                    )
+                });
+                self.count("view_installs");
+                if self.nodes[r].byz.is_none() {
+                    match self.views.get(&view.id) {
+                        Some(v) if *v != view => {
+                            let msg = format!(
+                                "replica {r} installed view {} as {view:?}, another correct replica as {v:?}",
+                                view.id
+                            );
+                            self.violation("view", msg);
+                            return;
+                        }
+                        Some(_) => {}
+                        None => {
+                            self.views.insert(view.id, view);
+                        }
+                    }
+                }
+                if !member {
+                    self.count("replicas_left");
+                }
             }
             Action::ReadChunk {
                 to,
@@ -1083,7 +1258,7 @@ impl World {
     fn reset_byzantine(&mut self, r: usize, cid: u64) {
         let node = &mut self.nodes[r];
         node.core = Replica::new(node.params.clone(), node.key.clone());
-        node.exec = Executor::new(KvService::new(), ViewId(0), 4, 64);
+        node.exec = new_executor(&self.membership);
         node.byz_decided.clear();
         node.timer_at = None;
         let crashed = node.crashed;
@@ -1146,7 +1321,7 @@ impl World {
         }
         for envelope in &batch.requests {
             let req = &envelope.request;
-            if req.kind != RequestKind::Ordered {
+            if !req.kind.is_ordered() {
                 self.violation(
                     "validity",
                     format!(
@@ -1239,7 +1414,7 @@ impl World {
                 else {
                     return;
                 };
-                let mut liar = Executor::new(KvService::new(), ViewId(0), 4, 64);
+                let mut liar = new_executor(&self.membership);
                 if liar.restore(&truth).is_err() {
                     return;
                 }
@@ -1438,7 +1613,8 @@ impl World {
 
     fn on_request(&mut self, client: usize, to: u32, envelope: RequestEnvelope) {
         let r = to as usize;
-        if self.nodes[r].crashed {
+        if self.nodes[r].crashed || self.nodes[r].left() {
+            // A replica removed from the view stops serving, reads included.
             return;
         }
         let req = &envelope.request;
@@ -1463,6 +1639,22 @@ impl World {
             );
             self.send_reply(r, reply);
             return;
+        }
+        let installed = self.nodes[r].core.view_id();
+        if req.view < installed && client < self.clients.len() && !self.nodes[r].left() {
+            // The node answers a request of an older view with the installed one.
+            let view = self.nodes[r].core.view();
+            if !self.client_link_cut(r as u32) && !self.rng.chance(self.net.drop_p) {
+                let at = self.now_ms + self.delay();
+                self.schedule(
+                    at,
+                    Event::ClientView {
+                        client,
+                        from: r as u32,
+                        view,
+                    },
+                );
+            }
         }
         self.replica_input(r, |core, now| core.handle_client_request(now, envelope));
     }
@@ -1562,7 +1754,10 @@ impl World {
             op,
             history,
             attempt,
-            voter: Voter::new(self.quorums.reply_quorum(true), self.quorums.n),
+            voter: {
+                let q = self.client_views[c].quorums;
+                Voter::new(q.reply_quorum(true), q.n)
+            },
             started_ms: self.now_ms,
         });
         self.send_attempt(c, true);
@@ -1578,7 +1773,7 @@ impl World {
                 client: self.clients[c].id,
                 seq,
                 kind,
-                view: ViewId(0),
+                view: self.client_views[c].view.id,
                 payload,
             },
             // Authentication is simulated: the network stage checks the request digest
@@ -1657,6 +1852,15 @@ impl World {
                 reply.kind, reply.seq
             )
         });
+        if !self.client_views[c]
+            .view
+            .members
+            .iter()
+            .any(|m| m.id.0 == from)
+        {
+            // Not a member of the view this client is in: its reply does not count.
+            return;
+        }
         let Some(out) = self.clients[c].out.as_mut() else {
             return;
         };
@@ -1681,7 +1885,8 @@ impl World {
         };
         client.last_seq += 1;
         out.attempt = Attempt::Ordered(RequestSeq(client.last_seq));
-        out.voter = Voter::new(self.quorums.reply_quorum(true), self.quorums.n);
+        let q = self.client_views[c].quorums;
+        out.voter = Voter::new(q.reply_quorum(true), q.n);
         self.count("unordered_fallbacks");
         self.note(b'F', c as u64, 0, why.as_bytes(), || {
             format!("client {c}: unordered read falls back to ordered ({why})")

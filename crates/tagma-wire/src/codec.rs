@@ -75,6 +75,7 @@
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
 //! | `ReplicaMessage::StateInfo` | 2 | nonce `u64`, replica `u32`, executed_instances `u64`, executed_requests `u64`, state_digest 32 bytes |
+//! | `ReplicaMessage::CurrentView` | 3 | `View` |
 //! | `Handshake::Hello` | 1 | role (`u8` tag: 0 = Replica, 1 = Client; then `u32`), identity 32 bytes, ephemeral 32 bytes |
 //! | `Handshake::Proof` | 2 | signature 64 bytes |
 //!
@@ -178,6 +179,7 @@ const CLIENT_STATE_QUERY: u8 = 2;
 
 const REPLICA_REPLY: u8 = 1;
 const REPLICA_STATE_INFO: u8 = 2;
+const REPLICA_CURRENT_VIEW: u8 = 3;
 
 const HANDSHAKE_HELLO: u8 = 1;
 const HANDSHAKE_PROOF: u8 = 2;
@@ -1374,6 +1376,10 @@ impl Encode for ReplicaMessage {
                 out.put_u64_le(info.executed_requests);
                 out.put_slice(&info.state_digest.0);
             }
+            ReplicaMessage::CurrentView(view) => {
+                put_header(out, REPLICA_CURRENT_VIEW);
+                put_view(out, view);
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -1381,6 +1387,7 @@ impl Encode for ReplicaMessage {
             + match self {
                 ReplicaMessage::Reply(reply) => 8 + 8 + 1 + 4 + 4 + reply.payload.len(),
                 ReplicaMessage::StateInfo(_) => STATE_INFO_LEN,
+                ReplicaMessage::CurrentView(view) => view_len(view),
             }
     }
 }
@@ -1402,6 +1409,7 @@ impl Decode for ReplicaMessage {
                 executed_requests: r.u64()?,
                 state_digest: Digest(r.array()?),
             })),
+            REPLICA_CURRENT_VIEW => Ok(ReplicaMessage::CurrentView(read_view(r)?)),
             tag => Err(WireError::UnknownTag {
                 what: "replica message",
                 tag,

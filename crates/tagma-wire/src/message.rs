@@ -335,6 +335,9 @@ pub struct StateInfo {
 pub enum ReplicaMessage {
     Reply(Reply),
     StateInfo(StateInfo),
+    /// The installed view, sent to a client whose request named an older one: the client
+    /// installs it once enough replicas agree ([`View`]), and retransmits in it.
+    CurrentView(View),
 }
 
 /// Who is at the other end of a connection, as claimed in the handshake.

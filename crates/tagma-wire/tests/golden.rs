@@ -117,6 +117,9 @@ fn golden_request_types() {
 #[test]
 fn golden_views() {
     golden("view", &common::view(), VIEW);
+    let current = ReplicaMessage::CurrentView(common::view()).to_bytes();
+    assert_eq!(common::hex(&current[..2]), "0103");
+    assert_eq!(&current[2..], &common::view().to_bytes()[..]);
     golden("view_change", &common::view_change(), VIEW_CHANGE);
     golden(
         "outcome_refused",

@@ -308,6 +308,7 @@ pub fn replica_messages() -> Vec<(&'static str, ReplicaMessage)> {
                 state_digest: Digest([0xdd; 32]),
             }),
         ),
+        ("current_view", ReplicaMessage::CurrentView(view())),
     ]
 }
 
