@@ -133,6 +133,11 @@ enum ExecEvent {
         client: ClientId,
         seq: RequestSeq,
     },
+    /// Tell a client whose request named an older view the installed one.
+    CurrentView {
+        client: ClientId,
+        view: tagma_wire::View,
+    },
     Unordered {
         request: RequestEnvelope,
         conn: ConnHandle,
@@ -882,7 +887,22 @@ fn consensus_loop(
         };
         let result = match event {
             Ok(ConsensusEvent::Request(request)) => {
-                core.handle_client_request(clock.now_ms(), request)
+                let client = request.request.client;
+                let result = core.handle_client_request(clock.now_ms(), request);
+                if let Err(tagma_core::Rejection::WrongView { view }) = &result
+                    && *view < core.view_id()
+                {
+                    // A request of an older view: tell its client the installed one.
+                    let view = core.view();
+                    if links
+                        .exec_tx
+                        .send(ExecEvent::CurrentView { client, view })
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+                result
             }
             Ok(ConsensusEvent::Peer { from, input }) => {
                 core.handle_peer(clock.now_ms(), from, input)
@@ -1211,6 +1231,11 @@ fn execution_loop<S: Service>(
                 let replies = executor.execute_batch(cid, &batch);
                 sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
                 send_replies(&routes, replies);
+            }
+            ExecEvent::CurrentView { client, view } => {
+                if let Some(conn) = routes.get(&client) {
+                    send(conn, ReplicaMessage::CurrentView(view));
+                }
             }
             ExecEvent::Resend { client, seq } => {
                 sh.metrics.reject("replayed_request");
