@@ -459,3 +459,94 @@ fn a_replica_that_stops_reading_does_not_block_clients() {
     );
     still_serves(&c, &proxy, "continued");
 }
+
+/// Issue 6: the administrator removes replica `removed` from a running BFT cluster of five
+/// while clients write; the change is ordered, every replica installs view 1, the clients
+/// (whose requests still name view 0) learn it from the replicas and go on, and the four
+/// members converge.
+fn remove_under_load(removed: u32) {
+    use tagma_core::view::sign_change;
+    use tagma_wire::{ReconfigureOutcome, ViewOp};
+    let admin = IdentityKey::from_seed([0xad; 32]);
+    let admin_key = admin.public().to_hex();
+    let c = LocalCluster::launch(exe(), 5, Mode::Bft, move |cfg| {
+        cfg.admin = Some(tagma_core::config::AdminEntry {
+            public_key: admin_key.clone(),
+        });
+    })
+    .expect("start a local cluster");
+    let proxy = c.proxy(READY).expect("connect the administrator's client");
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(60),
+        ops_per_client: Some(300),
+        ..Default::default()
+    };
+    let report = std::thread::scope(|s| {
+        let load = s.spawn(|| {
+            workload::run(
+                proxies(&c, 4),
+                &opts,
+                &AtomicU64::new(0),
+                &AtomicBool::new(false),
+            )
+        });
+        std::thread::sleep(Duration::from_millis(500));
+        let change = sign_change(&admin, ViewId(0), vec![ViewOp::Remove(ReplicaId(removed))]);
+        let outcome = proxy.reconfigure(&change).expect("the change is ordered");
+        let ReconfigureOutcome::Installed(view) = outcome else {
+            panic!("the administrator's change was refused: {outcome:?}");
+        };
+        assert_eq!((view.id, view.members.len(), view.f), (ViewId(1), 4, 1));
+        assert!(view.members.iter().all(|m| m.id != ReplicaId(removed)));
+        // The same change again names a view that is no longer installed: refused.
+        let again = proxy.reconfigure(&change).expect("ordered");
+        assert!(
+            matches!(&again, ReconfigureOutcome::Refused(r) if r.contains("view 0 but view 1")),
+            "{again:?}"
+        );
+        load.join().expect("the load ran")
+    });
+    assert_history_clean(&c, &report, "clients across a view change");
+    assert_eq!(report.completed, 4 * 300, "every operation completed");
+    for i in 0..5 {
+        assert_eq!(
+            tagma_cli::chaos::metric(&c, i, "tagma_view"),
+            1.0,
+            "replica {i} installed view 1"
+        );
+    }
+    let members: Vec<ReplicaId> = (0..5).filter(|i| *i != removed).map(ReplicaId).collect();
+    let states = assert_converged(&c, &members, Duration::from_secs(30));
+    assert!(states[0].executed_requests >= 4 * 300 / 2, "{states:?}");
+    // The removed replica orders nothing more.
+    let gone = tagma_cli::chaos::metric(&c, removed as usize, "tagma_executed_instances");
+    let member = tagma_cli::chaos::metric(&c, members[0].0 as usize, "tagma_executed_instances");
+    assert!(
+        gone < member,
+        "replica {removed} at {gone}, replica {} at {member}",
+        members[0]
+    );
+    if removed == 0 {
+        // Leadership passed to the next member with the view, without a leader change.
+        for m in &members {
+            assert_eq!(
+                tagma_cli::chaos::metric(&c, m.0 as usize, "tagma_leader"),
+                1.0
+            );
+            assert_eq!(
+                tagma_cli::chaos::metric(&c, m.0 as usize, "tagma_regency"),
+                0.0
+            );
+        }
+    }
+}
+
+#[test]
+fn a_follower_is_removed_under_load_and_the_others_serve_on_in_the_new_view() {
+    remove_under_load(4);
+}
+
+#[test]
+fn the_leader_is_removed_under_load_and_the_next_member_leads_at_once() {
+    remove_under_load(0);
+}

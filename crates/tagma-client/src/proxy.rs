@@ -1,10 +1,10 @@
 //! The threaded proxy: one reader thread per replica connection, one maintenance thread
 //! (retransmission, fallback, timeouts, reconnection), callers on any thread.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::thread;
@@ -50,6 +50,8 @@ pub enum ClientError {
     Key(String),
     #[error("the proxy was closed")]
     Closed,
+    #[error("a reply quorum agreed on a reply that does not decode: {0}")]
+    BadReply(String),
 }
 
 /// Proxy settings beyond the cluster configuration.
@@ -172,8 +174,14 @@ struct Inner {
     links: Vec<Link>,
     calls: Mutex<HashMap<(RequestKind, RequestSeq), Call>>,
     queries: Mutex<HashMap<u64, crossbeam_channel::Sender<StateInfo>>>,
+    /// Ordered (reconfigurations included) and unordered sequence numbers.
     next_seq: [AtomicU64; 2],
     next_nonce: AtomicU64,
+    /// The view requests are sent in, and the newer views replicas reported (by view and
+    /// content, with who reported them): `one_correct` matching reports move the proxy.
+    view: AtomicU32,
+    view_reports: Mutex<BTreeMap<(ViewId, tagma_wire::Digest), BTreeSet<ReplicaId>>>,
+    one_correct: usize,
     outstanding: Mutex<usize>,
     outstanding_freed: Condvar,
     outstanding_max: usize,
@@ -252,6 +260,9 @@ impl Proxy {
             queries: Mutex::new(HashMap::new()),
             next_seq: [AtomicU64::new(1), AtomicU64::new(1)],
             next_nonce: AtomicU64::new(1),
+            view: AtomicU32::new(0),
+            view_reports: Mutex::new(BTreeMap::new()),
+            one_correct: q.one_correct(),
             outstanding: Mutex::new(0),
             outstanding_freed: Condvar::new(),
             // Replicas cache `reply_cache_per_client` replies per client: with more requests
@@ -307,6 +318,19 @@ impl Proxy {
     /// Totally ordered invocation; blocks until a reply quorum is reached.
     pub fn invoke_ordered(&self, request: Bytes) -> Result<Bytes, ClientError> {
         self.invoke_async(request, RequestKind::Ordered)?.wait()
+    }
+
+    /// Orders a view change (signed by the administrator, see
+    /// `tagma_core::view::sign_change`) and returns what the replicas made of it.
+    pub fn reconfigure(
+        &self,
+        change: &tagma_wire::ViewChange,
+    ) -> Result<tagma_wire::ReconfigureOutcome, ClientError> {
+        let reply = self
+            .invoke_async(change.to_bytes(), RequestKind::Reconfigure)?
+            .wait()?;
+        tagma_wire::ReconfigureOutcome::decode(&reply)
+            .map_err(|e| ClientError::BadReply(e.to_string()))
     }
 
     /// Read-only invocation without ordering; falls back to ordered when replies disagree.
@@ -440,7 +464,7 @@ impl Inner {
             client: self.client,
             seq,
             kind,
-            view: ViewId(0),
+            view: ViewId(self.view.load(Ordering::Acquire)),
             payload,
         };
         let digest = tagma_crypto::request_digest(&request);
@@ -453,9 +477,10 @@ impl Inner {
     }
 
     fn start_call(&self, payload: Bytes, kind: RequestKind, slot: Arc<Slot>) {
-        let seq = RequestSeq(self.next_seq[kind as usize].fetch_add(1, Ordering::Relaxed));
+        let sequence = &self.next_seq[usize::from(!kind.is_ordered())];
+        let seq = RequestSeq(sequence.fetch_add(1, Ordering::Relaxed));
         let frame = self.build_frame(kind, seq, payload.clone());
-        let quorum = if kind == RequestKind::Ordered {
+        let quorum = if kind.is_ordered() {
             self.ordered_quorum
         } else {
             self.unordered_quorum
@@ -472,6 +497,42 @@ impl Inner {
         };
         lock(&self.calls).insert((kind, seq), call);
         self.send_all(&frame);
+    }
+
+    /// A replica refused a request of an older view and reported the installed one. Once
+    /// `one_correct` replicas reported the same newer view, requests go in it: pending ones
+    /// are rebuilt and sent again at once. Only the view id changes; the replica set the
+    /// proxy connects to (and its quorums) stay the configured ones — enough for removals
+    /// that keep f, not yet for added replicas.
+    fn on_current_view(&self, from: ReplicaId, view: tagma_wire::View) {
+        if view.id.0 <= self.view.load(Ordering::Acquire) {
+            return;
+        }
+        let mut reports = lock(&self.view_reports);
+        let key = (view.id, tagma_crypto::digest(&view.to_bytes()));
+        let reporters = reports.entry(key).or_default();
+        reporters.insert(from);
+        if reporters.len() < self.one_correct {
+            return;
+        }
+        reports.clear();
+        drop(reports);
+        self.view.fetch_max(view.id.0, Ordering::AcqRel);
+        tracing::info!(
+            client = self.client.0,
+            view = view.id.0,
+            members = view.members.len(),
+            "the cluster installed a new view: requests follow it"
+        );
+        let mut resend = Vec::new();
+        for ((kind, seq), call) in lock(&self.calls).iter_mut() {
+            call.frame = self.build_frame(*kind, *seq, call.payload.clone());
+            call.last_sent = Instant::now();
+            resend.push(call.frame.clone());
+        }
+        for frame in resend {
+            self.send_all(&frame);
+        }
     }
 
     fn finish(&self, call: Call, result: Result<Bytes, ClientError>) {
@@ -526,14 +587,7 @@ impl Inner {
                 return;
             }
             ReplicaMessage::CurrentView(view) => {
-                // Following views (install once enough replicas agree, reconnect,
-                // retransmit) is not built into the proxy yet: its requests keep the view
-                // it started with and are refused after a view change.
-                tracing::warn!(
-                    from = from.0,
-                    view = view.id.0,
-                    "the cluster installed a newer view; this proxy does not follow view changes yet"
-                );
+                self.on_current_view(from, view);
                 return;
             }
         };
