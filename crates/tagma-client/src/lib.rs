@@ -21,4 +21,4 @@ pub mod proxy;
 pub mod voting;
 
 pub use proxy::{ClientError, ClientOptions, Proxy, ReplyFuture};
-pub use voting::Voter;
+pub use voting::{ViewFollower, Voter};

@@ -1,7 +1,7 @@
 //! The threaded proxy: one reader thread per replica connection, one maintenance thread
 //! (retransmission, fallback, timeouts, reconnection), callers on any thread.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -21,7 +21,7 @@ use tagma_wire::{
 };
 use tracing::debug;
 
-use crate::voting::Voter;
+use crate::voting::{ViewFollower, Voter};
 
 /// Why an invocation failed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -177,11 +177,9 @@ struct Inner {
     /// Ordered (reconfigurations included) and unordered sequence numbers.
     next_seq: [AtomicU64; 2],
     next_nonce: AtomicU64,
-    /// The view requests are sent in, and the newer views replicas reported (by view and
-    /// content, with who reported them): `one_correct` matching reports move the proxy.
+    /// The view requests are sent in (read on every send), moved by `follower`.
     view: AtomicU32,
-    view_reports: Mutex<BTreeMap<(ViewId, tagma_wire::Digest), BTreeSet<ReplicaId>>>,
-    one_correct: usize,
+    follower: Mutex<ViewFollower>,
     outstanding: Mutex<usize>,
     outstanding_freed: Condvar,
     outstanding_max: usize,
@@ -261,8 +259,7 @@ impl Proxy {
             next_seq: [AtomicU64::new(1), AtomicU64::new(1)],
             next_nonce: AtomicU64::new(1),
             view: AtomicU32::new(0),
-            view_reports: Mutex::new(BTreeMap::new()),
-            one_correct: q.one_correct(),
+            follower: Mutex::new(ViewFollower::new(cfg.mode, &cfg.initial_view())),
             outstanding: Mutex::new(0),
             outstanding_freed: Condvar::new(),
             // Replicas cache `reply_cache_per_client` replies per client: with more requests
@@ -500,23 +497,14 @@ impl Inner {
     }
 
     /// A replica refused a request of an older view and reported the installed one. Once
-    /// `one_correct` replicas reported the same newer view, requests go in it: pending ones
+    /// the follower moves (f+1 members reported the same newer view), requests go in it: pending ones
     /// are rebuilt and sent again at once. Only the view id changes; the replica set the
     /// proxy connects to (and its quorums) stay the configured ones — enough for removals
     /// that keep f, not yet for added replicas.
     fn on_current_view(&self, from: ReplicaId, view: tagma_wire::View) {
-        if view.id.0 <= self.view.load(Ordering::Acquire) {
+        let Some(view) = lock(&self.follower).report(from, &view) else {
             return;
-        }
-        let mut reports = lock(&self.view_reports);
-        let key = (view.id, tagma_crypto::digest(&view.to_bytes()));
-        let reporters = reports.entry(key).or_default();
-        reporters.insert(from);
-        if reporters.len() < self.one_correct {
-            return;
-        }
-        reports.clear();
-        drop(reports);
+        };
         self.view.fetch_max(view.id.0, Ordering::AcqRel);
         tracing::info!(
             client = self.client.0,

@@ -1,10 +1,11 @@
 //! Client-side reply voting (SPEC §2), sans-IO: a reply is accepted once `quorum` distinct
-//! replicas sent byte-identical payloads.
+//! replicas sent byte-identical payloads; and view following ([`ViewFollower`]).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use tagma_wire::ReplicaId;
+use tagma_core::{Mode, Quorums};
+use tagma_wire::{Digest, Encode, ReplicaId, View, ViewId};
 
 /// Votes of the replicas on one request's reply.
 #[derive(Debug, Clone)]
@@ -60,6 +61,65 @@ impl Voter {
     }
 }
 
+/// Follows the cluster's view from the replicas' reports (`ReplicaMessage::CurrentView`,
+/// sent when a request named an older view): a client moves to a newer view once enough
+/// members of its current view reported the very same one that one of them must be correct
+/// (f+1 in BFT, one in CFT). Sans-IO: the proxy and the simulator both use it.
+#[derive(Debug, Clone)]
+pub struct ViewFollower {
+    mode: Mode,
+    view: ViewId,
+    members: BTreeSet<ReplicaId>,
+    quorums: Quorums,
+    /// Newer views reported, by id and content, with the members that reported them.
+    reports: BTreeMap<(ViewId, Digest), BTreeSet<ReplicaId>>,
+}
+
+impl ViewFollower {
+    pub fn new(mode: Mode, view: &View) -> Self {
+        ViewFollower {
+            mode,
+            view: view.id,
+            members: view.members.iter().map(|m| m.id).collect(),
+            quorums: Quorums::new(mode, view.members.len(), view.f as usize),
+            reports: BTreeMap::new(),
+        }
+    }
+
+    /// The view requests go in.
+    pub fn view(&self) -> ViewId {
+        self.view
+    }
+
+    /// The current view's quorums (reply voting).
+    pub fn quorums(&self) -> Quorums {
+        self.quorums
+    }
+
+    pub fn is_member(&self, replica: ReplicaId) -> bool {
+        self.members.contains(&replica)
+    }
+
+    /// Replica `from` reported `view`; returns it when the client moves to it. Reports from
+    /// non-members, of older views, or of views that cannot tolerate their f are ignored.
+    pub fn report(&mut self, from: ReplicaId, view: &View) -> Option<View> {
+        if view.id <= self.view
+            || !self.members.contains(&from)
+            || view.members.len() < self.mode.replicas_needed(view.f as usize)
+        {
+            return None;
+        }
+        let key = (view.id, tagma_crypto::digest(&view.to_bytes()));
+        let reporters = self.reports.entry(key).or_default();
+        reporters.insert(from);
+        if reporters.len() < self.quorums.one_correct() {
+            return None;
+        }
+        *self = ViewFollower::new(self.mode, view);
+        Some(view.clone())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -98,5 +158,42 @@ mod tests {
         assert!(!v.exhausted());
         v.add(ReplicaId(2), b("c"));
         assert!(v.exhausted(), "best 1 + 1 silent < 3");
+    }
+
+    fn view(id: u32, ids: &[u32], f: u32) -> View {
+        View {
+            id: ViewId(id),
+            f,
+            members: ids
+                .iter()
+                .map(|i| tagma_wire::ViewMember {
+                    id: ReplicaId(*i),
+                    addr: format!("h:{i}"),
+                    key: tagma_wire::PublicKey([*i as u8; 32]),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_view_is_followed_once_one_correct_member_must_have_reported_it() {
+        let mut f = ViewFollower::new(Mode::Bft, &view(0, &[0, 1, 2, 3, 4], 1));
+        let next = view(1, &[0, 1, 2, 3], 1);
+        // A non-member, an older view, and one member are not enough (f + 1 = 2 needed).
+        assert_eq!(f.report(ReplicaId(9), &next), None);
+        assert_eq!(f.report(ReplicaId(1), &view(0, &[1, 2, 3, 4], 1)), None);
+        assert_eq!(f.report(ReplicaId(1), &next), None);
+        assert_eq!(f.report(ReplicaId(1), &next), None, "the same member twice");
+        // Another member reporting a different view of the same id does not add up.
+        assert_eq!(f.report(ReplicaId(2), &view(1, &[0, 1, 2, 4], 1)), None);
+        // A view that cannot tolerate its f is never followed.
+        assert_eq!(f.report(ReplicaId(3), &view(1, &[0, 1, 2], 1)), None);
+        assert_eq!(f.report(ReplicaId(3), &next), Some(next.clone()));
+        assert_eq!(f.view(), ViewId(1));
+        assert!(!f.is_member(ReplicaId(4)));
+        assert_eq!(f.quorums().n, 4);
+        // CFT: one report suffices.
+        let mut c = ViewFollower::new(Mode::Cft, &view(0, &[0, 1, 2, 3], 1));
+        assert!(c.report(ReplicaId(0), &view(1, &[0, 1, 2], 1)).is_some());
     }
 }

@@ -292,6 +292,22 @@ impl ValidConfig {
     pub fn members(&self) -> Vec<ReplicaId> {
         self.replicas.iter().map(|r| r.id).collect()
     }
+    /// View 0: the configured replicas, with their addresses and keys, and f.
+    pub fn initial_view(&self) -> tagma_wire::View {
+        tagma_wire::View {
+            id: tagma_wire::ViewId(0),
+            f: self.f,
+            members: self
+                .replicas
+                .iter()
+                .map(|r| tagma_wire::ViewMember {
+                    id: r.id,
+                    addr: r.addr.to_string(),
+                    key: r.public_key,
+                })
+                .collect(),
+        }
+    }
     pub fn quorums(&self) -> crate::quorum::Quorums {
         crate::quorum::Quorums::new(self.mode, self.n(), self.f as usize)
     }

@@ -184,7 +184,9 @@ impl DecisionLog {
             .collect();
         for cid in unsealed {
             if self.proven(cid, checker).is_none() {
-                tracing::warn!(%cid, "a kept decision has too few valid signatures to prove it");
+                // Never to be proven under a later view's checker: forgotten.
+                tracing::warn!(%cid, "a kept decision has too few valid signatures to prove it: no longer forwarded");
+                self.kept.remove(&cid);
             }
         }
     }

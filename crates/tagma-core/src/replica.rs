@@ -304,8 +304,8 @@ pub enum Action {
     Deliver(Decision),
     /// A view change ordered in instance `cid` (delivered just before) installed `view`:
     /// instance `cid + 1` runs in it. The runtime connects to new members and persists the
-    /// view; if this replica is no longer a member (`member` false) it stops — the core
-    /// ignores every later input.
+    /// view; if this replica is no longer a member (`member` false) it stops ordering — the
+    /// core only answers positions, decision requests and state transfer from then on.
     ViewInstalled {
         cid: ConsensusId,
         view: View,
@@ -623,7 +623,7 @@ pub struct Replica {
     leader_fault: Option<(ConsensusId, ProposalFault)>,
     /// Start-up synchronisation in progress ([`Replica::start_recovery`]).
     recovery: Option<Recovery>,
-    /// A view without this replica was installed: every input is ignored.
+    /// A view without this replica was installed: it only serves (`serve_after_leaving`).
     left: bool,
     /// This replica's durable checkpoints, oldest first (at most two: the newest one is
     /// offered, the previous one still served to a fetch that started before it).
@@ -742,7 +742,7 @@ impl Replica {
     pub fn view_id(&self) -> ViewId {
         self.params.view
     }
-    /// Whether a view without this replica was installed (it takes no more input).
+    /// Whether a view without this replica was installed (it orders nothing more).
     pub fn has_left(&self) -> bool {
         self.left
     }
@@ -1421,6 +1421,10 @@ impl Replica {
         input: PeerInput,
     ) -> Result<(), Rejection> {
         self.set_now(now_ms);
+        if from == self.params.me {
+            return Err(Rejection::FromSelf);
+        }
+        // Only the serving side runs: no buffered message is replayed, nothing is settled.
         match input {
             PeerInput::Position { reply: false, .. } => {
                 self.actions.push_back(Action::Send {
@@ -1432,17 +1436,15 @@ impl Replica {
                 });
                 Ok(())
             }
-            PeerInput::DecisionRequest { .. }
-            | PeerInput::Transfer(
-                TransferInput::Query { .. }
-                | TransferInput::ChunkRequest { .. }
-                | TransferInput::LogRequest { .. },
-            ) => {
-                self.left = false;
-                let result = self.handle_peer(now_ms, from, input);
-                self.left = true;
-                result
+            PeerInput::DecisionRequest { cid } => {
+                self.on_decision_request(from, cid);
+                Ok(())
             }
+            PeerInput::Transfer(
+                t @ (TransferInput::Query { .. }
+                | TransferInput::ChunkRequest { .. }
+                | TransferInput::LogRequest { .. }),
+            ) => self.on_transfer(from, t),
             _ => Err(Rejection::NotMember),
         }
     }
@@ -1489,6 +1491,19 @@ impl Replica {
             recovery.heard.retain(|r, _| keep(r));
         }
         self.clients.set_view(view.id);
+        // A fetch planned with the old members' offers, vouchers and f starts again if needed.
+        self.fetch = None;
+        self.catch_up.state_transfer_signalled = false;
+        if !member {
+            // Nothing of the ordering goes on: no buffered vote is replayed, no leader change
+            // or catch-up continues, no request is proposed.
+            self.future
+                .retain_senders(&|_: &ReplicaId| false, self.params.members.len());
+            self.catch_up.highest_seen.clear();
+            self.sync = SyncState::default();
+            self.recovery = None;
+            self.clients.set_view(ViewId(u32::MAX));
+        }
         self.stats.views_installed += 1;
         tracing::info!(%cid, view = %view.id, n = view.members.len(), f = view.f, leader = %self.leader(), member, "view installed");
         if self.leader() != old_leader {
@@ -1528,6 +1543,9 @@ impl Replica {
     /// After every input: apply forwarded decisions and buffered messages of the instance
     /// that became current, a pending SYNC, and let the leader propose, until nothing moves.
     fn settle(&mut self) {
+        if self.left {
+            return;
+        }
         loop {
             let cid = self.instance.cid;
             if let Some(decided) = self.catch_up.future.remove(&cid) {
@@ -2473,6 +2491,9 @@ impl Replica {
                 if let Some(view) = view {
                     // The state may end in a later view than this replica ordered in.
                     self.adopt_view(last, view);
+                    if self.left {
+                        return;
+                    }
                 }
                 self.future.discard_below(last.next());
                 self.catch_up.future.retain(|c, _| *c > last);
@@ -2747,8 +2768,7 @@ impl FutureBuffer {
             per_sender: BTreeMap::new(),
             len: 0,
             len_max,
-            // Peers do not send to themselves: share among the others.
-            per_sender_max: len_max.div_ceil(members.saturating_sub(1).max(1)),
+            per_sender_max: Self::share(len_max, members),
         }
     }
 
@@ -2782,7 +2802,13 @@ impl FutureBuffer {
         self.by_cid.retain(|_, msgs| !msgs.is_empty());
         self.per_sender.retain(|r, _| keep(r));
         self.len = self.per_sender.values().sum();
-        self.per_sender_max = FutureBuffer::new(self.len_max, members).per_sender_max;
+        self.per_sender_max = Self::share(self.len_max, members);
+    }
+
+    /// What one sender may buffer: peers do not send to themselves, so `len_max` is shared
+    /// among the others.
+    fn share(len_max: usize, members: usize) -> usize {
+        len_max.div_ceil(members.saturating_sub(1).max(1))
     }
 
     /// Drops the messages of instances before `cid` (decided without them).

@@ -24,7 +24,7 @@ use crate::quorum::Mode;
 pub enum ViewError {
     #[error("the view change does not decode: {0}")]
     Malformed(String),
-    #[error("no administrator key is configured ([cluster] admin_key): view changes are refused")]
+    #[error("no administrator key is configured ([admin] public_key): view changes are refused")]
     NoAdmin,
     #[error(
         "the view change is for view {got} but view {current} is installed: fetch the current view and sign again"
@@ -40,6 +40,10 @@ pub enum ViewError {
     NotMember(ReplicaId),
     #[error("address {0} is already a member's")]
     AddressTaken(String),
+    #[error("replica {0}'s key is already a member's: each member needs its own key")]
+    KeyTaken(ReplicaId),
+    #[error("replica {0}'s key is not a valid Ed25519 public key")]
+    InvalidKey(ReplicaId),
     #[error(
         "{n} members cannot tolerate f = {f} in {mode} mode (it needs {needed}): add replicas first or lower f"
     )]
@@ -70,6 +74,14 @@ pub fn apply(view: &View, ops: &[ViewOp], mode: Mode) -> Result<View, ViewError>
                 }
                 if next.members.iter().any(|m| m.addr == member.addr) {
                     return Err(ViewError::AddressTaken(member.addr.clone()));
+                }
+                // ACCEPT signatures do not name their signer: a shared key would let one
+                // replica's signature count twice in a decision proof.
+                if next.members.iter().any(|m| m.key == member.key) {
+                    return Err(ViewError::KeyTaken(member.id));
+                }
+                if tagma_crypto::VerifyKey::new(&member.key).is_err() {
+                    return Err(ViewError::InvalidKey(member.id));
                 }
                 let at = next.members.partition_point(|m| m.id < member.id);
                 next.members.insert(at, member.clone());
@@ -271,6 +283,22 @@ mod tests {
         assert_eq!(
             apply(&v, &[ViewOp::SetF(0)], Mode::Bft),
             Err(ViewError::ZeroF)
+        );
+        let mut same_key = member(9);
+        same_key.key = member(2).key;
+        assert_eq!(
+            apply(&v, &[ViewOp::Add(same_key)], Mode::Bft),
+            Err(ViewError::KeyTaken(ReplicaId(9)))
+        );
+        let mut bad_key = member(9);
+        // Bytes that are no point of the curve (about half of all byte strings).
+        bad_key.key = (0..=255u8)
+            .map(|b| PublicKey([b; 32]))
+            .find(|k| tagma_crypto::VerifyKey::new(k).is_err())
+            .expect("some repeated byte is no curve point");
+        assert_eq!(
+            apply(&v, &[ViewOp::Add(bad_key)], Mode::Bft),
+            Err(ViewError::InvalidKey(ReplicaId(9)))
         );
     }
 

@@ -95,7 +95,8 @@ pub struct Executor<S: Service> {
     membership: Option<Membership>,
 }
 
-/// Version byte of [`Executor::checkpoint`]'s encoding (2: with the view's members).
+/// Version byte of [`Executor::checkpoint`]'s encoding (2: with the view's members; version 1
+/// checkpoints still restore, keeping the configured members).
 const CHECKPOINT_VERSION: u8 = 2;
 
 impl<S: Service> Executor<S> {
@@ -309,7 +310,8 @@ impl<S: Service> Executor<S> {
             }
         };
         need(&b, 33, "truncated header")?;
-        if b.get_u8() != CHECKPOINT_VERSION {
+        let version = b.get_u8();
+        if version != CHECKPOINT_VERSION && version != 1 {
             return Err(bad("unknown version"));
         }
         let executed_instances = b.get_u64_le();
@@ -338,21 +340,26 @@ impl<S: Service> Executor<S> {
                 _ => return Err(bad("a cached reply does not decode")),
             }
         }
-        need(&b, 1, "truncated view")?;
-        let members = match b.get_u8() {
-            0 => None,
-            1 => {
-                need(&b, 4, "truncated view")?;
-                let len = b.get_u32_le() as usize;
-                need(&b, len, "truncated view")?;
-                let view =
-                    View::decode(&b.split_to(len)).map_err(|_| bad("the view does not decode"))?;
-                if view.id != view_id {
-                    return Err(bad("the view's members belong to another view"));
+        // Version 1 predates views with members: the configured ones stay.
+        let members = if version == 1 {
+            self.membership.as_ref().map(|m| m.view.clone())
+        } else {
+            need(&b, 1, "truncated view")?;
+            match b.get_u8() {
+                0 => None,
+                1 => {
+                    need(&b, 4, "truncated view")?;
+                    let len = b.get_u32_le() as usize;
+                    need(&b, len, "truncated view")?;
+                    let view = View::decode(&b.split_to(len))
+                        .map_err(|_| bad("the view does not decode"))?;
+                    if view.id != view_id {
+                        return Err(bad("the view's members belong to another view"));
+                    }
+                    Some(view)
                 }
-                Some(view)
+                _ => return Err(bad("unknown view tag")),
             }
-            _ => return Err(bad("unknown view tag")),
         };
         if members.is_some() != self.membership.is_some() {
             return Err(bad(if members.is_some() {

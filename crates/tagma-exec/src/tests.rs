@@ -532,7 +532,7 @@ fn member(id: u32) -> tagma_wire::ViewMember {
     tagma_wire::ViewMember {
         id: tagma_wire::ReplicaId(id),
         addr: format!("127.0.0.1:{}", 7000 + id),
-        key: tagma_wire::PublicKey([id as u8 + 1; 32]),
+        key: tagma_crypto::IdentityKey::from_seed([id as u8 + 1; 32]).public(),
     }
 }
 
@@ -623,5 +623,15 @@ fn view_changes_are_judged_and_answered_by_the_executor_never_by_the_service() {
     assert!(
         matches!(outcome(&replies[0]), ReconfigureOutcome::Refused(r) if r.contains("without a membership"))
     );
+    // A version-1 checkpoint (before views had members) still restores, keeping the
+    // configured members: here one of a fresh executor (no sessions, no replies), whose view
+    // section is the single byte at 37.
+    let v2 = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16).checkpoint();
+    assert_eq!((v2[0], v2[37]), (2, 0));
+    let v1: Vec<u8> = [&[1u8][..], &v2[1..37], &v2[38..]].concat();
+    let mut upgraded = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16)
+        .with_membership(membership(&admin));
+    upgraded.restore(&Bytes::from(v1)).unwrap();
+    assert_eq!(upgraded.members(), Some(&membership(&admin).view));
     assert_eq!(bare.members(), None);
 }

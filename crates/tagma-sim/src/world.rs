@@ -13,7 +13,7 @@ use std::panic::{self, AssertUnwindSafe};
 
 use bytes::Bytes;
 use serde::Serialize;
-use tagma_client::Voter;
+use tagma_client::{ViewFollower, Voter};
 use tagma_core::transfer::{InstallOutcome, StateToInstall};
 use tagma_core::view::{Membership, sign_change};
 use tagma_core::{
@@ -103,14 +103,6 @@ enum Event {
 const ADMIN_PRINCIPAL: u32 = 99;
 /// How often the administrator sends its view change before giving up.
 const RECONFIG_SENDS_MAX: u32 = 8;
-
-/// What a client knows of the view: the installed one, its quorums, and the newer views
-/// replicas reported (by view and content), with who reported them.
-struct ClientView {
-    view: tagma_wire::View,
-    quorums: Quorums,
-    reports: BTreeMap<(ViewId, Digest), BTreeSet<u32>>,
-}
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Phase {
@@ -236,7 +228,7 @@ pub struct World {
     admin: IdentityKey,
     membership: Membership,
     /// Per client: the view it sends requests in.
-    client_views: Vec<ClientView>,
+    client_views: Vec<ViewFollower>,
     /// Each view a correct replica installed (every other correct one must install the same).
     views: BTreeMap<ViewId, tagma_wire::View>,
     reconfig_sends: u32,
@@ -342,11 +334,7 @@ impl World {
         }
         let membership = nodes[0].params.membership();
         let client_views = (0..clients.len())
-            .map(|_| ClientView {
-                view: membership.view.clone(),
-                quorums,
-                reports: BTreeMap::new(),
-            })
+            .map(|_| ViewFollower::new(sc.mode, &membership.view))
             .collect();
         World {
             admin,
@@ -505,8 +493,11 @@ impl World {
         let ops = vec![tagma_wire::ViewOp::Remove(ReplicaId(plan.remove))];
         let mut changes = Vec::new();
         if plan.forged_first {
+            // Another removal, so a forgery that went through would show in the view.
             let forger = IdentityKey::from_seed([0x66; 32]);
-            changes.push(sign_change(&forger, ViewId(0), ops.clone()));
+            let other = (plan.remove + 1) % self.nodes.len() as u32;
+            let forged = vec![tagma_wire::ViewOp::Remove(ReplicaId(other))];
+            changes.push(sign_change(&forger, ViewId(0), forged));
         }
         changes.push(sign_change(&self.admin, ViewId(0), ops));
         let sends = self.reconfig_sends;
@@ -552,19 +543,9 @@ impl World {
     /// among those reporting the same newer view (f+1 in BFT, one in CFT), the client moves to
     /// it and retransmits its request there.
     fn on_client_view(&mut self, c: usize, from: u32, view: tagma_wire::View) {
-        let cv = &mut self.client_views[c];
-        if view.id <= cv.view.id {
+        let Some(view) = self.client_views[c].report(ReplicaId(from), &view) else {
             return;
-        }
-        let key = (view.id, tagma_crypto::digest(&view.to_bytes()));
-        let reports = cv.reports.entry(key).or_default();
-        reports.insert(from);
-        if reports.len() < cv.quorums.one_correct() {
-            return;
-        }
-        cv.quorums = Quorums::new(self.sc.mode, view.members.len(), view.f as usize);
-        cv.reports.clear();
-        let quorums = cv.quorums;
+        };
         self.note(b'v', c as u64, view.id.0 as u64, &[], || {
             format!(
                 "client {c} moves to view {} ({} members)",
@@ -572,10 +553,10 @@ impl World {
                 view.members.len()
             )
         });
-        self.client_views[c].view = view;
         self.count("client_view_changes");
+        let q = self.client_views[c].quorums();
         if let Some(out) = self.clients[c].out.as_mut() {
-            out.voter = Voter::new(quorums.reply_quorum(true), quorums.n);
+            out.voter = Voter::new(q.reply_quorum(true), q.n);
             self.send_attempt(c, false);
         }
     }
@@ -1755,7 +1736,7 @@ impl World {
             history,
             attempt,
             voter: {
-                let q = self.client_views[c].quorums;
+                let q = self.client_views[c].quorums();
                 Voter::new(q.reply_quorum(true), q.n)
             },
             started_ms: self.now_ms,
@@ -1773,7 +1754,7 @@ impl World {
                 client: self.clients[c].id,
                 seq,
                 kind,
-                view: self.client_views[c].view.id,
+                view: self.client_views[c].view(),
                 payload,
             },
             // Authentication is simulated: the network stage checks the request digest
@@ -1852,12 +1833,7 @@ impl World {
                 reply.kind, reply.seq
             )
         });
-        if !self.client_views[c]
-            .view
-            .members
-            .iter()
-            .any(|m| m.id.0 == from)
-        {
+        if !self.client_views[c].is_member(ReplicaId(from)) {
             // Not a member of the view this client is in: its reply does not count.
             return;
         }
@@ -1885,7 +1861,7 @@ impl World {
         };
         client.last_seq += 1;
         out.attempt = Attempt::Ordered(RequestSeq(client.last_seq));
-        let q = self.client_views[c].quorums;
+        let q = self.client_views[c].quorums();
         out.voter = Voter::new(q.reply_quorum(true), q.n);
         self.count("unordered_fallbacks");
         self.note(b'F', c as u64, 0, why.as_bytes(), || {
@@ -2035,6 +2011,22 @@ impl World {
             }
         }
         self.histories = histories;
+        // The only view a correct replica may install is the administrator's.
+        if let Some(plan) = &self.sc.reconfig {
+            let ops = [tagma_wire::ViewOp::Remove(ReplicaId(plan.remove))];
+            let expected = tagma_core::view::apply(&self.membership.view, &ops, self.sc.mode)
+                .expect("the plan's removal applies");
+            for view in self.views.values() {
+                if *view != expected {
+                    let msg = format!(
+                        "view {} installed is {view:?}, the administrator signed {expected:?}",
+                        view.id
+                    );
+                    self.violation("view", msg);
+                    return;
+                }
+            }
+        }
         // Correct replicas at the same execution position hold the same state.
         let mut by_position: BTreeMap<u64, (usize, Digest)> = BTreeMap::new();
         for r in 0..self.nodes.len() {

@@ -189,7 +189,9 @@ pub enum SegmentEnd {
     /// The valid records end in zeros (or the image ends).
     Clean,
     /// The last segment ends in an incomplete or invalid record with no valid record after
-    /// it: a write a crash interrupted, never synced as a whole; recovery cuts it off.
+    /// it: normally a write a crash interrupted, never synced as a whole; recovery cuts it
+    /// off. A damaged *last synced* record looks the same and is cut off too: that instance
+    /// is then lost at this replica (the others, or state transfer, supply it again).
     Torn { offset: u64 },
     /// A bad record followed by a valid one, or a bad record in a segment that is not the
     /// last: no crash does this; recovery reports it and guesses nothing.
