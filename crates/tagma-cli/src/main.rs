@@ -124,6 +124,18 @@ enum Cmd {
         #[command(subcommand)]
         op: KvCmd,
     },
+    /// Show or change the replica set (the view): changes are signed with the administrator's
+    /// key, ordered like requests, and installed at the same point by every replica; each
+    /// command waits for the outcome and prints the view.
+    View {
+        #[arg(long)]
+        dir: PathBuf,
+        /// Administrator secret key [default: DIR/keys/admin.key].
+        #[arg(long)]
+        admin_key: Option<PathBuf>,
+        #[command(subcommand)]
+        op: ViewCmd,
+    },
     /// Show every replica's execution position and state digest.
     Status {
         #[arg(long)]
@@ -133,6 +145,28 @@ enum Cmd {
     /// Byzantine replicas, checked for agreement, order, validity, linearizability and
     /// liveness. `--seeds A..B` runs a range; `--seed S --trace` replays one seed.
     Sim(SimArgs),
+}
+
+#[derive(Subcommand)]
+enum ViewCmd {
+    /// Print the installed view (as f+1 replicas report it).
+    Show,
+    /// Remove replica ID from the view; it stops ordering once the view is installed.
+    Remove {
+        #[arg(long)]
+        id: u32,
+    },
+    /// Change the number of faults tolerated (the view must have enough replicas for it).
+    SetF { f: u32 },
+    /// Add replica ID listening on ADDR with the public key of secret key file KEY.
+    Add {
+        #[arg(long)]
+        id: u32,
+        #[arg(long)]
+        addr: String,
+        #[arg(long)]
+        key: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -501,6 +535,7 @@ fn run(cli: Cli) -> Result<()> {
             unordered,
             op,
         } => kv(dir, key, principal, unordered, op),
+        Cmd::View { dir, admin_key, op } => view(dir, admin_key, op),
         Cmd::Status { dir } => {
             let cfg = cluster_dir::load_config(&dir)?;
             let key = IdentityKey::read_file(&cluster_dir::client_key_path(&dir))?;
@@ -902,6 +937,61 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
         batch_mean: batch_mean(end.0 - start.0, end.2 - start.2),
         load: result,
     })
+}
+
+/// `tagma view`: prints the installed view, or orders a signed change and prints its outcome.
+fn view(dir: PathBuf, admin_key: Option<PathBuf>, op: ViewCmd) -> Result<()> {
+    use tagma_wire::{ReconfigureOutcome, ViewOp};
+    let cfg = cluster_dir::load_config(&dir)?;
+    let client_key = IdentityKey::read_file(&cluster_dir::client_key_path(&dir))?;
+    let proxy = Proxy::connect(
+        &cfg,
+        client_key,
+        ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
+    )?;
+    let installed = proxy
+        .current_view(Duration::from_secs(5))
+        .context("cannot learn the installed view from the replicas")?;
+    let ops = match op {
+        ViewCmd::Show => {
+            print_view(&installed);
+            return Ok(());
+        }
+        ViewCmd::Remove { id } => vec![ViewOp::Remove(ReplicaId(id))],
+        ViewCmd::SetF { f } => vec![ViewOp::SetF(f)],
+        ViewCmd::Add { id, addr, key } => {
+            addr.parse::<std::net::SocketAddr>()
+                .with_context(|| format!("--addr {addr:?} is not HOST:PORT with a numeric host"))?;
+            let key = IdentityKey::read_file(&key)?.public();
+            bail!(
+                "adding replica {id} ({addr}, key {}) is not supported yet: a joining replica cannot catch up across views (issue 6); the view is unchanged",
+                key.to_hex()
+            );
+        }
+    };
+    let admin_path = admin_key.unwrap_or_else(|| cluster_dir::admin_key_path(&dir));
+    let admin = IdentityKey::read_file(&admin_path)
+        .with_context(|| format!("cannot read the administrator key {}", admin_path.display()))?;
+    let change = tagma_core::view::sign_change(&admin, installed.id, ops);
+    match proxy.reconfigure(&change)? {
+        ReconfigureOutcome::Installed(view) => {
+            print_view(&view);
+            Ok(())
+        }
+        ReconfigureOutcome::Refused(reason) => bail!("the replicas refused the change: {reason}"),
+    }
+}
+
+fn print_view(view: &tagma_wire::View) {
+    println!(
+        "view {} (f = {}, {} members)",
+        view.id,
+        view.f,
+        view.members.len()
+    );
+    for m in &view.members {
+        println!("  replica {} at {} key {}", m.id, m.addr, m.key.to_hex());
+    }
 }
 
 fn kv(

@@ -550,3 +550,59 @@ fn a_follower_is_removed_under_load_and_the_others_serve_on_in_the_new_view() {
 fn the_leader_is_removed_under_load_and_the_next_member_leads_at_once() {
     remove_under_load(0);
 }
+
+/// `tagma view`: show the view, remove a replica, and get clear refusals for an f the view
+/// cannot tolerate and for adding a replica (not supported yet).
+#[test]
+fn the_view_command_shows_and_changes_the_replica_set() {
+    let c = cluster(5, Mode::Bft);
+    let dir = c.dir.to_str().expect("utf-8 path").to_string();
+    let view = |args: &[&str]| {
+        let out = std::process::Command::new(exe())
+            .args(["view", "--dir", &dir])
+            .args(args)
+            .output()
+            .expect("run tagma view");
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (ok, shown, err) = view(&["show"]);
+    assert!(ok, "{err}");
+    assert!(shown.starts_with("view 0 (f = 1, 5 members)"), "{shown}");
+    let (ok, removed, err) = view(&["remove", "--id", "3"]);
+    assert!(ok, "{err}");
+    assert!(
+        removed.starts_with("view 1 (f = 1, 4 members)"),
+        "{removed}"
+    );
+    assert!(!removed.contains("replica 3 "), "{removed}");
+    let (ok, shown, err) = view(&["show"]);
+    assert!(ok, "{err}");
+    assert_eq!(shown, removed, "show prints the installed view");
+    let (ok, _, err) = view(&["set-f", "2"]);
+    assert!(!ok);
+    assert!(
+        err.contains("4 members cannot tolerate f = 2 in bft mode (it needs 7)"),
+        "{err}"
+    );
+    let key = c.dir.join("keys").join("replica-0.key");
+    let (ok, _, err) = view(&[
+        "add",
+        "--id",
+        "9",
+        "--addr",
+        "127.0.0.1:7999",
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(!ok);
+    assert!(err.contains("not supported yet"), "{err}");
+    // The remaining members still serve, in view 1.
+    let proxy = c.proxy(READY).expect("connect");
+    still_serves(&c, &proxy, "after tagma view remove");
+    let members: Vec<ReplicaId> = [0, 1, 2, 4].into_iter().map(ReplicaId).collect();
+    assert_converged(&c, &members, Duration::from_secs(30));
+}

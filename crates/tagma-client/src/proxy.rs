@@ -180,6 +180,8 @@ struct Inner {
     /// The view requests are sent in (read on every send), moved by `follower`.
     view: AtomicU32,
     follower: Mutex<ViewFollower>,
+    /// [`Proxy::current_view`] calls in progress: every view report is copied to them.
+    view_queries: Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, tagma_wire::View)>>>,
     outstanding: Mutex<usize>,
     outstanding_freed: Condvar,
     outstanding_max: usize,
@@ -260,6 +262,7 @@ impl Proxy {
             next_nonce: AtomicU64::new(1),
             view: AtomicU32::new(0),
             follower: Mutex::new(ViewFollower::new(cfg.mode, &cfg.initial_view())),
+            view_queries: Mutex::new(Vec::new()),
             outstanding: Mutex::new(0),
             outstanding_freed: Condvar::new(),
             // Replicas cache `reply_cache_per_client` replies per client: with more requests
@@ -374,6 +377,55 @@ impl Proxy {
         let slot = Arc::new(Slot::default());
         inner.start_call(request, kind, slot.clone());
         Ok(ReplyFuture { slot })
+    }
+
+    /// Asks every replica for the view it installed (as far as it executed) and returns the
+    /// newest view that enough replicas report for one of them to be correct (f+1 in BFT, one
+    /// in CFT) — waiting for every replica's answer until `timeout`. Requests then go in it.
+    pub fn current_view(&self, timeout: Duration) -> Result<tagma_wire::View, ClientError> {
+        let inner = &self.inner;
+        let (tx, rx) = crossbeam_channel::bounded(inner.links.len() * 2);
+        lock(&inner.view_queries).push(tx);
+        inner.send_all(&ClientMessage::ViewQuery.to_bytes());
+        let started = Instant::now();
+        let deadline = started + timeout;
+        let mut reports: HashMap<ReplicaId, tagma_wire::View> = HashMap::new();
+        while reports.len() < inner.links.len() {
+            match rx.recv_deadline(deadline) {
+                Ok((from, view)) => {
+                    reports.insert(from, view);
+                }
+                Err(_) => break,
+            }
+        }
+        drop(rx);
+        let needed = lock(&inner.follower).quorums().one_correct();
+        let mut best: Option<&tagma_wire::View> = None;
+        for view in reports.values() {
+            let agreeing = reports.values().filter(|v| *v == view).count();
+            if agreeing >= needed && best.is_none_or(|b| view.id > b.id) {
+                best = Some(view);
+            }
+        }
+        let Some(view) = best.cloned() else {
+            return Err(ClientError::Timeout {
+                after_ms: started.elapsed().as_millis() as u64,
+                replies: reports.len(),
+                quorum: needed,
+            });
+        };
+        let newer = {
+            let mut follower = lock(&inner.follower);
+            let newer = view.id > follower.view();
+            if newer {
+                *follower = ViewFollower::new(follower.mode(), &view);
+            }
+            newer
+        };
+        if newer {
+            inner.move_to_view(&view);
+        }
+        Ok(view)
     }
 
     /// Asks every replica for its execution position and state digest.
@@ -502,9 +554,15 @@ impl Inner {
     /// proxy connects to (and its quorums) stay the configured ones — enough for removals
     /// that keep f, not yet for added replicas.
     fn on_current_view(&self, from: ReplicaId, view: tagma_wire::View) {
+        lock(&self.view_queries).retain(|tx| tx.try_send((from, view.clone())).is_ok());
         let Some(view) = lock(&self.follower).report(from, &view) else {
             return;
         };
+        self.move_to_view(&view);
+    }
+
+    /// Requests go in `view` from now on; pending ones are rebuilt in it and sent again.
+    fn move_to_view(&self, view: &tagma_wire::View) {
         self.view.fetch_max(view.id.0, Ordering::AcqRel);
         tracing::info!(
             client = self.client.0,

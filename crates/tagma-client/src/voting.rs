@@ -86,6 +86,10 @@ impl ViewFollower {
         }
     }
 
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
     /// The view requests go in.
     pub fn view(&self) -> ViewId {
         self.view

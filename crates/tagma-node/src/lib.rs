@@ -146,6 +146,10 @@ enum ExecEvent {
         nonce: u64,
         conn: ConnHandle,
     },
+    /// A client asks for the installed view (the one executed so far).
+    ViewQuery {
+        conn: ConnHandle,
+    },
     /// Unreplicated mode: an authenticated ordered request to execute at once, as a batch
     /// of one, without consensus.
     Execute(RequestEnvelope),
@@ -742,6 +746,15 @@ fn client_connection(
                     break None;
                 }
             }
+            ClientMessage::ViewQuery => {
+                if sh
+                    .exec_tx
+                    .send(ExecEvent::ViewQuery { conn: conn.clone() })
+                    .is_err()
+                {
+                    break None;
+                }
+            }
         }
     };
     if let Some(e) = reason {
@@ -1267,6 +1280,12 @@ fn execution_loop<S: Service>(
                     state_digest: executor.state_digest(),
                 };
                 send(&conn, ReplicaMessage::StateInfo(info));
+            }
+            ExecEvent::ViewQuery { conn } => {
+                // The unreplicated server has no view to report.
+                if let Some(view) = executor.members() {
+                    send(&conn, ReplicaMessage::CurrentView(view.clone()));
+                }
             }
         }
     }

@@ -73,6 +73,7 @@
 //! | `PeerMessage::LogEntry` | 16 | `DecidedInstance` |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
+//! | `ClientMessage::ViewQuery` | 3 | (nothing) |
 //! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
 //! | `ReplicaMessage::StateInfo` | 2 | nonce `u64`, replica `u32`, executed_instances `u64`, executed_requests `u64`, state_digest 32 bytes |
 //! | `ReplicaMessage::CurrentView` | 3 | `View` |
@@ -176,6 +177,7 @@ const PEER_LOG_ENTRY: u8 = 16;
 
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
+const CLIENT_VIEW_QUERY: u8 = 3;
 
 const REPLICA_REPLY: u8 = 1;
 const REPLICA_STATE_INFO: u8 = 2;
@@ -1326,6 +1328,7 @@ impl Encode for ClientMessage {
                 put_header(out, CLIENT_STATE_QUERY);
                 out.put_u64_le(*nonce);
             }
+            ClientMessage::ViewQuery => put_header(out, CLIENT_VIEW_QUERY),
         }
     }
     fn encoded_len(&self) -> usize {
@@ -1333,6 +1336,7 @@ impl Encode for ClientMessage {
             + match self {
                 ClientMessage::Request(env) => envelope_len(env),
                 ClientMessage::StateQuery { .. } => 8,
+                ClientMessage::ViewQuery => 0,
             }
     }
 }
@@ -1342,6 +1346,7 @@ impl Decode for ClientMessage {
         decode_all(bytes, |r| match r.header()? {
             CLIENT_REQUEST => Ok(ClientMessage::Request(read_envelope(r)?)),
             CLIENT_STATE_QUERY => Ok(ClientMessage::StateQuery { nonce: r.u64()? }),
+            CLIENT_VIEW_QUERY => Ok(ClientMessage::ViewQuery),
             tag => Err(WireError::UnknownTag {
                 what: "client message",
                 tag,

@@ -304,6 +304,8 @@ pub enum ClientMessage {
     StateQuery {
         nonce: u64,
     },
+    /// Ask for the installed view: answered with [`ReplicaMessage::CurrentView`].
+    ViewQuery,
 }
 
 /// A replica's answer to a request.

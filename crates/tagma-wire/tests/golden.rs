@@ -117,6 +117,7 @@ fn golden_request_types() {
 #[test]
 fn golden_views() {
     golden("view", &common::view(), VIEW);
+    golden("view_query", &ClientMessage::ViewQuery, "01 03");
     let current = ReplicaMessage::CurrentView(common::view()).to_bytes();
     assert_eq!(common::hex(&current[..2]), "0103");
     assert_eq!(&current[2..], &common::view().to_bytes()[..]);

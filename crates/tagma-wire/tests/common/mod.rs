@@ -283,6 +283,7 @@ pub fn client_messages() -> Vec<(&'static str, ClientMessage)> {
         ("request_macs", ClientMessage::Request(mac_envelope())),
         ("request_sig", ClientMessage::Request(sig_envelope())),
         ("state_query", ClientMessage::StateQuery { nonce: 77 }),
+        ("view_query", ClientMessage::ViewQuery),
     ]
 }
 
