@@ -565,6 +565,9 @@ fn serve(
 ) -> Result<()> {
     let cfg = cluster_dir::load_config(dir)?;
     cluster_dir::check_member(dir, &cfg, id)?;
+    // A removed replica serves lagging peers for as long as start-up synchronisation waits
+    // for positions (5 request timeouts), then exits.
+    let grace = Duration::from_millis(cfg.raw.timeouts.request_timeout_ms.saturating_mul(5));
     let key = IdentityKey::read_file(&cluster_dir::replica_key_path(dir, id))?;
     let data_dir = cluster_dir::data_dir(dir, &cfg, id);
     std::fs::create_dir_all(&data_dir).context("cannot create the data directory")?;
@@ -578,7 +581,12 @@ fn serve(
             tagma_node::start_unreplicated(cfg, id, key, EmptyService::new())?
         }
     };
-    node.join();
+    if unreplicated {
+        node.join();
+    } else {
+        node.run_until_left(grace);
+        eprintln!("replica {id} is not a member of the installed view: exited");
+    }
     Ok(())
 }
 

@@ -469,10 +469,12 @@ fn remove_under_load(removed: u32) {
     use tagma_wire::{ReconfigureOutcome, ViewOp};
     let admin = IdentityKey::from_seed([0xad; 32]);
     let admin_key = admin.public().to_hex();
-    let c = LocalCluster::launch(exe(), 5, Mode::Bft, move |cfg| {
+    let mut c = LocalCluster::launch(exe(), 5, Mode::Bft, move |cfg| {
         cfg.admin = Some(tagma_core::config::AdminEntry {
             public_key: admin_key.clone(),
         });
+        // The removed replica serves lagging peers for 5 request timeouts (10 s), then exits.
+        cfg.timeouts.request_timeout_ms = 2_000;
     })
     .expect("start a local cluster");
     let proxy = c.proxy(READY).expect("connect the administrator's client");
@@ -518,14 +520,24 @@ fn remove_under_load(removed: u32) {
     let members: Vec<ReplicaId> = (0..5).filter(|i| *i != removed).map(ReplicaId).collect();
     let states = assert_converged(&c, &members, Duration::from_secs(30));
     assert!(states[0].executed_requests >= 4 * 300 / 2, "{states:?}");
-    // The removed replica orders nothing more.
-    let gone = tagma_cli::chaos::metric(&c, removed as usize, "tagma_executed_instances");
-    let member = tagma_cli::chaos::metric(&c, members[0].0 as usize, "tagma_executed_instances");
+    // The removed replica, still serving during its grace period, orders nothing more.
+    let executed = |i: usize| {
+        let addr = c.cfg.replicas[i].metrics_addr.expect("metrics address");
+        scrape(addr)
+            .ok()
+            .and_then(|text| tagma_node::metrics::value(&text, "tagma_executed_instances"))
+    };
+    let gone = executed(removed as usize).expect("the removed replica serves during its grace");
+    let member = executed(members[0].0 as usize).expect("a member serves");
     assert!(
         gone < member,
         "replica {removed} at {gone}, replica {} at {member}",
         members[0]
     );
+    // After its grace period the removed replica's process exits on its own.
+    wait_until("the removed replica exits", Duration::from_secs(40), || {
+        !c.is_running(removed as usize)
+    });
     if removed == 0 {
         // Leadership passed to the next member with the view, without a leader change.
         for m in &members {

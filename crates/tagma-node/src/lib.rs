@@ -95,6 +95,20 @@ impl NodeHandle {
             let _ = t.join();
         }
     }
+
+    /// Blocks while this replica is a member; once a view without it is installed, goes on
+    /// serving for `grace` (peers that lag may still need the decisions it holds, the one that
+    /// removed it included) and returns, for the process to exit.
+    pub fn run_until_left(self, grace: Duration) {
+        while self.metrics.left_view.load(Ordering::Relaxed) == 0 {
+            thread::sleep(Duration::from_millis(50));
+        }
+        info!(
+            grace_ms = grace.as_millis() as u64,
+            "removed from the view: serving lagging peers for a grace period, then exiting"
+        );
+        thread::sleep(grace);
+    }
 }
 
 /// A client connection's outbound queue.
@@ -1039,6 +1053,7 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                 );
                 if !member {
                     info!("this replica is not a member of the new view: it stops ordering");
+                    sh.metrics.left_view.store(1, Ordering::Relaxed);
                 }
             }
             Action::StateTransferNeeded {

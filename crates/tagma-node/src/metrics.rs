@@ -32,6 +32,8 @@ pub struct Metrics {
     pub leader: AtomicU64,
     /// Installed view id (gauge).
     pub view: AtomicU64,
+    /// 1 once a view without this replica was installed (gauge).
+    pub left_view: AtomicU64,
     /// Durability: log syncs (group commits), records logged, checkpoints written, and the
     /// instances recovered from disk at start.
     pub log_syncs: AtomicU64,
@@ -70,7 +72,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 24] = [
+        let counters: [(&str, &str, &AtomicU64); 25] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -135,6 +137,11 @@ impl Metrics {
                 "tagma_view",
                 "Installed view id (view changes so far)",
                 &self.view,
+            ),
+            (
+                "tagma_left_view",
+                "1 once a view without this replica was installed",
+                &self.left_view,
             ),
             (
                 "tagma_log_syncs_total",
