@@ -548,11 +548,11 @@ impl Inner {
         self.send_all(&frame);
     }
 
-    /// A replica refused a request of an older view and reported the installed one. Once
-    /// the follower moves (f+1 members reported the same newer view), requests go in it: pending ones
-    /// are rebuilt and sent again at once. Only the view id changes; the replica set the
-    /// proxy connects to (and its quorums) stay the configured ones — enough for removals
-    /// that keep f, not yet for added replicas.
+    /// A replica refused a request of an older view and reported the installed one (or
+    /// answered a view query). Once the follower moves (f+1 members reported the same newer
+    /// view), requests go in it. Only the view id changes; the replica set the proxy connects
+    /// to (and its quorums) stay the configured ones — enough for removals that keep f, not
+    /// yet for added replicas.
     fn on_current_view(&self, from: ReplicaId, view: tagma_wire::View) {
         lock(&self.view_queries).retain(|tx| tx.try_send((from, view.clone())).is_ok());
         let Some(view) = lock(&self.follower).report(from, &view) else {
