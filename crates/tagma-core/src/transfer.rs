@@ -156,8 +156,11 @@ struct Plan {
     written: u64,
     /// Checkpoint bytes asked for.
     requested: u64,
-    /// Verified decisions after the checkpoint.
+    /// Decisions after the checkpoint: verified with this replica's proof checker, or held
+    /// after one that changes the view (verified at install, see `on_log_entry`).
     log: BTreeMap<ConsensusId, DecidedInstance>,
+    /// The held decisions whose batch orders a view change.
+    view_changes: std::collections::BTreeSet<ConsensusId>,
     /// Decisions asked for: every cid below this.
     log_requested: ConsensusId,
     rotation: usize,
@@ -316,8 +319,23 @@ impl Fetch {
         if plan.log.contains_key(&decided.cid) {
             return Err("log entry already held");
         }
+        let changes_view = <tagma_wire::Batch as tagma_wire::Decode>::decode(&decided.batch)
+            .is_ok_and(|b| {
+                b.requests
+                    .iter()
+                    .any(|e| e.request.kind == tagma_wire::RequestKind::Reconfigure)
+            });
         if checker.check(&decided).is_none() {
-            return Err("log entry with an invalid proof");
+            // After a held decision that changes the view, later ones may carry proofs of
+            // another view than this replica's: they are held unverified and the executor
+            // verifies every fetched decision under the view then in effect before the state
+            // is installed (`Executor::install_fetched`).
+            if plan.view_changes.range(..decided.cid).next().is_none() {
+                return Err("log entry with an invalid proof");
+            }
+        }
+        if changes_view {
+            plan.view_changes.insert(decided.cid);
         }
         plan.log.insert(decided.cid, decided);
         self.progress(now_ms);
@@ -446,6 +464,7 @@ impl Fetch {
             written: 0,
             requested: 0,
             log: BTreeMap::new(),
+            view_changes: std::collections::BTreeSet::new(),
             log_requested: checkpoint.cid.next(),
             rotation: self.attempt,
         })

@@ -163,6 +163,14 @@ pub struct Membership {
 }
 
 impl Membership {
+    /// Checks decision proofs of instances decided in this view.
+    pub fn proof_checker(&self) -> crate::proof::ProofChecker {
+        let ids: Vec<ReplicaId> = self.view.members.iter().map(|m| m.id).collect();
+        let keys: Vec<PublicKey> = self.view.members.iter().map(|m| m.key).collect();
+        let quorums = crate::quorum::Quorums::new(self.mode, ids.len(), self.view.f as usize);
+        crate::proof::ProofChecker::new(&ids, &keys, quorums.accept_quorum())
+    }
+
     /// Judges an ordered change against the installed view and installs the view it makes.
     pub fn apply_change(&mut self, payload: &Bytes) -> Result<&View, ViewError> {
         let next = judge(&self.view, self.admin.as_ref(), self.mode, payload)?;

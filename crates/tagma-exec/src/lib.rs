@@ -397,9 +397,10 @@ impl<S: Service> Executor<S> {
     /// the proven decisions `log` after it, and compares the digest of its own checkpoint
     /// ([`Executor::checkpoint`], deterministic) at each voucher's instance with the
     /// voucher's (a voucher at the checkpoint's own instance is compared with the
-    /// checkpoint's digest). Counting the source as one match, at least `needed` must match;
-    /// otherwise — or if anything does not install, decode or follow — the previous state is
-    /// restored and the reason returned. Replies of the replayed batches are cached, not
+    /// checkpoint's digest). With a membership, every decision's proof is checked under the
+    /// view in effect at its instance. Counting the source as one match, at least `needed`
+    /// must match; otherwise — or if anything does not install, decode, prove or follow — the
+    /// previous state is restored and the reason returned. Replies of the replayed batches are cached, not
     /// returned. On success returns how many matched. A state that ends before what this
     /// executor already executed is refused without touching anything (the replica caught up
     /// by other means while it was fetched; installing it would go back in time).
@@ -446,12 +447,28 @@ impl<S: Service> Executor<S> {
             .filter(|v| v.cid == checkpoint.cid && v.digest == checkpoint.digest)
             .count();
         let mut matched = 1 + at_checkpoint;
+        // Proofs are checked under the view each instance was decided in: the checkpoint's,
+        // then each view a replayed change installs (the core could check them only under
+        // its own view).
+        let mut checker: Option<(ViewId, tagma_core::proof::ProofChecker)> = None;
         for decided in log {
             if decided.cid.0 != self.executed_instances {
                 return Err(format!(
                     "the fetched log skips from instance {} to {}",
                     self.executed_instances, decided.cid
                 ));
+            }
+            if let Some(m) = &self.membership {
+                if checker.as_ref().is_none_or(|(view, _)| *view != m.view.id) {
+                    checker = Some((m.view.id, m.proof_checker()));
+                }
+                let (view, checker) = checker.as_ref().expect("set above");
+                if checker.check(decided).is_none() {
+                    return Err(format!(
+                        "the proof of fetched instance {} does not hold in view {view}",
+                        decided.cid
+                    ));
+                }
             }
             let batch = Batch::decode(&decided.batch)
                 .map_err(|e| format!("a proven batch does not decode: {e}"))?;

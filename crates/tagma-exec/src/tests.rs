@@ -635,3 +635,86 @@ fn view_changes_are_judged_and_answered_by_the_executor_never_by_the_service() {
     assert_eq!(upgraded.members(), Some(&membership(&admin).view));
     assert_eq!(bare.members(), None);
 }
+
+/// A decided instance whose proof carries ACCEPTs signed by `signers` (member keys).
+fn signed(cid: u64, b: &Batch, signers: &[u32]) -> tagma_wire::DecidedInstance {
+    let bytes = tagma_wire::Encode::to_bytes(b);
+    let vote = tagma_wire::Vote {
+        cid: ConsensusId(cid),
+        epoch: tagma_wire::Epoch(0),
+        hash: tagma_crypto::digest(&bytes),
+    };
+    let accepts = signers
+        .iter()
+        .map(|i| {
+            let key = tagma_crypto::IdentityKey::from_seed([*i as u8 + 1; 32]);
+            (
+                tagma_wire::ReplicaId(*i),
+                tagma_core::proof::sign_accept(&key, &vote),
+            )
+        })
+        .collect();
+    tagma_wire::DecidedInstance {
+        cid: ConsensusId(cid),
+        batch: bytes,
+        proof: tagma_wire::DecisionProof {
+            epoch: tagma_wire::Epoch(0),
+            accepts,
+        },
+    }
+}
+
+#[test]
+fn fetched_decisions_are_proven_under_the_view_of_their_instance() {
+    use tagma_core::view::sign_change;
+    use tagma_wire::{ReplicaId, ViewOp};
+    let admin = tagma_crypto::IdentityKey::from_seed([9; 32]);
+    // Five members (BFT, f = 1: 4 ACCEPTs decide); instance 2 removes replica 4 (then 3 do).
+    let mut five = membership(&admin);
+    five.view.members.push(member(4));
+    let new = || {
+        Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16).with_membership(five.clone())
+    };
+    let remove = sign_change(&admin, ViewId(0), vec![ViewOp::Remove(ReplicaId(4))]);
+    let batches = [
+        batch(vec![request(1, 1, RequestKind::Ordered, b"a")]),
+        batch(vec![request(1, 2, RequestKind::Ordered, b"b")]),
+        batch(vec![reconfigure(7, 1, remove)]),
+        batch(vec![request(1, 3, RequestKind::Ordered, b"c")]),
+        batch(vec![request(1, 4, RequestKind::Ordered, b"d")]),
+    ];
+    let mut a = new();
+    let mut at = Vec::new();
+    for (cid, b) in batches.iter().enumerate() {
+        a.execute_batch(ConsensusId(cid as u64), b);
+        at.push(a.checkpoint());
+    }
+    let ckp = &at[1];
+    // Instance 2 in view 0 (4 signers); 3 and 4 in view 1 (3 signers suffice there).
+    let log = vec![
+        signed(2, &batches[2], &[0, 1, 2, 3]),
+        signed(3, &batches[3], &[0, 1, 2]),
+        signed(4, &batches[4], &[1, 2, 3]),
+    ];
+    let mut b = new();
+    assert_eq!(b.install_fetched(ckp, &info(1, ckp), &log, &[], 1), Ok(1));
+    assert_eq!(b.checkpoint(), at[4]);
+    assert_eq!(b.members().map(|v| v.id), Some(ViewId(1)));
+    // Three signers do not prove an instance of view 0.
+    let mut weak = log.clone();
+    weak[0] = signed(2, &batches[2], &[0, 1, 2]);
+    let mut c = new();
+    let before = c.checkpoint();
+    let err = c
+        .install_fetched(ckp, &info(1, ckp), &weak, &[], 1)
+        .unwrap_err();
+    assert!(err.contains("instance 2 does not hold in view 0"), "{err}");
+    assert_eq!(c.checkpoint(), before, "rolled back");
+    // A signer that left with the change does not count in view 1.
+    let mut stale = log.clone();
+    stale[1] = signed(3, &batches[3], &[0, 1, 4]);
+    let err = c
+        .install_fetched(ckp, &info(1, ckp), &stale, &[], 1)
+        .unwrap_err();
+    assert!(err.contains("instance 3 does not hold in view 1"), "{err}");
+}
