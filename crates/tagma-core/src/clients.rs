@@ -545,6 +545,14 @@ impl Clients {
         }
     }
 
+    /// This replica left the view: nothing it holds will be proposed.
+    pub fn drop_pending(&mut self) {
+        self.pending.clear();
+        self.pending_total = 0;
+        self.timers.clear();
+        self.timer_index.clear();
+    }
+
     fn drop_pending_up_to(&mut self, client: ClientId, seq: RequestSeq) {
         let Some(queue) = self.pending.get_mut(&client) else {
             return;

@@ -1497,12 +1497,12 @@ impl Replica {
         if !member {
             // Nothing of the ordering goes on: no buffered vote is replayed, no leader change
             // or catch-up continues, no request is proposed.
-            self.future
-                .retain_senders(&|_: &ReplicaId| false, self.params.members.len());
+            self.future =
+                FutureBuffer::new(self.params.future_messages_max, self.params.members.len());
             self.catch_up.highest_seen.clear();
             self.sync = SyncState::default();
             self.recovery = None;
-            self.clients.set_view(ViewId(u32::MAX));
+            self.clients.drop_pending();
         }
         self.stats.views_installed += 1;
         tracing::info!(%cid, view = %view.id, n = view.members.len(), f = view.f, leader = %self.leader(), member, "view installed");

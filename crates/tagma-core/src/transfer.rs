@@ -115,6 +115,15 @@ pub enum InstallOutcome {
     Rejected { reason: String },
 }
 
+/// Whether a decided batch orders a view change (an undecodable one does not).
+fn changes_view(decided: &DecidedInstance) -> bool {
+    <tagma_wire::Batch as tagma_wire::Decode>::decode(&decided.batch).is_ok_and(|b| {
+        b.requests
+            .iter()
+            .any(|e| e.request.kind == tagma_wire::RequestKind::Reconfigure)
+    })
+}
+
 /// What a [`Fetch`] step asks of the core.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum FetchOut {
@@ -159,8 +168,6 @@ struct Plan {
     /// Decisions after the checkpoint: verified with this replica's proof checker, or held
     /// after one that changes the view (verified at install, see `on_log_entry`).
     log: BTreeMap<ConsensusId, DecidedInstance>,
-    /// The held decisions whose batch orders a view change.
-    view_changes: std::collections::BTreeSet<ConsensusId>,
     /// Decisions asked for: every cid below this.
     log_requested: ConsensusId,
     rotation: usize,
@@ -319,23 +326,14 @@ impl Fetch {
         if plan.log.contains_key(&decided.cid) {
             return Err("log entry already held");
         }
-        let changes_view = <tagma_wire::Batch as tagma_wire::Decode>::decode(&decided.batch)
-            .is_ok_and(|b| {
-                b.requests
-                    .iter()
-                    .any(|e| e.request.kind == tagma_wire::RequestKind::Reconfigure)
-            });
-        if checker.check(&decided).is_none() {
-            // After a held decision that changes the view, later ones may carry proofs of
-            // another view than this replica's: they are held unverified and the executor
-            // verifies every fetched decision under the view then in effect before the state
-            // is installed (`Executor::install_fetched`).
-            if plan.view_changes.range(..decided.cid).next().is_none() {
-                return Err("log entry with an invalid proof");
-            }
-        }
-        if changes_view {
-            plan.view_changes.insert(decided.cid);
+        // After a held decision that changes the view, later ones may carry proofs of another
+        // view than this replica's: they are held unverified, and the executor verifies every
+        // fetched decision under the view then in effect before the state is installed
+        // (`Executor::install_fetched`). Held batches are decoded only on this rare path.
+        if checker.check(&decided).is_none()
+            && !plan.log.range(..decided.cid).any(|(_, d)| changes_view(d))
+        {
+            return Err("log entry with an invalid proof");
         }
         plan.log.insert(decided.cid, decided);
         self.progress(now_ms);
@@ -464,7 +462,6 @@ impl Fetch {
             written: 0,
             requested: 0,
             log: BTreeMap::new(),
-            view_changes: std::collections::BTreeSet::new(),
             log_requested: checkpoint.cid.next(),
             rotation: self.attempt,
         })
@@ -545,13 +542,18 @@ mod tests {
 
     /// A decision of `cid` signed by replicas 0..3 (a BFT n = 4 accept quorum).
     fn proven(cid: u64) -> DecidedInstance {
-        let batch = Bytes::from(format!("batch {cid}"));
+        signed_by(cid, Bytes::from(format!("batch {cid}")), &keys()[..3])
+    }
+
+    /// A decision of `cid` deciding `batch`, with ACCEPTs signed by `signers` as replicas
+    /// 0, 1, ….
+    fn signed_by(cid: u64, batch: Bytes, signers: &[IdentityKey]) -> DecidedInstance {
         let vote = Vote {
             cid: ConsensusId(cid),
             epoch: Epoch(0),
             hash: tagma_crypto::digest(&batch),
         };
-        let accepts = keys()[..3]
+        let accepts = signers
             .iter()
             .enumerate()
             .map(|(i, k)| (ReplicaId(i as u32), k.sign(&accept_signing_bytes(&vote))))
@@ -748,6 +750,64 @@ mod tests {
         f.on_log_entry(proven(12), &checker, 2, &mut out).unwrap();
         assert!(!f.is_installing(), "11 is still missing");
         f.on_log_entry(proven(11), &checker, 2, &mut out).unwrap();
+        let Some(FetchOut::Install(state)) = out.last() else {
+            panic!("complete: {out:?}");
+        };
+        let cids: Vec<u64> = state.log.iter().map(|d| d.cid.0).collect();
+        assert_eq!(cids, vec![11, 12]);
+    }
+
+    #[test]
+    fn entries_after_a_view_change_are_held_for_the_executor_to_verify() {
+        use tagma_wire::{Encode, Request, RequestAuth, RequestEnvelope, RequestKind, ViewId};
+        let mut out = Vec::new();
+        let mut f = fetch(&mut out);
+        for r in 0..3 {
+            f.on_offer(ReplicaId(r), Some(ckp(10, 5)), ConsensusId(13), 1, &mut out);
+        }
+        let checker = checker();
+        // Instance 11 orders a view change (proven in this replica's view); 12 was decided in
+        // the next view, by keys this replica's checker does not know.
+        let reconfigure = tagma_wire::Batch {
+            timestamp_ms: 1,
+            seed: 0,
+            requests: vec![RequestEnvelope {
+                request: Request {
+                    client: ClientId(9),
+                    seq: RequestSeq(1),
+                    kind: RequestKind::Reconfigure,
+                    view: ViewId(0),
+                    payload: Bytes::from_static(b"change"),
+                },
+                auth: RequestAuth::Macs(vec![]),
+            }],
+        };
+        let strangers: Vec<IdentityKey> = (0..3u8)
+            .map(|i| IdentityKey::from_seed([100 + i; 32]))
+            .collect();
+        let later = || signed_by(12, Bytes::from_static(b"batch 12"), &strangers);
+        // Without the change held, such a proof is refused.
+        assert_eq!(
+            f.on_log_entry(later(), &checker, 2, &mut out),
+            Err("log entry with an invalid proof")
+        );
+        f.on_log_entry(
+            signed_by(11, reconfigure.to_bytes(), &keys()[..3]),
+            &checker,
+            2,
+            &mut out,
+        )
+        .unwrap();
+        f.on_log_entry(later(), &checker, 2, &mut out).unwrap();
+        f.on_chunk(
+            ReplicaId(0),
+            ConsensusId(10),
+            0,
+            Bytes::from(vec![1u8; 5]),
+            2,
+            &mut out,
+        )
+        .unwrap();
         let Some(FetchOut::Install(state)) = out.last() else {
             panic!("complete: {out:?}");
         };
