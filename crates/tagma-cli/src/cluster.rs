@@ -1,6 +1,7 @@
 //! A local cluster of replica *processes* (`tagma replica`), used by `tagma demo` and the
 //! multi-process tests.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -37,6 +38,8 @@ pub struct LocalCluster {
     /// Start `tagma unreplicated` servers instead of replicas (set before starting).
     pub unreplicated: bool,
     exe: PathBuf,
+    /// Replicas listed in tagma.toml (the first ones of `cfg.replicas`; joiners follow).
+    listed: usize,
     children: Vec<Option<Child>>,
     _tmp: Option<tempfile::TempDir>,
 }
@@ -89,6 +92,7 @@ impl LocalCluster {
             service: None,
             unreplicated: false,
             exe: exe.to_path_buf(),
+            listed: replicas,
             children,
             _tmp: tmp,
         })
@@ -109,6 +113,10 @@ impl LocalCluster {
 
     /// Starts replica `i` as a child process (logs go to `logs/replica-<i>.log`).
     pub fn start(&mut self, i: usize) -> Result<()> {
+        self.spawn(i, &[])
+    }
+
+    fn spawn(&mut self, i: usize, extra: &[String]) -> Result<()> {
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -122,10 +130,11 @@ impl LocalCluster {
         .arg("--dir")
         .arg(&self.dir)
         .arg("--id")
-        .arg(i.to_string());
+        .arg(self.cfg.replicas[i].id.to_string());
         if let Some(service) = &self.service {
             cmd.arg("--service").arg(service);
         }
+        cmd.args(extra);
         let child = cmd
             .env(
                 "RUST_LOG",
@@ -140,12 +149,52 @@ impl LocalCluster {
         Ok(())
     }
 
+    /// Prepares a replica the configuration does not list, for `tagma view add`: writes its
+    /// key to `keys/replica-<id>.key`, picks free ports for it on 127.0.0.1, and records it
+    /// (in memory) as replica index `self.cfg.replicas.len()`, so that the methods taking an
+    /// index (`start_joining`, `wait_ready`, `kill`, metrics) reach it, and proxies made
+    /// from now on include it. Returns its index and its key file.
+    pub fn prepare_joiner(&mut self, id: ReplicaId) -> Result<(usize, PathBuf)> {
+        let key = IdentityKey::generate();
+        let path = cluster_dir::replica_key_path(&self.dir, id);
+        key.write_file(&path)?;
+        let port = |_: ()| -> Result<SocketAddr> {
+            Ok(SocketAddr::from(([127, 0, 0, 1], crate::init::free_port("127.0.0.1")?)))
+        };
+        let info = tagma_core::config::ReplicaInfo {
+            id,
+            addr: port(())?,
+            public_key: key.public(),
+            metrics_addr: Some(port(())?),
+        };
+        self.cfg.replicas.push(info);
+        self.children.push(None);
+        Ok((self.cfg.replicas.len() - 1, path))
+    }
+
+    /// Starts the replica prepared at index `i` with `tagma replica --join`, contacting
+    /// replica 0.
+    pub fn start_joining(&mut self, i: usize) -> Result<()> {
+        let info = self.cfg.replicas[i].clone();
+        let contact = self.cfg.replicas[0].addr;
+        let metrics = info.metrics_addr.context("a joiner has a metrics address")?;
+        self.spawn(
+            i,
+            &[
+                "--join".into(),
+                contact.to_string(),
+                "--metrics-addr".into(),
+                metrics.to_string(),
+            ],
+        )
+    }
+
     /// Starts every replica and waits until all of them accept connections.
     pub fn start_all(&mut self) -> Result<()> {
-        for i in 0..self.children.len() {
+        for i in 0..self.listed {
             self.start(i)?;
         }
-        for i in 0..self.children.len() {
+        for i in 0..self.listed {
             self.wait_ready(i, Duration::from_secs(20))?;
         }
         Ok(())

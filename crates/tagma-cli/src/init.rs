@@ -40,7 +40,7 @@ const PICKED_PORTS: std::ops::Range<u16> = 20_000..32_000;
 
 /// A port free on `host` now, in [`PICKED_PORTS`], from a starting point that differs per
 /// process and call (clusters created side by side rarely probe the same ports).
-fn free_port(host: &str) -> Result<u16> {
+pub(crate) fn free_port(host: &str) -> Result<u16> {
     static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let span = u32::from(PICKED_PORTS.end - PICKED_PORTS.start);
     let nanos = std::time::SystemTime::now()

@@ -83,13 +83,29 @@ enum Cmd {
     Replica {
         #[arg(long)]
         dir: PathBuf,
-        /// This replica's id in tagma.toml.
+        /// This replica's id in tagma.toml (or, with --join, the id it was added with).
         #[arg(long)]
         id: u32,
         /// The replicated service: the key-value store, or the micro-benchmark's empty
         /// service (replies of the size each request asks for).
         #[arg(long, value_enum, default_value_t = ServiceKind::Kv)]
         service: ServiceKind,
+        /// Join a running cluster: HOST:PORT of any replica listed in tagma.toml. The replica
+        /// waits until a view that includes it is installed (`tagma view add`), learns it
+        /// from the members, fetches the state by state transfer, then takes part. Use it
+        /// for restarts of a joined replica too.
+        #[arg(long, value_name = "HOST:PORT")]
+        join: Option<std::net::SocketAddr>,
+        /// The secret key file (default DIR/keys/replica-ID.key).
+        #[arg(long)]
+        key: Option<PathBuf>,
+        /// With --join: how long to wait for the view that adds this replica.
+        #[arg(long, default_value_t = 600)]
+        join_wait_s: u64,
+        /// With --join: serve Prometheus metrics on HOST:PORT (listed replicas take
+        /// `metrics_addr` from tagma.toml).
+        #[arg(long, value_name = "HOST:PORT")]
+        metrics_addr: Option<std::net::SocketAddr>,
     },
     /// Run one server WITHOUT replication (until killed): clients connect and authenticate
     /// as to a replica, but requests execute at once, without consensus. The baseline that
@@ -525,7 +541,28 @@ fn run(cli: Cli) -> Result<()> {
             );
             Ok(())
         }
-        Cmd::Replica { dir, id, service } => serve(&dir, ReplicaId(id), service, false),
+        Cmd::Replica {
+            dir,
+            id,
+            service,
+            join: Some(contact),
+            key,
+            join_wait_s,
+            metrics_addr,
+        } => join(
+            &dir,
+            ReplicaId(id),
+            service,
+            JoinArgs {
+                contact,
+                key,
+                wait: Duration::from_secs(join_wait_s),
+                metrics_addr,
+            },
+        ),
+        Cmd::Replica {
+            dir, id, service, ..
+        } => serve(&dir, ReplicaId(id), service, false),
         Cmd::Unreplicated { dir, id, service } => serve(&dir, ReplicaId(id), service, true),
         Cmd::Bench(args) => bench(args),
         Cmd::Kv {
@@ -539,7 +576,23 @@ fn run(cli: Cli) -> Result<()> {
         Cmd::Status { dir } => {
             let cfg = cluster_dir::load_config(&dir)?;
             let key = IdentityKey::read_file(&cluster_dir::client_key_path(&dir))?;
-            let proxy = Proxy::connect(&cfg, key, ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL))?;
+            let proxy = Proxy::connect(
+                &cfg,
+                key.clone(),
+                ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
+            )?;
+            // The installed view's members, added ones included.
+            let proxy = match proxy.current_view(Duration::from_secs(2)) {
+                Ok(view) if view.id.0 > 0 => {
+                    drop(proxy);
+                    Proxy::connect(
+                        &cfg.with_view(&view),
+                        key,
+                        ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
+                    )?
+                }
+                _ => proxy,
+            };
             for (id, state) in proxy.query_states(Duration::from_secs(2)) {
                 match state {
                     Some(s) => println!(
@@ -587,6 +640,46 @@ fn serve(
         node.run_until_left(grace);
         eprintln!("replica {id} is not a member of the installed view: exited");
     }
+    Ok(())
+}
+
+struct JoinArgs {
+    contact: std::net::SocketAddr,
+    key: Option<PathBuf>,
+    wait: Duration,
+    metrics_addr: Option<std::net::SocketAddr>,
+}
+
+/// `tagma replica --join`: waits for the view that adds `id`, then runs it until it leaves.
+fn join(
+    dir: &std::path::Path,
+    id: ReplicaId,
+    service: ServiceKind,
+    args: JoinArgs,
+) -> Result<()> {
+    let cfg = cluster_dir::load_config(dir)?;
+    let key_path = args
+        .key
+        .unwrap_or_else(|| cluster_dir::replica_key_path(dir, id));
+    let key = IdentityKey::read_file(&key_path)?;
+    let grace = Duration::from_millis(cfg.raw.timeouts.request_timeout_ms.saturating_mul(5));
+    let data_dir = cluster_dir::data_dir(dir, &cfg, id);
+    std::fs::create_dir_all(&data_dir).context("cannot create the data directory")?;
+    let view = tagma_node::discover_view(&cfg, id, &key, args.contact, args.wait)?;
+    let joining = tagma_node::Joining {
+        view,
+        metrics_addr: args.metrics_addr,
+    };
+    let node = match service {
+        ServiceKind::Kv => {
+            tagma_node::start_joining(cfg, id, key, KvService::new(), data_dir, joining)?
+        }
+        ServiceKind::Micro => {
+            tagma_node::start_joining(cfg, id, key, EmptyService::new(), data_dir, joining)?
+        }
+    };
+    node.run_until_left(grace);
+    eprintln!("replica {id} is not a member of the installed view: exited");
     Ok(())
 }
 
@@ -969,12 +1062,13 @@ fn view(dir: PathBuf, admin_key: Option<PathBuf>, op: ViewCmd) -> Result<()> {
         ViewCmd::SetF { f } => vec![ViewOp::SetF(f)],
         ViewCmd::Add { id, addr, key } => {
             addr.parse::<std::net::SocketAddr>()
-                .with_context(|| format!("--addr {addr:?} is not HOST:PORT with a numeric host"))?;
+                .with_context(|| format!("--addr {addr:?} is not IP:PORT"))?;
             let key = IdentityKey::read_file(&key)?.public();
-            bail!(
-                "adding replica {id} ({addr}, key {}) is not supported yet: a joining replica cannot catch up across views (issue 6); the view is unchanged",
-                key.to_hex()
-            );
+            vec![ViewOp::Add(tagma_wire::ViewMember {
+                id: ReplicaId(id),
+                addr,
+                key,
+            })]
         }
     };
     let admin_path = admin_key.unwrap_or_else(|| cluster_dir::admin_key_path(&dir));

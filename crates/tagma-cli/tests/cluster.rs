@@ -553,6 +553,77 @@ fn remove_under_load(removed: u32) {
     }
 }
 
+/// A fifth replica joins a BFT cluster of four under load: `tagma replica --join` waits for
+/// the administrator's change, learns the view from the members, fetches the state (decided
+/// in view 0, which it never knew) by state transfer, and ends with the same digest.
+#[test]
+fn a_replica_is_added_under_load_and_reaches_the_same_digest() {
+    use tagma_core::view::sign_change;
+    use tagma_wire::{ReconfigureOutcome, ViewMember, ViewOp};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let admin = IdentityKey::from_seed([0xad; 32]);
+    let admin_key = admin.public().to_hex();
+    let mut c = LocalCluster::launch(exe(), 4, Mode::Bft, move |cfg| {
+        cfg.admin = Some(tagma_core::config::AdminEntry {
+            public_key: admin_key.clone(),
+        });
+        cfg.storage.durability = tagma_core::config::Durability::Fsync;
+        cfg.storage.checkpoint_period = 40;
+        cfg.limits.decisions_kept = 16;
+    })
+    .expect("start a local cluster");
+    let (joiner, key_path) = c.prepare_joiner(ReplicaId(4)).expect("a key for replica 4");
+    let key = IdentityKey::read_file(&key_path).expect("its key").public();
+    let addr = c.cfg.replicas[joiner].addr.to_string();
+    // Started first: it waits for the view that adds it.
+    c.start_joining(joiner).expect("start the joiner");
+    let admin_proxy = c.proxy(READY).expect("connect the administrator's client");
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(90),
+        ops_per_client: Some(400),
+        ..Default::default()
+    };
+    let clients = proxies(&c, 4);
+    let report = std::thread::scope(|s| {
+        let load = s.spawn(|| {
+            workload::run(clients, &opts, &AtomicU64::new(0), &AtomicBool::new(false))
+        });
+        std::thread::sleep(Duration::from_millis(1500));
+        let add = ViewOp::Add(ViewMember {
+            id: ReplicaId(4),
+            addr,
+            key,
+        });
+        let outcome = admin_proxy
+            .reconfigure(&sign_change(&admin, ViewId(0), vec![add]))
+            .expect("the change is ordered");
+        let ReconfigureOutcome::Installed(view) = outcome else {
+            panic!("the administrator's change was refused: {outcome:?}");
+        };
+        assert_eq!((view.id, view.members.len(), view.f), (ViewId(1), 5, 1));
+        load.join().expect("the load ran")
+    });
+    assert_history_clean(&c, &report, "clients across a join");
+    assert_eq!(report.completed, 4 * 400, "every operation completed");
+    c.wait_ready(joiner, Duration::from_secs(30))
+        .expect("the joiner serves metrics");
+    // A little more load after the join, so that the newcomer also orders.
+    let proxy = c.proxy(READY).expect("connect");
+    still_serves(&c, &proxy, "after the join");
+    let all: Vec<ReplicaId> = (0..5).map(ReplicaId).collect();
+    let states = assert_converged(&c, &all, Duration::from_secs(60));
+    assert!(states[0].executed_requests >= 4 * 400 / 2, "{states:?}");
+    for i in 0..5 {
+        assert_eq!(
+            tagma_cli::chaos::metric(&c, i, "tagma_view"),
+            1.0,
+            "replica {i} installed view 1"
+        );
+    }
+    let fetched = tagma_cli::chaos::metric(&c, joiner, "tagma_state_transfer_ms");
+    assert!(fetched > 0.0, "the joiner fetched its state by state transfer");
+}
+
 #[test]
 fn a_follower_is_removed_under_load_and_the_others_serve_on_in_the_new_view() {
     remove_under_load(4);
@@ -564,7 +635,7 @@ fn the_leader_is_removed_under_load_and_the_next_member_leads_at_once() {
 }
 
 /// `tagma view`: show the view, remove a replica, and get clear refusals for an f the view
-/// cannot tolerate and for adding a replica (not supported yet).
+/// cannot tolerate and for adding a replica with a member's key.
 #[test]
 fn the_view_command_shows_and_changes_the_replica_set() {
     let c = cluster(5, Mode::Bft);
@@ -611,7 +682,10 @@ fn the_view_command_shows_and_changes_the_replica_set() {
         key.to_str().unwrap(),
     ]);
     assert!(!ok);
-    assert!(err.contains("not supported yet"), "{err}");
+    assert!(
+        err.contains("replica 9's key is already a member's: each member needs its own key"),
+        "{err}"
+    );
     // The remaining members still serve, in view 1.
     let proxy = c.proxy(READY).expect("connect");
     still_serves(&c, &proxy, "after tagma view remove");

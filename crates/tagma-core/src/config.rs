@@ -292,6 +292,26 @@ impl ValidConfig {
     pub fn members(&self) -> Vec<ReplicaId> {
         self.replicas.iter().map(|r| r.id).collect()
     }
+    /// This configuration with `view`'s replica set and f (the configured metrics addresses
+    /// kept): how a client reaches members added after the configuration was written.
+    /// Members whose address is not IP:PORT are left out.
+    pub fn with_view(&self, view: &tagma_wire::View) -> ValidConfig {
+        let mut cfg = self.clone();
+        cfg.f = view.f;
+        cfg.replicas = view
+            .members
+            .iter()
+            .filter_map(|m| {
+                Some(ReplicaInfo {
+                    id: m.id,
+                    addr: m.addr.parse().ok()?,
+                    public_key: m.key,
+                    metrics_addr: self.replica(m.id).and_then(|r| r.metrics_addr),
+                })
+            })
+            .collect();
+        cfg
+    }
     /// View 0: the configured replicas, with their addresses and keys, and f.
     pub fn initial_view(&self) -> tagma_wire::View {
         tagma_wire::View {

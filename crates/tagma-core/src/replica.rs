@@ -108,7 +108,7 @@ impl ReplicaParams {
     }
 
     /// Makes `view` the installed one (members, keys, addresses, quorums, id).
-    fn set_view(&mut self, view: &View) {
+    pub fn set_view(&mut self, view: &View) {
         self.view = view.id;
         self.members = view.members.iter().map(|m| m.id).collect();
         self.member_keys = view.members.iter().map(|m| m.key).collect();
@@ -212,12 +212,14 @@ impl PeerInput {
     /// Maps a received message to the core's input the way the network stage must:
     /// PROPOSE batches are decoded and hashed, and `authentic` is asked about the requests
     /// that need checking (a PROPOSE's batch, a forwarded request, each request of a STOP —
-    /// unauthentic ones are dropped —, and a SYNC's fresh proposal).
+    /// unauthentic ones are dropped —, and a SYNC's fresh proposal). `None` for the view
+    /// exchange of joining replicas ([`PeerMessage::ViewQuery`], [`PeerMessage::ViewInfo`]),
+    /// which the runtime answers on the connection it came on, without the core.
     pub fn from_message(
         msg: PeerMessage,
         authentic: impl Fn(&[RequestEnvelope]) -> bool,
-    ) -> PeerInput {
-        match msg {
+    ) -> Option<PeerInput> {
+        Some(match msg {
             PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
                 Ok(batch) => {
                     let hash = tagma_crypto::digest(&p.batch);
@@ -277,7 +279,8 @@ impl PeerInput {
                 PeerInput::Transfer(TransferInput::LogRequest { from, count })
             }
             PeerMessage::LogEntry(d) => PeerInput::Transfer(TransferInput::LogEntry(d)),
-        }
+            PeerMessage::ViewQuery | PeerMessage::ViewInfo(_) => return None,
+        })
     }
 }
 
@@ -2205,19 +2208,41 @@ impl Replica {
             });
             if self.params.state_transfer && self.fetch.is_none() {
                 tracing::info!(next = %cid, decided_elsewhere = %known_decided, "too far behind for decision forwarding: starting state transfer");
-                let mut out = Vec::new();
-                let params = FetchParams {
-                    me: self.params.me,
-                    peers: self.params.members.len() - 1,
-                    one_correct: self.params.quorums.one_correct(),
-                    chunk_bytes: self.params.chunk_bytes,
-                    state_bytes_max: self.params.state_bytes_max,
-                    timeout_ms: self.params.request_timeout_ms.max(1),
-                };
-                self.fetch = Some(Fetch::start(params, cid, self.now_ms, &mut out));
-                self.fetch_actions(out);
+                self.start_fetch(false);
             }
         }
+    }
+
+    fn start_fetch(&mut self, joining: bool) {
+        let mut out = Vec::new();
+        let params = FetchParams {
+            me: self.params.me,
+            peers: self.params.members.len() - 1,
+            one_correct: self.params.quorums.one_correct(),
+            chunk_bytes: self.params.chunk_bytes,
+            state_bytes_max: self.params.state_bytes_max,
+            timeout_ms: self.params.request_timeout_ms.max(1),
+            joining,
+        };
+        let next = self.instance.cid;
+        self.fetch = Some(Fetch::start(params, next, self.now_ms, &mut out));
+        self.fetch_actions(out);
+    }
+
+    /// Starts a replica that a view change added (its parameters carry that view) and that
+    /// has no state: it fetches a checkpoint and the decisions after it by state transfer
+    /// before taking part, because the history before it joined was decided in views it
+    /// does not know (the executor, started in the configuration's initial view, replays
+    /// and verifies it). Needs durable state (`state_transfer`).
+    pub fn start_joining(&mut self, now_ms: u64) {
+        assert!(
+            self.params.state_transfer,
+            "a joining replica needs durable state"
+        );
+        self.set_now(now_ms);
+        self.catch_up.state_transfer_signalled = true;
+        tracing::info!(view = self.params.view.0, "joining: fetching the state by state transfer");
+        self.start_fetch(true);
     }
 
     /// Requests the next run only if the previous one is used up or its retry is due.

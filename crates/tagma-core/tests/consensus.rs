@@ -1150,7 +1150,7 @@ impl Cluster {
             return true;
         }
         self.now_ms += 1;
-        let input = PeerInput::from_message(msg, |_| true);
+        let input = PeerInput::from_message(msg, |_| true).expect("a consensus message");
         let i = to.0 as usize;
         match self.replicas[i].handle_peer(self.now_ms, from, input) {
             // Late votes of decided instances are normal.
@@ -1542,7 +1542,7 @@ fn a_sync_for_the_highest_regency_does_not_panic() {
     let result = follower.handle_peer(
         1,
         r(3),
-        PeerInput::from_message(PeerMessage::Sync(sync), |_| true),
+        PeerInput::from_message(PeerMessage::Sync(sync), |_| true).expect("a consensus message"),
     );
     assert!(
         matches!(result, Err(Rejection::InvalidSync { .. })),

@@ -24,7 +24,7 @@
 //! does not validate, and otherwise checkpoints it durably and restarts the log after it
 //! before the core goes on.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 
@@ -284,7 +284,7 @@ pub(crate) fn storage_loop(
     mut log: Log,
     rx: Receiver<StorageEvent>,
     exec_tx: Sender<ExecEvent>,
-    peers: HashMap<ReplicaId, Sender<Bytes>>,
+    peers: crate::membership::PeerLinks,
 ) {
     let keep = sh.cfg.raw.limits.decisions_kept as u64;
     let metrics = &sh.metrics;
@@ -310,8 +310,8 @@ pub(crate) fn storage_loop(
                 }
                 StorageEvent::Release { cid } => release = release.max(Some(cid)),
                 StorageEvent::ReadLog { to, from, count } => {
-                    if let Some(tx) = peers.get(&to) {
-                        serve_log(sh, &log, tx, from, count);
+                    if let Some(tx) = peers.get(to) {
+                        serve_log(sh, &log, &tx, from, count);
                     }
                 }
                 StorageEvent::Installed {
@@ -426,7 +426,7 @@ pub(crate) fn transfer_loop(
     sh: &Shared,
     store: CheckpointStore,
     rx: Receiver<TransferJob>,
-    peers: HashMap<ReplicaId, Sender<Bytes>>,
+    peers: crate::membership::PeerLinks,
     exec_tx: Sender<ExecEvent>,
 ) {
     while let Ok(job) = rx.recv() {
@@ -437,7 +437,7 @@ pub(crate) fn transfer_loop(
                 offset,
                 len,
             } => {
-                let Some(tx) = peers.get(&to) else {
+                let Some(tx) = peers.get(to) else {
                     continue;
                 };
                 match store.read_chunk(cid, offset, len as usize) {
@@ -450,7 +450,7 @@ pub(crate) fn transfer_loop(
                             offset,
                             data: Bytes::from(data),
                         };
-                        send_peer(sh, tx, msg.to_bytes());
+                        send_peer(sh, &tx, msg.to_bytes());
                     }
                     // Replaced by a newer checkpoint meanwhile: the fetcher starts over.
                     Err(e) => warn!("cannot read a chunk of checkpoint {cid}: {e}"),

@@ -20,7 +20,10 @@
 pub mod auth;
 pub mod cluster_dir;
 mod durability;
+mod membership;
 pub mod metrics;
+
+pub use membership::discover_view;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -37,9 +40,9 @@ use tagma_core::config::ReplicaInfo;
 use tagma_core::{Action, Decision, PeerInput, Replica, ReplicaParams, ValidConfig};
 use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
-use tagma_net::{FrameReader, FrameWriter, KeyDirectory, LocalIdentity, NetError, NetLimits};
+use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError, NetLimits};
 use tagma_wire::{
-    Batch, ClientId, ClientMessage, ConsensusId, Decode, Encode, PeerMessage, PublicKey, ReplicaId,
+    Batch, ClientId, ClientMessage, ConsensusId, Decode, Encode, PeerMessage, ReplicaId,
     ReplicaMessage, RequestEnvelope, RequestKind, RequestSeq, Role, StateInfo, ViewId,
 };
 use tracing::{debug, info, info_span, warn};
@@ -68,6 +71,20 @@ pub enum NodeError {
     },
     #[error("replica {0} is not in the configuration")]
     NotAMember(ReplicaId),
+    #[error(
+        "the contact {0} is not a replica of tagma.toml — fix: give `--join` the address of a replica listed there"
+    )]
+    UnknownContact(SocketAddr),
+    #[error(
+        "no view includes replica {me} after {waited_s} s — fix: add it with `tagma view --dir DIR add --id {me} --addr HOST:PORT --key FILE`, then start it again"
+    )]
+    NotAdded { me: ReplicaId, waited_s: u64 },
+    #[error(
+        "a joining replica fetches its state by state transfer, which needs durable checkpoints — fix: set [storage] durability = \"fsync\""
+    )]
+    JoinNeedsDurability,
+    #[error("the view that adds replica {0} gives it no usable address (it must be IP:PORT)")]
+    BadAddress(ReplicaId),
     #[error("key error: {0}")]
     Key(#[from] tagma_crypto::CryptoError),
     #[error(
@@ -197,22 +214,13 @@ impl Clock {
     }
 }
 
-struct Directory(Arc<ValidConfig>);
-
-impl KeyDirectory for Directory {
-    fn lookup(&self, role: &Role) -> Option<PublicKey> {
-        match role {
-            Role::Replica(id) => self.0.replica(*id).map(|r| r.public_key),
-            Role::Client(p) => self.0.client_key(*p),
-        }
-    }
-}
-
 /// What every network thread shares.
 struct Shared {
     me: ReplicaId,
     cfg: Arc<ValidConfig>,
     key: Arc<IdentityKey>,
+    /// The replicas known (handshakes) and the installed view (answered to joiners).
+    roster: membership::SharedRoster,
     limits: NetLimits,
     metrics: Arc<Metrics>,
     verifier: Arc<RequestVerifier>,
@@ -254,7 +262,30 @@ pub fn start<S: Service>(
     service: S,
     data_dir: PathBuf,
 ) -> Result<NodeHandle, NodeError> {
-    start_node(cfg, me, key, service, Some(data_dir))
+    start_node(cfg, me, key, service, Some(data_dir), None)
+}
+
+/// A replica the configuration does not list, which a view change added.
+#[derive(Clone, Debug)]
+pub struct Joining {
+    /// The view that includes it (found by [`discover_view`]).
+    pub view: tagma_wire::View,
+    /// Where to serve its metrics (the configuration has no entry for it).
+    pub metrics_addr: Option<SocketAddr>,
+}
+
+/// Starts replica `me`, which a view change added to the cluster (see [`Joining`]). With
+/// no durable state in `data_dir` it fetches the state by state transfer before taking part;
+/// with some (a restart after it joined), it recovers as any replica does.
+pub fn start_joining<S: Service>(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    service: S,
+    data_dir: PathBuf,
+    joining: Joining,
+) -> Result<NodeHandle, NodeError> {
+    start_node(cfg, me, key, service, Some(data_dir), Some(joining))
 }
 
 /// Starts server `me` of `cfg` serving `service` **without replication**: the benchmarks'
@@ -269,22 +300,56 @@ pub fn start_unreplicated<S: Service>(
     key: IdentityKey,
     service: S,
 ) -> Result<NodeHandle, NodeError> {
-    start_node(cfg, me, key, service, None)
+    start_node(cfg, me, key, service, None, None)
 }
 
-/// `data_dir`: `None` runs the unreplicated baseline.
+/// `data_dir`: `None` runs the unreplicated baseline. `join`: the view that added `me`, for a
+/// replica the configuration does not list.
 fn start_node<S: Service>(
     cfg: ValidConfig,
     me: ReplicaId,
     key: IdentityKey,
     service: S,
     data_dir: Option<PathBuf>,
+    join: Option<Joining>,
 ) -> Result<NodeHandle, NodeError> {
     let unreplicated = data_dir.is_none();
-    let info = cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?;
+    let info = match &join {
+        None => cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?,
+        Some(Joining { view, metrics_addr }) => {
+            let m = view
+                .members
+                .iter()
+                .find(|m| m.id == me)
+                .ok_or(NodeError::NotAMember(me))?;
+            ReplicaInfo {
+                id: me,
+                addr: membership::member_addr(m).ok_or(NodeError::BadAddress(me))?,
+                public_key: m.key,
+                metrics_addr: *metrics_addr,
+            }
+        }
+    };
     if info.public_key != key.public() {
         return Err(NodeError::KeyMismatch(me));
     }
+    // The core's parameters: the configuration's, in the view that added a joining replica.
+    let mut params = ReplicaParams::from_config(&cfg, me);
+    // The executor starts in the initial view whatever the replica's: it replays (and
+    // verifies) history from there or from a checkpoint's view.
+    let genesis = params.membership();
+    if let Some(Joining { view, .. }) = &join {
+        if cfg.raw.storage.durability != Durability::Fsync {
+            return Err(NodeError::JoinNeedsDurability);
+        }
+        params.set_view(view);
+    }
+    let start_view = (params.view.0, params.members.len(), params.quorums.f);
+    // Staggered checkpoints: this replica's place among the members it starts with.
+    let stagger = (
+        params.members.iter().position(|r| *r == me).unwrap_or(0),
+        params.members.len(),
+    );
     let cfg = Arc::new(cfg);
     let lim = &cfg.raw.limits;
     let mut executor = Executor::new(
@@ -295,9 +360,12 @@ fn start_node<S: Service>(
     );
     if !unreplicated {
         // The executor judges view changes exactly as the core does (and checkpoints the view).
-        executor = executor.with_membership(ReplicaParams::from_config(&cfg, me).membership());
+        executor = executor.with_membership(genesis);
     }
     let metrics = Arc::new(Metrics::default());
+    metrics
+        .view
+        .store(u64::from(params.view.0), Ordering::Relaxed);
     // Durability: recover before anything else runs.
     let recovered = match &data_dir {
         Some(dir) if cfg.raw.storage.durability == Durability::Fsync => Some(
@@ -342,10 +410,15 @@ fn start_node<S: Service>(
         )
     });
     let key = Arc::new(key);
+    let roster = Arc::new(std::sync::RwLock::new(membership::Roster::new(
+        &cfg,
+        &params.membership().view,
+    )));
     let shared = Arc::new(Shared {
         me,
         cfg: cfg.clone(),
         key,
+        roster,
         limits,
         metrics: metrics.clone(),
         verifier,
@@ -359,24 +432,28 @@ fn start_node<S: Service>(
     });
 
     let mut threads = Vec::new();
-    let mut peer_links = HashMap::new();
+    let peer_links = membership::PeerLinks::default();
     // Unreplicated: no peers to talk to.
-    for peer in cfg.replicas.iter().filter(|r| r.id != me && !unreplicated) {
-        let (tx, rx) = bounded::<Bytes>(lim.connection_queue_max);
-        peer_links.insert(peer.id, tx);
-        let (sh, peer) = (shared.clone(), peer.clone());
-        threads.push(spawn(format!("peer-out-{}", peer.id), me, move || {
-            peer_writer(&sh, &peer, rx)
-        }));
+    if !unreplicated {
+        for m in &params.membership().view.members {
+            add_link(&shared, &peer_links, m);
+        }
+        for peer in &cfg.replicas {
+            if !peer_links.contains(peer.id) && peer.id != me {
+                start_link(&shared, &peer_links, peer.clone());
+            }
+        }
     }
     let mut durable_exec = None;
     let mut storage_tx = None;
     let mut transfer_tx = None;
     let mut core = None;
+    let mut joining = false;
     if !unreplicated {
-        let params = ReplicaParams::from_config(&cfg, me);
         let mut replica = Replica::new(params, (*shared.key).clone());
         if let Some(rec) = recovered {
+            // A replica that was added and has nothing yet fetches everything first.
+            joining = join.is_some() && rec.last.is_none() && rec.checkpoint.is_none();
             if let Some(last) = rec.last {
                 replica.resume(
                     last,
@@ -414,8 +491,8 @@ fn start_node<S: Service>(
                 consensus_tx: shared.internal_tx.clone(),
                 store: rec.store,
                 checkpoint_tx: ckp_tx,
-                index: cfg.replicas.iter().position(|r| r.id == me).unwrap_or(0),
-                n: cfg.n(),
+                index: stagger.0,
+                n: stagger.1,
                 period: cfg.raw.storage.checkpoint_period,
                 held: VecDeque::new(),
                 durable_through: rec.last.map(|c| c.0),
@@ -434,7 +511,7 @@ fn start_node<S: Service>(
                 storage_tx,
                 transfer_tx,
             };
-            consensus_loop(&sh, core, consensus_rx, internal_rx, &links)
+            consensus_loop(&sh, core, consensus_rx, internal_rx, &links, joining)
         }));
     }
     let sh = shared.clone();
@@ -448,7 +525,7 @@ fn start_node<S: Service>(
     if unreplicated {
         info!(server = me.0, addr = %local_addr, "unreplicated server started (no consensus)");
     } else {
-        info!(replica = me.0, addr = %local_addr, n = cfg.n(), f = cfg.f, mode = %cfg.mode, "replica started");
+        info!(replica = me.0, addr = %local_addr, view = start_view.0, n = start_view.1, f = start_view.2, mode = %cfg.mode, "replica started");
     }
     Ok(NodeHandle {
         id: me,
@@ -514,7 +591,11 @@ fn serve_connection(sh: &Arc<Shared>, stream: TcpStream) {
         role: Role::Replica(sh.me),
         key: &sh.key,
     };
-    let handshake = tagma_net::accept(stream, &me, &Directory(sh.cfg.clone()), sh.limits);
+    let directory = membership::Directory {
+        cfg: &sh.cfg,
+        roster: &sh.roster,
+    };
+    let handshake = tagma_net::accept(stream, &me, &directory, sh.limits);
     sh.handshakes.fetch_sub(1, Ordering::Relaxed);
     let (role, reader, writer) = match handshake {
         Ok(x) => x,
@@ -534,7 +615,12 @@ fn serve_connection(sh: &Arc<Shared>, stream: TcpStream) {
 
 /// Reads consensus messages from peer `from`; decodes, hashes and authenticates batches here,
 /// off the consensus thread.
-fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, writer: FrameWriter) {
+fn peer_reader(
+    sh: &Arc<Shared>,
+    from: ReplicaId,
+    mut reader: FrameReader,
+    mut writer: FrameWriter,
+) {
     sh.metrics.peer_connections.fetch_add(1, Ordering::Relaxed);
     debug!(peer = from.0, "peer connected");
     let threads = sh.cfg.raw.limits.signature_threads;
@@ -557,8 +643,22 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
                 continue;
             }
         };
+        if matches!(msg, PeerMessage::ViewQuery) {
+            // A joining replica asks which view is installed: answered on its connection.
+            let view = sh
+                .roster
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .view()
+                .clone();
+            let answer = PeerMessage::ViewInfo(view).to_bytes();
+            if writer.push(&answer).and_then(|()| writer.flush()).is_err() {
+                break;
+            }
+            continue;
+        }
         // Decode and hash batches, authenticate requests, here — off the consensus thread.
-        let input = PeerInput::from_message(msg, |requests| {
+        let Some(input) = PeerInput::from_message(msg, |requests| {
             match sh.verifier.verify_all(requests, threads) {
                 Ok(()) => true,
                 Err(e) => {
@@ -569,7 +669,14 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
                     false
                 }
             }
-        });
+        }) else {
+            // A view answer on an inbound connection: only joiners' own connections get one.
+            sh.reject(
+                "unexpected_message",
+                format_args!("a view answer from replica {from}"),
+            );
+            continue;
+        };
         if let PeerInput::UndecodablePropose { cid, .. } = &input {
             sh.reject(
                 "malformed_batch",
@@ -586,6 +693,42 @@ fn peer_reader(sh: &Arc<Shared>, from: ReplicaId, mut reader: FrameReader, write
     }
     writer.shutdown();
     sh.metrics.peer_connections.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Starts the link to member `m` unless there is one (or it is this replica).
+fn add_link(sh: &Arc<Shared>, links: &membership::PeerLinks, m: &tagma_wire::ViewMember) {
+    if m.id == sh.me || links.contains(m.id) {
+        return;
+    }
+    let Some(addr) = membership::member_addr(m) else {
+        warn!(
+            replica = m.id.0,
+            addr = %m.addr,
+            "a member's address is not IP:PORT: no link to it"
+        );
+        return;
+    };
+    start_link(
+        sh,
+        links,
+        ReplicaInfo {
+            id: m.id,
+            addr,
+            public_key: m.key,
+            metrics_addr: None,
+        },
+    );
+}
+
+/// A queue and a writer thread for `peer`.
+fn start_link(sh: &Arc<Shared>, links: &membership::PeerLinks, peer: ReplicaInfo) {
+    let (tx, rx) = bounded::<Bytes>(sh.cfg.raw.limits.connection_queue_max);
+    links.insert(peer.id, tx);
+    let sh2 = sh.clone();
+    // Links live as long as the replica; their threads are not joined.
+    spawn(format!("peer-out-{}", peer.id), sh.me, move || {
+        peer_writer(&sh2, &peer, rx)
+    });
 }
 
 /// Keeps an outbound connection to `peer` and writes the frames queued for it, coalescing
@@ -877,7 +1020,7 @@ fn order(sh: &Shared, request: RequestEnvelope) -> bool {
 
 /// Where the consensus thread sends what its actions ask for.
 struct Links {
-    peers: HashMap<ReplicaId, Sender<Bytes>>,
+    peers: membership::PeerLinks,
     exec_tx: Sender<ExecEvent>,
     /// Durable replicas only.
     storage_tx: Option<Sender<durability::StorageEvent>>,
@@ -890,10 +1033,16 @@ fn consensus_loop(
     rx: Receiver<ConsensusEvent>,
     internal_rx: Receiver<ConsensusEvent>,
     links: &Links,
+    joining: bool,
 ) {
     let clock = Clock::new();
     const IDLE_WAKE_MS: u64 = 100;
-    if links.storage_tx.is_some() {
+    if joining {
+        core.start_joining(clock.now_ms());
+        if !carry_out_actions(sh, &mut core, links) {
+            return;
+        }
+    } else if links.storage_tx.is_some() {
         // Durable replicas synchronise with the others before ordering (SPEC §5).
         core.start_recovery(clock.now_ms());
         if !carry_out_actions(sh, &mut core, links) {
@@ -992,13 +1141,11 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
         match action {
             Action::Broadcast(msg) => {
                 let body = msg.to_bytes();
-                for tx in peers.values() {
-                    send_peer(sh, tx, body.clone());
-                }
+                peers.for_each(|tx| send_peer(sh, tx, body.clone()));
             }
             Action::Send { to, msg } => {
-                if let Some(tx) = peers.get(&to) {
-                    send_peer(sh, tx, msg.to_bytes());
+                if let Some(tx) = peers.get(to) {
+                    send_peer(sh, &tx, msg.to_bytes());
                 }
             }
             Action::Deliver(mut decision) => {
@@ -1054,6 +1201,14 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                 if !member {
                     info!("this replica is not a member of the new view: it stops ordering");
                     sh.metrics.left_view.store(1, Ordering::Relaxed);
+                }
+                // Added members become known (their handshakes are accepted) and get links.
+                sh.roster
+                    .write()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner)
+                    .install(&view);
+                for m in &view.members {
+                    add_link(sh, peers, m);
                 }
             }
             Action::StateTransferNeeded {

@@ -1377,7 +1377,10 @@ impl World {
         {
             self.lie_about_state(r, from, &msg);
         }
-        let input = self.network_stage(msg);
+        // The simulated replicas never join (no view exchange to answer).
+        let Some(input) = self.network_stage(msg) else {
+            return;
+        };
         self.replica_input(r, |core, now| core.handle_peer(now, ReplicaId(from), input));
     }
 
@@ -1449,8 +1452,8 @@ impl World {
     /// What a replica's network stage hands the core for a decoded peer message: batches
     /// decoded and hashed, request authentication decided against the requests the clients
     /// really issued.
-    fn network_stage(&self, msg: PeerMessage) -> PeerInput {
-        match msg {
+    fn network_stage(&self, msg: PeerMessage) -> Option<PeerInput> {
+        Some(match msg {
             PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
                 Ok(batch) => PeerInput::Propose {
                     cid: p.cid,
@@ -1492,8 +1495,8 @@ impl World {
             PeerMessage::Decision(d) => PeerInput::Decision(d),
             PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
             // No requests to authenticate in state-transfer messages.
-            transfer => PeerInput::from_message(transfer, |_| true),
-        }
+            transfer => return PeerInput::from_message(transfer, |_| true),
+        })
     }
 
     fn send_peer(&mut self, from: usize, dests: &[ReplicaId], msg: PeerMessage) {
@@ -2090,6 +2093,8 @@ fn message_counter(msg: &PeerMessage) -> &'static str {
         PeerMessage::Chunk { .. } => "received_chunk",
         PeerMessage::LogRequest { .. } => "received_log_request",
         PeerMessage::LogEntry(_) => "received_log_entry",
+        PeerMessage::ViewQuery => "received_view_query",
+        PeerMessage::ViewInfo(_) => "received_view_info",
     }
 }
 
@@ -2142,6 +2147,8 @@ fn describe(msg: &PeerMessage) -> String {
             format!("LOG_REQUEST from {from} count {count}")
         }
         PeerMessage::LogEntry(d) => format!("LOG_ENTRY cid {}", d.cid),
+        PeerMessage::ViewQuery => "VIEW_QUERY".into(),
+        PeerMessage::ViewInfo(v) => format!("VIEW_INFO view {}", v.id),
     }
 }
 

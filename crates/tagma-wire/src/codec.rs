@@ -71,6 +71,8 @@
 //! | `PeerMessage::Chunk` | 14 | cid `u64`, offset `u64`, data (`u32` len + bytes) |
 //! | `PeerMessage::LogRequest` | 15 | from `u64`, count `u32` |
 //! | `PeerMessage::LogEntry` | 16 | `DecidedInstance` |
+//! | `PeerMessage::ViewQuery` | 17 | (nothing) |
+//! | `PeerMessage::ViewInfo` | 18 | `View` |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ClientMessage::ViewQuery` | 3 | (nothing) |
@@ -174,6 +176,8 @@ const PEER_CHUNK_REQUEST: u8 = 13;
 const PEER_CHUNK: u8 = 14;
 const PEER_LOG_REQUEST: u8 = 15;
 const PEER_LOG_ENTRY: u8 = 16;
+const PEER_VIEW_QUERY: u8 = 17;
+const PEER_VIEW_INFO: u8 = 18;
 
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
@@ -1210,6 +1214,11 @@ impl Encode for PeerMessage {
                 put_header(out, PEER_LOG_ENTRY);
                 put_decided(out, decided);
             }
+            PeerMessage::ViewQuery => put_header(out, PEER_VIEW_QUERY),
+            PeerMessage::ViewInfo(view) => {
+                put_header(out, PEER_VIEW_INFO);
+                put_view(out, view);
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -1233,6 +1242,8 @@ impl Encode for PeerMessage {
                 PeerMessage::Chunk { data, .. } => 8 + 8 + 4 + data.len(),
                 PeerMessage::LogRequest { .. } => 8 + 4,
                 PeerMessage::LogEntry(decided) => decided_len(decided),
+                PeerMessage::ViewQuery => 0,
+                PeerMessage::ViewInfo(view) => view_len(view),
             }
     }
 }
@@ -1304,6 +1315,8 @@ impl Decode for PeerMessage {
                 count: r.u32()?,
             }),
             PEER_LOG_ENTRY => Ok(PeerMessage::LogEntry(read_decided(r)?)),
+            PEER_VIEW_QUERY => Ok(PeerMessage::ViewQuery),
+            PEER_VIEW_INFO => Ok(PeerMessage::ViewInfo(read_view(r)?)),
             tag => Err(WireError::UnknownTag {
                 what: "peer message",
                 tag,

@@ -283,6 +283,11 @@ pub enum PeerMessage {
     },
     /// A logged decision with its proof (the answer to a [`PeerMessage::LogRequest`]).
     LogEntry(DecidedInstance),
+    /// "Which view is installed?" — sent by a joining replica (one the view includes but
+    /// that does not know it yet) on its own connection, which the member answers on.
+    ViewQuery,
+    /// The answer: the view the sender has installed.
+    ViewInfo(View),
 }
 
 /// A durable checkpoint as a state-transfer offer names it: the executor state after

@@ -783,6 +783,7 @@ fn arb_peer() -> impl Strategy<Value = PeerMessage> {
             count
         }),
         arb_decided().prop_map(PeerMessage::LogEntry),
+        Just(PeerMessage::ViewQuery),
     ]
 }
 
@@ -950,6 +951,8 @@ fn views_round_trip_and_reject_what_is_not_canonical() {
     check(&common::view());
     check(&common::view_change());
     check(&ReconfigureOutcome::Installed(common::view()));
+    check(&PeerMessage::ViewQuery);
+    check(&PeerMessage::ViewInfo(common::view()));
     check(&ReconfigureOutcome::Refused(
         "replica 9 is not a member".into(),
     ));

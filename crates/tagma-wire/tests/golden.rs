@@ -121,6 +121,10 @@ fn golden_views() {
     let current = ReplicaMessage::CurrentView(common::view()).to_bytes();
     assert_eq!(common::hex(&current[..2]), "0103");
     assert_eq!(&current[2..], &common::view().to_bytes()[..]);
+    golden("peer_view_query", &PeerMessage::ViewQuery, "01 11");
+    let info = PeerMessage::ViewInfo(common::view()).to_bytes();
+    assert_eq!(common::hex(&info[..2]), "0112");
+    assert_eq!(&info[2..], &common::view().to_bytes()[..]);
     golden("view_change", &common::view_change(), VIEW_CHANGE);
     golden(
         "outcome_refused",
