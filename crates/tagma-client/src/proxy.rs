@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, Weak};
 use std::task::{Context as TaskContext, Poll, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -157,28 +157,79 @@ struct Link {
     last_attempt: Mutex<Option<Instant>>,
 }
 
+impl Link {
+    fn new(info: ReplicaInfo) -> Arc<Link> {
+        Arc::new(Link {
+            info,
+            writer: Mutex::new(None),
+            generation: AtomicU64::new(0),
+            last_attempt: Mutex::new(None),
+        })
+    }
+
+    /// Queues `frame` without blocking.
+    fn send(&self, frame: &Bytes) {
+        let mut guard = lock(&self.writer);
+        if let Some((_, tx)) = guard.as_ref()
+            && let Err(crossbeam_channel::TrySendError::Disconnected(_)) =
+                tx.try_send(frame.clone())
+        {
+            *guard = None;
+        }
+    }
+
+    /// Forgets connection `generation` if it is still the current one.
+    fn drop_connection(&self, generation: u64) {
+        let mut guard = lock(&self.writer);
+        if guard.as_ref().is_some_and(|(g, _)| *g == generation) {
+            *guard = None;
+        }
+    }
+
+    /// Closes the connection (its writer thread ends and shuts the socket down).
+    fn close(&self) {
+        drop(lock(&self.writer).take());
+    }
+}
+
+/// The replicas of the view requests go in: a link to each, the request authenticator for
+/// them (one MAC per member, ascending id) and the reply quorums. Replaced as a whole when
+/// the client moves to a view with other members or another f.
+struct Members {
+    view: ViewId,
+    links: Vec<Arc<Link>>,
+    auth: Authenticator,
+    ordered_quorum: usize,
+    unordered_quorum: usize,
+}
+
+impl Members {
+    fn contains(&self, id: ReplicaId) -> bool {
+        self.links.iter().any(|l| l.info.id == id)
+    }
+}
+
 struct Inner {
     client: ClientId,
     key: IdentityKey,
-    auth: Authenticator,
     signed: bool,
-    n: usize,
-    ordered_quorum: usize,
-    unordered_quorum: usize,
+    mode: tagma_core::Mode,
+    /// Whether unordered reads may be answered (`[cluster] readonly_requests`): it changes
+    /// the ordered reply quorum.
+    readonly: bool,
+    /// Read on every send; replaced on a view change (see [`Members`]).
+    members: RwLock<Arc<Members>>,
     request_bytes_max: usize,
     limits: NetLimits,
     connect_timeout: Duration,
     reconnect_delay: Duration,
     retransmit: Duration,
     invoke_timeout: Duration,
-    links: Vec<Link>,
     calls: Mutex<HashMap<(RequestKind, RequestSeq), Call>>,
     queries: Mutex<HashMap<u64, crossbeam_channel::Sender<StateInfo>>>,
     /// Ordered (reconfigurations included) and unordered sequence numbers.
     next_seq: [AtomicU64; 2],
     next_nonce: AtomicU64,
-    /// The view requests are sent in (read on every send), moved by `follower`.
-    view: AtomicU32,
     follower: Mutex<ViewFollower>,
     /// [`Proxy::current_view`] calls in progress: every view report is copied to them.
     view_queries: Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, tagma_wire::View)>>>,
@@ -223,20 +274,22 @@ impl Proxy {
         key: IdentityKey,
         options: ClientOptions,
     ) -> Result<Proxy, ClientError> {
-        let replica_keys: Vec<_> = cfg.replicas.iter().map(|r| r.public_key).collect();
-        let auth =
-            Authenticator::new(&key, &replica_keys).map_err(|e| ClientError::Key(e.to_string()))?;
         let raw = &cfg.raw;
-        let q = cfg.quorums();
         let instance = options.instance.unwrap_or_else(random_u32);
+        let members = members_of(
+            &key,
+            cfg.mode,
+            raw.cluster.readonly_requests,
+            &cfg.initial_view(),
+            None,
+        )?;
         let inner = Arc::new(Inner {
             client: ClientId::new(options.principal, instance),
             key,
-            auth,
             signed: raw.cluster.signed_requests,
-            n: cfg.n(),
-            ordered_quorum: q.reply_quorum(raw.cluster.readonly_requests),
-            unordered_quorum: q.unordered_reply_quorum(),
+            mode: cfg.mode,
+            readonly: raw.cluster.readonly_requests,
+            members: RwLock::new(Arc::new(members)),
             request_bytes_max: raw.limits.request_bytes_max,
             limits: NetLimits {
                 frame_bytes_max: raw.limits.frame_bytes_max,
@@ -246,21 +299,10 @@ impl Proxy {
             reconnect_delay: Duration::from_millis(raw.timeouts.reconnect_delay_ms.max(10)),
             retransmit: Duration::from_millis(raw.timeouts.client_retransmit_ms),
             invoke_timeout: Duration::from_millis(raw.timeouts.client_invoke_timeout_ms),
-            links: cfg
-                .replicas
-                .iter()
-                .map(|r| Link {
-                    info: r.clone(),
-                    writer: Mutex::new(None),
-                    generation: AtomicU64::new(0),
-                    last_attempt: Mutex::new(None),
-                })
-                .collect(),
             calls: Mutex::new(HashMap::new()),
             queries: Mutex::new(HashMap::new()),
             next_seq: [AtomicU64::new(1), AtomicU64::new(1)],
             next_nonce: AtomicU64::new(1),
-            view: AtomicU32::new(0),
             follower: Mutex::new(ViewFollower::new(cfg.mode, &cfg.initial_view())),
             view_queries: Mutex::new(Vec::new()),
             outstanding: Mutex::new(0),
@@ -272,17 +314,17 @@ impl Proxy {
                 .clamp(1, raw.limits.reply_cache_per_client),
             closed: AtomicBool::new(false),
         });
+        let members = inner.members();
         let errors: Vec<Option<String>> = thread::scope(|s| {
-            let handles: Vec<_> = (0..inner.links.len())
-                .map(|i| {
+            let handles: Vec<_> = members
+                .links
+                .iter()
+                .map(|link| {
                     s.spawn({
                         let inner = inner.clone();
                         move || {
-                            inner.connect_link(i).err().map(|e| {
-                                format!(
-                                    "replica {} at {}: {e}",
-                                    inner.links[i].info.id, inner.links[i].info.addr
-                                )
+                            inner.connect_link(link).err().map(|e| {
+                                format!("replica {} at {}: {e}", link.info.id, link.info.addr)
                             })
                         }
                     })
@@ -294,12 +336,12 @@ impl Proxy {
                 .collect()
         });
         let connected = errors.iter().filter(|e| e.is_none()).count();
-        if connected < inner.ordered_quorum {
+        if connected < members.ordered_quorum {
             inner.close();
             let details = errors.into_iter().flatten().collect::<Vec<_>>().join("; ");
             return Err(ClientError::Unreachable {
                 connected,
-                needed: inner.ordered_quorum,
+                needed: members.ordered_quorum,
                 details,
             });
         }
@@ -363,7 +405,7 @@ impl Proxy {
                     return Err(ClientError::Timeout {
                         after_ms: inner.invoke_timeout.as_millis() as u64,
                         replies: 0,
-                        quorum: inner.ordered_quorum,
+                        quorum: inner.members().ordered_quorum,
                     });
                 }
                 n = inner
@@ -384,13 +426,14 @@ impl Proxy {
     /// in CFT) — waiting for every replica's answer until `timeout`. Requests then go in it.
     pub fn current_view(&self, timeout: Duration) -> Result<tagma_wire::View, ClientError> {
         let inner = &self.inner;
-        let (tx, rx) = crossbeam_channel::bounded(inner.links.len() * 2);
+        let asked = inner.members().links.len();
+        let (tx, rx) = crossbeam_channel::bounded(asked * 2);
         lock(&inner.view_queries).push(tx);
         inner.send_all(&ClientMessage::ViewQuery.to_bytes());
         let started = Instant::now();
         let deadline = started + timeout;
         let mut reports: HashMap<ReplicaId, tagma_wire::View> = HashMap::new();
-        while reports.len() < inner.links.len() {
+        while reports.len() < asked {
             match rx.recv_deadline(deadline) {
                 Ok((from, view)) => {
                     reports.insert(from, view);
@@ -432,12 +475,12 @@ impl Proxy {
     pub fn query_states(&self, timeout: Duration) -> Vec<(ReplicaId, Option<StateInfo>)> {
         let inner = &self.inner;
         let mut waits = Vec::new();
-        for (i, link) in inner.links.iter().enumerate() {
+        for link in &inner.members().links {
             let nonce = inner.next_nonce.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = crossbeam_channel::bounded(1);
             lock(&inner.queries).insert(nonce, tx);
             let frame = ClientMessage::StateQuery { nonce }.to_bytes();
-            inner.send_to(i, &frame);
+            link.send(&frame);
             waits.push((link.info.id, nonce, rx));
         }
         let deadline = Instant::now() + timeout;
@@ -458,13 +501,61 @@ impl Drop for Proxy {
     }
 }
 
+/// The [`Members`] of `view` for a client with `key`; links of `old` to the same replica
+/// (same address and key) are kept, with their connections. Members whose address is not
+/// IP:PORT cannot be reached (they still count in the quorums).
+fn members_of(
+    key: &IdentityKey,
+    mode: tagma_core::Mode,
+    readonly: bool,
+    view: &tagma_wire::View,
+    old: Option<&Members>,
+) -> Result<Members, ClientError> {
+    let keys: Vec<_> = view.members.iter().map(|m| m.key).collect();
+    let auth = Authenticator::new(key, &keys).map_err(|e| ClientError::Key(e.to_string()))?;
+    let links = view
+        .members
+        .iter()
+        .filter_map(|m| {
+            let addr = m.addr.parse().ok()?;
+            let same = |l: &&Arc<Link>| {
+                l.info.id == m.id && l.info.addr == addr && l.info.public_key == m.key
+            };
+            Some(match old.and_then(|o| o.links.iter().find(same)) {
+                Some(link) => link.clone(),
+                None => Link::new(ReplicaInfo {
+                    id: m.id,
+                    addr,
+                    public_key: m.key,
+                    metrics_addr: None,
+                }),
+            })
+        })
+        .collect();
+    let q = tagma_core::Quorums::new(mode, view.members.len(), view.f as usize);
+    Ok(Members {
+        view: view.id,
+        links,
+        auth,
+        ordered_quorum: q.reply_quorum(readonly),
+        unordered_quorum: q.unordered_reply_quorum(),
+    })
+}
+
 impl Inner {
+    fn members(&self) -> Arc<Members> {
+        self.members
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     fn close(&self) {
         self.closed.store(true, Ordering::Relaxed);
-        for link in &self.links {
+        for link in &self.members().links {
             // Dropping the queue ends the writer thread, which shuts the socket down (and so
             // ends the reader thread).
-            drop(lock(&link.writer).take());
+            link.close();
         }
         let calls: Vec<_> = lock(&self.calls).drain().map(|(_, c)| c).collect();
         for c in calls {
@@ -473,8 +564,7 @@ impl Inner {
         self.outstanding_freed.notify_all();
     }
 
-    fn connect_link(self: &Arc<Self>, i: usize) -> Result<(), NetError> {
-        let link = &self.links[i];
+    fn connect_link(self: &Arc<Self>, link: &Arc<Link>) -> Result<(), NetError> {
         *lock(&link.last_attempt) = Some(Instant::now());
         let principal = self.client.principal();
         let me = LocalIdentity {
@@ -497,30 +587,38 @@ impl Inner {
         thread::Builder::new()
             .name(format!("tagma-client-w{}", id.0))
             .spawn({
-                let weak = weak.clone();
-                move || writer_loop(weak, i, generation, rx, writer)
+                let (weak, link) = (weak.clone(), link.clone());
+                move || writer_loop(weak, link, generation, rx, writer)
             })
             .map_err(NetError::Io)?;
+        let link = link.clone();
         thread::Builder::new()
             .name(format!("tagma-client-r{}", id.0))
-            .spawn(move || reader_loop(weak, i, id, generation, reader))
+            .spawn(move || reader_loop(weak, link, id, generation, reader))
             .map_err(NetError::Io)?;
         Ok(())
     }
 
-    fn build_frame(&self, kind: RequestKind, seq: RequestSeq, payload: Bytes) -> Bytes {
+    /// The request in the view of `members`, authenticated for its members.
+    fn build_frame(
+        &self,
+        members: &Members,
+        kind: RequestKind,
+        seq: RequestSeq,
+        payload: Bytes,
+    ) -> Bytes {
         let request = Request {
             client: self.client,
             seq,
             kind,
-            view: ViewId(self.view.load(Ordering::Acquire)),
+            view: members.view,
             payload,
         };
         let digest = tagma_crypto::request_digest(&request);
         let auth = if self.signed {
             RequestAuth::Signature(self.key.sign(digest.as_bytes()))
         } else {
-            RequestAuth::Macs(self.auth.tags(&digest))
+            RequestAuth::Macs(members.auth.tags(&digest))
         };
         ClientMessage::Request(RequestEnvelope { request, auth }).to_bytes()
     }
@@ -528,31 +626,25 @@ impl Inner {
     fn start_call(&self, payload: Bytes, kind: RequestKind, slot: Arc<Slot>) {
         let sequence = &self.next_seq[usize::from(!kind.is_ordered())];
         let seq = RequestSeq(sequence.fetch_add(1, Ordering::Relaxed));
-        let frame = self.build_frame(kind, seq, payload.clone());
-        let quorum = if kind.is_ordered() {
-            self.ordered_quorum
-        } else {
-            self.unordered_quorum
-        };
+        let members = self.members();
+        let frame = self.build_frame(&members, kind, seq, payload.clone());
         let now = Instant::now();
         let call = Call {
             payload,
             frame: frame.clone(),
-            voter: Voter::new(quorum, self.n),
+            voter: voter(&members, kind),
             first_sent: now,
             last_sent: now,
             slot,
             abandoned: false,
         };
         lock(&self.calls).insert((kind, seq), call);
-        self.send_all(&frame);
+        send_all(&members, &frame);
     }
 
     /// A replica refused a request of an older view and reported the installed one (or
     /// answered a view query). Once the follower moves (f+1 members reported the same newer
-    /// view), requests go in it. Only the view id changes; the replica set the proxy connects
-    /// to (and its quorums) stay the configured ones — enough for removals that keep f, not
-    /// yet for added replicas.
+    /// view), requests go in it, to its members, voted on with its quorums.
     fn on_current_view(&self, from: ReplicaId, view: tagma_wire::View) {
         lock(&self.view_queries).retain(|tx| tx.try_send((from, view.clone())).is_ok());
         let Some(view) = lock(&self.follower).report(from, &view) else {
@@ -561,9 +653,34 @@ impl Inner {
         self.move_to_view(&view);
     }
 
-    /// Requests go in `view` from now on; pending ones are rebuilt in it and sent again.
+    /// Requests go in `view` from now on, to its members (links to new members connect on
+    /// the next maintenance tick; links to replicas no longer members close); pending ones
+    /// are rebuilt in it, voted on afresh, and sent again.
     fn move_to_view(&self, view: &tagma_wire::View) {
-        self.view.fetch_max(view.id.0, Ordering::AcqRel);
+        let members = {
+            let mut current = self
+                .members
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if view.id <= current.view {
+                return;
+            }
+            let next = match members_of(&self.key, self.mode, self.readonly, view, Some(&current))
+            {
+                Ok(m) => Arc::new(m),
+                Err(e) => {
+                    tracing::warn!("cannot follow view {}: {e}", view.id);
+                    return;
+                }
+            };
+            for link in &current.links {
+                if !next.links.iter().any(|l| Arc::ptr_eq(l, link)) {
+                    link.close();
+                }
+            }
+            *current = next.clone();
+            next
+        };
         tracing::info!(
             client = self.client.0,
             view = view.id.0,
@@ -572,12 +689,13 @@ impl Inner {
         );
         let mut resend = Vec::new();
         for ((kind, seq), call) in lock(&self.calls).iter_mut() {
-            call.frame = self.build_frame(*kind, *seq, call.payload.clone());
+            call.frame = self.build_frame(&members, *kind, *seq, call.payload.clone());
+            call.voter = voter(&members, *kind);
             call.last_sent = Instant::now();
             resend.push(call.frame.clone());
         }
         for frame in resend {
-            self.send_all(&frame);
+            send_all(&members, &frame);
         }
     }
 
@@ -599,28 +717,7 @@ impl Inner {
     }
 
     fn send_all(&self, frame: &Bytes) {
-        for i in 0..self.links.len() {
-            self.send_to(i, frame);
-        }
-    }
-
-    /// Queues `frame` for replica `i` without blocking.
-    fn send_to(&self, i: usize, frame: &Bytes) {
-        let mut guard = lock(&self.links[i].writer);
-        if let Some((_, tx)) = guard.as_ref()
-            && let Err(crossbeam_channel::TrySendError::Disconnected(_)) =
-                tx.try_send(frame.clone())
-        {
-            *guard = None;
-        }
-    }
-
-    /// Forgets connection `generation` of link `index` if it is still the current one.
-    fn drop_link(&self, index: usize, generation: u64) {
-        let mut guard = lock(&self.links[index].writer);
-        if guard.as_ref().is_some_and(|(g, _)| *g == generation) {
-            *guard = None;
-        }
+        send_all(&self.members(), frame);
     }
 
     fn on_reply(&self, from: ReplicaId, msg: ReplicaMessage) {
@@ -637,7 +734,8 @@ impl Inner {
                 return;
             }
         };
-        if reply.client != self.client {
+        if reply.client != self.client || !self.members().contains(from) {
+            // Only the members of the view requests go in vote.
             return;
         }
         let key = (reply.kind, reply.seq);
@@ -664,13 +762,13 @@ impl Inner {
     /// Retransmissions, unordered fallbacks on timeout, invocation timeouts, reconnection.
     fn maintain(self: &Arc<Self>) {
         let now = Instant::now();
-        for (i, link) in self.links.iter().enumerate() {
+        for link in &self.members().links {
             let down = lock(&link.writer).is_none();
             let due = lock(&link.last_attempt)
                 .is_none_or(|t| now.duration_since(t) >= self.reconnect_delay);
             if down
                 && due
-                && let Err(e) = self.connect_link(i)
+                && let Err(e) = self.connect_link(link)
             {
                 debug!("reconnect to replica {} failed: {e}", link.info.id);
             }
@@ -715,9 +813,25 @@ impl Inner {
     }
 }
 
+/// A fresh voter for a call of `kind` among `members`.
+fn voter(members: &Members, kind: RequestKind) -> Voter {
+    let quorum = if kind.is_ordered() {
+        members.ordered_quorum
+    } else {
+        members.unordered_quorum
+    };
+    Voter::new(quorum, members.links.len().max(quorum))
+}
+
+fn send_all(members: &Members, frame: &Bytes) {
+    for link in &members.links {
+        link.send(frame);
+    }
+}
+
 fn reader_loop(
     inner: Weak<Inner>,
-    index: usize,
+    link: Arc<Link>,
     from: ReplicaId,
     generation: u64,
     mut reader: FrameReader,
@@ -732,7 +846,7 @@ fn reader_loop(
             },
             Err(e) => {
                 debug!("connection to replica {from} lost: {e}");
-                inner.drop_link(index, generation);
+                link.drop_connection(generation);
                 return;
             }
         }
@@ -748,7 +862,7 @@ const LINK_COALESCE_BYTES: usize = 256 << 10;
 /// queue is dropped) it shuts the socket down and forgets the link.
 fn writer_loop(
     inner: Weak<Inner>,
-    index: usize,
+    link: Arc<Link>,
     generation: u64,
     rx: crossbeam_channel::Receiver<Bytes>,
     mut writer: FrameWriter,
@@ -766,8 +880,8 @@ fn writer_loop(
         }
     }
     writer.shutdown();
-    if let Some(inner) = inner.upgrade() {
-        inner.drop_link(index, generation);
+    if inner.upgrade().is_some() {
+        link.drop_connection(generation);
     }
 }
 

@@ -1,18 +1,23 @@
 //! Request authentication at a replica, done by network threads (never by the consensus
 //! thread).
 //!
-//! A request proves its origin either with an *authenticator* (one MAC tag per replica; this
-//! replica checks only its own entry, keyed with the static key it shares with the client
-//! principal) or, when `signed_requests = true`, with an Ed25519 signature. Signature checks
+//! A request proves its origin either with an *authenticator* (one MAC tag per member of the
+//! view the request names, ascending by id; this replica checks only its own entry, keyed
+//! with the static key it shares with the client principal) or, when `signed_requests = true`, with an Ed25519 signature. Signature checks
 //! run on a pool of `signature_threads` threads so they scale with cores.
 
 use std::collections::BTreeMap;
+use std::sync::{PoisonError, RwLock};
 use std::thread;
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use tagma_core::ValidConfig;
 use tagma_crypto::{IdentityKey, MacKey};
-use tagma_wire::{PublicKey, ReplicaId, RequestAuth, RequestEnvelope};
+use tagma_wire::{PublicKey, ReplicaId, RequestAuth, RequestEnvelope, View, ViewId};
+
+/// Views whose authenticator position a replica remembers (requests of older views are
+/// answered with the installed view before they are authenticated).
+const VIEWS_KEPT: usize = 8;
 
 /// Why a request's authentication failed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
@@ -48,7 +53,11 @@ struct ClientKeys {
 
 /// Verifies requests' authentication for one replica.
 pub struct RequestVerifier {
-    my_index: usize,
+    me: ReplicaId,
+    /// This replica's entry in the authenticators of each view it was a member of (MAC tags
+    /// follow the members of the view the request names, ascending by id); the newest
+    /// [`VIEWS_KEPT`].
+    my_index: RwLock<BTreeMap<ViewId, usize>>,
     signed_requests: bool,
     clients: BTreeMap<u32, ClientKeys>,
 }
@@ -59,15 +68,12 @@ impl RequestVerifier {
         me: ReplicaId,
         key: &IdentityKey,
     ) -> Result<Self, tagma_crypto::CryptoError> {
-        // Authenticators carry one MAC per configured replica: a replica added by a view
-        // change has no entry (its requests then count as unauthenticated there, and it
-        // accepts a proposal once f+1 others vouched for it; with signed requests it checks
-        // everything itself).
+        // View 0: the configured replicas (sorted by id).
         let my_index = cfg
             .replicas
             .iter()
             .position(|r| r.id == me)
-            .unwrap_or(usize::MAX);
+            .map(|i| (ViewId(0), i));
         let mut clients = BTreeMap::new();
         for (principal, public) in &cfg.clients {
             clients.insert(
@@ -79,10 +85,24 @@ impl RequestVerifier {
             );
         }
         Ok(RequestVerifier {
-            my_index,
+            me,
+            my_index: RwLock::new(my_index.into_iter().collect()),
             signed_requests: cfg.raw.cluster.signed_requests,
             clients,
         })
+    }
+
+    /// `view` is installed: requests naming it carry this replica's MAC at its position
+    /// among the members (none if it is not one).
+    pub fn note_view(&self, view: &View) {
+        let Some(i) = view.members.iter().position(|m| m.id == self.me) else {
+            return;
+        };
+        let mut map = self.my_index.write().unwrap_or_else(PoisonError::into_inner);
+        map.insert(view.id, i);
+        while map.len() > VIEWS_KEPT {
+            map.pop_first();
+        }
     }
 
     pub fn signed_requests(&self) -> bool {
@@ -99,7 +119,16 @@ impl RequestVerifier {
         match &env.auth {
             RequestAuth::Macs(_) if self.signed_requests => Err(AuthError::SignatureRequired),
             RequestAuth::Macs(tags) => {
-                let tag = tags.get(self.my_index).ok_or(AuthError::MissingMac)?;
+                let index = self
+                    .my_index
+                    .read()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .get(&env.request.view)
+                    .copied();
+                // A view this replica does not know (it is behind) or was no member of.
+                let tag = index
+                    .and_then(|i| tags.get(i))
+                    .ok_or(AuthError::MissingMac)?;
                 if keys.mac.verify_parts(&[digest.as_bytes()], tag) {
                     Ok(())
                 } else {

@@ -398,6 +398,7 @@ fn start_node<S: Service>(
             .map_err(|source| NodeError::Metrics { addr, source })?;
     }
     let verifier = Arc::new(RequestVerifier::new(&cfg, me, &key)?);
+    verifier.note_view(&params.membership().view);
     let (consensus_tx, consensus_rx) = bounded(lim.consensus_queue_max);
     // At most one install and a few checkpoints are ever pending.
     let (internal_tx, internal_rx) = bounded(64);
@@ -949,6 +950,23 @@ fn accept_request(sh: &Arc<Shared>, request: RequestEnvelope, conn: &ConnHandle)
         );
         return true;
     }
+    if request.request.kind.is_ordered() && !sh.unreplicated {
+        let installed = sh
+            .roster
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .view()
+            .clone();
+        if request.request.view < installed.id {
+            // A request of an older view (its authenticator names that view's members): tell
+            // the client the installed view — public, so no authentication is needed first.
+            let _ = conn
+                .tx
+                .try_send(ReplicaMessage::CurrentView(installed).to_bytes());
+            sh.metrics.reject("older_view");
+            return true;
+        }
+    }
     match request.request.kind {
         RequestKind::Unordered => {
             if !sh.cfg.raw.cluster.readonly_requests {
@@ -1207,6 +1225,7 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                     .write()
                     .unwrap_or_else(std::sync::PoisonError::into_inner)
                     .install(&view);
+                sh.verifier.note_view(&view);
                 for m in &view.members {
                     add_link(sh, peers, m);
                 }
