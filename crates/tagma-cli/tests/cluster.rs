@@ -553,17 +553,11 @@ fn remove_under_load(removed: u32) {
     }
 }
 
-/// A fifth replica joins a BFT cluster of four under load: `tagma replica --join` waits for
-/// the administrator's change, learns the view from the members, fetches the state (decided
-/// in view 0, which it never knew) by state transfer, and ends with the same digest.
-#[test]
-fn a_replica_is_added_under_load_and_reaches_the_same_digest() {
-    use tagma_core::view::sign_change;
-    use tagma_wire::{ReconfigureOutcome, ViewMember, ViewOp};
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let admin = IdentityKey::from_seed([0xad; 32]);
+/// A BFT cluster of `n` with durable state (joiners fetch their state by state transfer),
+/// small checkpoint periods, and the administrator key `admin`.
+fn durable_cluster(n: usize, admin: &IdentityKey) -> LocalCluster {
     let admin_key = admin.public().to_hex();
-    let mut c = LocalCluster::launch(exe(), 4, Mode::Bft, move |cfg| {
+    LocalCluster::launch(exe(), n, Mode::Bft, move |cfg| {
         cfg.admin = Some(tagma_core::config::AdminEntry {
             public_key: admin_key.clone(),
         });
@@ -571,12 +565,70 @@ fn a_replica_is_added_under_load_and_reaches_the_same_digest() {
         cfg.storage.checkpoint_period = 40;
         cfg.limits.decisions_kept = 16;
     })
-    .expect("start a local cluster");
-    let (joiner, key_path) = c.prepare_joiner(ReplicaId(4)).expect("a key for replica 4");
+    .expect("start a local cluster")
+}
+
+/// Adds replica `id` to the cluster in view `from`: prepares its key, starts it with
+/// `tagma replica --join` (it waits for the view that adds it), orders the signed change
+/// and waits until the joiner has fetched its state. Returns its index and the new view.
+fn add_replica(
+    c: &mut LocalCluster,
+    admin: &IdentityKey,
+    proxy: &Proxy,
+    id: u32,
+    from: ViewId,
+) -> (usize, tagma_wire::View) {
+    use tagma_wire::{ReconfigureOutcome, ViewMember, ViewOp};
+    let (joiner, key_path) = c.prepare_joiner(ReplicaId(id)).expect("a key for the joiner");
     let key = IdentityKey::read_file(&key_path).expect("its key").public();
     let addr = c.cfg.replicas[joiner].addr.to_string();
-    // Started first: it waits for the view that adds it.
     c.start_joining(joiner).expect("start the joiner");
+    let add = ViewOp::Add(ViewMember {
+        id: ReplicaId(id),
+        addr,
+        key,
+    });
+    let outcome = proxy
+        .reconfigure(&tagma_core::view::sign_change(admin, from, vec![add]))
+        .expect("the change is ordered");
+    let ReconfigureOutcome::Installed(view) = outcome else {
+        panic!("adding replica {id} was refused: {outcome:?}");
+    };
+    assert_eq!(view.id, ViewId(from.0 + 1));
+    assert!(view.members.iter().any(|m| m.id == ReplicaId(id)));
+    c.wait_ready(joiner, Duration::from_secs(30))
+        .expect("the joiner serves metrics");
+    wait_until(
+        &format!("replica {id} fetched its state"),
+        Duration::from_secs(60),
+        || tagma_cli::chaos::metric(c, joiner, "tagma_state_transfer_ms") > 0.0,
+    );
+    (joiner, view)
+}
+
+/// Every replica of `c` (joiners included) reports view `id` and the same digest.
+fn all_in_view(c: &LocalCluster, id: u32) -> Vec<tagma_wire::StateInfo> {
+    let all: Vec<ReplicaId> = c.cfg.replicas.iter().map(|r| r.id).collect();
+    let states = assert_converged(c, &all, Duration::from_secs(60));
+    for i in 0..all.len() {
+        assert_eq!(
+            tagma_cli::chaos::metric(c, i, "tagma_view"),
+            f64::from(id),
+            "replica {} installed view {id}",
+            all[i]
+        );
+    }
+    states
+}
+
+/// A fifth replica joins a BFT cluster of four under load: `tagma replica --join` waits for
+/// the administrator's change, learns the view from the members, fetches the state (decided
+/// in view 0, which it never knew) by state transfer, and ends with the same digest.
+#[test]
+fn a_replica_is_added_under_load_and_reaches_the_same_digest() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let admin = IdentityKey::from_seed([0xad; 32]);
+    let mut c = durable_cluster(4, &admin);
     let admin_proxy = c.proxy(READY).expect("connect the administrator's client");
     let opts = WorkloadOptions {
         duration: Duration::from_secs(90),
@@ -589,39 +641,62 @@ fn a_replica_is_added_under_load_and_reaches_the_same_digest() {
             workload::run(clients, &opts, &AtomicU64::new(0), &AtomicBool::new(false))
         });
         std::thread::sleep(Duration::from_millis(1500));
-        let add = ViewOp::Add(ViewMember {
-            id: ReplicaId(4),
-            addr,
-            key,
-        });
-        let outcome = admin_proxy
-            .reconfigure(&sign_change(&admin, ViewId(0), vec![add]))
-            .expect("the change is ordered");
-        let ReconfigureOutcome::Installed(view) = outcome else {
-            panic!("the administrator's change was refused: {outcome:?}");
-        };
+        let (_, view) = add_replica(&mut c, &admin, &admin_proxy, 4, ViewId(0));
         assert_eq!((view.id, view.members.len(), view.f), (ViewId(1), 5, 1));
         load.join().expect("the load ran")
     });
     assert_history_clean(&c, &report, "clients across a join");
     assert_eq!(report.completed, 4 * 400, "every operation completed");
-    c.wait_ready(joiner, Duration::from_secs(30))
-        .expect("the joiner serves metrics");
-    // A little more load after the join, so that the newcomer also orders.
+    // A little more load after the join, in the new view.
     let proxy = c.proxy(READY).expect("connect");
     still_serves(&c, &proxy, "after the join");
-    let all: Vec<ReplicaId> = (0..5).map(ReplicaId).collect();
-    let states = assert_converged(&c, &all, Duration::from_secs(60));
+    let states = all_in_view(&c, 1);
     assert!(states[0].executed_requests >= 4 * 400 / 2, "{states:?}");
-    for i in 0..5 {
-        assert_eq!(
-            tagma_cli::chaos::metric(&c, i, "tagma_view"),
-            1.0,
-            "replica {i} installed view 1"
-        );
-    }
-    let fetched = tagma_cli::chaos::metric(&c, joiner, "tagma_state_transfer_ms");
-    assert!(fetched > 0.0, "the joiner fetched its state by state transfer");
+}
+
+/// f goes from 1 to 2 the way an operator does it: three replicas join one after the other
+/// (n = 4 → 7), then `SetF(2)`; clients keep running throughout and end up voting with the
+/// new quorums.
+#[test]
+fn f_grows_from_one_to_two_as_three_replicas_join_under_load() {
+    use tagma_wire::{ReconfigureOutcome, ViewOp};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let admin = IdentityKey::from_seed([0xad; 32]);
+    let mut c = durable_cluster(4, &admin);
+    let admin_proxy = c.proxy(READY).expect("connect the administrator's client");
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(180),
+        ..Default::default()
+    };
+    let stop = AtomicBool::new(false);
+    let clients = proxies(&c, 3);
+    let report = std::thread::scope(|s| {
+        let load = s.spawn(|| workload::run(clients, &opts, &AtomicU64::new(0), &stop));
+        std::thread::sleep(Duration::from_millis(1000));
+        let mut view = ViewId(0);
+        for id in 4..7 {
+            view = add_replica(&mut c, &admin, &admin_proxy, id, view).1.id;
+        }
+        let outcome = admin_proxy
+            .reconfigure(&tagma_core::view::sign_change(
+                &admin,
+                view,
+                vec![ViewOp::SetF(2)],
+            ))
+            .expect("ordered");
+        let ReconfigureOutcome::Installed(last) = outcome else {
+            panic!("f = 2 refused: {outcome:?}");
+        };
+        assert_eq!((last.id, last.members.len(), last.f), (ViewId(4), 7, 2));
+        std::thread::sleep(Duration::from_millis(1000));
+        stop.store(true, Ordering::Relaxed);
+        load.join().expect("the load ran")
+    });
+    assert_history_clean(&c, &report, "clients while f grows");
+    assert!(report.completed > 0);
+    let proxy = c.proxy(READY).expect("connect");
+    still_serves(&c, &proxy, "with f = 2");
+    all_in_view(&c, 4);
 }
 
 #[test]
