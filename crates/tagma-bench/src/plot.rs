@@ -46,6 +46,9 @@ pub struct Chart {
     /// ticks and leaves half a unit of margin on each side. Otherwise the axis starts at 0.
     pub integer_x: bool,
     pub series: Vec<Series>,
+    /// Events marked on the x axis: a dashed vertical line and a label each (a timeline's
+    /// joins, crashes, restarts).
+    pub events: Vec<(f64, String)>,
 }
 
 /// Drawing or writing the PNG failed.
@@ -154,12 +157,38 @@ pub fn draw(chart: &Chart, path: &Path) -> Result<(), PlotError> {
         ))
         .map_err(err)?;
     }
+    let y_top = ctx.y_range().end;
+    for (i, (x, label)) in chart.events.iter().enumerate() {
+        let grey = RGBColor(90, 90, 90);
+        // Dashes: short segments from the axis to the top.
+        let dashes = 40;
+        ctx.draw_series((0..dashes).step_by(2).map(|k| {
+            let (a, b) = (
+                y_top * k as f64 / dashes as f64,
+                y_top * (k + 1) as f64 / dashes as f64,
+            );
+            PathElement::new(vec![(*x, a), (*x, b)], grey.stroke_width(2))
+        }))
+        .map_err(err)?;
+        // Labels step down so that close events stay readable.
+        let y = y_top * (0.97 - 0.06 * (i % 4) as f64);
+        ctx.draw_series(std::iter::once(Text::new(
+            format!(" {label}"),
+            (*x, y),
+            ("sans-serif", 16).into_font().color(&grey),
+        )))
+        .map_err(err)?;
+    }
     if chart.series.is_empty() {
         root.present().map_err(err)?;
         return Ok(());
     }
     ctx.configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
+        .position(if chart.events.is_empty() {
+            SeriesLabelPosition::UpperLeft
+        } else {
+            SeriesLabelPosition::LowerRight
+        })
         .label_font(("sans-serif", 18))
         .background_style(WHITE.mix(0.85))
         .border_style(BLACK)
@@ -208,6 +237,7 @@ pub fn latency_chart(reports: &[BenchReport]) -> Chart {
         x_label: "Throughput (kops/s)".into(),
         y_label: "Median latency (ms)".into(),
         integer_x: false,
+        events: Vec::new(),
         series,
     }
 }
@@ -240,6 +270,7 @@ pub fn f_chart(reports: &[BenchReport]) -> Chart {
         x_label: "Faults tolerated f".into(),
         y_label: "Throughput (kops/s)".into(),
         integer_x: true,
+        events: Vec::new(),
         series,
     }
 }
@@ -275,6 +306,7 @@ pub fn signature_threads_chart(reports: &[BenchReport]) -> Chart {
         x_label: "Signature-verification threads (limits.signature_threads)".into(),
         y_label: "Throughput (kops/s)".into(),
         integer_x: true,
+        events: Vec::new(),
         series,
     }
 }
@@ -393,6 +425,27 @@ pub(crate) mod tests {
             chart.series[0].points,
             vec![(1.0, 5.0), (2.0, 8.0), (4.0, 9.0)]
         );
+        check_png(&chart);
+    }
+
+    #[test]
+    fn draws_a_timeline_with_events() {
+        let chart = Chart {
+            title: "timeline".into(),
+            x_label: "time (s)".into(),
+            y_label: "ops/s".into(),
+            integer_x: false,
+            series: vec![Series {
+                label: "throughput".into(),
+                points: (0..30)
+                    .map(|t| (t as f64, 1000.0 + (t % 7) as f64 * 50.0))
+                    .collect(),
+            }],
+            events: vec![
+                (5.0, "replica 4 joins".into()),
+                (12.5, "leader crashes".into()),
+            ],
+        };
         check_png(&chart);
     }
 

@@ -42,6 +42,9 @@ pub enum Scenario {
     CorruptLog,
     /// Stop all, corrupt one replica's newest checkpoint, restart all.
     CorruptCheckpoint,
+    /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
+    /// time with the events marked (seed 002's Figure 7; see [`crate::tour`]).
+    ReconfigTour,
 }
 
 impl Scenario {
@@ -51,6 +54,7 @@ impl Scenario {
             Scenario::LaggingReplica => "lagging-replica",
             Scenario::CorruptLog => "corrupt-log",
             Scenario::CorruptCheckpoint => "corrupt-checkpoint",
+            Scenario::ReconfigTour => "reconfig-tour",
         }
     }
 }
@@ -132,7 +136,7 @@ impl ChaosReport {
 
 /// Per client: acknowledged and in-doubt increments.
 #[derive(Default)]
-struct Counts {
+pub(crate) struct Counts {
     acknowledged: AtomicU64,
     in_doubt: AtomicU64,
 }
@@ -142,7 +146,7 @@ fn counter_key(client: usize) -> Bytes {
 }
 
 /// Increments `client`'s counter until `stop`.
-fn increment_loop(proxy: &Proxy, client: usize, counts: &Counts, stop: &AtomicBool) {
+pub(crate) fn increment_loop(proxy: &Proxy, client: usize, counts: &Counts, stop: &AtomicBool) {
     let op = KvOp::Incr {
         key: counter_key(client),
         delta: 1,
@@ -156,14 +160,18 @@ fn increment_loop(proxy: &Proxy, client: usize, counts: &Counts, stop: &AtomicBo
     }
 }
 
-fn total(counts: &[Counts]) -> u64 {
+pub(crate) fn total(counts: &[Counts]) -> u64 {
     counts
         .iter()
         .map(|c| c.acknowledged.load(Ordering::Relaxed))
         .sum()
 }
 
-fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Result<()> {
+pub(crate) fn wait_until(
+    what: &str,
+    timeout: Duration,
+    mut cond: impl FnMut() -> bool,
+) -> Result<()> {
     let deadline = Instant::now() + timeout;
     while !cond() {
         if Instant::now() >= deadline {
@@ -176,6 +184,9 @@ fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> 
 
 /// Runs `scenario` on a fresh local cluster of `exe` processes.
 pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosReport> {
+    if scenario == Scenario::ReconfigTour {
+        bail!("the reconfig-tour scenario has a report of its own: run it with crate::tour::run");
+    }
     let n = match opts.mode {
         Mode::Bft => 4,
         Mode::Cft => 3,
@@ -203,8 +214,39 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         stop.store(true, Ordering::Relaxed);
         result
     })?;
-    // Read every counter back and compare.
     let reader = cluster.proxy(ready)?;
+    let (lost, duplicated) = account(&reader, &counts)?;
+    let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
+    let last = cluster.cfg.n() - 1;
+    let damaged_state_discarded = metric(&cluster, last, "tagma_state_discarded") > 0.0;
+    let state_transfers = metric(&cluster, last, "tagma_state_transfers_total") as u64;
+    let state_transfer_ms = metric(&cluster, last, "tagma_state_transfer_ms");
+    Ok(ChaosReport {
+        scenario: scenario.name().into(),
+        mode: opts.mode.to_string(),
+        n,
+        acknowledged_ops: total(&counts),
+        in_doubt_ops: in_doubt(&counts),
+        lost_acknowledged_ops: lost,
+        duplicated_ops: duplicated,
+        recovery_ms,
+        state_digests_equal: digests_equal(&states),
+        damaged_state_discarded,
+        state_transfers,
+        state_transfer_ms,
+    })
+}
+
+pub(crate) fn in_doubt(counts: &[Counts]) -> u64 {
+    counts
+        .iter()
+        .map(|c| c.in_doubt.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// Reads every client's counter back: (acknowledged increments lost, increments applied
+/// more than once).
+pub(crate) fn account(reader: &Proxy, counts: &[Counts]) -> Result<(u64, u64)> {
     let (mut lost, mut duplicated) = (0u64, 0u64);
     for (i, c) in counts.iter().enumerate() {
         let reply = reader
@@ -227,28 +269,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         lost += acked.saturating_sub(value);
         duplicated += value.saturating_sub(acked + doubt);
     }
-    let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
-    let last = cluster.cfg.n() - 1;
-    let damaged_state_discarded = metric(&cluster, last, "tagma_state_discarded") > 0.0;
-    let state_transfers = metric(&cluster, last, "tagma_state_transfers_total") as u64;
-    let state_transfer_ms = metric(&cluster, last, "tagma_state_transfer_ms");
-    Ok(ChaosReport {
-        scenario: scenario.name().into(),
-        mode: opts.mode.to_string(),
-        n,
-        acknowledged_ops: total(&counts),
-        in_doubt_ops: counts
-            .iter()
-            .map(|c| c.in_doubt.load(Ordering::Relaxed))
-            .sum(),
-        lost_acknowledged_ops: lost,
-        duplicated_ops: duplicated,
-        recovery_ms,
-        state_digests_equal: digests_equal(&states),
-        damaged_state_discarded,
-        state_transfers,
-        state_transfer_ms,
-    })
+    Ok((lost, duplicated))
 }
 
 /// Injects the scenario's fault under the running load; returns the recovery time.
@@ -290,6 +311,7 @@ fn fault(
             )?;
             restarted.elapsed().as_secs_f64() * 1000.0
         }
+        Scenario::ReconfigTour => unreachable!("refused by run"),
         Scenario::KillAll | Scenario::CorruptLog | Scenario::CorruptCheckpoint => {
             cluster.stop_all();
             let dir = tagma_node::cluster_dir::data_dir(

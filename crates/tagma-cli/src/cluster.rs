@@ -159,7 +159,10 @@ impl LocalCluster {
         let path = cluster_dir::replica_key_path(&self.dir, id);
         key.write_file(&path)?;
         let port = |_: ()| -> Result<SocketAddr> {
-            Ok(SocketAddr::from(([127, 0, 0, 1], crate::init::free_port("127.0.0.1")?)))
+            Ok(SocketAddr::from((
+                [127, 0, 0, 1],
+                crate::init::free_port("127.0.0.1")?,
+            )))
         };
         let info = tagma_core::config::ReplicaInfo {
             id,
@@ -177,7 +180,9 @@ impl LocalCluster {
     pub fn start_joining(&mut self, i: usize) -> Result<()> {
         let info = self.cfg.replicas[i].clone();
         let contact = self.cfg.replicas[0].addr;
-        let metrics = info.metrics_addr.context("a joiner has a metrics address")?;
+        let metrics = info
+            .metrics_addr
+            .context("a joiner has a metrics address")?;
         self.spawn(
             i,
             &[

@@ -418,7 +418,9 @@ impl BenchArgs {
 struct ChaosArgs {
     /// kill-all: SIGKILL every replica under load and restart them all from disk;
     /// lagging-replica: stop one follower for --down-s under load, restart it, time its
-    /// catch-up.
+    /// catch-up; corrupt-log / corrupt-checkpoint: damage one replica's files while all are
+    /// stopped; reconfig-tour: a replica joins, the leader crashes and restarts, the joiner
+    /// leaves, with throughput sampled every second (--after-s between events).
     #[arg(long, value_enum)]
     scenario: chaos::Scenario,
     /// Crash-fault-tolerant mode, n = 3 (the default is Byzantine, n = 4).
@@ -439,6 +441,9 @@ struct ChaosArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// reconfig-tour: draw the throughput timeline with the events marked into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    plot: Option<PathBuf>,
 }
 
 #[derive(clap::Args)]
@@ -651,12 +656,7 @@ struct JoinArgs {
 }
 
 /// `tagma replica --join`: waits for the view that adds `id`, then runs it until it leaves.
-fn join(
-    dir: &std::path::Path,
-    id: ReplicaId,
-    service: ServiceKind,
-    args: JoinArgs,
-) -> Result<()> {
+fn join(dir: &std::path::Path, id: ReplicaId, service: ServiceKind, args: JoinArgs) -> Result<()> {
     let cfg = cluster_dir::load_config(dir)?;
     let key_path = args
         .key
@@ -1189,6 +1189,27 @@ fn chaos_cmd(args: ChaosArgs) -> Result<()> {
             args.scenario.name(),
             opts.mode
         );
+    }
+    if args.scenario == chaos::Scenario::ReconfigTour {
+        let report = tagma_cli::tour::run(&exe, &opts)?;
+        if let Some(path) = &args.plot {
+            tagma_bench::plot::draw(&report.chart(), path)?;
+            if !args.json {
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        if args.json {
+            println!("{}", serde_json::to_string(&report)?);
+        } else {
+            println!("{}", report.table());
+        }
+        if !report.passed() {
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
+    if args.plot.is_some() {
+        bail!("--plot draws the reconfig-tour timeline; the other scenarios have no plot");
     }
     let report = chaos::run(&exe, args.scenario, &opts)?;
     if args.json {

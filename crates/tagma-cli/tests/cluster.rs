@@ -579,7 +579,9 @@ fn add_replica(
     from: ViewId,
 ) -> (usize, tagma_wire::View) {
     use tagma_wire::{ReconfigureOutcome, ViewMember, ViewOp};
-    let (joiner, key_path) = c.prepare_joiner(ReplicaId(id)).expect("a key for the joiner");
+    let (joiner, key_path) = c
+        .prepare_joiner(ReplicaId(id))
+        .expect("a key for the joiner");
     let key = IdentityKey::read_file(&key_path).expect("its key").public();
     let addr = c.cfg.replicas[joiner].addr.to_string();
     c.start_joining(joiner).expect("start the joiner");
@@ -637,9 +639,8 @@ fn a_replica_is_added_under_load_and_reaches_the_same_digest() {
     };
     let clients = proxies(&c, 4);
     let report = std::thread::scope(|s| {
-        let load = s.spawn(|| {
-            workload::run(clients, &opts, &AtomicU64::new(0), &AtomicBool::new(false))
-        });
+        let load =
+            s.spawn(|| workload::run(clients, &opts, &AtomicU64::new(0), &AtomicBool::new(false)));
         std::thread::sleep(Duration::from_millis(1500));
         let (_, view) = add_replica(&mut c, &admin, &admin_proxy, 4, ViewId(0));
         assert_eq!((view.id, view.members.len(), view.f), (ViewId(1), 5, 1));

@@ -2241,7 +2241,10 @@ impl Replica {
         );
         self.set_now(now_ms);
         self.catch_up.state_transfer_signalled = true;
-        tracing::info!(view = self.params.view.0, "joining: fetching the state by state transfer");
+        tracing::info!(
+            view = self.params.view.0,
+            "joining: fetching the state by state transfer"
+        );
         self.start_fetch(true);
     }
 

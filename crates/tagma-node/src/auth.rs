@@ -98,7 +98,10 @@ impl RequestVerifier {
         let Some(i) = view.members.iter().position(|m| m.id == self.me) else {
             return;
         };
-        let mut map = self.my_index.write().unwrap_or_else(PoisonError::into_inner);
+        let mut map = self
+            .my_index
+            .write()
+            .unwrap_or_else(PoisonError::into_inner);
         map.insert(view.id, i);
         while map.len() > VIEWS_KEPT {
             map.pop_first();

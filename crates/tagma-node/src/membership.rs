@@ -91,7 +91,12 @@ impl PeerLinks {
 
     /// Calls `f` with every link (under the read lock: no allocation on the broadcast path).
     pub(crate) fn for_each(&self, mut f: impl FnMut(&Sender<Bytes>)) {
-        for tx in self.0.read().unwrap_or_else(PoisonError::into_inner).values() {
+        for tx in self
+            .0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .values()
+        {
             f(tx);
         }
     }
@@ -203,9 +208,14 @@ pub fn discover_view(
         {
             // Confirm with the candidate's members; adopt a newer view that includes us.
             let mut reports: Vec<View> = vec![candidate.clone()];
-            for m in candidate.members.iter().filter(|m| m.id != me && m.id != first.id) {
+            for m in candidate
+                .members
+                .iter()
+                .filter(|m| m.id != me && m.id != first.id)
+            {
                 if let Some(addr) = member_addr(m)
-                    && let Some(view) = ask_view(me, &identity, (m.id, addr, m.key), limits, timeout)
+                    && let Some(view) =
+                        ask_view(me, &identity, (m.id, addr, m.key), limits, timeout)
                 {
                     reports.push(view);
                 }
@@ -214,9 +224,13 @@ pub fn discover_view(
             for view in &reports {
                 let quorums = Quorums::new(cfg.mode, view.members.len(), view.f as usize);
                 let agreeing = reports.iter().filter(|r| *r == view).count();
-                if view.members.iter().any(|m| m.id == me) && agreeing >= quorums.one_correct()
-                {
-                    info!(view = view.id.0, n = view.members.len(), f = view.f, "joining: found the view that includes this replica");
+                if view.members.iter().any(|m| m.id == me) && agreeing >= quorums.one_correct() {
+                    info!(
+                        view = view.id.0,
+                        n = view.members.len(),
+                        f = view.f,
+                        "joining: found the view that includes this replica"
+                    );
                     return Ok(view.clone());
                 }
             }
