@@ -240,11 +240,13 @@ struct SimArgs {
     /// Faults tolerated [default: drawn per seed, 1..=3].
     #[arg(long)]
     f: Option<usize>,
-    /// Start each seed with one replica more than f needs and have the administrator remove
-    /// one (maybe the leader) during the faults, with a forged change ordered before it in
-    /// half the seeds.
-    #[arg(long)]
-    reconfig: bool,
+    /// View changes during the faults: 1 — start each seed with one replica more than f
+    /// needs and have the administrator remove one (maybe the leader); 2 — the same, or, in
+    /// half the durable seeds, start with one replica dormant and have the administrator add
+    /// it (it joins by state transfer). A forged change is ordered first in half the seeds.
+    /// `--reconfig` alone means 2.
+    #[arg(long, num_args = 0..=1, default_missing_value = "2", value_parser = clap::value_parser!(u8).range(0..=2))]
+    reconfig: Option<u8>,
     /// Print one line per event (with --seed).
     #[arg(long)]
     trace: bool,
@@ -1441,7 +1443,7 @@ fn sim(args: SimArgs) -> Result<()> {
         replicas: args.replicas,
         byzantine_max: args.byzantine,
         trace: args.trace,
-        reconfig: args.reconfig,
+        reconfig: args.reconfig.unwrap_or(0),
         ..Default::default()
     };
     if let Some(seed) = args.seed {

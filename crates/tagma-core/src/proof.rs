@@ -147,6 +147,11 @@ impl DecisionLog {
         }
     }
 
+    /// The hash of the batch decided in `cid`, if kept.
+    pub fn hash_of(&self, cid: ConsensusId) -> Option<Digest> {
+        self.kept.get(&cid).map(|l| l.hash)
+    }
+
     /// The newest decided instance id.
     pub fn last_cid(&self) -> Option<ConsensusId> {
         self.kept.last_key_value().map(|(c, _)| *c)

@@ -540,6 +540,9 @@ const STOP_REQUESTS_MAX: usize = 64;
 const FUTURE_EPOCHS_MAX: u32 = 16;
 /// Forwarded decisions kept for later instances while catching up.
 const FUTURE_DECISIONS_MAX: usize = 64;
+/// Checkers of past views kept to judge decisions of those views (leader changes right after a
+/// view change carry the last decision of the view before).
+const PAST_CHECKERS_KEPT: usize = 4;
 /// Values kept in a collect's write set: the most recent writes. Enough for safety — once a
 /// value may have been decided, every later epoch writes that same value, so it is always
 /// among the newest — and it bounds the size of STOPDATA and SYNC.
@@ -605,6 +608,10 @@ pub struct Replica {
     params: ReplicaParams,
     key: IdentityKey,
     checker: ProofChecker,
+    /// The checkers of the last few views before this one, each with the first instance of
+    /// the view that followed it: a decision is proven under the view it was decided in
+    /// ([`Replica::check_decided`]).
+    past_checkers: VecDeque<(ConsensusId, ProofChecker)>,
     /// Installed regency; the epoch of every instance started in it.
     regency: Regency,
     clients: Clients,
@@ -713,6 +720,7 @@ impl Replica {
             rng: SplitMix64(params.seed),
             key,
             checker,
+            past_checkers: VecDeque::new(),
             regency: Regency(0),
             clients,
             instance: Instance::new(ConsensusId(0)),
@@ -1474,11 +1482,18 @@ impl Replica {
         // Proofs of instances decided so far are judged by the view they were decided in.
         self.decisions.seal_proofs(&self.checker);
         self.params.set_view(&view);
-        self.checker = ProofChecker::new(
-            &self.params.members,
-            &self.params.member_keys,
-            self.params.quorums.accept_quorum(),
+        let ending = std::mem::replace(
+            &mut self.checker,
+            ProofChecker::new(
+                &self.params.members,
+                &self.params.member_keys,
+                self.params.quorums.accept_quorum(),
+            ),
         );
+        self.past_checkers.push_back((cid.next(), ending));
+        while self.past_checkers.len() > PAST_CHECKERS_KEPT {
+            self.past_checkers.pop_front();
+        }
         let members = self.params.members.clone();
         let keep = |r: &ReplicaId| members.contains(r);
         self.future.retain_senders(&keep, self.params.members.len());
@@ -1762,6 +1777,31 @@ impl Replica {
         }
     }
 
+    /// Checks a decision's proof under the view it was decided in: this view's checker, or
+    /// one of the last views' for an instance decided before the last change. An instance
+    /// this replica has decided itself (and keeps) is also accepted with the hash it decided
+    /// — a replica that joined knows no checker of the views before it. Returns the batch
+    /// hash.
+    fn check_decided(&self, d: &DecidedInstance) -> Option<Digest> {
+        if let Some(hash) = self.checker.check(d) {
+            return Some(hash);
+        }
+        // The newest past view whose successor started after `d`.
+        let past = self
+            .past_checkers
+            .iter()
+            .rev()
+            .take_while(|(next_view_from, _)| d.cid < *next_view_from)
+            .last();
+        if let Some((_, checker)) = past
+            && let Some(hash) = checker.check(d)
+        {
+            return Some(hash);
+        }
+        let hash = tagma_crypto::digest(&d.batch);
+        (d.cid < self.instance.cid && self.decisions.hash_of(d.cid) == Some(hash)).then_some(hash)
+    }
+
     /// The last decided instance with a verified proof, if one can be built.
     fn proven_last(&mut self) -> Option<DecidedInstance> {
         let last = self.decisions.last_cid()?;
@@ -1835,7 +1875,7 @@ impl Replica {
         if data
             .last_decided
             .as_ref()
-            .is_some_and(|d| self.checker.check(d).is_none())
+            .is_some_and(|d| self.check_decided(d).is_none())
         {
             data.last_decided = None; // an unproven claim is ignored
         }
@@ -1975,7 +2015,7 @@ impl Replica {
             return invalid(self, "fewer than n-f valid collects");
         }
         let last_hash = match &sync.last_decided {
-            Some(d) => match self.checker.check(d) {
+            Some(d) => match self.check_decided(d) {
                 Some(h) => Some(h),
                 None => return invalid(self, "invalid proof of the last decided instance"),
             },

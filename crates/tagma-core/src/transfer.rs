@@ -76,9 +76,12 @@ pub enum TransferInput {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StateToInstall {
     pub source: ReplicaId,
-    /// The checkpoint the runtime stored chunk by chunk (its BLAKE3 must be `digest`).
-    pub checkpoint: CheckpointInfo,
-    /// The proven decisions `checkpoint.cid + 1 ..= target`, in order.
+    /// The checkpoint the runtime stored chunk by chunk (its BLAKE3 must be `digest`);
+    /// `None` for a joining replica's fetch from the initial state (no replica had a
+    /// checkpoint yet): the log then starts at instance 0.
+    pub checkpoint: Option<CheckpointInfo>,
+    /// The proven decisions after the checkpoint (from 0 without one) up to the target, in
+    /// order.
     pub log: Vec<DecidedInstance>,
     /// Other replicas' checkpoints at instances in `(checkpoint.cid, target]`.
     pub vouchers: Vec<(ReplicaId, CheckpointInfo)>,
@@ -89,7 +92,13 @@ pub struct StateToInstall {
 impl StateToInstall {
     /// The last instance the installed state covers.
     pub fn target(&self) -> ConsensusId {
-        self.log.last().map_or(self.checkpoint.cid, |d| d.cid)
+        match (self.log.last(), self.checkpoint) {
+            (Some(d), _) => d.cid,
+            (None, Some(c)) => c.cid,
+            (None, None) => {
+                unreachable!("a plan from the initial state fetches instance 0 at least")
+            }
+        }
     }
 
     /// The vouchers' checkpoints.
@@ -161,7 +170,11 @@ pub struct FetchParams {
 #[derive(Debug)]
 struct Plan {
     source: ReplicaId,
-    checkpoint: CheckpointInfo,
+    /// `None`: from the initial state (a joining replica's fetch when no replica has a
+    /// checkpoint yet; every replica still holds its whole log).
+    checkpoint: Option<CheckpointInfo>,
+    /// The first decision fetched: the one after the checkpoint, or 0.
+    first: ConsensusId,
     vouchers: Vec<(ReplicaId, CheckpointInfo)>,
     target: ConsensusId,
     /// Who is asked for runs of decisions, in rotation.
@@ -179,15 +192,18 @@ struct Plan {
 }
 
 impl Plan {
+    fn checkpoint_len(&self) -> u64 {
+        self.checkpoint.map_or(0, |c| c.len)
+    }
     fn first_missing(&self) -> ConsensusId {
-        let mut c = self.checkpoint.cid.next();
+        let mut c = self.first;
         while self.log.contains_key(&c) {
             c = c.next();
         }
         c
     }
     fn complete(&self) -> bool {
-        self.written == self.checkpoint.len && self.first_missing() > self.target
+        self.written == self.checkpoint_len() && self.first_missing() > self.target
     }
 }
 
@@ -241,7 +257,7 @@ impl Fetch {
     pub fn wants(&self, cid: ConsensusId) -> bool {
         match &self.phase {
             Phase::Fetching(plan) => {
-                cid > plan.checkpoint.cid && cid <= plan.target && !plan.log.contains_key(&cid)
+                cid >= plan.first && cid <= plan.target && !plan.log.contains_key(&cid)
             }
             _ => false,
         }
@@ -291,10 +307,13 @@ impl Fetch {
         let Phase::Fetching(plan) = &mut self.phase else {
             return Err("no checkpoint being fetched");
         };
-        if from != plan.source || cid != plan.checkpoint.cid {
+        let Some(checkpoint) = plan.checkpoint else {
+            return Err("no checkpoint being fetched");
+        };
+        if from != plan.source || cid != checkpoint.cid {
             return Err("chunk of another checkpoint");
         }
-        if plan.written == plan.checkpoint.len {
+        if plan.written == checkpoint.len {
             // Nothing more is wanted: not progress (a faulty source must not keep a stalled
             // fetch alive with empty chunks).
             return Err("checkpoint already complete");
@@ -303,7 +322,7 @@ impl Fetch {
             // A duplicate or a chunk after a lost one (re-requested on the next stall).
             return Err("chunk out of order");
         }
-        let expected = (plan.checkpoint.len - offset).min(u64::from(self.params.chunk_bytes));
+        let expected = (checkpoint.len - offset).min(u64::from(self.params.chunk_bytes));
         if data.len() as u64 != expected {
             return Err("chunk of the wrong length");
         }
@@ -325,7 +344,7 @@ impl Fetch {
         let Phase::Fetching(plan) = &mut self.phase else {
             return Err("no log being fetched");
         };
-        if decided.cid <= plan.checkpoint.cid || decided.cid > plan.target {
+        if decided.cid < plan.first || decided.cid > plan.target {
             return Err("log entry outside the range fetched");
         }
         if plan.log.contains_key(&decided.cid) {
@@ -367,7 +386,7 @@ impl Fetch {
             }
             Phase::Fetching(plan) => {
                 if self.stalls > STALL_TIMEOUTS {
-                    tracing::warn!(source = %plan.source, checkpoint = %plan.checkpoint.cid, "state transfer stalled: trying another source");
+                    tracing::warn!(source = %plan.source, first = %plan.first, "state transfer stalled: trying another source");
                     self.retry(out);
                     return;
                 }
@@ -411,8 +430,8 @@ impl Fetch {
         };
         tracing::info!(
             source = %plan.source,
-            checkpoint = %plan.checkpoint.cid,
-            bytes = plan.checkpoint.len,
+            first = %plan.first,
+            bytes = plan.checkpoint_len(),
             target = %plan.target,
             vouchers = plan.vouchers.len(),
             attempt = self.attempt,
@@ -445,30 +464,47 @@ impl Fetch {
             .filter(|i| candidates.len() - i >= self.params.one_correct)
             .collect();
         if eligible.is_empty() {
-            return None;
+            // A joining replica (its executor still in the initial state) may replay the whole
+            // history instead, when no replica offers a checkpoint: then none has released
+            // any of its log. Every decision's proof is checked under its view, from the
+            // initial one that every replica knows, so no voucher is needed.
+            let no_checkpoints = self.offers.values().all(|(c, _)| c.is_none());
+            if !(self.params.joining && self.next.0 == 0 && no_checkpoints) {
+                return None;
+            }
         }
-        let i = eligible[self.attempt % eligible.len()];
-        let (source, checkpoint) = candidates[i];
-        let vouchers: Vec<(ReplicaId, CheckpointInfo)> = candidates[i + 1..].to_vec();
+        let (source, checkpoint, vouchers) =
+            match eligible.get(self.attempt % eligible.len().max(1)) {
+                Some(&i) => {
+                    let (source, checkpoint) = candidates[i];
+                    (source, Some(checkpoint), candidates[i + 1..].to_vec())
+                }
+                None => (self.params.me, None, Vec::new()),
+            };
         let mut log_peers: Vec<ReplicaId> = self
             .offers
             .iter()
             .filter(|(r, (_, n))| **r != source && *n > target)
             .map(|(r, _)| *r)
             .collect();
-        if log_peers.is_empty() {
+        let first = checkpoint.map_or(ConsensusId(0), |c| c.cid.next());
+        if log_peers.is_empty() && checkpoint.is_some() {
             log_peers.push(source);
+        }
+        if log_peers.is_empty() {
+            return None;
         }
         Some(Plan {
             source,
             checkpoint,
+            first,
             vouchers,
             target,
             log_peers,
             written: 0,
             requested: 0,
             log: BTreeMap::new(),
-            log_requested: checkpoint.cid.next(),
+            log_requested: first,
             rotation: self.attempt,
         })
     }
@@ -479,14 +515,15 @@ impl Fetch {
             return;
         };
         let chunk = u64::from(self.params.chunk_bytes);
-        while plan.requested < plan.checkpoint.len
+        while let Some(checkpoint) = plan.checkpoint
+            && plan.requested < checkpoint.len
             && plan.requested - plan.written < CHUNK_WINDOW * chunk
         {
-            let len = (plan.checkpoint.len - plan.requested).min(chunk);
+            let len = (checkpoint.len - plan.requested).min(chunk);
             out.push(FetchOut::Send {
                 to: plan.source,
                 msg: tagma_wire::PeerMessage::ChunkRequest {
-                    cid: plan.checkpoint.cid,
+                    cid: checkpoint.cid,
                     offset: plan.requested,
                     len: len as u32,
                 },
@@ -519,8 +556,13 @@ impl Fetch {
                 source: plan.source,
                 checkpoint: plan.checkpoint,
                 log: plan.log.into_values().collect(),
+                // From the initial state, that state is the one correct source.
+                matches_needed: if plan.checkpoint.is_some() {
+                    self.params.one_correct
+                } else {
+                    1
+                },
                 vouchers: plan.vouchers,
-                matches_needed: self.params.one_correct,
             }));
         }
     }

@@ -1940,3 +1940,36 @@ fn view_changes_that_do_not_apply_leave_the_view_and_f_grows_only_with_enough_me
     c.run_until_quiet();
     assert!(c.delivered.iter().all(|d| d.len() == 3));
 }
+
+/// A leader change right after a view change that added a replica: the SYNC carries the last
+/// decided instance — the one that ordered the change — whose proof holds under the view it
+/// was decided in (3 of 5 in CFT), not under the new one (4 of 6). It must be judged by the
+/// view of its instance, or every leader change fails (found by simulator seed 13, joins).
+#[test]
+fn a_leader_change_right_after_an_addition_accepts_the_previous_views_proof() {
+    let mut c = Cluster::new(Mode::Cft, 5, 21);
+    c.crashed.insert(r(5)); // added, never started: messages to it are lost
+    c.client_request(req(1, 1));
+    c.run_until_quiet();
+    let add = sign_change(&admin(), ViewId(0), vec![added(5)]);
+    c.client_request(reconfig(1, 0, add));
+    c.run_until_quiet();
+    for i in 0..5 {
+        let (_, view, _) = c.views[i].last().expect("view 1 installed");
+        assert_eq!((view.id, view.members.len(), view.f), (ViewId(1), 6, 2));
+    }
+    let before = c.delivered[1].len();
+    // The leader crashes; replicas 1..4 are a CFT majority of 6 (replica 5 never runs).
+    c.crashed.insert(r(0));
+    c.lenient = true; // forwarded and retransmitted requests meet duplicates
+    c.client_request(in_view(req(1, 2), 1));
+    c.run_with_timers(c.now_ms + 60_000);
+    for i in 1..5 {
+        assert_eq!(
+            c.delivered[i].len(),
+            before + 1,
+            "replica {i} ordered in view 1 after the leader change"
+        );
+        assert_ne!(c.replicas[i].leader(), r(0));
+    }
+}

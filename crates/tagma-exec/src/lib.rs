@@ -404,17 +404,33 @@ impl<S: Service> Executor<S> {
     /// returned. On success returns how many matched. A state that ends before what this
     /// executor already executed is refused without touching anything (the replica caught up
     /// by other means while it was fetched; installing it would go back in time).
+    ///
+    /// Without a checkpoint (`None`: a joining replica replaying the whole history because no
+    /// replica had a checkpoint yet), `log` starts at instance 0, this executor must not
+    /// have executed anything (it is in the initial state every replica starts from, which
+    /// counts as the source's match), and `state` is ignored.
     pub fn install_fetched(
         &mut self,
         state: &Bytes,
-        checkpoint: &CheckpointInfo,
+        checkpoint: Option<&CheckpointInfo>,
         log: &[tagma_wire::DecidedInstance],
         vouchers: &[CheckpointInfo],
         needed: usize,
     ) -> Result<usize, String> {
-        self.can_install_through(log.last().map_or(checkpoint.cid, |d| d.cid))?;
-        if state.len() as u64 != checkpoint.len || checkpoint_digest(state) != checkpoint.digest {
-            return Err("the fetched checkpoint does not match its source's digest".into());
+        let through = match (log.last(), checkpoint) {
+            (Some(d), _) => d.cid,
+            (None, Some(c)) => c.cid,
+            (None, None) => return Err("nothing fetched".into()),
+        };
+        self.can_install_through(through)?;
+        match checkpoint {
+            Some(c) if state.len() as u64 != c.len || checkpoint_digest(state) != c.digest => {
+                return Err("the fetched checkpoint does not match its source's digest".into());
+            }
+            None if self.executed_instances != 0 => {
+                return Err("a replay from the initial state needs an executor in it".into());
+            }
+            _ => {}
         }
         let backup = self.checkpoint();
         let result = self.replay_fetched(state, checkpoint, log, vouchers, needed);
@@ -428,25 +444,27 @@ impl<S: Service> Executor<S> {
     fn replay_fetched(
         &mut self,
         state: &Bytes,
-        checkpoint: &CheckpointInfo,
+        checkpoint: Option<&CheckpointInfo>,
         log: &[tagma_wire::DecidedInstance],
         vouchers: &[CheckpointInfo],
         needed: usize,
     ) -> Result<usize, String> {
-        let checkpoint_cid = checkpoint.cid.0;
-        self.restore(state)
-            .map_err(|e| format!("the fetched checkpoint does not install: {e}"))?;
-        if self.executed_instances != checkpoint_cid + 1 {
-            return Err(format!(
-                "the fetched checkpoint is at instance {}, announced {checkpoint_cid}",
-                self.executed_instances.wrapping_sub(1)
-            ));
+        let mut matched = 1;
+        if let Some(checkpoint) = checkpoint {
+            let checkpoint_cid = checkpoint.cid.0;
+            self.restore(state)
+                .map_err(|e| format!("the fetched checkpoint does not install: {e}"))?;
+            if self.executed_instances != checkpoint_cid + 1 {
+                return Err(format!(
+                    "the fetched checkpoint is at instance {}, announced {checkpoint_cid}",
+                    self.executed_instances.wrapping_sub(1)
+                ));
+            }
+            matched += vouchers
+                .iter()
+                .filter(|v| v.cid == checkpoint.cid && v.digest == checkpoint.digest)
+                .count();
         }
-        let at_checkpoint = vouchers
-            .iter()
-            .filter(|v| v.cid == checkpoint.cid && v.digest == checkpoint.digest)
-            .count();
-        let mut matched = 1 + at_checkpoint;
         // Proofs are checked under the view each instance was decided in: the checkpoint's,
         // then each view a replayed change installs (the core could check them only under
         // its own view).

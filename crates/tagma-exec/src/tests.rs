@@ -445,7 +445,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     }
     let lie = liar.checkpoint();
     let err = b
-        .install_fetched(&lie, &info(4, &lie), &log, &vouchers, 2)
+        .install_fetched(&lie, Some(&info(4, &lie)), &log, &vouchers, 2)
         .unwrap_err();
     assert!(err.contains("only 1 of the source and 2 vouchers"), "{err}");
     assert_eq!(b.checkpoint(), before, "the previous state is back");
@@ -458,19 +458,19 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     }
     let colluding = [info(7, &lying_history.checkpoint()), vouchers[1]];
     assert!(
-        b.install_fetched(&lie, &info(4, &lie), &log, &colluding, 3)
+        b.install_fetched(&lie, Some(&info(4, &lie)), &log, &colluding, 3)
             .is_err()
     );
     assert_eq!(b.checkpoint(), before);
     // A log with a hole, and a checkpoint at another instance than announced, are refused.
     let holed: Vec<_> = log.iter().filter(|d| d.cid.0 != 6).cloned().collect();
     assert!(
-        b.install_fetched(&at[&4], &info(4, &at[&4]), &holed, &vouchers, 2)
+        b.install_fetched(&at[&4], Some(&info(4, &at[&4])), &holed, &vouchers, 2)
             .unwrap_err()
             .contains("skips")
     );
     assert!(
-        b.install_fetched(&at[&4], &info(5, &at[&4]), &log, &vouchers, 2)
+        b.install_fetched(&at[&4], Some(&info(5, &at[&4])), &log, &vouchers, 2)
             .is_err()
     );
     // Bytes that are not what the source announced are refused before anything changes.
@@ -479,7 +479,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     assert!(
         b.install_fetched(
             &Bytes::from(tampered),
-            &info(4, &at[&4]),
+            Some(&info(4, &at[&4])),
             &log,
             &vouchers,
             2
@@ -490,7 +490,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     assert_eq!(b.checkpoint(), before);
     // The correct source: the vouchers match, the state is the history's at instance 9.
     assert_eq!(
-        b.install_fetched(&at[&4], &info(4, &at[&4]), &log, &vouchers, 2),
+        b.install_fetched(&at[&4], Some(&info(4, &at[&4])), &log, &vouchers, 2),
         Ok(2)
     );
     assert_eq!(b.checkpoint(), at[&9]);
@@ -498,7 +498,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     // would go back in time (the replica caught up while the state was fetched).
     let early = &log[..2];
     assert!(
-        b.install_fetched(&at[&4], &info(4, &at[&4]), early, &vouchers[..0], 1)
+        b.install_fetched(&at[&4], Some(&info(4, &at[&4])), early, &vouchers[..0], 1)
             .unwrap_err()
             .contains("already executed beyond instance 6")
     );
@@ -508,7 +508,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     let mut c = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
     let same = [info(4, &at[&4])];
     assert_eq!(
-        c.install_fetched(&at[&4], &info(4, &at[&4]), &[], &same, 2),
+        c.install_fetched(&at[&4], Some(&info(4, &at[&4])), &[], &same, 2),
         Ok(2)
     );
     assert_eq!(c.checkpoint(), at[&4]);
@@ -517,7 +517,7 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
         ..info(4, &lie)
     }];
     assert!(
-        c.install_fetched(&at[&4], &info(4, &at[&4]), &[], &other, 2)
+        c.install_fetched(&at[&4], Some(&info(4, &at[&4])), &[], &other, 2)
             .is_err()
     );
     assert_eq!(b.executed_instances(), 10);
@@ -697,7 +697,10 @@ fn fetched_decisions_are_proven_under_the_view_of_their_instance() {
         signed(4, &batches[4], &[1, 2, 3]),
     ];
     let mut b = new();
-    assert_eq!(b.install_fetched(ckp, &info(1, ckp), &log, &[], 1), Ok(1));
+    assert_eq!(
+        b.install_fetched(ckp, Some(&info(1, ckp)), &log, &[], 1),
+        Ok(1)
+    );
     assert_eq!(b.checkpoint(), at[4]);
     assert_eq!(b.members().map(|v| v.id), Some(ViewId(1)));
     // Three signers do not prove an instance of view 0.
@@ -706,7 +709,7 @@ fn fetched_decisions_are_proven_under_the_view_of_their_instance() {
     let mut c = new();
     let before = c.checkpoint();
     let err = c
-        .install_fetched(ckp, &info(1, ckp), &weak, &[], 1)
+        .install_fetched(ckp, Some(&info(1, ckp)), &weak, &[], 1)
         .unwrap_err();
     assert!(err.contains("instance 2 does not hold in view 0"), "{err}");
     assert_eq!(c.checkpoint(), before, "rolled back");
@@ -714,7 +717,41 @@ fn fetched_decisions_are_proven_under_the_view_of_their_instance() {
     let mut stale = log.clone();
     stale[1] = signed(3, &batches[3], &[0, 1, 4]);
     let err = c
-        .install_fetched(ckp, &info(1, ckp), &stale, &[], 1)
+        .install_fetched(ckp, Some(&info(1, ckp)), &stale, &[], 1)
         .unwrap_err();
     assert!(err.contains("instance 3 does not hold in view 1"), "{err}");
+    // A joining replica replays the whole history from the initial state when no replica
+    // has a checkpoint yet: every proof is checked from view 0 on.
+    let whole = [
+        vec![
+            signed(0, &batches[0], &[0, 1, 2, 3]),
+            signed(1, &batches[1], &[0, 1, 2, 4]),
+        ],
+        log.clone(),
+    ]
+    .concat();
+    let mut joiner = new();
+    let empty = Bytes::new();
+    assert_eq!(joiner.install_fetched(&empty, None, &whole, &[], 1), Ok(1));
+    assert_eq!(joiner.checkpoint(), at[4]);
+    assert_eq!(joiner.members().map(|v| v.id), Some(ViewId(1)));
+    // Not from an executor that has executed anything, and not with a weak proof.
+    let err = joiner
+        .install_fetched(&empty, None, &whole[..4], &[], 1)
+        .unwrap_err();
+    assert!(err.contains("already executed beyond instance 3"), "{err}");
+    let mut partial = new();
+    partial.execute_batch(ConsensusId(0), &batches[0]);
+    let err = partial
+        .install_fetched(&empty, None, &whole, &[], 1)
+        .unwrap_err();
+    assert!(err.contains("initial state"), "{err}");
+    let mut forged = whole.clone();
+    forged[0] = signed(0, &batches[0], &[0, 1, 2]);
+    let mut d = new();
+    let err = d
+        .install_fetched(&empty, None, &forged, &[], 1)
+        .unwrap_err();
+    assert!(err.contains("instance 0 does not hold in view 0"), "{err}");
+    assert_eq!(d.executed_instances(), 0, "rolled back");
 }

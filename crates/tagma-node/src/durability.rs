@@ -59,7 +59,8 @@ pub(crate) enum StorageEvent {
     /// checkpoint if it does not reach it) and sync. Sent by the consensus thread before the
     /// core hears of the install, so it comes before any later instance's `Append`.
     Installed {
-        checkpoint: u64,
+        /// `None`: replayed from the initial state (no checkpoint installed).
+        checkpoint: Option<u64>,
         entries: Vec<DecidedInstance>,
     },
 }
@@ -324,9 +325,9 @@ pub(crate) fn storage_loop(
                         );
                         return;
                     }
-                    let through = entries.last().map_or(checkpoint, |d| d.cid.0);
-                    covered = covered.max(Some(through));
-                    last = last.max(Some(through));
+                    let through = entries.last().map(|d| d.cid.0).or(checkpoint);
+                    covered = covered.max(through);
+                    last = last.max(through);
                 }
             }
         }
@@ -547,13 +548,17 @@ impl DurableExec {
         if let Err(reason) = executor.can_install_through(target) {
             return rejected(reason);
         }
-        let bytes = match self.store.read_incoming() {
-            Ok(b) => Bytes::from(b),
-            Err(e) => return rejected(format!("cannot read the fetched checkpoint: {e}")),
+        // A joining replica's replay from the initial state fetched no checkpoint.
+        let bytes = match state.checkpoint {
+            None => Bytes::new(),
+            Some(_) => match self.store.read_incoming() {
+                Ok(b) => Bytes::from(b),
+                Err(e) => return rejected(format!("cannot read the fetched checkpoint: {e}")),
+            },
         };
         match executor.install_fetched(
             &bytes,
-            &state.checkpoint,
+            state.checkpoint.as_ref(),
             &state.log,
             &state.voucher_checkpoints(),
             state.matches_needed,
@@ -571,27 +576,28 @@ impl DurableExec {
         }
         // Durable before the core goes on: the fetched checkpoint (already on disk: it only
         // gets its header and checksum), then the decisions after it in the log.
-        if let Err(e) = self.store.promote_incoming(
-            state.checkpoint.cid.0,
-            bytes.len(),
-            &state.checkpoint.digest.0,
-        ) {
-            return Err(format!("cannot store the installed checkpoint: {e}"));
+        if let Some(checkpoint) = state.checkpoint {
+            if let Err(e) =
+                self.store
+                    .promote_incoming(checkpoint.cid.0, bytes.len(), &checkpoint.digest.0)
+            {
+                return Err(format!("cannot store the installed checkpoint: {e}"));
+            }
+            if self
+                .consensus_tx
+                .send(ConsensusEvent::Checkpointed(checkpoint))
+                .is_err()
+            {
+                return Err("the consensus thread stopped".into());
+            }
+            self.durable_through = self.durable_through.max(Some(checkpoint.cid.0));
         }
-        if self
-            .consensus_tx
-            .send(ConsensusEvent::Checkpointed(state.checkpoint))
-            .is_err()
-        {
-            return Err("the consensus thread stopped".into());
-        }
-        let event = StorageEvent::Installed {
-            checkpoint: state.checkpoint.cid.0,
-            entries: state.log.clone(),
-        };
         // The instances after the checkpoint become durable with the storage thread's sync
         // (its `Durable` event).
-        self.durable_through = self.durable_through.max(Some(state.checkpoint.cid.0));
+        let event = StorageEvent::Installed {
+            checkpoint: state.checkpoint.map(|c| c.cid.0),
+            entries: state.log.clone(),
+        };
         self.installed_through = Some(target.0);
         let outcome = InstallOutcome::Installed {
             last: target,
@@ -604,17 +610,19 @@ impl DurableExec {
 }
 
 /// Logs the decisions of a state installed by state transfer: those after what the log
-/// already holds; if the log does not reach the installed checkpoint, it restarts after it.
+/// already holds; if the log does not reach the installed checkpoint, it restarts after it
+/// (without a checkpoint — a replay from the initial state — the log continues).
 fn log_installed(
     log: &mut Log,
-    checkpoint: u64,
+    checkpoint: Option<u64>,
     entries: &[DecidedInstance],
 ) -> Result<(), tagma_storage::StorageError> {
-    let from = match log.last_cid() {
-        Some(last) if last >= checkpoint => last + 1,
-        _ => {
-            log.reset_after(checkpoint)?;
-            checkpoint + 1
+    let from = match (log.last_cid(), checkpoint) {
+        (Some(last), Some(c)) if last >= c => last + 1,
+        (last, None) => last.map_or(0, |l| l + 1),
+        (_, Some(c)) => {
+            log.reset_after(c)?;
+            c + 1
         }
     };
     for d in entries.iter().filter(|d| d.cid.0 >= from) {

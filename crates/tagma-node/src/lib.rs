@@ -1388,8 +1388,12 @@ fn execution_loop<S: Service>(
                         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
                     // Replies of instances the durable checkpoint covers may leave; later ones
                     // wait for the storage thread's sync of the installed log.
-                    let covered = state.checkpoint.cid.0;
-                    while d.held.front().is_some_and(|(c, _)| *c <= covered) {
+                    let covered = state.checkpoint.map(|c| c.cid.0);
+                    while d
+                        .held
+                        .front()
+                        .is_some_and(|(c, _)| covered.is_some_and(|covered| *c <= covered))
+                    {
                         let (_, replies) = d.held.pop_front().expect("front checked");
                         send_replies(&routes, replies);
                     }

@@ -24,9 +24,11 @@ pub struct SimOptions {
     pub fault_period_ms: Option<u64>,
     /// Virtual time the liveness phase may take (default [`LIVENESS_BOUND_MS_DEFAULT`]).
     pub liveness_bound_ms: Option<u64>,
-    /// Run with one replica more than f needs and have the administrator remove one during
-    /// the fault period ([`ReconfigPlan`]).
-    pub reconfig: bool,
+    /// 0: no view change. 1: run with one replica more than f needs and have the
+    /// administrator remove one during the fault period. 2: the same, or — in durable runs,
+    /// half of the time — start with one replica dormant and have the administrator add it
+    /// (it joins by state transfer). See [`ReconfigPlan`].
+    pub reconfig: u8,
 }
 
 pub const FAULT_PERIOD_MS_DEFAULT: u64 = 3_000;
@@ -38,7 +40,7 @@ pub const LIVENESS_OPS: u64 = 2;
 
 impl SimOptions {
     /// Parses the options part of a regression line or command line: `key=value` tokens
-    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1`).
+    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1|2`).
     pub fn parse_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Self, String> {
         let mut o = SimOptions::default();
         for token in tokens {
@@ -61,7 +63,12 @@ impl SimOptions {
                 "replicas" => o.replicas = Some(num()? as usize),
                 "byzantine" => o.byzantine_max = Some(num()? as usize),
                 "fault_ms" => o.fault_period_ms = Some(num()?),
-                "reconfig" => o.reconfig = num()? != 0,
+                "reconfig" => {
+                    o.reconfig = match num()? {
+                        n @ 0..=2 => n as u8,
+                        n => return Err(format!("reconfig must be 0, 1 or 2, got {n}")),
+                    }
+                }
                 _ => return Err(format!("unknown option {k:?}")),
             }
         }
@@ -86,8 +93,8 @@ impl SimOptions {
         if let Some(ms) = self.fault_period_ms {
             t.push(format!("fault_ms={ms}"));
         }
-        if self.reconfig {
-            t.push("reconfig=1".into());
+        if self.reconfig > 0 {
+            t.push(format!("reconfig={}", self.reconfig));
         }
         t
     }
@@ -211,14 +218,18 @@ pub struct Crash {
     pub end_ms: Option<u64>,
 }
 
-/// A view change during the run: the administrator removes replica `remove` (possibly the
-/// leader, possibly a Byzantine one) at `at_ms`; with `forged_first`, a change signed by
-/// another key is ordered just before it and must be refused.
+/// A view change during the run: at `at_ms` the administrator removes replica `remove`
+/// (possibly the leader, possibly a Byzantine one) or, with `join`, adds that replica, which
+/// was dormant until then (outside the initial view; a correct, durable one that starts
+/// once a correct replica installed the view with it, and fetches its state). With
+/// `forged_first`, a change signed by another key is ordered just before it and must be
+/// refused.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReconfigPlan {
     pub at_ms: u64,
     pub remove: u32,
     pub forged_first: bool,
+    pub join: Option<u32>,
 }
 
 /// Everything a seed decides before the run starts.
@@ -286,7 +297,7 @@ impl Scenario {
             return Err("f must be at least 1".into());
         }
         // A run that removes a replica starts with one more than f needs.
-        let spare = usize::from(options.reconfig && options.replicas.is_none());
+        let spare = usize::from(options.reconfig > 0 && options.replicas.is_none());
         let n = options.replicas.unwrap_or(mode.replicas_needed(f) + spare);
         if n < mode.replicas_needed(f) {
             return Err(format!(
@@ -356,13 +367,22 @@ impl Scenario {
             let start = durable_rng.below(fault_period_ms * 3 / 4);
             (start, start + durable_rng.range(20, 1_000))
         });
-        let reconfig = (options.reconfig && n > mode.replicas_needed(f)).then(|| {
+        let reconfig = (options.reconfig > 0 && n > mode.replicas_needed(f)).then(|| {
             let mut reconfig_rng = Rng::new(seed ^ 0x7ec0_4f16_0000_0006);
-            ReconfigPlan {
+            let mut plan = ReconfigPlan {
                 at_ms: reconfig_rng.below(fault_period_ms),
                 remove: reconfig_rng.below(n as u64) as u32,
                 forged_first: reconfig_rng.chance(0.5),
+                join: None,
+            };
+            // Joins need state transfer (durable runs); the joiner is the highest correct id.
+            let mut join_rng = Rng::new(seed ^ 0x1017_0000_0000_0007);
+            if options.reconfig >= 2 && durable && join_rng.chance(0.5) {
+                plan.join = (0..n as u32)
+                    .rev()
+                    .find(|r| !byzantine.iter().any(|(b, _)| b == r));
             }
+            plan
         });
         Ok(Scenario {
             seed,
@@ -469,8 +489,8 @@ impl Scenario {
         if let Some(f) = options.f {
             cmd.push_str(&format!(" --f {f}"));
         }
-        if options.reconfig {
-            cmd.push_str(" --reconfig");
+        if options.reconfig > 0 {
+            cmd.push_str(&format!(" --reconfig {}", options.reconfig));
         }
         cmd.push_str(" --trace");
         cmd

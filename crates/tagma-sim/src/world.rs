@@ -91,6 +91,8 @@ enum Event {
     Heal,
     /// The administrator sends (or resends) the scenario's view change.
     Reconfigure,
+    /// A correct replica installed the view that adds the dormant replica: it starts.
+    StartJoiner(u32),
     /// A replica tells a client that its request named an older view than the installed one.
     ClientView {
         client: usize,
@@ -134,6 +136,10 @@ struct Node {
     installed_through: Option<u64>,
     /// Byzantine replicas: what their honest core decided, by instance.
     byz_decided: BTreeMap<u64, Digest>,
+    /// The replica a join plan adds: outside the initial view, and `dormant` (down, deaf)
+    /// until a correct replica installed the view with it.
+    joiner: bool,
+    dormant: bool,
 }
 
 impl Node {
@@ -182,6 +188,15 @@ const TEAR_P: f64 = 0.5;
 
 /// A simulated replica's executor: the key-value service, judging view changes as the core
 /// does.
+/// How a join plan's replica `i` is added.
+fn joiner_member(i: usize, key: &IdentityKey) -> tagma_wire::ViewMember {
+    tagma_wire::ViewMember {
+        id: ReplicaId(i as u32),
+        addr: format!("sim:{i}"),
+        key: key.public(),
+    }
+}
+
 fn new_executor(membership: &Membership) -> Executor<KvService> {
     Executor::new(KvService::new(), ViewId(0), 4, 64).with_membership(membership.clone())
 }
@@ -251,13 +266,19 @@ impl World {
         let mut key_rng = rng.fork();
         let n = sc.n;
         let f = sc.f;
-        let quorums = Quorums::new(sc.mode, n, f);
         let keys: Vec<IdentityKey> = (0..n)
             .map(|_| IdentityKey::from_seed(key_rng.bytes32()))
             .collect();
         let admin = IdentityKey::from_seed(key_rng.bytes32());
-        let members: Vec<ReplicaId> = (0..n as u32).map(ReplicaId).collect();
-        let member_keys = keys.iter().map(IdentityKey::public).collect::<Vec<_>>();
+        // A join plan's replica is outside the initial view.
+        let joiner = sc.reconfig.as_ref().and_then(|p| p.join);
+        let initial: Vec<usize> = (0..n).filter(|i| Some(*i as u32) != joiner).collect();
+        let quorums = Quorums::new(sc.mode, initial.len(), f);
+        let members: Vec<ReplicaId> = initial.iter().map(|i| ReplicaId(*i as u32)).collect();
+        let member_keys = initial
+            .iter()
+            .map(|i| keys[*i].public())
+            .collect::<Vec<_>>();
         let nodes: Vec<Node> = (0..n)
             .map(|i| {
                 let params = ReplicaParams {
@@ -286,23 +307,36 @@ impl World {
                     state_transfer: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
-                    member_addrs: (0..n).map(|i| format!("sim:{i}")).collect(),
+                    member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),
                     admin_key: Some(admin.public()),
                 };
+                let genesis = params.membership();
+                let mut params = params;
+                let is_joiner = joiner == Some(i as u32);
+                if is_joiner {
+                    // It starts in the view that adds it (as `tagma replica --join` does).
+                    let view = tagma_core::view::apply(
+                        &genesis.view,
+                        &[tagma_wire::ViewOp::Add(joiner_member(i, &keys[i]))],
+                        sc.mode,
+                    )
+                    .expect("the join applies");
+                    params.set_view(&view);
+                }
                 let byz = sc
                     .byzantine
                     .iter()
                     .find(|(r, _)| *r == i as u32)
                     .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
                 let disk = (sc.durable && byz.is_none()).then(Disk::default);
-                let membership = params.membership();
                 Node {
                     core: Replica::new(params.clone(), keys[i].clone()),
                     params,
                     key: keys[i].clone(),
                     disk,
-                    exec: new_executor(&membership),
-                    crashed: false,
+                    // Every executor starts in the initial view (a joiner's replays history).
+                    exec: new_executor(&genesis),
+                    crashed: is_joiner,
                     timer_at: None,
                     byz,
                     regency: 0,
@@ -311,6 +345,8 @@ impl World {
                     incoming: Vec::new(),
                     installed_through: None,
                     byz_decided: BTreeMap::new(),
+                    joiner: is_joiner,
+                    dormant: is_joiner,
                 }
             })
             .collect();
@@ -332,7 +368,7 @@ impl World {
             let keys = vec![Bytes::from(format!("faulty{j}/k"))];
             clients.push(SimClient::new(i, Some(*fault), keys, Bytes::from("faulty")));
         }
-        let membership = nodes[0].params.membership();
+        let membership = nodes[initial[0]].params.membership();
         let client_views = (0..clients.len())
             .map(|_| ViewFollower::new(sc.mode, &membership.view))
             .collect();
@@ -490,7 +526,7 @@ impl World {
             return;
         }
         self.reconfig_sends += 1;
-        let ops = vec![tagma_wire::ViewOp::Remove(ReplicaId(plan.remove))];
+        let ops = vec![self.plan_op(&plan)];
         let mut changes = Vec::new();
         if plan.forged_first {
             // Another removal, so a forgery that went through would show in the view.
@@ -501,11 +537,12 @@ impl World {
         }
         changes.push(sign_change(&self.admin, ViewId(0), ops));
         let sends = self.reconfig_sends;
+        let what = match plan.join {
+            Some(j) => format!("add replica {j}"),
+            None => format!("remove replica {}", plan.remove),
+        };
         self.note(b'V', plan.remove as u64, sends as u64, &[], || {
-            format!(
-                "administrator asks to remove replica {} (send {sends})",
-                plan.remove
-            )
+            format!("administrator asks to {what} (send {sends})")
         });
         for (i, change) in changes.into_iter().enumerate() {
             let envelope = RequestEnvelope {
@@ -537,6 +574,35 @@ impl World {
         }
         let again = self.now_ms + RETRANSMIT_MS;
         self.schedule(again, Event::Reconfigure);
+    }
+
+    /// The administrator's operation in `plan`.
+    fn plan_op(&self, plan: &crate::scenario::ReconfigPlan) -> tagma_wire::ViewOp {
+        match plan.join {
+            Some(j) => {
+                tagma_wire::ViewOp::Add(joiner_member(j as usize, &self.nodes[j as usize].key))
+            }
+            None => tagma_wire::ViewOp::Remove(ReplicaId(plan.remove)),
+        }
+    }
+
+    /// A correct replica installed the view that adds dormant replica `j`: it starts, in that
+    /// view, and fetches its state (as `tagma replica --join` does once the members accept
+    /// it).
+    fn start_joiner(&mut self, j: usize) {
+        if !self.nodes[j].dormant {
+            return;
+        }
+        self.nodes[j].dormant = false;
+        self.nodes[j].crashed = false;
+        self.count("joiners_started");
+        self.note(b'J', j as u64, 0, &[], || {
+            format!("replica {j} starts joining")
+        });
+        self.replica_input(j, |core, now| {
+            core.start_joining(now);
+            Ok(())
+        });
     }
 
     /// A replica reports the installed view to client `c`: once one correct replica must be
@@ -612,6 +678,7 @@ impl World {
             Event::DiskSync(r) => self.disk_sync(r as usize),
             Event::Heal => self.heal(),
             Event::Reconfigure => self.send_view_change(),
+            Event::StartJoiner(j) => self.start_joiner(j as usize),
             Event::ClientView { client, from, view } => self.on_client_view(client, from, view),
         }
     }
@@ -619,7 +686,7 @@ impl World {
     // ---- replicas -------------------------------------------------------------------------
 
     fn restart(&mut self, r: usize) {
-        if !self.nodes[r].crashed {
+        if !self.nodes[r].crashed || self.nodes[r].dormant {
             return;
         }
         self.note(b'C', r as u64, 0, &[], || format!("replica {r} restarts"));
@@ -640,10 +707,24 @@ impl World {
                 return;
             }
             self.count("durable_restarts");
-            self.replica_input(r, |core, now| {
-                core.start_recovery(now);
-                Ok(())
-            });
+            let node = &self.nodes[r];
+            let empty = node
+                .disk
+                .as_ref()
+                .is_some_and(|d| d.checkpoint.is_none() && d.log.is_empty());
+            if node.joiner && empty {
+                // A joiner that crashed before it had any state joins again.
+                self.count("joiners_restarted_empty");
+                self.replica_input(r, |core, now| {
+                    core.start_joining(now);
+                    Ok(())
+                });
+            } else {
+                self.replica_input(r, |core, now| {
+                    core.start_recovery(now);
+                    Ok(())
+                });
+            }
         }
         self.arm_timer(r);
     }
@@ -706,7 +787,7 @@ impl World {
         let node = &mut self.nodes[r];
         let outcome = match node.exec.install_fetched(
             &bytes,
-            &state.checkpoint,
+            state.checkpoint.as_ref(),
             &state.log,
             &state.voucher_checkpoints(),
             state.matches_needed,
@@ -721,10 +802,13 @@ impl World {
         };
         if let InstallOutcome::Installed { .. } = &outcome {
             self.count("state_transfers");
+            if self.nodes[r].joiner {
+                self.count("joiner_states_installed");
+            }
             self.note(b'T', r as u64, target.0, &[], || {
                 format!(
-                    "replica {r} installs state up to cid {target} (checkpoint {} from replica {}, {} vouchers)",
-                    state.checkpoint.cid,
+                    "replica {r} installs state up to cid {target} (checkpoint {:?} from replica {}, {} vouchers)",
+                    state.checkpoint.map(|c| c.cid.0),
                     state.source,
                     state.vouchers.len()
                 )
@@ -733,7 +817,7 @@ impl World {
             // deliveries (agreement, validity, exactly once).
             self.nodes[r].installed_through = Some(target.0);
             let delivered = self.nodes[r].delivered;
-            self.nodes[r].delivered = delivered.max(state.checkpoint.cid.0 + 1);
+            self.nodes[r].delivered = delivered.max(state.checkpoint.map_or(0, |c| c.cid.0 + 1));
             for decided in state.log.iter().filter(|d| d.cid.0 >= delivered) {
                 let batch = Batch::decode(&decided.batch).expect("installed batches decode");
                 let hash = tagma_crypto::digest(&decided.batch);
@@ -924,6 +1008,15 @@ impl World {
                         }
                         Some(_) => {}
                         None => {
+                            if let Some(j) = view
+                                .members
+                                .iter()
+                                .map(|m| m.id.0 as usize)
+                                .find(|j| self.nodes[*j].dormant)
+                            {
+                                let at = self.now_ms + 1;
+                                self.schedule(at, Event::StartJoiner(j as u32));
+                            }
                             self.views.insert(view.id, view);
                         }
                     }
@@ -2015,10 +2108,10 @@ impl World {
         }
         self.histories = histories;
         // The only view a correct replica may install is the administrator's.
-        if let Some(plan) = &self.sc.reconfig {
-            let ops = [tagma_wire::ViewOp::Remove(ReplicaId(plan.remove))];
+        if let Some(plan) = self.sc.reconfig.clone() {
+            let ops = [self.plan_op(&plan)];
             let expected = tagma_core::view::apply(&self.membership.view, &ops, self.sc.mode)
-                .expect("the plan's removal applies");
+                .expect("the plan's change applies");
             for view in self.views.values() {
                 if *view != expected {
                     let msg = format!(

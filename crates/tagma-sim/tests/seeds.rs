@@ -24,8 +24,9 @@ fn ci_options(seed: u64) -> SimOptions {
     SimOptions {
         mode: Some(mode),
         f: Some(f),
-        // A third of the seeds start with a spare replica and remove one during the faults.
-        reconfig: (seed / 6).is_multiple_of(3),
+        // A third of the seeds change the view during the faults: they start with a spare
+        // replica and remove one, or (durable seeds, half of the time) add a dormant one.
+        reconfig: if (seed / 6).is_multiple_of(3) { 2 } else { 0 },
         ..SimOptions::default()
     }
 }
@@ -84,7 +85,7 @@ fn seed_range_holds_every_invariant() {
         // from checkpoints and state transfer, not only restarts that keep memory; and disk
         // faults at record level: torn tails cut off, unsynced records that survive a crash,
         // corrupt records detected, a damaged last record cut off; and view changes that
-        // remove a replica, with clients following them.
+        // remove a replica or add one (which fetches its state), with clients following them.
         for counter in [
             "durable_restarts",
             "checkpoints",
@@ -98,6 +99,8 @@ fn seed_range_holds_every_invariant() {
             "view_installs",
             "replicas_left",
             "client_view_changes",
+            "joiners_started",
+            "joiner_states_installed",
         ] {
             let seen = summary.counters.get(counter).copied().unwrap_or(0);
             assert!(seen > 0, "no {counter} in {count} seeds");
