@@ -1779,9 +1779,10 @@ impl Replica {
 
     /// Checks a decision's proof under the view it was decided in: this view's checker, or
     /// one of the last views' for an instance decided before the last change. An instance
-    /// this replica has decided itself (and keeps) is also accepted with the hash it decided
-    /// — a replica that joined knows no checker of the views before it. Returns the batch
-    /// hash.
+    /// this replica has already decided is also accepted — with the hash it decided, if it
+    /// still keeps it — as it changes nothing here (a replica that joined knows no checker of
+    /// the views before it, and one restarted from a checkpoint keeps no decision before).
+    /// Returns the batch hash.
     fn check_decided(&self, d: &DecidedInstance) -> Option<Digest> {
         if let Some(hash) = self.checker.check(d) {
             return Some(hash);
@@ -1799,7 +1800,8 @@ impl Replica {
             return Some(hash);
         }
         let hash = tagma_crypto::digest(&d.batch);
-        (d.cid < self.instance.cid && self.decisions.hash_of(d.cid) == Some(hash)).then_some(hash)
+        (d.cid < self.instance.cid && self.decisions.hash_of(d.cid).is_none_or(|h| h == hash))
+            .then_some(hash)
     }
 
     /// The last decided instance with a verified proof, if one can be built.

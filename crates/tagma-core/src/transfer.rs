@@ -463,15 +463,14 @@ impl Fetch {
         let eligible: Vec<usize> = (0..candidates.len())
             .filter(|i| candidates.len() - i >= self.params.one_correct)
             .collect();
-        if eligible.is_empty() {
-            // A joining replica (its executor still in the initial state) may replay the whole
-            // history instead, when no replica offers a checkpoint: then none has released
-            // any of its log. Every decision's proof is checked under its view, from the
-            // initial one that every replica knows, so no voucher is needed.
-            let no_checkpoints = self.offers.values().all(|(c, _)| c.is_none());
-            if !(self.params.joining && self.next.0 == 0 && no_checkpoints) {
-                return None;
-            }
+        // Without enough checkpoints to vouch for one, a joining replica (its executor still
+        // in the initial state) replays the whole history instead, from the replicas that
+        // offer no checkpoint: those have released none of their log. Every decision's proof
+        // is checked under its view, from the initial one that every replica knows, so no
+        // voucher is needed.
+        let from_start = eligible.is_empty();
+        if from_start && !(self.params.joining && self.next.0 == 0) {
+            return None;
         }
         let (source, checkpoint, vouchers) =
             match eligible.get(self.attempt % eligible.len().max(1)) {
@@ -484,7 +483,7 @@ impl Fetch {
         let mut log_peers: Vec<ReplicaId> = self
             .offers
             .iter()
-            .filter(|(r, (_, n))| **r != source && *n > target)
+            .filter(|(r, (c, n))| **r != source && *n > target && !(from_start && c.is_some()))
             .map(|(r, _)| *r)
             .collect();
         let first = checkpoint.map_or(ConsensusId(0), |c| c.cid.next());
