@@ -243,8 +243,8 @@ struct SimArgs {
     /// View changes during the faults: 1 — start each seed with one replica more than f
     /// needs and have the administrator remove one (maybe the leader); 2 — the same, or, in
     /// half the durable seeds, start with one replica dormant and have the administrator add
-    /// it (it joins by state transfer). A forged change is ordered first in half the seeds.
-    /// `--reconfig` alone means 2.
+    /// it (it joins by state transfer), or, in half the others with f ≥ 2, lower f by one. A
+    /// forged change is ordered first in half the seeds. `--reconfig` alone means 2.
     #[arg(long, num_args = 0..=1, default_missing_value = "2", value_parser = clap::value_parser!(u8).range(0..=2))]
     reconfig: Option<u8>,
     /// Print one line per event (with --seed).

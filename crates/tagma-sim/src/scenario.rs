@@ -221,15 +221,17 @@ pub struct Crash {
 /// A view change during the run: at `at_ms` the administrator removes replica `remove`
 /// (possibly the leader, possibly a Byzantine one) or, with `join`, adds that replica, which
 /// was dormant until then (outside the initial view; a correct, durable one that starts
-/// once a correct replica installed the view with it, and fetches its state). With
-/// `forged_first`, a change signed by another key is ordered just before it and must be
-/// refused.
+/// once a correct replica installed the view with it, and fetches its state), or, with
+/// `set_f`, lowers f by one (only when the Byzantine replicas fit the lower f; the disk
+/// damage and crash budgets use it from the start). With `forged_first`, a change signed by
+/// another key is ordered just before it and must be refused.
 #[derive(Clone, Debug, Serialize)]
 pub struct ReconfigPlan {
     pub at_ms: u64,
     pub remove: u32,
     pub forged_first: bool,
     pub join: Option<u32>,
+    pub set_f: Option<u32>,
 }
 
 /// Everything a seed decides before the run starts.
@@ -374,6 +376,7 @@ impl Scenario {
                 remove: reconfig_rng.below(n as u64) as u32,
                 forged_first: reconfig_rng.chance(0.5),
                 join: None,
+                set_f: None,
             };
             // Joins need state transfer (durable runs); the joiner is the highest correct id.
             let mut join_rng = Rng::new(seed ^ 0x1017_0000_0000_0007);
@@ -381,6 +384,15 @@ impl Scenario {
                 plan.join = (0..n as u32)
                     .rev()
                     .find(|r| !byzantine.iter().any(|(b, _)| b == r));
+            }
+            let mut f_rng = Rng::new(seed ^ 0x5e7f_0000_0000_0008);
+            if options.reconfig >= 2
+                && plan.join.is_none()
+                && f >= 2
+                && byzantine.len() < f
+                && f_rng.chance(0.5)
+            {
+                plan.set_f = Some(f as u32 - 1);
             }
             plan
         });

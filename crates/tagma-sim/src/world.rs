@@ -537,9 +537,10 @@ impl World {
         }
         changes.push(sign_change(&self.admin, ViewId(0), ops));
         let sends = self.reconfig_sends;
-        let what = match plan.join {
-            Some(j) => format!("add replica {j}"),
-            None => format!("remove replica {}", plan.remove),
+        let what = match (plan.join, plan.set_f) {
+            (Some(j), _) => format!("add replica {j}"),
+            (None, Some(f)) => format!("set f to {f}"),
+            (None, None) => format!("remove replica {}", plan.remove),
         };
         self.note(b'V', plan.remove as u64, sends as u64, &[], || {
             format!("administrator asks to {what} (send {sends})")
@@ -578,12 +579,19 @@ impl World {
 
     /// The administrator's operation in `plan`.
     fn plan_op(&self, plan: &crate::scenario::ReconfigPlan) -> tagma_wire::ViewOp {
-        match plan.join {
-            Some(j) => {
+        match (plan.join, plan.set_f) {
+            (Some(j), _) => {
                 tagma_wire::ViewOp::Add(joiner_member(j as usize, &self.nodes[j as usize].key))
             }
-            None => tagma_wire::ViewOp::Remove(ReplicaId(plan.remove)),
+            (None, Some(f)) => tagma_wire::ViewOp::SetF(f),
+            (None, None) => tagma_wire::ViewOp::Remove(ReplicaId(plan.remove)),
         }
+    }
+
+    /// The lowest f of the run (a plan may lower it): the fault budgets use it.
+    fn f_floor(&self) -> usize {
+        let lowered = self.sc.reconfig.as_ref().and_then(|p| p.set_f);
+        lowered.map_or(self.sc.f, |f| (f as usize).min(self.sc.f))
     }
 
     /// A correct replica installed the view that adds dormant replica `j`: it starts, in that
@@ -996,6 +1004,9 @@ impl World {
                     )
                 });
                 self.count("view_installs");
+                if view.f as usize != self.sc.f {
+                    self.count("f_changes_installed");
+                }
                 if self.nodes[r].byz.is_none() {
                     match self.views.get(&view.id) {
                         Some(v) if *v != view => {
@@ -1149,7 +1160,7 @@ impl World {
     /// the resulting bytes: a torn tail is cut off, a bad record followed by good ones is
     /// corruption and sets the whole disk aside.
     fn crash_disk(&mut self, r: usize) {
-        let budget = self.sc.f.saturating_sub(self.sc.byzantine.len());
+        let budget = self.f_floor().saturating_sub(self.sc.byzantine.len());
         let damage = self.sc.mode == Mode::Bft
             && self.disk_damage_count < budget
             && self.rng.chance(DISK_DAMAGE_P);
@@ -2017,7 +2028,7 @@ impl World {
         let mut keep_down = if self.sc.durable && self.sc.mode == Mode::Cft {
             0
         } else {
-            self.sc.f.saturating_sub(self.sc.byzantine.len())
+            self.f_floor().saturating_sub(self.sc.byzantine.len())
         };
         for r in 0..self.nodes.len() {
             if !self.nodes[r].crashed {

@@ -25,7 +25,8 @@ fn ci_options(seed: u64) -> SimOptions {
         mode: Some(mode),
         f: Some(f),
         // A third of the seeds change the view during the faults: they start with a spare
-        // replica and remove one, or (durable seeds, half of the time) add a dormant one.
+        // replica and remove one, or (durable seeds, half of the time) add a dormant one, or
+        // (f ≥ 2, half of the others) lower f.
         reconfig: if (seed / 6).is_multiple_of(3) { 2 } else { 0 },
         ..SimOptions::default()
     }
@@ -101,6 +102,7 @@ fn seed_range_holds_every_invariant() {
             "client_view_changes",
             "joiners_started",
             "joiner_states_installed",
+            "f_changes_installed",
         ] {
             let seen = summary.counters.get(counter).copied().unwrap_or(0);
             assert!(seen > 0, "no {counter} in {count} seeds");
