@@ -79,7 +79,7 @@ enum Cmd {
         #[arg(long)]
         out: PathBuf,
     },
-    /// Run one replica of a cluster (until killed).
+    /// Run one replica of a cluster (until killed, or until a view change removes it).
     Replica {
         #[arg(long)]
         dir: PathBuf,
@@ -543,7 +543,7 @@ fn run(cli: Cli) -> Result<()> {
             let public = keygen(&out)?;
             println!("{public}");
             eprintln!(
-                "secret key written to {}; paste the public key above into tagma.toml",
+                "secret key written to {0}; the public key above goes into tagma.toml before the cluster first starts, or, for a replica joining a running cluster, pass the file to `tagma view add --key {0}` and `tagma replica --join HOST:PORT --key {0}`",
                 out.display()
             );
             Ok(())

@@ -612,12 +612,11 @@ fn add_replica(
 fn all_in_view(c: &LocalCluster, id: u32) -> Vec<tagma_wire::StateInfo> {
     let all: Vec<ReplicaId> = c.cfg.replicas.iter().map(|r| r.id).collect();
     let states = assert_converged(c, &all, Duration::from_secs(60));
-    for i in 0..all.len() {
+    for (i, replica) in all.iter().enumerate() {
         assert_eq!(
             tagma_cli::chaos::metric(c, i, "tagma_view"),
             f64::from(id),
-            "replica {} installed view {id}",
-            all[i]
+            "replica {replica} installed view {id}"
         );
     }
     states

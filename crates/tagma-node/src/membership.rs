@@ -220,7 +220,7 @@ pub fn discover_view(
                     reports.push(view);
                 }
             }
-            reports.sort_by(|a, b| b.id.cmp(&a.id));
+            reports.sort_by_key(|v| std::cmp::Reverse(v.id));
             for view in &reports {
                 let quorums = Quorums::new(cfg.mode, view.members.len(), view.f as usize);
                 let agreeing = reports.iter().filter(|r| *r == view).count();
