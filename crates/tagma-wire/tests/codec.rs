@@ -469,7 +469,7 @@ fn wrong_version_is_rejected() {
 #[test]
 fn unknown_message_tags_are_rejected() {
     for (name, bytes, decode) in all_top_level() {
-        for tag in [0u8, 17, 0x80, 0xff] {
+        for tag in [0u8, 19, 0x80, 0xff] {
             let r = decode(&with_byte(&bytes, 1, tag));
             assert!(
                 matches!(r, Err(WireError::UnknownTag { tag: t, .. }) if t == tag),
