@@ -767,3 +767,64 @@ fn the_view_command_shows_and_changes_the_replica_set() {
     let members: Vec<ReplicaId> = [0, 1, 2, 4].into_iter().map(ReplicaId).collect();
     assert_converged(&c, &members, Duration::from_secs(30));
 }
+
+/// Every configured replica but one leaves (three join first): a new client with the original
+/// tagma.toml reaches one configured replica — too few for a reply quorum — and finds the
+/// current members from the administrator's signed history, which it replays itself.
+#[test]
+fn a_new_client_finds_the_members_after_the_configured_replicas_left() {
+    use tagma_wire::{ReconfigureOutcome, ViewOp};
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let admin = IdentityKey::from_seed([0xad; 32]);
+    let mut c = durable_cluster(4, &admin);
+    let proxy = c.proxy(READY).expect("connect the administrator's client");
+    still_serves(&c, &proxy, "before the changes");
+    let mut view = ViewId(0);
+    for id in 4..7 {
+        view = add_replica(&mut c, &admin, &proxy, id, view).1.id;
+    }
+    for id in 0..3 {
+        let change =
+            tagma_core::view::sign_change(&admin, view, vec![ViewOp::Remove(ReplicaId(id))]);
+        let ReconfigureOutcome::Installed(next) = proxy.reconfigure(&change).expect("ordered")
+        else {
+            panic!("removing replica {id} was refused");
+        };
+        view = next.id;
+    }
+    assert_eq!(view, ViewId(6));
+    for i in 0..3 {
+        c.kill(i);
+    }
+    // Only replica 3 of the configured four answers.
+    let original = tagma_node::cluster_dir::load_config(&c.dir).expect("tagma.toml");
+    assert_eq!(original.n(), 4);
+    let newcomer = Proxy::connect(
+        &original,
+        c.client_key().expect("client key"),
+        tagma_client::ClientOptions::new(tagma_node::cluster_dir::DEFAULT_CLIENT_PRINCIPAL),
+    )
+    .expect("the client finds the current members");
+    let current = newcomer
+        .current_view(Duration::from_secs(5))
+        .expect("the current view");
+    assert_eq!(current.id, ViewId(6));
+    let ids: Vec<u32> = current.members.iter().map(|m| m.id.0).collect();
+    assert_eq!(ids, [3, 4, 5, 6]);
+    let put = KvOp::Put {
+        key: Bytes::from_static(b"bootstrapped"),
+        value: Bytes::from_static(b"yes"),
+    };
+    let reply = newcomer
+        .invoke_ordered(put.encode())
+        .expect("ordered by the new members");
+    assert!(matches!(
+        KvReply::decode(&reply).unwrap(),
+        KvReply::Put { .. }
+    ));
+    let members: Vec<ReplicaId> = ids.into_iter().map(ReplicaId).collect();
+    let states = c
+        .converged_states(&newcomer, &members, Duration::from_secs(30))
+        .expect("the members converge");
+    assert!(tagma_cli::cluster::digests_equal(&states), "{states:?}");
+}

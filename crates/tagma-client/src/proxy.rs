@@ -233,6 +233,9 @@ struct Inner {
     follower: Mutex<ViewFollower>,
     /// [`Proxy::current_view`] calls in progress: every view report is copied to them.
     view_queries: Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, tagma_wire::View)>>>,
+    /// Bootstrap in progress ([`Inner::bootstrap_view`]): view histories are copied to it.
+    history_queries:
+        Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, Vec<tagma_wire::ViewChange>)>>>,
     outstanding: Mutex<usize>,
     outstanding_freed: Condvar,
     outstanding_max: usize,
@@ -305,6 +308,7 @@ impl Proxy {
             next_nonce: AtomicU64::new(1),
             follower: Mutex::new(ViewFollower::new(cfg.mode, &cfg.initial_view())),
             view_queries: Mutex::new(Vec::new()),
+            history_queries: Mutex::new(Vec::new()),
             outstanding: Mutex::new(0),
             outstanding_freed: Condvar::new(),
             // Replicas cache `reply_cache_per_client` replies per client: with more requests
@@ -314,28 +318,28 @@ impl Proxy {
                 .clamp(1, raw.limits.reply_cache_per_client),
             closed: AtomicBool::new(false),
         });
-        let members = inner.members();
-        let errors: Vec<Option<String>> = thread::scope(|s| {
-            let handles: Vec<_> = members
-                .links
-                .iter()
-                .map(|link| {
-                    s.spawn({
-                        let inner = inner.clone();
-                        move || {
-                            inner.connect_link(link).err().map(|e| {
-                                format!("replica {} at {}: {e}", link.info.id, link.info.addr)
-                            })
-                        }
-                    })
-                })
-                .collect();
-            handles
-                .into_iter()
-                .map(|h| h.join().unwrap_or(Some("connect thread panicked".into())))
-                .collect()
-        });
-        let connected = errors.iter().filter(|e| e.is_none()).count();
+        let mut members = inner.members();
+        let mut errors = inner.connect_all(&members);
+        let mut connected = errors.iter().filter(|e| e.is_none()).count();
+        if connected < members.ordered_quorum
+            && connected > 0
+            && let Some(admin) = cfg.admin
+            && let Some(view) = inner.bootstrap_view(&cfg.initial_view(), &admin)
+        {
+            // Too few configured replicas answer, but those that do proved, with the
+            // administrator's signatures, which replicas are members now.
+            tracing::info!(
+                view = view.id.0,
+                members = view.members.len(),
+                "the configured replicas are not the current members: following the administrator's signed history"
+            );
+            *lock(&inner.follower) = ViewFollower::new(cfg.mode, &view);
+            inner.move_to_view(&view);
+            members = inner.members();
+            // Links kept from the configured view are connected already (no error).
+            errors = inner.connect_all(&members);
+            connected = errors.iter().filter(|e| e.is_none()).count();
+        }
         if connected < members.ordered_quorum {
             inner.close();
             let details = errors.into_iter().flatten().collect::<Vec<_>>().join("; ");
@@ -543,6 +547,65 @@ fn members_of(
 }
 
 impl Inner {
+    /// Connects to every member not connected yet, in parallel: one error (or `None`) per
+    /// link, in order.
+    fn connect_all(self: &Arc<Self>, members: &Members) -> Vec<Option<String>> {
+        thread::scope(|s| {
+            let handles: Vec<_> = members
+                .links
+                .iter()
+                .map(|link| {
+                    s.spawn({
+                        let inner = self.clone();
+                        move || {
+                            if lock(&link.writer).is_some() {
+                                return None;
+                            }
+                            inner.connect_link(link).err().map(|e| {
+                                format!("replica {} at {}: {e}", link.info.id, link.info.addr)
+                            })
+                        }
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().unwrap_or(Some("connect thread panicked".into())))
+                .collect()
+        })
+    }
+
+    /// Asks the connected replicas for the administrator's signed history and replays each
+    /// from the configured view `initial` ([`tagma_core::view::replay`]): the newest view a
+    /// valid history leads to, if newer than `initial`. A faulty replica can only send an
+    /// older (shorter) history, never a view the administrator did not sign.
+    fn bootstrap_view(
+        &self,
+        initial: &tagma_wire::View,
+        admin: &tagma_wire::PublicKey,
+    ) -> Option<tagma_wire::View> {
+        let links = self.members().links.len();
+        let (tx, rx) = crossbeam_channel::bounded(links * 2);
+        lock(&self.history_queries).push(tx.clone());
+        self.send_all(&ClientMessage::ViewHistoryQuery.to_bytes());
+        let deadline = Instant::now() + self.connect_timeout.max(Duration::from_millis(500));
+        let mut best: Option<tagma_wire::View> = None;
+        let mut answered = std::collections::BTreeSet::new();
+        while answered.len() < links {
+            let Ok((from, history)) = rx.recv_deadline(deadline) else {
+                break;
+            };
+            answered.insert(from);
+            match tagma_core::view::replay(initial, admin, self.mode, &history) {
+                Ok(view) if best.as_ref().is_none_or(|b| view.id > b.id) => best = Some(view),
+                Ok(_) => {}
+                Err(e) => debug!("replica {from} sent a view history that does not replay: {e}"),
+            }
+        }
+        lock(&self.history_queries).retain(|t| !t.same_channel(&tx));
+        best.filter(|v| v.id > initial.id)
+    }
+
     fn members(&self) -> Arc<Members> {
         self.members
             .read()
@@ -730,6 +793,11 @@ impl Inner {
             }
             ReplicaMessage::CurrentView(view) => {
                 self.on_current_view(from, view);
+                return;
+            }
+            ReplicaMessage::ViewHistory(history) => {
+                lock(&self.history_queries)
+                    .retain(|tx| tx.try_send((from, history.clone())).is_ok());
                 return;
             }
         };

@@ -103,6 +103,7 @@ impl ReplicaParams {
                     .collect(),
             },
             admin: self.admin_key,
+            history: Vec::new(),
             mode: self.quorums.mode,
         }
     }

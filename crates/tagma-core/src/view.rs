@@ -160,6 +160,30 @@ pub struct Membership {
     pub view: View,
     pub admin: Option<PublicKey>,
     pub mode: Mode,
+    /// The changes installed since the configured view, in order, as the administrator
+    /// signed them (at most [`HISTORY_MAX`], the newest): with the configured view and the
+    /// administrator's key, anyone can check that `view` is the administrator's ([`replay`]).
+    pub history: Vec<ViewChange>,
+}
+
+/// Signed view changes a membership remembers (older ones are forgotten; a client that
+/// replays the history from the configured view then finds it incomplete).
+pub const HISTORY_MAX: usize = 1024;
+
+/// Replays the administrator's signed `history` from the configured view `initial`: the view
+/// it leads to, or the first change that does not verify or apply. A client uses it to find
+/// the current members without trusting the replica that sent the history — every step
+/// carries the administrator's signature for the view it changes.
+pub fn replay(
+    initial: &View,
+    admin: &PublicKey,
+    mode: Mode,
+    history: &[ViewChange],
+) -> Result<View, ViewError> {
+    use tagma_wire::Encode;
+    history.iter().try_fold(initial.clone(), |view, change| {
+        judge(&view, Some(admin), mode, &change.to_bytes())
+    })
 }
 
 impl Membership {
@@ -171,9 +195,15 @@ impl Membership {
         crate::proof::ProofChecker::new(&ids, &keys, quorums.accept_quorum())
     }
 
-    /// Judges an ordered change against the installed view and installs the view it makes.
+    /// Judges an ordered change against the installed view and installs the view it makes
+    /// (and remembers the signed change).
     pub fn apply_change(&mut self, payload: &Bytes) -> Result<&View, ViewError> {
         let next = judge(&self.view, self.admin.as_ref(), self.mode, payload)?;
+        let change = ViewChange::decode(payload).expect("judged: it decodes");
+        self.history.push(change);
+        if self.history.len() > HISTORY_MAX {
+            self.history.remove(0);
+        }
         self.view = next;
         Ok(&self.view)
     }
@@ -355,5 +385,56 @@ mod tests {
             ),
             Err(ViewError::Malformed(_))
         ));
+    }
+
+    #[test]
+    fn a_membership_remembers_the_signed_history_and_anyone_can_replay_it() {
+        let admin = IdentityKey::from_seed([42; 32]);
+        let initial = view(&[0, 1, 2, 3], 1);
+        let mut m = Membership {
+            view: initial.clone(),
+            admin: Some(admin.public()),
+            mode: Mode::Bft,
+            history: Vec::new(),
+        };
+        let add = sign_change(&admin, ViewId(3), vec![ViewOp::Add(member(4))]);
+        let remove = sign_change(&admin, ViewId(4), vec![ViewOp::Remove(ReplicaId(0))]);
+        let forged = sign_change(&admin, ViewId(5), vec![ViewOp::SetF(2)]);
+        m.apply_change(&add.to_bytes()).unwrap();
+        m.apply_change(&remove.to_bytes()).unwrap();
+        // A refused change leaves no trace.
+        assert!(m.apply_change(&forged.to_bytes()).is_err());
+        assert_eq!(m.history, vec![add.clone(), remove.clone()]);
+        let replayed = replay(&initial, &admin.public(), Mode::Bft, &m.history).unwrap();
+        assert_eq!(replayed, m.view);
+        assert_eq!(ids(&replayed), vec![1, 2, 3, 4]);
+        // A prefix replays to an older view; a reordered, tampered or foreign history fails.
+        let older = replay(&initial, &admin.public(), Mode::Bft, &m.history[..1]).unwrap();
+        assert_eq!(older.id, ViewId(4));
+        assert!(
+            replay(
+                &initial,
+                &admin.public(),
+                Mode::Bft,
+                &[remove.clone(), add.clone()]
+            )
+            .is_err()
+        );
+        let mut tampered = remove.clone();
+        tampered.ops = vec![ViewOp::Remove(ReplicaId(1))];
+        assert_eq!(
+            replay(
+                &initial,
+                &admin.public(),
+                Mode::Bft,
+                &[add.clone(), tampered]
+            ),
+            Err(ViewError::BadSignature)
+        );
+        let stranger = IdentityKey::from_seed([7; 32]);
+        assert_eq!(
+            replay(&initial, &stranger.public(), Mode::Bft, &m.history),
+            Err(ViewError::BadSignature)
+        );
     }
 }

@@ -95,9 +95,10 @@ pub struct Executor<S: Service> {
     membership: Option<Membership>,
 }
 
-/// Version byte of [`Executor::checkpoint`]'s encoding (2: with the view's members; version 1
-/// checkpoints still restore, keeping the configured members).
-const CHECKPOINT_VERSION: u8 = 2;
+/// Version byte of [`Executor::checkpoint`]'s encoding (3: with the view's members and the
+/// signed changes that led to it; version 2 checkpoints restore with no history, version 1
+/// ones keeping the configured members).
+const CHECKPOINT_VERSION: u8 = 3;
 
 impl<S: Service> Executor<S> {
     pub fn new(
@@ -130,6 +131,12 @@ impl<S: Service> Executor<S> {
     /// The installed view with its members, when the executor keeps them.
     pub fn members(&self) -> Option<&View> {
         self.membership.as_ref().map(|m| &m.view)
+    }
+
+    /// The administrator's signed changes since the configured view (see
+    /// [`tagma_core::view::replay`]); empty without a membership.
+    pub fn view_history(&self) -> &[tagma_wire::ViewChange] {
+        self.membership.as_ref().map_or(&[], |m| &m.history)
     }
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
     /// instance: asserted), caches the replies and returns them in batch order.
@@ -291,6 +298,13 @@ impl<S: Service> Executor<S> {
                 out.put_u8(1);
                 out.put_u32_le(view.len() as u32);
                 out.put_slice(&view);
+                let history = self.view_history();
+                out.put_u32_le(history.len() as u32);
+                for change in history {
+                    let change = change.to_bytes();
+                    out.put_u32_le(change.len() as u32);
+                    out.put_slice(&change);
+                }
             }
         }
         out.put_slice(&snapshot);
@@ -311,7 +325,7 @@ impl<S: Service> Executor<S> {
         };
         need(&b, 33, "truncated header")?;
         let version = b.get_u8();
-        if version != CHECKPOINT_VERSION && version != 1 {
+        if !(1..=CHECKPOINT_VERSION).contains(&version) {
             return Err(bad("unknown version"));
         }
         let executed_instances = b.get_u64_le();
@@ -340,7 +354,12 @@ impl<S: Service> Executor<S> {
                 _ => return Err(bad("a cached reply does not decode")),
             }
         }
-        // Version 1 predates views with members: the configured ones stay.
+        // Version 1 predates views with members: the configured ones stay (and the history).
+        let mut history = self
+            .membership
+            .as_ref()
+            .map(|m| m.history.clone())
+            .unwrap_or_default();
         let members = if version == 1 {
             self.membership.as_ref().map(|m| m.view.clone())
         } else {
@@ -355,6 +374,23 @@ impl<S: Service> Executor<S> {
                         .map_err(|_| bad("the view does not decode"))?;
                     if view.id != view_id {
                         return Err(bad("the view's members belong to another view"));
+                    }
+                    // Version 2 predates the history: none is known.
+                    history.clear();
+                    if version >= 3 {
+                        need(&b, 4, "truncated view history")?;
+                        let count = b.get_u32_le() as usize;
+                        if count > tagma_core::view::HISTORY_MAX {
+                            return Err(bad("a view history longer than kept"));
+                        }
+                        for _ in 0..count {
+                            need(&b, 4, "truncated view history")?;
+                            let len = b.get_u32_le() as usize;
+                            need(&b, len, "truncated view history")?;
+                            let change = tagma_wire::ViewChange::decode(&b.split_to(len))
+                                .map_err(|_| bad("a view change of the history does not decode"))?;
+                            history.push(change);
+                        }
                     }
                     Some(view)
                 }
@@ -371,6 +407,7 @@ impl<S: Service> Executor<S> {
         self.service.install_snapshot(&b)?;
         if let (Some(m), Some(view)) = (self.membership.as_mut(), members) {
             m.view = view;
+            m.history = history;
         }
         self.executed_instances = executed_instances;
         self.executed_requests = executed_requests;

@@ -545,6 +545,7 @@ fn membership(admin: &tagma_crypto::IdentityKey) -> tagma_core::view::Membership
         },
         admin: Some(admin.public()),
         mode: tagma_core::Mode::Bft,
+        history: Vec::new(),
     }
 }
 
@@ -607,13 +608,43 @@ fn view_changes_are_judged_and_answered_by_the_executor_never_by_the_service() {
         exec.cached_reply(ClientId(7), RequestSeq(3)),
         Some(replies[3].clone())
     );
-    // The members travel with the checkpoint.
+    // The members travel with the checkpoint, and so does the signed history behind them.
     let ckp = exec.checkpoint();
     let mut other = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16)
         .with_membership(membership(&admin));
     other.restore(&ckp).unwrap();
     assert_eq!(other.members(), Some(&view));
     assert_eq!(other.checkpoint(), ckp);
+    assert_eq!(other.view_history().len(), 1);
+    assert_eq!(
+        tagma_core::view::replay(
+            &membership(&admin).view,
+            &admin.public(),
+            tagma_core::Mode::Bft,
+            other.view_history()
+        ),
+        Ok(view.clone())
+    );
+    // A version-2 checkpoint (members, no history) restores with no history.
+    use tagma_wire::Encode;
+    let view_bytes = view.to_bytes();
+    let history_at = ckp
+        .windows(view_bytes.len())
+        .position(|w| w == &view_bytes[..])
+        .expect("the view is in the checkpoint")
+        + view_bytes.len();
+    let change_len = exec.view_history()[0].to_bytes().len();
+    let v2: Vec<u8> = [
+        &[2u8][..],
+        &ckp[1..history_at],
+        &ckp[history_at + 4 + 4 + change_len..],
+    ]
+    .concat();
+    let mut older = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16)
+        .with_membership(membership(&admin));
+    older.restore(&Bytes::from(v2)).unwrap();
+    assert_eq!(older.members(), Some(&view));
+    assert!(older.view_history().is_empty());
     // An executor without a membership refuses changes, and refuses a checkpoint with members.
     let mut bare = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
     let err = bare.restore(&ckp).unwrap_err().to_string();
@@ -626,9 +657,9 @@ fn view_changes_are_judged_and_answered_by_the_executor_never_by_the_service() {
     // A version-1 checkpoint (before views had members) still restores, keeping the
     // configured members: here one of a fresh executor (no sessions, no replies), whose view
     // section is the single byte at 37.
-    let v2 = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16).checkpoint();
-    assert_eq!((v2[0], v2[37]), (2, 0));
-    let v1: Vec<u8> = [&[1u8][..], &v2[1..37], &v2[38..]].concat();
+    let v3 = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16).checkpoint();
+    assert_eq!((v3[0], v3[37]), (3, 0));
+    let v1: Vec<u8> = [&[1u8][..], &v3[1..37], &v3[38..]].concat();
     let mut upgraded = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16)
         .with_membership(membership(&admin));
     upgraded.restore(&Bytes::from(v1)).unwrap();

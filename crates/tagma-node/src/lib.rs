@@ -181,6 +181,10 @@ enum ExecEvent {
     ViewQuery {
         conn: ConnHandle,
     },
+    /// A client asks for the signed changes since the configured view.
+    ViewHistoryQuery {
+        conn: ConnHandle,
+    },
     /// Unreplicated mode: an authenticated ordered request to execute at once, as a batch
     /// of one, without consensus.
     Execute(RequestEnvelope),
@@ -913,6 +917,15 @@ fn client_connection(
                     break None;
                 }
             }
+            ClientMessage::ViewHistoryQuery => {
+                if sh
+                    .exec_tx
+                    .send(ExecEvent::ViewHistoryQuery { conn: conn.clone() })
+                    .is_err()
+                {
+                    break None;
+                }
+            }
         }
     };
     if let Some(e) = reason {
@@ -1478,6 +1491,12 @@ fn execution_loop<S: Service>(
                 // The unreplicated server has no view to report.
                 if let Some(view) = executor.members() {
                     send(&conn, ReplicaMessage::CurrentView(view.clone()));
+                }
+            }
+            ExecEvent::ViewHistoryQuery { conn } => {
+                if executor.members().is_some() {
+                    let history = executor.view_history().to_vec();
+                    send(&conn, ReplicaMessage::ViewHistory(history));
                 }
             }
         }

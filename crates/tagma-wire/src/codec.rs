@@ -76,9 +76,11 @@
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ClientMessage::ViewQuery` | 3 | (nothing) |
+//! | `ClientMessage::ViewHistoryQuery` | 4 | (nothing) |
 //! | `ReplicaMessage::Reply` | 1 | client `u64`, seq `u64`, kind `u8`, view `u32`, payload (`u32` len + bytes) |
 //! | `ReplicaMessage::StateInfo` | 2 | nonce `u64`, replica `u32`, executed_instances `u64`, executed_requests `u64`, state_digest 32 bytes |
 //! | `ReplicaMessage::CurrentView` | 3 | `View` |
+//! | `ReplicaMessage::ViewHistory` | 4 | count `u32`, count × `ViewChange` |
 //! | `Handshake::Hello` | 1 | role (`u8` tag: 0 = Replica, 1 = Client; then `u32`), identity 32 bytes, ephemeral 32 bytes |
 //! | `Handshake::Proof` | 2 | signature 64 bytes |
 //!
@@ -182,10 +184,12 @@ const PEER_VIEW_INFO: u8 = 18;
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
 const CLIENT_VIEW_QUERY: u8 = 3;
+const CLIENT_VIEW_HISTORY_QUERY: u8 = 4;
 
 const REPLICA_REPLY: u8 = 1;
 const REPLICA_STATE_INFO: u8 = 2;
 const REPLICA_CURRENT_VIEW: u8 = 3;
+const REPLICA_VIEW_HISTORY: u8 = 4;
 
 const HANDSHAKE_HELLO: u8 = 1;
 const HANDSHAKE_PROOF: u8 = 2;
@@ -1342,6 +1346,7 @@ impl Encode for ClientMessage {
                 out.put_u64_le(*nonce);
             }
             ClientMessage::ViewQuery => put_header(out, CLIENT_VIEW_QUERY),
+            ClientMessage::ViewHistoryQuery => put_header(out, CLIENT_VIEW_HISTORY_QUERY),
         }
     }
     fn encoded_len(&self) -> usize {
@@ -1349,7 +1354,7 @@ impl Encode for ClientMessage {
             + match self {
                 ClientMessage::Request(env) => envelope_len(env),
                 ClientMessage::StateQuery { .. } => 8,
-                ClientMessage::ViewQuery => 0,
+                ClientMessage::ViewQuery | ClientMessage::ViewHistoryQuery => 0,
             }
     }
 }
@@ -1360,6 +1365,7 @@ impl Decode for ClientMessage {
             CLIENT_REQUEST => Ok(ClientMessage::Request(read_envelope(r)?)),
             CLIENT_STATE_QUERY => Ok(ClientMessage::StateQuery { nonce: r.u64()? }),
             CLIENT_VIEW_QUERY => Ok(ClientMessage::ViewQuery),
+            CLIENT_VIEW_HISTORY_QUERY => Ok(ClientMessage::ViewHistoryQuery),
             tag => Err(WireError::UnknownTag {
                 what: "client message",
                 tag,
@@ -1398,6 +1404,13 @@ impl Encode for ReplicaMessage {
                 put_header(out, REPLICA_CURRENT_VIEW);
                 put_view(out, view);
             }
+            ReplicaMessage::ViewHistory(changes) => {
+                put_header(out, REPLICA_VIEW_HISTORY);
+                put_len(out, changes.len(), "view history");
+                for c in changes {
+                    put_view_change(out, c);
+                }
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -1406,6 +1419,9 @@ impl Encode for ReplicaMessage {
                 ReplicaMessage::Reply(reply) => 8 + 8 + 1 + 4 + 4 + reply.payload.len(),
                 ReplicaMessage::StateInfo(_) => STATE_INFO_LEN,
                 ReplicaMessage::CurrentView(view) => view_len(view),
+                ReplicaMessage::ViewHistory(changes) => {
+                    4 + changes.iter().map(view_change_len).sum::<usize>()
+                }
             }
     }
 }
@@ -1428,6 +1444,16 @@ impl Decode for ReplicaMessage {
                 state_digest: Digest(r.array()?),
             })),
             REPLICA_CURRENT_VIEW => Ok(ReplicaMessage::CurrentView(read_view(r)?)),
+            REPLICA_VIEW_HISTORY => {
+                let count = r.u32()? as usize;
+                // A change is at least its view, an operation count and a signature.
+                let count = r.check_count(count, 4 + 4 + Signature::LEN, "view history")?;
+                let mut changes = Vec::with_capacity(count);
+                for _ in 0..count {
+                    changes.push(read_view_change(r)?);
+                }
+                Ok(ReplicaMessage::ViewHistory(changes))
+            }
             tag => Err(WireError::UnknownTag {
                 what: "replica message",
                 tag,

@@ -311,6 +311,10 @@ pub enum ClientMessage {
     },
     /// Ask for the installed view: answered with [`ReplicaMessage::CurrentView`].
     ViewQuery,
+    /// Ask for the administrator's signed changes since the configured view: answered with
+    /// [`ReplicaMessage::ViewHistory`] (a client that reaches too few configured replicas
+    /// verifies them itself and finds the current members).
+    ViewHistoryQuery,
 }
 
 /// A replica's answer to a request.
@@ -345,6 +349,9 @@ pub enum ReplicaMessage {
     /// The installed view, sent to a client whose request named an older one: the client
     /// installs it once enough replicas agree ([`View`]), and retransmits in it.
     CurrentView(View),
+    /// Every view change installed since the configured view, in order, each as the
+    /// administrator signed it (the answer to [`ClientMessage::ViewHistoryQuery`]).
+    ViewHistory(Vec<ViewChange>),
 }
 
 /// Who is at the other end of a connection, as claimed in the handshake.

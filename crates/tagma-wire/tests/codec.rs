@@ -791,6 +791,8 @@ fn arb_client() -> impl Strategy<Value = ClientMessage> {
     prop_oneof![
         arb_envelope().prop_map(ClientMessage::Request),
         any::<u64>().prop_map(|nonce| ClientMessage::StateQuery { nonce }),
+        Just(ClientMessage::ViewQuery),
+        Just(ClientMessage::ViewHistoryQuery),
     ]
 }
 
@@ -953,6 +955,12 @@ fn views_round_trip_and_reject_what_is_not_canonical() {
     check(&ReconfigureOutcome::Installed(common::view()));
     check(&PeerMessage::ViewQuery);
     check(&PeerMessage::ViewInfo(common::view()));
+    check(&ClientMessage::ViewHistoryQuery);
+    check(&ReplicaMessage::ViewHistory(vec![]));
+    check(&ReplicaMessage::ViewHistory(vec![
+        common::view_change(),
+        common::view_change(),
+    ]));
     check(&ReconfigureOutcome::Refused(
         "replica 9 is not a member".into(),
     ));

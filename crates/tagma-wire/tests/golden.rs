@@ -122,6 +122,14 @@ fn golden_views() {
     assert_eq!(common::hex(&current[..2]), "0103");
     assert_eq!(&current[2..], &common::view().to_bytes()[..]);
     golden("peer_view_query", &PeerMessage::ViewQuery, "01 11");
+    golden(
+        "view_history_query",
+        &ClientMessage::ViewHistoryQuery,
+        "01 04",
+    );
+    let history = ReplicaMessage::ViewHistory(vec![common::view_change()]).to_bytes();
+    assert_eq!(common::hex(&history[..6]), "010401000000");
+    assert_eq!(&history[6..], &common::view_change().to_bytes()[..]);
     let info = PeerMessage::ViewInfo(common::view()).to_bytes();
     assert_eq!(common::hex(&info[..2]), "0112");
     assert_eq!(&info[2..], &common::view().to_bytes()[..]);
