@@ -209,6 +209,9 @@ impl Members {
     }
 }
 
+/// Where a view history answered by a replica goes.
+type HistorySender = crossbeam_channel::Sender<(ReplicaId, Vec<tagma_wire::ViewChange>)>;
+
 struct Inner {
     client: ClientId,
     key: IdentityKey,
@@ -234,8 +237,7 @@ struct Inner {
     /// [`Proxy::current_view`] calls in progress: every view report is copied to them.
     view_queries: Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, tagma_wire::View)>>>,
     /// Bootstrap in progress ([`Inner::bootstrap_view`]): view histories are copied to it.
-    history_queries:
-        Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, Vec<tagma_wire::ViewChange>)>>>,
+    history_queries: Mutex<Vec<HistorySender>>,
     outstanding: Mutex<usize>,
     outstanding_freed: Condvar,
     outstanding_max: usize,
