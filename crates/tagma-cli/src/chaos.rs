@@ -187,18 +187,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     if scenario == Scenario::ReconfigTour {
         bail!("the reconfig-tour scenario has a report of its own: run it with crate::tour::run");
     }
-    let n = match opts.mode {
-        Mode::Bft => 4,
-        Mode::Cft => 3,
-    };
-    let mut cluster = LocalCluster::launch(exe, n, opts.mode, |cfg| {
-        cfg.storage.durability = Durability::Fsync;
-        cfg.storage.checkpoint_period = 200;
-        // Small segments: the log a checkpoint covers is really released, so a replica that
-        // was down long enough needs state transfer (a checkpoint and the log after it).
-        cfg.storage.log_segment_bytes = 64 << 10;
-        cfg.timeouts.request_timeout_ms = 500;
-    })?;
+    let (mut cluster, n) = launch(exe, opts.mode)?;
     let ready = Duration::from_secs(30);
     let proxies: Vec<Proxy> = (0..opts.clients)
         .map(|_| cluster.proxy(ready))
@@ -270,6 +259,24 @@ pub(crate) fn account(reader: &Proxy, counts: &[Counts]) -> Result<(u64, u64)> {
         duplicated += value.saturating_sub(acked + doubt);
     }
     Ok((lost, duplicated))
+}
+
+/// The scenarios' cluster: 4 replicas (BFT) or 3 (CFT) with `durability = "fsync"` and a
+/// 500 ms request timeout, started. Returns it and n.
+pub(crate) fn launch(exe: &Path, mode: Mode) -> Result<(LocalCluster, usize)> {
+    let n = match mode {
+        Mode::Bft => 4,
+        Mode::Cft => 3,
+    };
+    let cluster = LocalCluster::launch(exe, n, mode, |cfg| {
+        cfg.storage.durability = Durability::Fsync;
+        cfg.storage.checkpoint_period = 200;
+        // Small segments: the log a checkpoint covers is really released, so a replica that
+        // was down long enough needs state transfer (a checkpoint and the log after it).
+        cfg.storage.log_segment_bytes = 64 << 10;
+        cfg.timeouts.request_timeout_ms = 500;
+    })?;
+    Ok((cluster, n))
 }
 
 /// Injects the scenario's fault under the running load; returns the recovery time.

@@ -1200,26 +1200,28 @@ fn chaos_cmd(args: ChaosArgs) -> Result<()> {
                 eprintln!("wrote {}", path.display());
             }
         }
-        if args.json {
-            println!("{}", serde_json::to_string(&report)?);
-        } else {
-            println!("{}", report.table());
-        }
-        if !report.passed() {
-            std::process::exit(1);
-        }
-        return Ok(());
+        return print_verdict(args.json, &report, report.table(), report.passed());
     }
     if args.plot.is_some() {
         bail!("--plot draws the reconfig-tour timeline; the other scenarios have no plot");
     }
     let report = chaos::run(&exe, args.scenario, &opts)?;
-    if args.json {
-        println!("{}", serde_json::to_string(&report)?);
+    print_verdict(args.json, &report, report.table(), report.passed())
+}
+
+/// Prints a report (one JSON object, or its table) and exits with 1 if it did not pass.
+fn print_verdict(
+    json: bool,
+    report: &impl serde::Serialize,
+    table: String,
+    passed: bool,
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
     } else {
-        println!("{}", report.table());
+        println!("{table}");
     }
-    if !report.passed() {
+    if !passed {
         std::process::exit(1);
     }
     Ok(())

@@ -16,8 +16,6 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
 use tagma_client::Proxy;
-use tagma_core::Mode;
-use tagma_core::config::Durability;
 use tagma_crypto::IdentityKey;
 use tagma_wire::{ReconfigureOutcome, ReplicaId, View, ViewMember, ViewOp};
 
@@ -161,16 +159,7 @@ fn mean_around(samples: &[(f64, f64)], t: f64, after: bool) -> f64 {
 /// Runs the tour (`opts.before` of load first, then `opts.after` between events and at the
 /// end).
 pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<TourReport> {
-    let n = match opts.mode {
-        Mode::Bft => 4,
-        Mode::Cft => 3,
-    };
-    let mut cluster = LocalCluster::launch(exe, n, opts.mode, |cfg| {
-        cfg.storage.durability = Durability::Fsync;
-        cfg.storage.checkpoint_period = 200;
-        cfg.storage.log_segment_bytes = 64 << 10;
-        cfg.timeouts.request_timeout_ms = 500;
-    })?;
+    let (mut cluster, n) = crate::chaos::launch(exe, opts.mode)?;
     let ready = Duration::from_secs(30);
     let admin = IdentityKey::read_file(&tagma_node::cluster_dir::admin_key_path(&cluster.dir))?;
     let admin_proxy = cluster.proxy(ready)?;

@@ -102,9 +102,19 @@ fn chaos(args: &[&str]) -> serde_json::Value {
     } else {
         &["--down-s", "1"][..]
     };
+    let mut all = vec!["--before-s", "1", "--after-s", "1"];
+    all.extend_from_slice(down);
+    all.extend_from_slice(args);
+    let report = chaos_passes(&all);
+    assert!(report["recovery_ms"].as_f64().unwrap() > 0.0, "{report}");
+    report
+}
+
+/// Runs `tagma chaos --json ARGS`: it must exit 0 with one JSON report of more than 100
+/// acknowledged operations, none lost or applied twice, and equal final digests.
+fn chaos_passes(args: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(exe())
-        .args(["chaos", "--json", "--before-s", "1", "--after-s", "1"])
-        .args(down)
+        .args(["chaos", "--json"])
         .args(args)
         .output()
         .expect("run tagma chaos");
@@ -122,7 +132,6 @@ fn chaos(args: &[&str]) -> serde_json::Value {
     assert_eq!(report["lost_acknowledged_ops"], 0, "{report}");
     assert_eq!(report["duplicated_ops"], 0, "{report}");
     assert_eq!(report["state_digests_equal"], true, "{report}");
-    assert!(report["recovery_ms"].as_f64().unwrap() > 0.0, "{report}");
     report
 }
 
@@ -202,27 +211,19 @@ fn chaos_reconfig_tour_joins_crashes_restarts_and_leaves_without_losing_anything
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().expect("a temporary directory");
     let plot = dir.path().join("tour.png");
-    let out = std::process::Command::new(exe())
-        .args(["chaos", "--scenario", "reconfig-tour", "--json"])
-        .args(["--before-s", "2", "--after-s", "2", "--clients", "4"])
-        .arg("--plot")
-        .arg(&plot)
-        .output()
-        .expect("run tagma chaos");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "reconfig-tour failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
-    assert!(
-        report["acknowledged_ops"].as_u64().unwrap() > 100,
-        "{report}"
-    );
-    assert_eq!(report["lost_acknowledged_ops"], 0, "{report}");
-    assert_eq!(report["duplicated_ops"], 0, "{report}");
-    assert_eq!(report["state_digests_equal"], true, "{report}");
+    let plot_arg = plot.to_str().expect("a UTF-8 path");
+    let report = chaos_passes(&[
+        "--scenario",
+        "reconfig-tour",
+        "--before-s",
+        "2",
+        "--after-s",
+        "2",
+        "--clients",
+        "4",
+        "--plot",
+        plot_arg,
+    ]);
     let events: Vec<&str> = report["events"]
         .as_array()
         .unwrap()
