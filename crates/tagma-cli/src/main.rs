@@ -271,8 +271,59 @@ impl ServiceKind {
     }
 }
 
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ExecServiceArg {
+    List,
+    TuplespaceTs1,
+    TuplespaceTs2,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum PolicyArg {
+    Sequential,
+    Barrier,
+    Graph,
+}
+
 #[derive(Subcommand, Clone)]
 enum BenchWhat {
+    /// Measure the execution stage alone (seed 000): decided batches of pre-generated
+    /// operations through the sequential, barrier (the seed's) and dependency-graph
+    /// schedulers, each on a fresh copy of the same state; reports throughput and speedup
+    /// over sequential execution measured in the same invocation, and checks that every
+    /// policy reaches sequential execution's state.
+    Exec {
+        /// list: the seed's linked list of integers; tuplespace-ts1/-ts2: 1-10-field tuples
+        /// with the seed's two classifications.
+        #[arg(long, value_enum, default_value_t = ExecServiceArg::List)]
+        service: ExecServiceArg,
+        /// Share of conflicting requests (list: add/remove; tuple space: out/inp), percent.
+        #[arg(long, default_value_t = 0)]
+        conflict_pct: u32,
+        /// Worker threads of the parallel policies.
+        #[arg(long, default_value_t = 2)]
+        threads: usize,
+        /// Policies to run besides sequential (repeatable) [default: barrier and graph].
+        #[arg(long, value_enum)]
+        policy: Vec<PolicyArg>,
+        /// Requests per policy.
+        #[arg(long, default_value_t = 4000)]
+        requests: usize,
+        /// Requests per decided batch.
+        #[arg(long, default_value_t = 200)]
+        batch: usize,
+        /// List entries, or tuples, before the run (the seed: 100k; a short-request list:
+        /// 10k).
+        #[arg(long, default_value_t = 100_000)]
+        size: usize,
+        /// Rounds (every policy once each, in turn, on a fresh state); each figure is the
+        /// policy's median round.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// One JSON object per policy instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Time how long a wiped replica takes to get a large state back by state transfer
     /// (a local BFT cluster, n = 4, durability on, clients writing meanwhile): reports the
     /// time and MB/s from its restart until it caught up.
@@ -685,6 +736,31 @@ fn join(dir: &std::path::Path, id: ReplicaId, service: ServiceKind, args: JoinAr
     Ok(())
 }
 
+/// `tagma bench exec`.
+fn exec_bench(opts: tagma_bench::exec::ExecOptions, json: bool) -> Result<()> {
+    if opts.conflict_pct > 100 {
+        bail!("--conflict-pct must be 0..=100, got {}", opts.conflict_pct);
+    }
+    if opts.threads == 0 || opts.requests == 0 || opts.batch == 0 || opts.size == 0 {
+        bail!("--threads, --requests, --batch and --size must be at least 1");
+    }
+    let reports = tagma_bench::exec::run(&opts);
+    if json {
+        for r in &reports {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", tagma_bench::exec::table(&reports));
+    }
+    if let Some(r) = reports.iter().find(|r| !r.digest_matches_sequential) {
+        bail!(
+            "policy {} ended in another state than sequential execution",
+            r.policy
+        );
+    }
+    Ok(())
+}
+
 /// What one measured run (replicated or unreplicated) produced.
 #[derive(Default)]
 struct Measured {
@@ -708,6 +784,51 @@ impl Measured {
 /// `tagma bench`: one configuration, or with `--sweep` each configuration of a figure (and
 /// with `--plot` the figure).
 fn bench(args: BenchArgs) -> Result<()> {
+    if let Some(BenchWhat::Exec {
+        service,
+        conflict_pct,
+        threads,
+        policy,
+        requests,
+        batch,
+        size,
+        rounds,
+        json,
+    }) = args.what.clone()
+    {
+        return exec_bench(
+            tagma_bench::exec::ExecOptions {
+                service: match service {
+                    ExecServiceArg::List => tagma_bench::exec::ExecService::List,
+                    ExecServiceArg::TuplespaceTs1 => tagma_bench::exec::ExecService::TuplespaceTs1,
+                    ExecServiceArg::TuplespaceTs2 => tagma_bench::exec::ExecService::TuplespaceTs2,
+                },
+                conflict_pct,
+                threads,
+                policies: if policy.is_empty() {
+                    vec![
+                        tagma_parallel::Policy::Barrier,
+                        tagma_parallel::Policy::Graph,
+                    ]
+                } else {
+                    policy
+                        .into_iter()
+                        .map(|p| match p {
+                            PolicyArg::Sequential => tagma_parallel::Policy::Sequential,
+                            PolicyArg::Barrier => tagma_parallel::Policy::Barrier,
+                            PolicyArg::Graph => tagma_parallel::Policy::Graph,
+                        })
+                        .collect()
+                },
+                requests,
+                batch,
+                size,
+                seed: 0x7a6d_a000,
+                rounds,
+            },
+            json,
+        );
+    }
     if let Some(BenchWhat::StateTransfer {
         state_mb,
         checkpoint_period,

@@ -154,27 +154,33 @@ impl Scheduler {
             }
         }
         let replies: Vec<OnceLock<Bytes>> = (0..tasks.len()).map(|_| OnceLock::new()).collect();
-        std::thread::scope(|s| {
-            for (worker, queue) in queues.iter().enumerate() {
-                let (replies, sets, barriers) = (&replies, &sets, &barriers);
-                s.spawn(move || {
-                    for &i in queue {
-                        match &sets[i] {
-                            None => {
+        let work = |worker: usize| {
+            let queue = &queues[worker];
+            let (replies, sets, barriers) = (&replies, &sets, &barriers);
+            move || {
+                for &i in queue {
+                    match &sets[i] {
+                        None => {
+                            let _ = replies[i].set(service.execute(&tasks[i].op));
+                        }
+                        Some(ws) => {
+                            let barrier = &barriers[ws];
+                            barrier.wait();
+                            if ws[0] as usize == worker {
                                 let _ = replies[i].set(service.execute(&tasks[i].op));
                             }
-                            Some(ws) => {
-                                let barrier = &barriers[ws];
-                                barrier.wait();
-                                if ws[0] as usize == worker {
-                                    let _ = replies[i].set(service.execute(&tasks[i].op));
-                                }
-                                barrier.wait();
-                            }
+                            barrier.wait();
                         }
                     }
-                });
+                }
             }
+        };
+        // The calling thread is worker 0.
+        std::thread::scope(|s| {
+            for worker in 1..k {
+                s.spawn(work(worker));
+            }
+            work(0)();
         });
         collect(replies)
     }
@@ -266,55 +272,80 @@ fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) ->
     let replies: Vec<OnceLock<Bytes>> = (0..tasks.len()).map(|_| OnceLock::new()).collect();
     let remaining = AtomicUsize::new(tasks.len());
     let (tx, rx): (Sender<Work>, Receiver<Work>) = unbounded();
-    // Tasks ready from the start go out in chunks: a few per worker, so that short
-    // independent tasks do not pay a hand-off each and long ones still balance.
+    // Tasks ready from the start are taken in shrinking chunks (guided self-scheduling: a
+    // share of what is left each time), so that short independent tasks do not pay a
+    // hand-off each and no worker is left with a long last chunk while the others idle.
     let ready: Vec<u32> = (0..tasks.len() as u32)
         .filter(|i| graph.waiting[*i as usize].load(Ordering::Relaxed) == 0)
         .collect();
-    let chunk = ready.len().div_ceil(threads * 4).max(1);
-    for c in ready.chunks(chunk) {
-        let _ = tx.send(Work::Tasks(c.to_vec()));
-    }
-    std::thread::scope(|s| {
-        for _ in 0..threads {
-            let (rx, tx) = (rx.clone(), tx.clone());
-            let (graph, replies, remaining) = (&graph, &replies, &remaining);
-            s.spawn(move || {
-                while let Ok(Work::Tasks(mut batch)) = rx.recv() {
-                    // Runs `batch`, then keeps running the first task each step made ready (a
-                    // chain stays on this worker), handing the others to the pool.
-                    while !batch.is_empty() {
-                        let mut freed: Vec<u32> = Vec::new();
-                        for &i in &batch {
-                            let _ = replies[i as usize].set(service.execute(&tasks[i as usize].op));
-                            for &d in &graph.dependents[i as usize] {
-                                if graph.waiting[d as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
-                                    freed.push(d);
-                                }
-                            }
-                        }
-                        let done = remaining.fetch_sub(batch.len(), Ordering::AcqRel) - batch.len();
-                        if done == 0 {
-                            for _ in 0..threads {
-                                let _ = tx.send(Work::Stop);
-                            }
-                        }
-                        batch = match freed.len() {
-                            0 => Vec::new(),
-                            1 => freed,
-                            _ => {
-                                let keep = freed.split_off(freed.len() - 1);
-                                let c = freed.len().div_ceil(threads).max(1);
-                                for part in freed.chunks(c) {
-                                    let _ = tx.send(Work::Tasks(part.to_vec()));
-                                }
-                                keep
-                            }
-                        };
-                    }
-                }
-            });
+    let cursor = AtomicUsize::new(0);
+    let take_ready = || -> Option<Vec<u32>> {
+        loop {
+            let at = cursor.load(Ordering::Acquire);
+            if at >= ready.len() {
+                return None;
+            }
+            let n = ((ready.len() - at) / (2 * threads)).max(1);
+            if cursor
+                .compare_exchange(at, at + n, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                return Some(ready[at..at + n].to_vec());
+            }
         }
+    };
+    let worker = || {
+        let (rx, tx) = (rx.clone(), tx.clone());
+        let (graph, replies, remaining, take_ready) = (&graph, &replies, &remaining, &take_ready);
+        move || {
+            let next = || match take_ready() {
+                Some(tasks) => Some(tasks),
+                None => match rx.recv() {
+                    Ok(Work::Tasks(tasks)) => Some(tasks),
+                    _ => None,
+                },
+            };
+            while let Some(mut batch) = next() {
+                // Runs `batch`, then keeps running the first task each step made ready (a
+                // chain stays on this worker), handing the others to the pool.
+                while !batch.is_empty() {
+                    let mut freed: Vec<u32> = Vec::new();
+                    for &i in &batch {
+                        let _ = replies[i as usize].set(service.execute(&tasks[i as usize].op));
+                        for &d in &graph.dependents[i as usize] {
+                            if graph.waiting[d as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
+                                freed.push(d);
+                            }
+                        }
+                    }
+                    let done = remaining.fetch_sub(batch.len(), Ordering::AcqRel) - batch.len();
+                    if done == 0 {
+                        for _ in 0..threads {
+                            let _ = tx.send(Work::Stop);
+                        }
+                    }
+                    batch = match freed.len() {
+                        0 => Vec::new(),
+                        1 => freed,
+                        _ => {
+                            let keep = freed.split_off(freed.len() - 1);
+                            let c = freed.len().div_ceil(threads).max(1);
+                            for part in freed.chunks(c) {
+                                let _ = tx.send(Work::Tasks(part.to_vec()));
+                            }
+                            keep
+                        }
+                    };
+                }
+            }
+        }
+    };
+    // The calling thread is one of the workers (one thread fewer to start per batch).
+    std::thread::scope(|s| {
+        for _ in 1..threads {
+            s.spawn(worker());
+        }
+        worker()();
     });
     debug_assert_eq!(remaining.load(Ordering::Relaxed), 0, "every task ran");
     collect(replies)

@@ -1,0 +1,332 @@
+//! `tagma bench exec`: the execution stage alone (seed 000's setups), so the figures measure
+//! scheduling, not networking. Decided batches of pre-generated operations go straight into
+//! a [`tagma_parallel::Scheduler`]; every policy runs the very same operations on a fresh copy
+//! of the same initial state, and its final digest is compared with sequential execution's.
+//!
+//! Services:
+//! - `list`: the seed's linked list of integers (100k entries by default). Conflicting
+//!   requests are `add`/`remove` (of a value absent/present, alternately, so the length stays
+//!   put); the others `get`/`contains` of random indexes and values.
+//! - `tuplespace-ts1` / `tuplespace-ts2`: 100k tuples of 1–10 fields of 50-character strings;
+//!   conflicting requests are `out` (a fresh tuple) and `inp` (of a template that matches an
+//!   existing tuple); the others `rdp` of such a template. TS1 and TS2 are the seed's two
+//!   classifications ([`tagma_tuplespace::Classification`]).
+
+use std::time::Instant;
+
+use bytes::Bytes;
+use serde::Serialize;
+use tagma_parallel::list::{ListOp, ListService};
+use tagma_parallel::{Groups, ParallelService, Policy, Scheduler};
+use tagma_tuplespace::{Classification, SpaceOp, TupleSpace};
+
+/// The service measured.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecService {
+    List,
+    TuplespaceTs1,
+    TuplespaceTs2,
+}
+
+impl ExecService {
+    pub fn name(self) -> &'static str {
+        match self {
+            ExecService::List => "list",
+            ExecService::TuplespaceTs1 => "tuplespace-ts1",
+            ExecService::TuplespaceTs2 => "tuplespace-ts2",
+        }
+    }
+}
+
+/// One run's setup.
+#[derive(Clone, Debug)]
+pub struct ExecOptions {
+    pub service: ExecService,
+    /// Share of conflicting requests, in percent (0..=100).
+    pub conflict_pct: u32,
+    pub threads: usize,
+    /// Run after sequential execution (which always runs: it is the baseline).
+    pub policies: Vec<Policy>,
+    /// Requests executed per policy.
+    pub requests: usize,
+    /// Requests per decided batch.
+    pub batch: usize,
+    /// Entries of the list, or tuples of the tuple space, before the run.
+    pub size: usize,
+    pub seed: u64,
+    /// Rounds: each runs every policy once, in turn, on a fresh state; each policy's
+    /// figure is its median round (the machines are shared and noisy).
+    pub rounds: usize,
+}
+
+/// One policy's figures.
+#[derive(Clone, Debug, Serialize)]
+pub struct ExecReport {
+    pub service: String,
+    pub conflict_pct: u32,
+    pub threads: usize,
+    pub policy: String,
+    pub requests: usize,
+    pub batch: usize,
+    pub size: usize,
+    pub rounds: usize,
+    /// The median round's time.
+    pub elapsed_s: f64,
+    pub throughput_ops_s: f64,
+    /// Throughput over sequential execution's, measured in the same invocation.
+    pub speedup_vs_sequential: f64,
+    /// The final state equals sequential execution's.
+    pub digest_matches_sequential: bool,
+}
+
+/// A small deterministic generator (splitmix64): the same seed gives the same workload.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+    fn percent(&mut self, pct: u32) -> bool {
+        self.below(100) < u64::from(pct)
+    }
+}
+
+/// The list's operations: `pct`% add/remove (alternating, so the length stays put).
+fn list_ops(rng: &mut Rng, size: usize, requests: usize, pct: u32) -> Vec<Bytes> {
+    let size = size as i64;
+    let mut added = 0i64;
+    (0..requests)
+        .map(|i| {
+            let op = if rng.percent(pct) {
+                added += 1;
+                if added % 2 == 1 {
+                    ListOp::Add(size + added)
+                } else {
+                    ListOp::Remove(size + added - 1)
+                }
+            } else if i % 2 == 0 {
+                ListOp::Get(rng.below(size as u64) as i64)
+            } else {
+                ListOp::Contains(rng.below(size as u64) as i64)
+            };
+            op.encode()
+        })
+        .collect()
+}
+
+fn field(rng: &mut Rng) -> Bytes {
+    const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789";
+    let s: Vec<u8> = (0..50)
+        .map(|_| ALPHABET[rng.below(ALPHABET.len() as u64) as usize])
+        .collect();
+    Bytes::from(s)
+}
+
+fn tuple(rng: &mut Rng) -> Vec<Bytes> {
+    let arity = 1 + rng.below(10) as usize;
+    (0..arity).map(|_| field(rng)).collect()
+}
+
+/// The tuple space's initial tuples and operations: `pct`% out/inp (alternating), the rest
+/// rdp; templates name the first field of a tuple of the initial state (so they match one,
+/// somewhere in its arity's list) and leave the others open.
+fn space_ops(rng: &mut Rng, initial: &[Vec<Bytes>], requests: usize, pct: u32) -> Vec<Bytes> {
+    let mut outs = 0u64;
+    (0..requests)
+        .map(|_| {
+            let target = &initial[rng.below(initial.len() as u64) as usize];
+            let template: Vec<Option<Bytes>> = target
+                .iter()
+                .enumerate()
+                .map(|(i, f)| (i == 0).then(|| f.clone()))
+                .collect();
+            let op = if rng.percent(pct) {
+                outs += 1;
+                if outs % 2 == 1 {
+                    SpaceOp::Out(tuple(rng))
+                } else {
+                    SpaceOp::Inp(template)
+                }
+            } else {
+                SpaceOp::Rdp(template)
+            };
+            op.encode()
+        })
+        .collect()
+}
+
+/// A fresh service in its initial state.
+enum Fresh {
+    List(usize),
+    Space(Classification, Vec<Vec<Bytes>>),
+}
+
+/// Runs every policy (sequential first) on the same operations; one report per policy.
+pub fn run(opts: &ExecOptions) -> Vec<ExecReport> {
+    let mut rng = Rng(opts.seed);
+    let (fresh, ops) = match opts.service {
+        ExecService::List => (
+            Fresh::List(opts.size),
+            list_ops(&mut rng, opts.size, opts.requests, opts.conflict_pct),
+        ),
+        ExecService::TuplespaceTs1 | ExecService::TuplespaceTs2 => {
+            let initial: Vec<Vec<Bytes>> = (0..opts.size).map(|_| tuple(&mut rng)).collect();
+            let ops = space_ops(&mut rng, &initial, opts.requests, opts.conflict_pct);
+            let class = if opts.service == ExecService::TuplespaceTs1 {
+                Classification::Ts1
+            } else {
+                Classification::Ts2
+            };
+            (Fresh::Space(class, initial), ops)
+        }
+    };
+    let mut policies = vec![Policy::Sequential];
+    policies.extend(opts.policies.iter().filter(|p| **p != Policy::Sequential));
+    let threads_of = |policy: Policy| {
+        if policy == Policy::Sequential {
+            1
+        } else {
+            opts.threads
+        }
+    };
+    // Times per policy, rounds interleaved so that a slow spell of the machine hits all.
+    let mut times: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
+    let mut digests: Vec<[u8; 32]> = vec![[0; 32]; policies.len()];
+    for _ in 0..opts.rounds.max(1) {
+        for (i, policy) in policies.iter().enumerate() {
+            let scheduler = Scheduler::new(*policy, threads_of(*policy), Groups::default());
+            let (elapsed_s, digest) = match &fresh {
+                Fresh::List(n) => measure(
+                    &ListService::with_entries(*n as i64),
+                    &scheduler,
+                    &ops,
+                    opts.batch,
+                ),
+                Fresh::Space(class, initial) => {
+                    let ts = TupleSpace::new(*class);
+                    for t in initial {
+                        ts.apply(&SpaceOp::Out(t.clone()));
+                    }
+                    measure(&ts, &scheduler, &ops, opts.batch)
+                }
+            };
+            times[i].push(elapsed_s);
+            digests[i] = digest;
+        }
+    }
+    let median = |t: &mut Vec<f64>| {
+        t.sort_by(f64::total_cmp);
+        t[t.len() / 2]
+    };
+    let mut reports: Vec<ExecReport> = Vec::new();
+    let mut baseline: Option<(f64, [u8; 32])> = None;
+    for (i, policy) in policies.iter().copied().enumerate() {
+        let threads = threads_of(policy);
+        let elapsed_s = median(&mut times[i]);
+        let digest = digests[i];
+        let throughput = ops.len() as f64 / elapsed_s.max(1e-9);
+        let (base_ops, base_digest) = *baseline.get_or_insert((throughput, digest));
+        reports.push(ExecReport {
+            rounds: opts.rounds.max(1),
+            service: opts.service.name().into(),
+            conflict_pct: opts.conflict_pct,
+            threads,
+            policy: policy.name().into(),
+            requests: ops.len(),
+            batch: opts.batch,
+            size: opts.size,
+            elapsed_s,
+            throughput_ops_s: throughput,
+            speedup_vs_sequential: throughput / base_ops,
+            digest_matches_sequential: digest == base_digest,
+        });
+    }
+    reports
+}
+
+/// Classifies and runs `ops` in batches of `batch`; the time taken and the final digest.
+fn measure<S: ParallelService>(
+    service: &S,
+    scheduler: &Scheduler,
+    ops: &[Bytes],
+    batch: usize,
+) -> (f64, [u8; 32]) {
+    let started = Instant::now();
+    for chunk in ops.chunks(batch.max(1)) {
+        let tasks = tagma_parallel::classify(service, chunk);
+        scheduler.run(service, &tasks);
+    }
+    (started.elapsed().as_secs_f64(), service.digest())
+}
+
+/// The reports as a table.
+pub fn table(reports: &[ExecReport]) -> String {
+    let mut s = String::from(
+        "service          conflict% threads policy      ops/s     speedup  same state\n",
+    );
+    for r in reports {
+        s.push_str(&format!(
+            "{:<16} {:>9} {:>7} {:<10} {:>9.0} {:>8.2}x  {}\n",
+            r.service,
+            r.conflict_pct,
+            r.threads,
+            r.policy,
+            r.throughput_ops_s,
+            r.speedup_vs_sequential,
+            r.digest_matches_sequential
+        ));
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_policy_reaches_the_sequential_state_on_every_service() {
+        for service in [
+            ExecService::List,
+            ExecService::TuplespaceTs1,
+            ExecService::TuplespaceTs2,
+        ] {
+            for pct in [0, 50, 100] {
+                let reports = run(&ExecOptions {
+                    service,
+                    conflict_pct: pct,
+                    threads: 2,
+                    policies: vec![Policy::Barrier, Policy::Graph],
+                    requests: 300,
+                    batch: 50,
+                    size: 500,
+                    seed: 7,
+                    rounds: 2,
+                });
+                assert_eq!(reports.len(), 3);
+                assert_eq!(reports[0].policy, "sequential");
+                assert!(
+                    reports.iter().all(|r| r.digest_matches_sequential),
+                    "{service:?} {pct}%: {reports:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn workloads_are_deterministic_and_follow_the_conflict_share() {
+        let a = list_ops(&mut Rng(1), 100, 1000, 25);
+        assert_eq!(a, list_ops(&mut Rng(1), 100, 1000, 25));
+        let writes = a
+            .iter()
+            .filter(|op| ListOp::decode(op).is_some_and(ListOp::writes))
+            .count();
+        assert!((200..300).contains(&writes), "{writes}");
+    }
+}
