@@ -54,8 +54,9 @@ pub struct ExecOptions {
     /// Entries of the list, or tuples of the tuple space, before the run.
     pub size: usize,
     pub seed: u64,
-    /// Rounds: each runs every policy once, in turn, on a fresh state; each policy's
-    /// figure is its median round (the machines are shared and noisy).
+    /// Rounds: each runs every policy once, in turn (starting with a different one each
+    /// round), on a fresh state; each policy's figure is its median round (the machines are
+    /// shared and noisy).
     pub rounds: usize,
 }
 
@@ -162,6 +163,31 @@ fn space_ops(rng: &mut Rng, initial: &[Vec<Bytes>], requests: usize, pct: u32) -
         .collect()
 }
 
+/// The same tuples with every field a slice of one buffer: each policy's fresh tuple space
+/// shares the field bytes (zero-copy), so all of them scan the same memory layout (separate
+/// allocations per run made the scans' speed vary from run to run).
+fn compact(tuples: Vec<Vec<Bytes>>) -> Vec<Vec<Bytes>> {
+    let total = tuples.iter().flatten().map(Bytes::len).sum();
+    let mut arena = bytes::BytesMut::with_capacity(total);
+    for f in tuples.iter().flatten() {
+        arena.extend_from_slice(f);
+    }
+    let arena = arena.freeze();
+    let mut at = 0;
+    tuples
+        .iter()
+        .map(|t| {
+            t.iter()
+                .map(|f| {
+                    let slice = arena.slice(at..at + f.len());
+                    at += f.len();
+                    slice
+                })
+                .collect()
+        })
+        .collect()
+}
+
 /// A fresh service in its initial state.
 enum Fresh {
     List(usize),
@@ -177,7 +203,7 @@ pub fn run(opts: &ExecOptions) -> Vec<ExecReport> {
             list_ops(&mut rng, opts.size, opts.requests, opts.conflict_pct),
         ),
         ExecService::TuplespaceTs1 | ExecService::TuplespaceTs2 => {
-            let initial: Vec<Vec<Bytes>> = (0..opts.size).map(|_| tuple(&mut rng)).collect();
+            let initial = compact((0..opts.size).map(|_| tuple(&mut rng)).collect());
             let ops = space_ops(&mut rng, &initial, opts.requests, opts.conflict_pct);
             let class = if opts.service == ExecService::TuplespaceTs1 {
                 Classification::Ts1
@@ -199,8 +225,11 @@ pub fn run(opts: &ExecOptions) -> Vec<ExecReport> {
     // Times per policy, rounds interleaved so that a slow spell of the machine hits all.
     let mut times: Vec<Vec<f64>> = vec![Vec::new(); policies.len()];
     let mut digests: Vec<[u8; 32]> = vec![[0; 32]; policies.len()];
-    for _ in 0..opts.rounds.max(1) {
-        for (i, policy) in policies.iter().enumerate() {
+    for round in 0..opts.rounds.max(1) {
+        // Each round starts with another policy: whatever the order favours, all share it.
+        for step in 0..policies.len() {
+            let i = (round + step) % policies.len();
+            let policy = &policies[i];
             let scheduler = Scheduler::new(*policy, threads_of(*policy), Groups::default());
             let (elapsed_s, digest) = match &fresh {
                 Fresh::List(n) => measure(

@@ -318,7 +318,7 @@ enum BenchWhat {
         size: usize,
         /// Rounds (every policy once each, in turn, on a fresh state); each figure is the
         /// policy's median round.
-        #[arg(long, default_value_t = 3)]
+        #[arg(long, default_value_t = 5)]
         rounds: usize,
         /// One JSON object per policy instead of the table.
         #[arg(long)]
