@@ -349,6 +349,33 @@ mod tests {
     }
 
     #[test]
+    fn a_sweep_runs_every_step_and_draws_one_line_per_parallel_policy() {
+        let opts = ExecOptions {
+            service: ExecService::List,
+            conflict_pct: 0,
+            threads: 2,
+            policies: vec![Policy::Barrier, Policy::Graph],
+            requests: 60,
+            batch: 20,
+            size: 100,
+            seed: 3,
+            rounds: 1,
+        };
+        let mut steps = 0;
+        let reports = sweep(&opts, ExecSweep::Conflict, |_| steps += 1);
+        assert_eq!(steps, CONFLICT_STEPS.len());
+        assert_eq!(reports.len(), 3 * CONFLICT_STEPS.len());
+        let c = chart(&reports, ExecSweep::Conflict);
+        assert_eq!(c.series.len(), 3);
+        assert_eq!(c.series[2].label, "graph");
+        assert_eq!(c.series[2].points.len(), CONFLICT_STEPS.len());
+        let dir = std::env::temp_dir().join(format!("tagma-exec-{}.png", std::process::id()));
+        crate::plot::draw(&c, &dir).unwrap();
+        assert!(std::fs::read(&dir).unwrap().starts_with(b"\x89PNG"));
+        let _ = std::fs::remove_file(&dir);
+    }
+
+    #[test]
     fn workloads_are_deterministic_and_follow_the_conflict_share() {
         let a = list_ops(&mut Rng(1), 100, 1000, 25);
         assert_eq!(a, list_ops(&mut Rng(1), 100, 1000, 25));
@@ -357,5 +384,120 @@ mod tests {
             .filter(|op| ListOp::decode(op).is_some_and(ListOp::writes))
             .count();
         assert!((200..300).contains(&writes), "{writes}");
+    }
+}
+
+/// What a sweep varies (seed 000's figures: throughput against the share of conflicting
+/// requests, and against the number of threads).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ExecSweep {
+    /// 0, 5, 10, 25, 50, 75, 100 % conflicting, at the options' thread count.
+    Conflict,
+    /// 1, 2, 4, 8 threads (and 16 where the machine has them), at the options' conflict
+    /// share.
+    Threads,
+}
+
+/// The conflict shares of a conflict sweep.
+pub const CONFLICT_STEPS: [u32; 7] = [0, 5, 10, 25, 50, 75, 100];
+
+/// Runs every configuration of `sweep` (each with its own sequential baseline).
+pub fn sweep(
+    opts: &ExecOptions,
+    sweep: ExecSweep,
+    mut progress: impl FnMut(&str),
+) -> Vec<ExecReport> {
+    let configs: Vec<ExecOptions> = match sweep {
+        ExecSweep::Conflict => CONFLICT_STEPS
+            .iter()
+            .map(|&pct| ExecOptions {
+                conflict_pct: pct,
+                ..opts.clone()
+            })
+            .collect(),
+        ExecSweep::Threads => {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            [1, 2, 4, 8, 16]
+                .into_iter()
+                .filter(|t| *t <= cores.max(8))
+                .map(|threads| ExecOptions {
+                    threads,
+                    ..opts.clone()
+                })
+                .collect()
+        }
+    };
+    let mut out = Vec::new();
+    for (i, c) in configs.iter().enumerate() {
+        progress(&format!(
+            "[{}/{}] {} {}% conflicting, {} threads",
+            i + 1,
+            configs.len(),
+            c.service.name(),
+            c.conflict_pct,
+            c.threads
+        ));
+        out.extend(run(c));
+    }
+    out
+}
+
+/// The chart of a sweep: speedup over sequential execution per policy (sequential is the
+/// line at 1).
+pub fn chart(reports: &[ExecReport], sweep: ExecSweep) -> crate::plot::Chart {
+    let mut policies: Vec<String> = Vec::new();
+    for r in reports {
+        if !policies.contains(&r.policy) {
+            policies.push(r.policy.clone());
+        }
+    }
+    let first = reports.first();
+    let (service, threads, pct) = first.map_or((String::new(), 0, 0), |r| {
+        (r.service.clone(), r.threads, r.conflict_pct)
+    });
+    let x = |r: &ExecReport| match sweep {
+        ExecSweep::Conflict => f64::from(r.conflict_pct),
+        ExecSweep::Threads => r.threads as f64,
+    };
+    let series = policies
+        .iter()
+        .map(|p| crate::plot::Series {
+            label: p.clone(),
+            points: reports
+                .iter()
+                .filter(|r| &r.policy == p)
+                .map(|r| {
+                    // Sequential runs on one thread whatever the sweep: draw it at every x.
+                    let x = if r.policy == "sequential" && sweep == ExecSweep::Threads {
+                        0.0
+                    } else {
+                        x(r)
+                    };
+                    (x, r.speedup_vs_sequential)
+                })
+                .filter(|(x, _)| *x > 0.0 || sweep == ExecSweep::Conflict)
+                .collect(),
+        })
+        .filter(|s| !s.points.is_empty())
+        .collect();
+    let size = first.map_or(0, |r| r.size);
+    crate::plot::Chart {
+        title: match sweep {
+            ExecSweep::Conflict => {
+                let threads = reports.iter().map(|r| r.threads).max().unwrap_or(threads);
+                format!("{service} ({size}): speedup over sequential, {threads} threads")
+            }
+            ExecSweep::Threads => {
+                format!("{service} ({size}): speedup over sequential, {pct}% conflicting")
+            }
+        },
+        x_label: match sweep {
+            ExecSweep::Conflict => "conflicting requests (%)".into(),
+            ExecSweep::Threads => "worker threads".into(),
+        },
+        y_label: "throughput / sequential throughput".into(),
+        integer_x: sweep == ExecSweep::Threads,
+        series,
+        events: Vec::new(),
     }
 }

@@ -279,6 +279,14 @@ enum ExecServiceArg {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ExecSweepArg {
+    /// 0, 5, 10, 25, 50, 75, 100 % conflicting requests at --threads.
+    Conflict,
+    /// 1, 2, 4, 8 (and 16 with enough cores) threads at --conflict-pct.
+    Threads,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 enum PolicyArg {
     Sequential,
     Barrier,
@@ -320,6 +328,12 @@ enum BenchWhat {
         /// policy's median round.
         #[arg(long, default_value_t = 5)]
         rounds: usize,
+        /// Run every step of a sweep (seed 000's figures) instead of one configuration.
+        #[arg(long, value_enum)]
+        sweep: Option<ExecSweepArg>,
+        /// With --sweep: draw the speedup over sequential execution per policy into this PNG.
+        #[arg(long, value_name = "FILE.png", requires = "sweep")]
+        plot: Option<PathBuf>,
         /// One JSON object per policy instead of the table.
         #[arg(long)]
         json: bool,
@@ -737,14 +751,35 @@ fn join(dir: &std::path::Path, id: ReplicaId, service: ServiceKind, args: JoinAr
 }
 
 /// `tagma bench exec`.
-fn exec_bench(opts: tagma_bench::exec::ExecOptions, json: bool) -> Result<()> {
+fn exec_bench(
+    opts: tagma_bench::exec::ExecOptions,
+    sweep: Option<tagma_bench::exec::ExecSweep>,
+    plot: Option<&std::path::Path>,
+    json: bool,
+) -> Result<()> {
     if opts.conflict_pct > 100 {
         bail!("--conflict-pct must be 0..=100, got {}", opts.conflict_pct);
     }
     if opts.threads == 0 || opts.requests == 0 || opts.batch == 0 || opts.size == 0 {
         bail!("--threads, --requests, --batch and --size must be at least 1");
     }
-    let reports = tagma_bench::exec::run(&opts);
+    let reports = match sweep {
+        None => tagma_bench::exec::run(&opts),
+        Some(s) => {
+            let reports = tagma_bench::exec::sweep(&opts, s, |step| {
+                if !json {
+                    eprintln!("{step}");
+                }
+            });
+            if let Some(path) = plot {
+                tagma_bench::plot::draw(&tagma_bench::exec::chart(&reports, s), path)?;
+                if !json {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            reports
+        }
+    };
     if json {
         for r in &reports {
             println!("{}", serde_json::to_string(r)?);
@@ -793,6 +828,8 @@ fn bench(args: BenchArgs) -> Result<()> {
         batch,
         size,
         rounds,
+        sweep,
+        plot,
         json,
     }) = args.what.clone()
     {
@@ -826,6 +863,11 @@ fn bench(args: BenchArgs) -> Result<()> {
                 seed: 0x7a6d_a000,
                 rounds,
             },
+            sweep.map(|s| match s {
+                ExecSweepArg::Conflict => tagma_bench::exec::ExecSweep::Conflict,
+                ExecSweepArg::Threads => tagma_bench::exec::ExecSweep::Threads,
+            }),
+            plot.as_deref(),
             json,
         );
     }

@@ -262,6 +262,11 @@ fn build_graph(tasks: &[Task]) -> Graph {
     }
 }
 
+/// Tasks freed at once below which a worker keeps them all instead of handing some out.
+const HANDOFF_MIN: usize = 4;
+/// Polls of the pool before a worker with nothing to do sleeps (a few tens of µs).
+const SPINS: u32 = 20_000;
+
 enum Work {
     Tasks(Vec<u32>),
     Stop,
@@ -298,12 +303,24 @@ fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) ->
         let (rx, tx) = (rx.clone(), tx.clone());
         let (graph, replies, remaining, take_ready) = (&graph, &replies, &remaining, &take_ready);
         move || {
-            let next = || match take_ready() {
-                Some(tasks) => Some(tasks),
-                None => match rx.recv() {
+            // Waiting for work spins a little before sleeping: in a chain of short tasks the
+            // next one is usually a few microseconds away, and a sleeping worker takes far
+            // longer to wake.
+            let next = || {
+                if let Some(tasks) = take_ready() {
+                    return Some(tasks);
+                }
+                for _ in 0..SPINS {
+                    match rx.try_recv() {
+                        Ok(Work::Tasks(tasks)) => return Some(tasks),
+                        Ok(Work::Stop) => return None,
+                        Err(_) => std::hint::spin_loop(),
+                    }
+                }
+                match rx.recv() {
                     Ok(Work::Tasks(tasks)) => Some(tasks),
                     _ => None,
-                },
+                }
             };
             while let Some(mut batch) = next() {
                 // Runs `batch`, then keeps running the first task each step made ready (a
@@ -326,7 +343,9 @@ fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) ->
                     }
                     batch = match freed.len() {
                         0 => Vec::new(),
-                        1 => freed,
+                        // A few tasks freed at once stay here: waking another worker for them
+                        // would cost more than it saves (mixes of short reads and writes).
+                        n if n <= HANDOFF_MIN => freed,
                         _ => {
                             let keep = freed.split_off(freed.len() - 1);
                             let c = freed.len().div_ceil(threads).max(1);
