@@ -42,6 +42,17 @@ pub enum ServiceError {
 pub trait Service: Send + 'static {
     /// Executes a totally ordered request and returns the reply bytes.
     fn execute_ordered(&mut self, request: &Bytes, ctx: &Context) -> Bytes;
+    /// Executes consecutive ordered requests of one decided batch, in order, and returns
+    /// their replies in order. The default runs [`Service::execute_ordered`] on each; a
+    /// parallel service (`tagma_parallel::ParallelReplica`) runs requests that do not conflict
+    /// at once, with the same replies and state. Called between view changes only: no view
+    /// change and no checkpoint happens while these requests run.
+    fn execute_ordered_batch(&mut self, requests: &[(Bytes, Context)]) -> Vec<Bytes> {
+        requests
+            .iter()
+            .map(|(request, ctx)| self.execute_ordered(request, ctx))
+            .collect()
+    }
     /// Executes a read-only request without ordering. Must not change the state.
     fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes;
     /// A complete, deterministic serialisation of the state.
@@ -152,6 +163,9 @@ impl<S: Service> Executor<S> {
             self.executed_instances
         );
         let mut replies = Vec::with_capacity(batch.requests.len());
+        // Runs of ordered requests go to the service together (a parallel service runs them
+        // at once); a view change is executed alone between runs, with nothing running.
+        let mut run: Vec<(usize, Bytes, Context)> = Vec::new();
         for (index, envelope) in batch.requests.iter().enumerate() {
             let request = &envelope.request;
             debug_assert!(
@@ -159,36 +173,74 @@ impl<S: Service> Executor<S> {
                 "unordered request in the batch of instance {}",
                 cid.0
             );
-            let payload = match request.kind {
-                RequestKind::Unordered => continue,
-                RequestKind::Reconfigure => self.reconfigure(&request.payload),
-                RequestKind::Ordered => {
-                    let ctx = Context {
+            match request.kind {
+                RequestKind::Unordered => {}
+                RequestKind::Ordered => run.push((
+                    index,
+                    request.payload.clone(),
+                    Context {
                         client: request.client,
                         seq: request.seq,
                         cid: Some(cid),
                         timestamp_ms: batch.timestamp_ms,
                         seed: request_seed(batch.seed, index),
-                    };
-                    self.service.execute_ordered(&request.payload, &ctx)
+                    },
+                )),
+                RequestKind::Reconfigure => {
+                    self.execute_run(batch, &mut run, &mut replies);
+                    let payload = self.reconfigure(&request.payload);
+                    self.record(request, payload, &mut replies);
                 }
-            };
-            self.executed_requests += 1;
-            self.last_executed.insert(request.client, request.seq);
-            let reply = Reply {
-                client: request.client,
-                seq: request.seq,
-                kind: request.kind,
-                view: self.view,
-                payload,
-            };
-            self.reply_cache.insert(reply.clone());
-            replies.push(reply);
+            }
         }
+        self.execute_run(batch, &mut run, &mut replies);
         self.executed_instances += 1;
         self.last_timestamp_ms = self.last_timestamp_ms.max(batch.timestamp_ms);
         replies
     }
+    /// Executes a run of ordered requests (positions in `batch`, payloads, contexts) and
+    /// records their replies in order.
+    fn execute_run(
+        &mut self,
+        batch: &Batch,
+        run: &mut Vec<(usize, Bytes, Context)>,
+        replies: &mut Vec<Reply>,
+    ) {
+        if run.is_empty() {
+            return;
+        }
+        let requests: Vec<(Bytes, Context)> = run
+            .iter()
+            .map(|(_, payload, ctx)| (payload.clone(), *ctx))
+            .collect();
+        let payloads = self.service.execute_ordered_batch(&requests);
+        assert_eq!(
+            payloads.len(),
+            requests.len(),
+            "the service answered a run of {} requests with {} replies",
+            requests.len(),
+            payloads.len()
+        );
+        for ((index, _, _), payload) in run.drain(..).zip(payloads) {
+            self.record(&batch.requests[index].request, payload, replies);
+        }
+    }
+
+    /// Counts an executed request and caches its reply.
+    fn record(&mut self, request: &tagma_wire::Request, payload: Bytes, replies: &mut Vec<Reply>) {
+        self.executed_requests += 1;
+        self.last_executed.insert(request.client, request.seq);
+        let reply = Reply {
+            client: request.client,
+            seq: request.seq,
+            kind: request.kind,
+            view: self.view,
+            payload,
+        };
+        self.reply_cache.insert(reply.clone());
+        replies.push(reply);
+    }
+
     /// An ordered view change: judged against the installed view and installed if valid (the
     /// core installs the same view for the next instance); the reply says which.
     fn reconfigure(&mut self, payload: &Bytes) -> Bytes {

@@ -7,6 +7,8 @@
 //!   dependency-graph scheduler — behind one [`Scheduler::run`], and the [`ParallelService`]
 //!   trait a service implements to run in parallel.
 //! - [`list`]: the seed's linked list of integers, its benchmark service.
+//! - [`replica`]: a parallel service as a replica's `tagma_exec::Service` ([`ParallelReplica`]),
+//!   and the envelope that carries a client's conflict group.
 //!
 //! Every policy gives the replies and final state of sequential execution in decision order
 //! whenever the classification is right; `tests/equivalence.rs` checks it on random
@@ -14,9 +16,11 @@
 
 pub mod access;
 pub mod list;
+pub mod replica;
 pub mod sched;
 
 pub use access::{Access, Class, Group, GroupError, Groups};
+pub use replica::{Classify, ParallelReplica, ParallelState, envelope, open_envelope};
 pub use sched::{ParallelService, Policy, Scheduler, Task};
 
 /// The tasks of a batch classified by the service itself (the graph scheduler's input); the

@@ -150,6 +150,45 @@ impl ParallelService for ListService {
     }
 }
 
+impl crate::replica::ParallelState for ListService {
+    fn execute_unordered(&self, op: &Bytes) -> Bytes {
+        match ListOp::decode(op) {
+            Some(read) if !read.writes() => self.execute(op),
+            _ => Bytes::from_static(b"\xffonly get and contains run unordered"),
+        }
+    }
+
+    /// Count `u64` LE, then every value `i64` LE, in list order.
+    fn snapshot(&self) -> Bytes {
+        let list = self.list.read().unwrap_or_else(PoisonError::into_inner);
+        let mut out = BytesMut::with_capacity(8 + 8 * list.len());
+        out.put_u64_le(list.len() as u64);
+        for v in list.iter() {
+            out.put_i64_le(*v);
+        }
+        out.freeze()
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), String> {
+        let (count, rest) = snapshot
+            .split_first_chunk::<8>()
+            .ok_or("list snapshot: truncated count")?;
+        let count = u64::from_le_bytes(*count) as usize;
+        if rest.len() != count.saturating_mul(8) {
+            return Err(format!(
+                "list snapshot: {count} values announced, {} bytes follow",
+                rest.len()
+            ));
+        }
+        let list = rest
+            .chunks_exact(8)
+            .map(|c| i64::from_le_bytes(c.try_into().expect("8 bytes")))
+            .collect();
+        *self.list.get_mut().unwrap_or_else(PoisonError::into_inner) = list;
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

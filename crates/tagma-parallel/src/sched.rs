@@ -97,6 +97,11 @@ impl Scheduler {
         self.threads
     }
 
+    /// The registered multi-worker groups.
+    pub fn groups(&self) -> &crate::access::Groups {
+        &self.groups
+    }
+
     /// Executes `tasks` on `service`; the replies, in batch order.
     pub fn run<S: ParallelService>(&self, service: &S, tasks: &[Task]) -> Vec<Bytes> {
         if tasks.is_empty() {
