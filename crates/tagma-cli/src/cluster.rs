@@ -25,6 +25,8 @@ pub struct LaunchOptions {
     pub f: Option<u32>,
     /// `--service` of every replica process (`None`: the replica's default, kv).
     pub service: Option<String>,
+    /// More arguments for every replica process (e.g. the execution threads and policy).
+    pub replica_args: Vec<String>,
     /// Run `tagma unreplicated` (no consensus) instead of `tagma replica`.
     pub unreplicated: bool,
 }
@@ -35,6 +37,8 @@ pub struct LocalCluster {
     pub cfg: ValidConfig,
     /// `--service` passed to replica processes started from now on (`None`: their default).
     pub service: Option<String>,
+    /// More arguments passed to replica processes started from now on.
+    pub replica_args: Vec<String>,
     /// Start `tagma unreplicated` servers instead of replicas (set before starting).
     pub unreplicated: bool,
     exe: PathBuf,
@@ -90,6 +94,7 @@ impl LocalCluster {
             dir,
             cfg,
             service: None,
+            replica_args: Vec::new(),
             unreplicated: false,
             exe: exe.to_path_buf(),
             listed: replicas,
@@ -134,6 +139,7 @@ impl LocalCluster {
         if let Some(service) = &self.service {
             cmd.arg("--service").arg(service);
         }
+        cmd.args(&self.replica_args);
         cmd.args(extra);
         let child = cmd
             .env(
@@ -240,6 +246,7 @@ impl LocalCluster {
             mode,
             f: None,
             service: None,
+            replica_args: Vec::new(),
             unreplicated: false,
         };
         Self::launch_with(exe, &opts, edit)
@@ -255,6 +262,7 @@ impl LocalCluster {
         for _ in 0..3 {
             let mut c = LocalCluster::create_with_f(exe, opts.replicas, opts.mode, opts.f, None)?;
             c.service = opts.service.clone();
+            c.replica_args = opts.replica_args.clone();
             c.unreplicated = opts.unreplicated;
             c.reconfigure(&edit)?;
             match c.start_all() {

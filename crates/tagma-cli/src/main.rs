@@ -86,8 +86,9 @@ enum Cmd {
         /// This replica's id in tagma.toml (or, with --join, the id it was added with).
         #[arg(long)]
         id: u32,
-        /// The replicated service: the key-value store, or the micro-benchmark's empty
-        /// service (replies of the size each request asks for).
+        /// The replicated service: the key-value store, the micro-benchmark's empty
+        /// service (replies of the size each request asks for), or the seed's list (executed
+        /// in parallel).
         #[arg(long, value_enum, default_value_t = ServiceKind::Kv)]
         service: ServiceKind,
         /// Join a running cluster: HOST:PORT of any replica listed in tagma.toml. The replica
@@ -106,6 +107,8 @@ enum Cmd {
         /// `metrics_addr` from tagma.toml).
         #[arg(long, value_name = "HOST:PORT")]
         metrics_addr: Option<std::net::SocketAddr>,
+        #[command(flatten)]
+        exec: ExecArgs,
     },
     /// Run one server WITHOUT replication (until killed): clients connect and authenticate
     /// as to a replica, but requests execute at once, without consensus. The baseline that
@@ -119,6 +122,8 @@ enum Cmd {
         id: u32,
         #[arg(long, value_enum, default_value_t = ServiceKind::Kv)]
         service: ServiceKind,
+        #[command(flatten)]
+        exec: ExecArgs,
     },
     /// Measure a local cluster under load from many concurrent clients (throughput,
     /// latency percentiles, CPU and memory per replica) against an unreplicated server run
@@ -260,6 +265,9 @@ struct SimArgs {
 enum ServiceKind {
     Kv,
     Micro,
+    /// The seed's linked list of integers, executed in parallel (--exec-threads,
+    /// --exec-policy).
+    List,
 }
 
 impl ServiceKind {
@@ -267,8 +275,89 @@ impl ServiceKind {
         match self {
             ServiceKind::Kv => "kv",
             ServiceKind::Micro => "micro",
+            ServiceKind::List => "list",
         }
     }
+}
+
+/// How a replica executes decided batches (the list service runs in parallel).
+#[derive(clap::Args, Clone, Debug)]
+struct ExecArgs {
+    /// Worker threads executing each decided batch (list service).
+    #[arg(long, default_value_t = 1)]
+    exec_threads: usize,
+    /// The scheduler of those workers: the seed's barrier scheduler, or the
+    /// dependency-graph one.
+    #[arg(long, value_enum, default_value_t = PolicyArg::Graph)]
+    exec_policy: PolicyArg,
+    /// Entries of the list service's initial list (the seed: 100k).
+    #[arg(long, default_value_t = 100_000)]
+    list_size: usize,
+}
+
+impl ExecArgs {
+    /// The same settings as replica arguments.
+    fn to_args(&self) -> Vec<String> {
+        vec![
+            "--exec-threads".into(),
+            self.exec_threads.to_string(),
+            "--exec-policy".into(),
+            self.exec_policy.name().into(),
+            "--list-size".into(),
+            self.list_size.to_string(),
+        ]
+    }
+
+    fn list_service(&self) -> tagma_parallel::ParallelReplica<tagma_parallel::list::ListService> {
+        tagma_parallel::ParallelReplica::new(
+            tagma_parallel::list::ListService::with_entries(self.list_size as i64),
+            tagma_parallel::Scheduler::new(
+                self.exec_policy.policy(),
+                self.exec_threads.max(1),
+                tagma_parallel::Groups::default(),
+            ),
+            tagma_parallel::Classify::Service,
+        )
+    }
+}
+
+/// How a server process starts.
+enum StartAs {
+    Replica(PathBuf),
+    Unreplicated,
+    Joining(PathBuf, tagma_node::Joining),
+}
+
+fn start_as<S: tagma_exec::Service>(
+    cfg: tagma_core::ValidConfig,
+    id: ReplicaId,
+    key: IdentityKey,
+    service: S,
+    how: StartAs,
+) -> Result<tagma_node::NodeHandle, tagma_node::NodeError> {
+    match how {
+        StartAs::Replica(dir) => tagma_node::start(cfg, id, key, service, dir),
+        StartAs::Unreplicated => tagma_node::start_unreplicated(cfg, id, key, service),
+        StartAs::Joining(dir, joining) => {
+            tagma_node::start_joining(cfg, id, key, service, dir, joining)
+        }
+    }
+}
+
+/// Starts `kind` as `how`.
+fn start_service(
+    kind: ServiceKind,
+    exec: &ExecArgs,
+    cfg: tagma_core::ValidConfig,
+    id: ReplicaId,
+    key: IdentityKey,
+    how: StartAs,
+) -> Result<tagma_node::NodeHandle> {
+    Ok(match kind {
+        ServiceKind::Kv => start_as(cfg, id, key, KvService::new(), how)?,
+        ServiceKind::Micro => start_as(cfg, id, key, EmptyService::new(), how)?,
+        ServiceKind::List => start_as(cfg, id, key, exec.list_service(), how)?,
+    })
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -291,6 +380,20 @@ enum PolicyArg {
     Sequential,
     Barrier,
     Graph,
+}
+
+impl PolicyArg {
+    fn policy(self) -> tagma_parallel::Policy {
+        match self {
+            PolicyArg::Sequential => tagma_parallel::Policy::Sequential,
+            PolicyArg::Barrier => tagma_parallel::Policy::Barrier,
+            PolicyArg::Graph => tagma_parallel::Policy::Graph,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        self.policy().name()
+    }
 }
 
 #[derive(Subcommand, Clone)]
@@ -360,9 +463,16 @@ struct BenchArgs {
     #[command(subcommand)]
     what: Option<BenchWhat>,
     /// `micro`: the paper's empty service (replies of the requested size); `kv`: puts (or,
-    /// with --unordered, gets) on the key-value service.
+    /// with --unordered, gets) on the key-value service; `list`: the seed's list, executed
+    /// in parallel (--exec-threads, --exec-policy), --conflict-pct of add/remove among
+    /// get/contains.
     #[arg(long, value_enum, default_value_t = ServiceKind::Micro)]
     workload: ServiceKind,
+    /// With --workload list: share of conflicting requests (add/remove), percent.
+    #[arg(long, default_value_t = 0)]
+    conflict_pct: u32,
+    #[command(flatten)]
+    exec: ExecArgs,
     /// Request and reply size in bytes (the paper's 0, 100, 1024, 4096).
     #[arg(long, default_value_t = 0)]
     payload: usize,
@@ -621,10 +731,12 @@ fn run(cli: Cli) -> Result<()> {
             key,
             join_wait_s,
             metrics_addr,
+            exec,
         } => join(
             &dir,
             ReplicaId(id),
             service,
+            &exec,
             JoinArgs {
                 contact,
                 key,
@@ -633,9 +745,18 @@ fn run(cli: Cli) -> Result<()> {
             },
         ),
         Cmd::Replica {
-            dir, id, service, ..
-        } => serve(&dir, ReplicaId(id), service, false),
-        Cmd::Unreplicated { dir, id, service } => serve(&dir, ReplicaId(id), service, true),
+            dir,
+            id,
+            service,
+            exec,
+            ..
+        } => serve(&dir, ReplicaId(id), service, &exec, false),
+        Cmd::Unreplicated {
+            dir,
+            id,
+            service,
+            exec,
+        } => serve(&dir, ReplicaId(id), service, &exec, true),
         Cmd::Bench(args) => bench(args),
         Cmd::Kv {
             dir,
@@ -686,6 +807,7 @@ fn serve(
     dir: &std::path::Path,
     id: ReplicaId,
     service: ServiceKind,
+    exec: &ExecArgs,
     unreplicated: bool,
 ) -> Result<()> {
     let cfg = cluster_dir::load_config(dir)?;
@@ -696,16 +818,12 @@ fn serve(
     let key = IdentityKey::read_file(&cluster_dir::replica_key_path(dir, id))?;
     let data_dir = cluster_dir::data_dir(dir, &cfg, id);
     std::fs::create_dir_all(&data_dir).context("cannot create the data directory")?;
-    let node = match (service, unreplicated) {
-        (ServiceKind::Kv, false) => tagma_node::start(cfg, id, key, KvService::new(), data_dir)?,
-        (ServiceKind::Micro, false) => {
-            tagma_node::start(cfg, id, key, EmptyService::new(), data_dir)?
-        }
-        (ServiceKind::Kv, true) => tagma_node::start_unreplicated(cfg, id, key, KvService::new())?,
-        (ServiceKind::Micro, true) => {
-            tagma_node::start_unreplicated(cfg, id, key, EmptyService::new())?
-        }
+    let how = if unreplicated {
+        StartAs::Unreplicated
+    } else {
+        StartAs::Replica(data_dir)
     };
+    let node = start_service(service, exec, cfg, id, key, how)?;
     if unreplicated {
         node.join();
     } else {
@@ -723,7 +841,13 @@ struct JoinArgs {
 }
 
 /// `tagma replica --join`: waits for the view that adds `id`, then runs it until it leaves.
-fn join(dir: &std::path::Path, id: ReplicaId, service: ServiceKind, args: JoinArgs) -> Result<()> {
+fn join(
+    dir: &std::path::Path,
+    id: ReplicaId,
+    service: ServiceKind,
+    exec: &ExecArgs,
+    args: JoinArgs,
+) -> Result<()> {
     let cfg = cluster_dir::load_config(dir)?;
     let key_path = args
         .key
@@ -737,14 +861,14 @@ fn join(dir: &std::path::Path, id: ReplicaId, service: ServiceKind, args: JoinAr
         view,
         metrics_addr: args.metrics_addr,
     };
-    let node = match service {
-        ServiceKind::Kv => {
-            tagma_node::start_joining(cfg, id, key, KvService::new(), data_dir, joining)?
-        }
-        ServiceKind::Micro => {
-            tagma_node::start_joining(cfg, id, key, EmptyService::new(), data_dir, joining)?
-        }
-    };
+    let node = start_service(
+        service,
+        exec,
+        cfg,
+        id,
+        key,
+        StartAs::Joining(data_dir, joining),
+    )?;
     node.run_until_left(grace);
     eprintln!("replica {id} is not a member of the installed view: exited");
     Ok(())
@@ -981,6 +1105,7 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
         mode,
         f: Some(args.f),
         service: Some(args.workload.name().into()),
+        replica_args: args.exec.to_args(),
         unreplicated: false,
     };
     let label = format!("{mode} n={replicas}");
@@ -1101,6 +1226,29 @@ fn bench_request(args: &BenchArgs) -> Box<load::RequestGen> {
         ServiceKind::Micro => {
             let request = micro::encode_request(payload, payload);
             Box::new(move |_, _| request.clone())
+        }
+        ServiceKind::List => {
+            let (pct, size) = (u64::from(args.conflict_pct), args.exec.list_size as u64);
+            Box::new(move |driver, n| {
+                use tagma_parallel::list::ListOp;
+                // A hash of (driver, n): which requests conflict, and what they touch.
+                let h = tagma_crypto::digest(&[driver.to_le_bytes(), n.to_le_bytes()].concat());
+                let h = u64::from_le_bytes(h.0[..8].try_into().expect("8 bytes"));
+                // Values outside the initial list, one per (driver, pair of requests).
+                let mine = (size + ((driver as u64) << 32) + n / 2) as i64;
+                let op = if h % 100 < pct {
+                    if n % 2 == 0 {
+                        ListOp::Add(mine)
+                    } else {
+                        ListOp::Remove(mine)
+                    }
+                } else if (h >> 8) % 2 == 0 {
+                    ListOp::Get(((h >> 16) % size.max(1)) as i64)
+                } else {
+                    ListOp::Contains(((h >> 16) % size.max(1)) as i64)
+                };
+                op.encode()
+            })
         }
         ServiceKind::Kv => {
             let value = Bytes::from(vec![0u8; payload]);

@@ -164,6 +164,7 @@ fn unreplicated_server_serves_the_kv_service() {
         mode: tagma_core::Mode::Cft,
         f: Some(0),
         service: Some("kv".into()),
+        replica_args: Vec::new(),
         unreplicated: true,
     };
     let server = LocalCluster::launch_with(Path::new(env!("CARGO_BIN_EXE_tagma")), &opts, |_| {})

@@ -828,3 +828,50 @@ fn a_new_client_finds_the_members_after_the_configured_replicas_left() {
         .expect("the members converge");
     assert!(tagma_cli::cluster::digests_equal(&states), "{states:?}");
 }
+
+/// The seed's list service, replicated, each replica executing batches on two workers with
+/// the dependency-graph scheduler: concurrent clients mixing reads and writes, and every
+/// replica ends with the same state (parallel execution stays deterministic).
+#[test]
+fn replicas_executing_in_parallel_reach_the_same_state() {
+    use tagma_parallel::list::ListOp;
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let opts = tagma_cli::cluster::LaunchOptions {
+        replicas: 4,
+        mode: Mode::Bft,
+        f: None,
+        service: Some("list".into()),
+        replica_args: [
+            "--exec-threads",
+            "2",
+            "--exec-policy",
+            "graph",
+            "--list-size",
+            "2000",
+        ]
+        .map(String::from)
+        .to_vec(),
+        unreplicated: false,
+    };
+    let c = LocalCluster::launch_with(exe(), &opts, |_| {}).expect("start a local cluster");
+    let clients = proxies(&c, 3);
+    std::thread::scope(|s| {
+        for (k, proxy) in clients.iter().enumerate() {
+            s.spawn(move || {
+                for i in 0..150i64 {
+                    let op = match i % 5 {
+                        0 => ListOp::Add(10_000 + 1_000 * k as i64 + i),
+                        1 => ListOp::Remove(i * 7 % 2_000),
+                        2 => ListOp::Get(i * 13 % 2_000),
+                        _ => ListOp::Contains(i * 11 % 2_500),
+                    };
+                    let reply = proxy.invoke_ordered(op.encode()).expect("ordered");
+                    assert!(reply[0] <= 1, "{op:?} answered {reply:?}");
+                }
+            });
+        }
+    });
+    let all: Vec<ReplicaId> = (0..4).map(ReplicaId).collect();
+    let states = assert_converged(&c, &all, Duration::from_secs(30));
+    assert!(states[0].executed_requests >= 450, "{states:?}");
+}
