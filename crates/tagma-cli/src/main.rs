@@ -293,6 +293,16 @@ struct ExecArgs {
     /// Entries of the list service's initial list (the seed: 100k).
     #[arg(long, default_value_t = 100_000)]
     list_size: usize,
+    /// What says which requests conflict: the service's classifier, or the group each
+    /// client names (`Proxy::invoke_parallel`, the seed's model).
+    #[arg(long, value_enum, default_value_t = ClassifyArg::Service)]
+    exec_classify: ClassifyArg,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+enum ClassifyArg {
+    Service,
+    Groups,
 }
 
 impl ExecArgs {
@@ -305,6 +315,12 @@ impl ExecArgs {
             self.exec_policy.name().into(),
             "--list-size".into(),
             self.list_size.to_string(),
+            "--exec-classify".into(),
+            match self.exec_classify {
+                ClassifyArg::Service => "service",
+                ClassifyArg::Groups => "groups",
+            }
+            .into(),
         ]
     }
 
@@ -316,7 +332,10 @@ impl ExecArgs {
                 self.exec_threads.max(1),
                 tagma_parallel::Groups::default(),
             ),
-            tagma_parallel::Classify::Service,
+            match self.exec_classify {
+                ClassifyArg::Service => tagma_parallel::Classify::Service,
+                ClassifyArg::Groups => tagma_parallel::Classify::Groups,
+            },
         )
     }
 }

@@ -829,13 +829,20 @@ fn a_new_client_finds_the_members_after_the_configured_replicas_left() {
     assert!(tagma_cli::cluster::digests_equal(&states), "{states:?}");
 }
 
-/// The seed's list service, replicated, each replica executing batches on two workers with
-/// the dependency-graph scheduler: concurrent clients mixing reads and writes, and every
-/// replica ends with the same state (parallel execution stays deterministic).
+/// The seed's list service, replicated, each replica executing batches on two workers: with
+/// the dependency-graph scheduler and the service's classifier, and with the seed's barrier
+/// scheduler and the groups clients name (`invoke_parallel`). Concurrent clients mix reads
+/// and writes, and every replica ends with the same state.
 #[test]
 fn replicas_executing_in_parallel_reach_the_same_state() {
-    use tagma_parallel::list::ListOp;
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    parallel_list_cluster("graph", "service");
+    parallel_list_cluster("barrier", "groups");
+}
+
+fn parallel_list_cluster(policy: &str, classify: &str) {
+    use tagma_parallel::Group;
+    use tagma_parallel::list::ListOp;
     let opts = tagma_cli::cluster::LaunchOptions {
         replicas: 4,
         mode: Mode::Bft,
@@ -845,14 +852,17 @@ fn replicas_executing_in_parallel_reach_the_same_state() {
             "--exec-threads",
             "2",
             "--exec-policy",
-            "graph",
+            policy,
             "--list-size",
             "2000",
+            "--exec-classify",
+            classify,
         ]
         .map(String::from)
         .to_vec(),
         unreplicated: false,
     };
+    let by_group = classify == "groups";
     let c = LocalCluster::launch_with(exe(), &opts, |_| {}).expect("start a local cluster");
     let clients = proxies(&c, 3);
     std::thread::scope(|s| {
@@ -865,7 +875,13 @@ fn replicas_executing_in_parallel_reach_the_same_state() {
                         2 => ListOp::Get(i * 13 % 2_000),
                         _ => ListOp::Contains(i * 11 % 2_500),
                     };
-                    let reply = proxy.invoke_ordered(op.encode()).expect("ordered");
+                    let reply = if by_group {
+                        let group = if op.writes() { Group::All } else { Group::None };
+                        proxy.invoke_parallel(op.encode(), group)
+                    } else {
+                        proxy.invoke_ordered(op.encode())
+                    }
+                    .expect("ordered");
                     assert!(reply[0] <= 1, "{op:?} answered {reply:?}");
                 }
             });

@@ -368,6 +368,17 @@ impl Proxy {
         self.invoke_async(request, RequestKind::Ordered)?.wait()
     }
 
+    /// Totally ordered invocation naming the request's conflict group (seed 000's
+    /// `invoke_parallel`): a replica executing in parallel by groups (`tagma replica
+    /// --exec-classify groups`) runs requests of groups that do not conflict at once.
+    pub fn invoke_parallel(
+        &self,
+        request: Bytes,
+        group: tagma_parallel::Group,
+    ) -> Result<Bytes, ClientError> {
+        self.invoke_ordered(tagma_parallel::envelope(group, &request))
+    }
+
     /// Orders a view change (signed by the administrator, see
     /// `tagma_core::view::sign_change`) and returns what the replicas made of it.
     pub fn reconfigure(
