@@ -583,5 +583,7 @@ impl Service for KvService {
     }
 }
 
+pub mod parallel;
+
 #[cfg(test)]
 mod tests;

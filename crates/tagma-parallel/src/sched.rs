@@ -48,6 +48,11 @@ pub enum Policy {
     Sequential,
     Barrier,
     Graph,
+    /// One thread, in a seeded random order that respects the dependency graph: any order a
+    /// parallel run could produce, reproducibly (the simulator's parallel replicas).
+    Shuffled {
+        seed: u64,
+    },
 }
 
 impl Policy {
@@ -56,6 +61,7 @@ impl Policy {
             Policy::Sequential => "sequential",
             Policy::Barrier => "barrier",
             Policy::Graph => "graph",
+            Policy::Shuffled { .. } => "shuffled",
         }
     }
 }
@@ -109,6 +115,7 @@ impl Scheduler {
         }
         match self.policy {
             Policy::Sequential => tasks.iter().map(|t| service.execute(&t.op)).collect(),
+            Policy::Shuffled { seed } => run_shuffled(service, tasks, seed),
             _ if self.threads == 1 => tasks.iter().map(|t| service.execute(&t.op)).collect(),
             Policy::Barrier => self.run_barrier(service, tasks),
             Policy::Graph => run_graph(service, tasks, self.threads),
@@ -265,6 +272,38 @@ fn build_graph(tasks: &[Task]) -> Graph {
             .collect(),
         dependents,
     }
+}
+
+/// Executes `tasks` on this thread, each time picking a ready task at random (splitmix64
+/// from `seed` and the batch's size): a linear extension of the dependency graph.
+fn run_shuffled<S: ParallelService>(service: &S, tasks: &[Task], seed: u64) -> Vec<Bytes> {
+    let graph = build_graph(tasks);
+    let mut state = seed ^ (tasks.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut next = || {
+        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    };
+    let mut ready: Vec<u32> = (0..tasks.len() as u32)
+        .filter(|i| graph.waiting[*i as usize].load(Ordering::Relaxed) == 0)
+        .collect();
+    let mut replies: Vec<Option<Bytes>> = vec![None; tasks.len()];
+    while !ready.is_empty() {
+        let pick = (next() % ready.len() as u64) as usize;
+        let i = ready.swap_remove(pick) as usize;
+        replies[i] = Some(service.execute(&tasks[i].op));
+        for &d in &graph.dependents[i] {
+            if graph.waiting[d as usize].fetch_sub(1, Ordering::Relaxed) == 1 {
+                ready.push(d);
+            }
+        }
+    }
+    replies
+        .into_iter()
+        .map(|r| r.expect("a dependency graph has no cycle: every task ran"))
+        .collect()
 }
 
 /// Tasks freed at once below which a worker keeps them all instead of handing some out.

@@ -185,7 +185,11 @@ proptest! {
         batches in prop::collection::vec(prop::collection::vec(arb_op(), 0..120), 1..5),
         coarsen in arb_coarsen(),
         threads in 1usize..5,
-        policy in prop_oneof![Just(Policy::Barrier), Just(Policy::Graph)],
+        policy in prop_oneof![
+            Just(Policy::Barrier),
+            Just(Policy::Graph),
+            any::<u64>().prop_map(|seed| Policy::Shuffled { seed }),
+        ],
     ) {
         prop_assert_eq!(compare(&batches, &coarsen, policy, threads, false), Ok(()));
     }
@@ -250,6 +254,18 @@ fn a_wrong_classification_is_caught_by_the_comparison() {
     let caught =
         (0..5).any(|_| compare(&batches, &[Coarsen::None], Policy::Graph, 4, true).is_err());
     assert!(caught, "a lost update went unnoticed");
+    // Reordered (not concurrent) execution catches it deterministically: `add` returns the
+    // old value, so another order of adds to one register gives other replies.
+    assert!(
+        compare(
+            &batches,
+            &[Coarsen::None],
+            Policy::Shuffled { seed: 1 },
+            1,
+            true
+        )
+        .is_err()
+    );
     // The right classification never differs.
     assert_eq!(
         compare(&batches, &[Coarsen::None], Policy::Graph, 4, false),

@@ -21,7 +21,8 @@ use tagma_core::{
 };
 use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
-use tagma_kv::{KvOp, KvReply, KvService};
+use tagma_kv::parallel::ParallelKv;
+use tagma_kv::{KvOp, KvReply};
 use tagma_wire::{
     Batch, ClientId, ConsensusId, DecidedInstance, Decode, Digest, Encode, PeerMessage, ReplicaId,
     Reply, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, ViewId,
@@ -114,7 +115,7 @@ enum Phase {
 
 struct Node {
     core: Replica,
-    exec: Executor<KvService>,
+    exec: Executor<ParallelKvReplica>,
     crashed: bool,
     /// Earliest `ReplicaTimer` event queued.
     timer_at: Option<u64>,
@@ -197,8 +198,29 @@ fn joiner_member(i: usize, key: &IdentityKey) -> tagma_wire::ViewMember {
     }
 }
 
-fn new_executor(membership: &Membership) -> Executor<KvService> {
-    Executor::new(KvService::new(), ViewId(0), 4, 64).with_membership(membership.clone())
+/// A replica's executor: the key-value store as a parallel service, each decided batch run
+/// in an order of its own (a seeded random order that respects the conflicts between
+/// requests, as a parallel run could take), so that every seed also checks that parallel
+/// execution cannot make correct replicas diverge.
+fn new_executor(membership: &Membership, order_seed: u64) -> Executor<ParallelKvReplica> {
+    let scheduler = tagma_parallel::Scheduler::new(
+        tagma_parallel::Policy::Shuffled { seed: order_seed },
+        1,
+        tagma_parallel::Groups::default(),
+    );
+    let service = tagma_parallel::ParallelReplica::new(
+        ParallelKv::new(),
+        scheduler,
+        tagma_parallel::Classify::Service,
+    );
+    Executor::new(service, ViewId(0), 4, 64).with_membership(membership.clone())
+}
+
+type ParallelKvReplica = tagma_parallel::ParallelReplica<ParallelKv>;
+
+/// Replica `r`'s execution-order seed.
+fn order_seed(seed: u64, r: usize) -> u64 {
+    seed ^ (r as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f)
 }
 
 /// How a checkpoint is named in state-transfer offers (as the node names it).
@@ -335,7 +357,7 @@ impl World {
                     key: keys[i].clone(),
                     disk,
                     // Every executor starts in the initial view (a joiner's replays history).
-                    exec: new_executor(&genesis),
+                    exec: new_executor(&genesis, order_seed(sc.seed, i)),
                     crashed: is_joiner,
                     timer_at: None,
                     byz,
@@ -742,7 +764,7 @@ impl World {
     fn recover_from_disk(&mut self, r: usize) {
         let node = &mut self.nodes[r];
         let disk = node.disk.as_ref().expect("a durable replica");
-        let mut exec = new_executor(&self.membership);
+        let mut exec = new_executor(&self.membership, order_seed(self.sc.seed, r));
         if let Some((cid, state)) = &disk.checkpoint
             && let Err(e) = exec.restore(state)
         {
@@ -1343,7 +1365,7 @@ impl World {
     fn reset_byzantine(&mut self, r: usize, cid: u64) {
         let node = &mut self.nodes[r];
         node.core = Replica::new(node.params.clone(), node.key.clone());
-        node.exec = new_executor(&self.membership);
+        node.exec = new_executor(&self.membership, order_seed(self.sc.seed, r));
         node.byz_decided.clear();
         node.timer_at = None;
         let crashed = node.crashed;
@@ -1502,7 +1524,7 @@ impl World {
                 else {
                     return;
                 };
-                let mut liar = new_executor(&self.membership);
+                let mut liar = new_executor(&self.membership, 0);
                 if liar.restore(&truth).is_err() {
                     return;
                 }
