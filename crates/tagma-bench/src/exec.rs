@@ -188,6 +188,49 @@ fn compact(tuples: Vec<Vec<Bytes>>) -> Vec<Vec<Bytes>> {
         .collect()
 }
 
+/// The seed of the replicated tuple space's initial tuples (`tagma replica --service
+/// tuplespace-*` and its benchmark clients regenerate the same ones).
+pub const TUPLES_SEED: u64 = 0x7a6d_5ace;
+
+/// The seed's initial tuple space: `size` tuples of 1–10 fields of 50 characters, drawn from
+/// `seed` (replicas and clients regenerate the same ones).
+pub fn initial_tuples(size: usize, seed: u64) -> Vec<Vec<Bytes>> {
+    let mut rng = Rng(seed);
+    compact((0..size).map(|_| tuple(&mut rng)).collect())
+}
+
+/// A tuple space holding `initial`, classified as `class`.
+pub fn tuple_space(class: Classification, initial: &[Vec<Bytes>]) -> TupleSpace {
+    let ts = TupleSpace::new(class);
+    for t in initial {
+        ts.apply(&SpaceOp::Out(t.clone()));
+    }
+    ts
+}
+
+/// The `n`-th operation of a tuple-space client `driver` (end-to-end benchmarks): `pct`% out
+/// (a fresh tuple) or inp, the rest rdp, of templates naming the first field of a tuple of
+/// `initial`.
+pub fn space_op(initial: &[Vec<Bytes>], pct: u32, driver: usize, n: u64) -> Bytes {
+    let mut rng = Rng(((driver as u64) << 40) ^ n);
+    let target = &initial[rng.below(initial.len() as u64) as usize];
+    let template: Vec<Option<Bytes>> = target
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i == 0).then(|| f.clone()))
+        .collect();
+    let op = if rng.percent(pct) {
+        if n.is_multiple_of(2) {
+            SpaceOp::Out(tuple(&mut rng))
+        } else {
+            SpaceOp::Inp(template)
+        }
+    } else {
+        SpaceOp::Rdp(template)
+    };
+    op.encode()
+}
+
 /// A fresh service in its initial state.
 enum Fresh {
     List(usize),
@@ -203,7 +246,7 @@ pub fn run(opts: &ExecOptions) -> Vec<ExecReport> {
             list_ops(&mut rng, opts.size, opts.requests, opts.conflict_pct),
         ),
         ExecService::TuplespaceTs1 | ExecService::TuplespaceTs2 => {
-            let initial = compact((0..opts.size).map(|_| tuple(&mut rng)).collect());
+            let initial = initial_tuples(opts.size, rng.next());
             let ops = space_ops(&mut rng, &initial, opts.requests, opts.conflict_pct);
             let class = if opts.service == ExecService::TuplespaceTs1 {
                 Classification::Ts1
@@ -239,11 +282,7 @@ pub fn run(opts: &ExecOptions) -> Vec<ExecReport> {
                     opts.batch,
                 ),
                 Fresh::Space(class, initial) => {
-                    let ts = TupleSpace::new(*class);
-                    for t in initial {
-                        ts.apply(&SpaceOp::Out(t.clone()));
-                    }
-                    measure(&ts, &scheduler, &ops, opts.batch)
+                    measure(&tuple_space(*class, initial), &scheduler, &ops, opts.batch)
                 }
             };
             times[i].push(elapsed_s);

@@ -268,6 +268,10 @@ enum ServiceKind {
     /// The seed's linked list of integers, executed in parallel (--exec-threads,
     /// --exec-policy).
     List,
+    /// The tuple space, out/inp conflicting with everything (the seed's TS1).
+    TuplespaceTs1,
+    /// The tuple space, one conflict class per arity (the seed's TS2).
+    TuplespaceTs2,
 }
 
 impl ServiceKind {
@@ -276,6 +280,8 @@ impl ServiceKind {
             ServiceKind::Kv => "kv",
             ServiceKind::Micro => "micro",
             ServiceKind::List => "list",
+            ServiceKind::TuplespaceTs1 => "tuplespace-ts1",
+            ServiceKind::TuplespaceTs2 => "tuplespace-ts2",
         }
     }
 }
@@ -290,9 +296,10 @@ struct ExecArgs {
     /// dependency-graph one.
     #[arg(long, value_enum, default_value_t = PolicyArg::Graph)]
     exec_policy: PolicyArg,
-    /// Entries of the list service's initial list (the seed: 100k).
+    /// Entries of the list's initial list, or tuples of the tuple space's initial state
+    /// (the seed: 100k; the same pseudo-random tuples on every replica).
     #[arg(long, default_value_t = 100_000)]
-    list_size: usize,
+    state_size: usize,
     /// What says which requests conflict: the service's classifier, or the group each
     /// client names (`Proxy::invoke_parallel`, the seed's model).
     #[arg(long, value_enum, default_value_t = ClassifyArg::Service)]
@@ -313,8 +320,8 @@ impl ExecArgs {
             self.exec_threads.to_string(),
             "--exec-policy".into(),
             self.exec_policy.name().into(),
-            "--list-size".into(),
-            self.list_size.to_string(),
+            "--state-size".into(),
+            self.state_size.to_string(),
             "--exec-classify".into(),
             match self.exec_classify {
                 ClassifyArg::Service => "service",
@@ -324,9 +331,12 @@ impl ExecArgs {
         ]
     }
 
-    fn list_service(&self) -> tagma_parallel::ParallelReplica<tagma_parallel::list::ListService> {
+    fn parallel<P: tagma_parallel::ParallelState>(
+        &self,
+        state: P,
+    ) -> tagma_parallel::ParallelReplica<P> {
         tagma_parallel::ParallelReplica::new(
-            tagma_parallel::list::ListService::with_entries(self.list_size as i64),
+            state,
             tagma_parallel::Scheduler::new(
                 self.exec_policy.policy(),
                 self.exec_threads.max(1),
@@ -375,7 +385,21 @@ fn start_service(
     Ok(match kind {
         ServiceKind::Kv => start_as(cfg, id, key, KvService::new(), how)?,
         ServiceKind::Micro => start_as(cfg, id, key, EmptyService::new(), how)?,
-        ServiceKind::List => start_as(cfg, id, key, exec.list_service(), how)?,
+        ServiceKind::List => {
+            let list = tagma_parallel::list::ListService::with_entries(exec.state_size as i64);
+            start_as(cfg, id, key, exec.parallel(list), how)?
+        }
+        ServiceKind::TuplespaceTs1 | ServiceKind::TuplespaceTs2 => {
+            let class = if kind == ServiceKind::TuplespaceTs1 {
+                tagma_tuplespace::Classification::Ts1
+            } else {
+                tagma_tuplespace::Classification::Ts2
+            };
+            let initial =
+                tagma_bench::exec::initial_tuples(exec.state_size, tagma_bench::exec::TUPLES_SEED);
+            let space = tagma_bench::exec::tuple_space(class, &initial);
+            start_as(cfg, id, key, exec.parallel(space), how)?
+        }
     })
 }
 
@@ -487,7 +511,8 @@ struct BenchArgs {
     /// get/contains.
     #[arg(long, value_enum, default_value_t = ServiceKind::Micro)]
     workload: ServiceKind,
-    /// With --workload list: share of conflicting requests (add/remove), percent.
+    /// With --workload list or tuplespace-*: share of conflicting requests (add/remove,
+    /// out/inp), percent.
     #[arg(long, default_value_t = 0)]
     conflict_pct: u32,
     #[command(flatten)]
@@ -1246,8 +1271,16 @@ fn bench_request(args: &BenchArgs) -> Box<load::RequestGen> {
             let request = micro::encode_request(payload, payload);
             Box::new(move |_, _| request.clone())
         }
+        ServiceKind::TuplespaceTs1 | ServiceKind::TuplespaceTs2 => {
+            let pct = args.conflict_pct;
+            let initial = tagma_bench::exec::initial_tuples(
+                args.exec.state_size,
+                tagma_bench::exec::TUPLES_SEED,
+            );
+            Box::new(move |driver, n| tagma_bench::exec::space_op(&initial, pct, driver, n))
+        }
         ServiceKind::List => {
-            let (pct, size) = (u64::from(args.conflict_pct), args.exec.list_size as u64);
+            let (pct, size) = (u64::from(args.conflict_pct), args.exec.state_size as u64);
             Box::new(move |driver, n| {
                 use tagma_parallel::list::ListOp;
                 // A hash of (driver, n): which requests conflict, and what they touch.

@@ -829,31 +829,33 @@ fn a_new_client_finds_the_members_after_the_configured_replicas_left() {
     assert!(tagma_cli::cluster::digests_equal(&states), "{states:?}");
 }
 
-/// The seed's list service, replicated, each replica executing batches on two workers: with
-/// the dependency-graph scheduler and the service's classifier, and with the seed's barrier
-/// scheduler and the groups clients name (`invoke_parallel`). Concurrent clients mix reads
-/// and writes, and every replica ends with the same state.
+/// The seed's services, replicated, each replica executing batches on two workers: the list
+/// with the dependency-graph scheduler and the service's classifier, and with the seed's
+/// barrier scheduler and the groups clients name (`invoke_parallel`); the tuple space (TS2)
+/// with the graph scheduler. Concurrent clients mix reads and writes, and every replica ends
+/// with the same state.
 #[test]
 fn replicas_executing_in_parallel_reach_the_same_state() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    parallel_list_cluster("graph", "service");
-    parallel_list_cluster("barrier", "groups");
+    parallel_cluster("list", "graph", "service");
+    parallel_cluster("list", "barrier", "groups");
+    parallel_cluster("tuplespace-ts2", "graph", "service");
 }
 
-fn parallel_list_cluster(policy: &str, classify: &str) {
+fn parallel_cluster(service: &str, policy: &str, classify: &str) {
     use tagma_parallel::Group;
     use tagma_parallel::list::ListOp;
     let opts = tagma_cli::cluster::LaunchOptions {
         replicas: 4,
         mode: Mode::Bft,
         f: None,
-        service: Some("list".into()),
+        service: Some(service.into()),
         replica_args: [
             "--exec-threads",
             "2",
             "--exec-policy",
             policy,
-            "--list-size",
+            "--state-size",
             "2000",
             "--exec-classify",
             classify,
@@ -863,12 +865,22 @@ fn parallel_list_cluster(policy: &str, classify: &str) {
         unreplicated: false,
     };
     let by_group = classify == "groups";
+    let space = service.starts_with("tuplespace");
+    // The replicas' initial tuples (the seed `tagma replica` uses).
+    let initial = tagma_bench::exec::initial_tuples(2000, tagma_bench::exec::TUPLES_SEED);
     let c = LocalCluster::launch_with(exe(), &opts, |_| {}).expect("start a local cluster");
     let clients = proxies(&c, 3);
     std::thread::scope(|s| {
         for (k, proxy) in clients.iter().enumerate() {
+            let initial = &initial;
             s.spawn(move || {
                 for i in 0..150i64 {
+                    if space {
+                        let op = tagma_bench::exec::space_op(initial, 40, k, i as u64);
+                        let reply = proxy.invoke_ordered(op).expect("ordered");
+                        assert!(reply[0] <= 1, "answered {reply:?}");
+                        continue;
+                    }
                     let op = match i % 5 {
                         0 => ListOp::Add(10_000 + 1_000 * k as i64 + i),
                         1 => ListOp::Remove(i * 7 % 2_000),

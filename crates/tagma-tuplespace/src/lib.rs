@@ -21,7 +21,7 @@
 use std::sync::{PoisonError, RwLock};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tagma_parallel::{Access, ParallelService};
+use tagma_parallel::{Access, ParallelService, ParallelState};
 
 /// The most fields a tuple has.
 pub const FIELDS_MAX: usize = 10;
@@ -234,6 +234,73 @@ impl ParallelService for TupleSpace {
     }
 }
 
+impl ParallelState for TupleSpace {
+    /// Only `rdp` runs unordered (it changes nothing).
+    fn execute_unordered(&self, op: &Bytes) -> Bytes {
+        match SpaceOp::decode(op) {
+            Some(read @ SpaceOp::Rdp(_)) => self.apply(&read),
+            _ => Bytes::from_static(&[0xff]),
+        }
+    }
+
+    /// Per arity 1..=10: count `u32` LE, then each tuple's fields as `u32` LE length and
+    /// bytes, oldest first.
+    fn snapshot(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        for part in &self.by_arity {
+            let tuples = part.read().unwrap_or_else(PoisonError::into_inner);
+            out.put_u32_le(tuples.len() as u32);
+            for t in tuples.iter() {
+                for f in t {
+                    out.put_u32_le(f.len() as u32);
+                    out.put_slice(f);
+                }
+            }
+        }
+        out.freeze()
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), String> {
+        let mut b = snapshot.clone();
+        let mut parts = Vec::with_capacity(FIELDS_MAX);
+        for arity in 1..=FIELDS_MAX {
+            if b.remaining() < 4 {
+                return Err(format!("tuple space snapshot: truncated at arity {arity}"));
+            }
+            let count = b.get_u32_le() as usize;
+            // Each tuple takes at least 4 bytes per field.
+            if count.saturating_mul(4 * arity) > b.remaining() {
+                return Err(format!(
+                    "tuple space snapshot: {count} tuples of arity {arity} do not fit"
+                ));
+            }
+            let mut tuples = Vec::with_capacity(count);
+            for _ in 0..count {
+                let mut t = Vec::with_capacity(arity);
+                for _ in 0..arity {
+                    if b.remaining() < 4 {
+                        return Err("tuple space snapshot: truncated field".into());
+                    }
+                    let len = b.get_u32_le() as usize;
+                    if b.remaining() < len {
+                        return Err("tuple space snapshot: truncated field".into());
+                    }
+                    t.push(b.split_to(len));
+                }
+                tuples.push(t);
+            }
+            parts.push(tuples);
+        }
+        if b.has_remaining() {
+            return Err("tuple space snapshot: trailing bytes".into());
+        }
+        for (part, tuples) in self.by_arity.iter_mut().zip(parts) {
+            *part.get_mut().unwrap_or_else(PoisonError::into_inner) = tuples;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -292,6 +359,36 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn snapshots_round_trip_and_refuse_garbage() {
+        let ts = TupleSpace::new(Classification::Ts2);
+        for t in [vec![b("a")], vec![b("b"), b("c")], vec![b(""); 10]] {
+            ts.execute(&SpaceOp::Out(t).encode());
+        }
+        let mut other = TupleSpace::new(Classification::Ts2);
+        other.install_snapshot(&ts.snapshot()).unwrap();
+        assert_eq!(other.digest(), ts.digest());
+        assert_eq!(other.len(), 3);
+        let snap = ts.snapshot();
+        assert!(
+            other
+                .install_snapshot(&snap.slice(..snap.len() - 1))
+                .is_err()
+        );
+        let mut longer = snap.to_vec();
+        longer.push(0);
+        assert!(other.install_snapshot(&Bytes::from(longer)).is_err());
+        assert_eq!(
+            other.digest(),
+            ts.digest(),
+            "a refused snapshot changes nothing"
+        );
+        assert_eq!(
+            &other.execute_unordered(&SpaceOp::Inp(vec![None]).encode())[..],
+            [0xff]
+        );
     }
 
     #[test]
