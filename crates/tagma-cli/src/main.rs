@@ -509,7 +509,7 @@ struct BenchArgs {
     /// with --unordered, gets) on the key-value service; `list`: the seed's list, executed
     /// in parallel (--exec-threads, --exec-policy), --conflict-pct of add/remove among
     /// get/contains.
-    #[arg(long, value_enum, default_value_t = ServiceKind::Micro)]
+    #[arg(long, value_enum, default_value_t = ServiceKind::Micro, alias = "service")]
     workload: ServiceKind,
     /// With --workload list or tuplespace-*: share of conflicting requests (add/remove,
     /// out/inp), percent.
