@@ -142,25 +142,39 @@ fn space_ops(rng: &mut Rng, initial: &[Vec<Bytes>], requests: usize, pct: u32) -
     let mut outs = 0u64;
     (0..requests)
         .map(|_| {
-            let target = &initial[rng.below(initial.len() as u64) as usize];
-            let template: Vec<Option<Bytes>> = target
-                .iter()
-                .enumerate()
-                .map(|(i, f)| (i == 0).then(|| f.clone()))
-                .collect();
-            let op = if rng.percent(pct) {
+            space_choice(rng, initial, pct, || {
                 outs += 1;
-                if outs % 2 == 1 {
-                    SpaceOp::Out(tuple(rng))
-                } else {
-                    SpaceOp::Inp(template)
-                }
-            } else {
-                SpaceOp::Rdp(template)
-            };
-            op.encode()
+                outs % 2 == 1
+            })
+            .encode()
         })
         .collect()
+}
+
+/// One operation: with probability `pct` %, an out of a fresh tuple (when `out_turn` says
+/// so) or an inp, otherwise an rdp; templates name the first field of a random tuple of
+/// `initial`.
+fn space_choice(
+    rng: &mut Rng,
+    initial: &[Vec<Bytes>],
+    pct: u32,
+    out_turn: impl FnOnce() -> bool,
+) -> SpaceOp {
+    let target = &initial[rng.below(initial.len() as u64) as usize];
+    let template: Vec<Option<Bytes>> = target
+        .iter()
+        .enumerate()
+        .map(|(i, f)| (i == 0).then(|| f.clone()))
+        .collect();
+    if rng.percent(pct) {
+        if out_turn() {
+            SpaceOp::Out(tuple(rng))
+        } else {
+            SpaceOp::Inp(template)
+        }
+    } else {
+        SpaceOp::Rdp(template)
+    }
 }
 
 /// The same tuples with every field a slice of one buffer: each policy's fresh tuple space
@@ -213,22 +227,7 @@ pub fn tuple_space(class: Classification, initial: &[Vec<Bytes>]) -> TupleSpace 
 /// `initial`.
 pub fn space_op(initial: &[Vec<Bytes>], pct: u32, driver: usize, n: u64) -> Bytes {
     let mut rng = Rng(((driver as u64) << 40) ^ n);
-    let target = &initial[rng.below(initial.len() as u64) as usize];
-    let template: Vec<Option<Bytes>> = target
-        .iter()
-        .enumerate()
-        .map(|(i, f)| (i == 0).then(|| f.clone()))
-        .collect();
-    let op = if rng.percent(pct) {
-        if n.is_multiple_of(2) {
-            SpaceOp::Out(tuple(&mut rng))
-        } else {
-            SpaceOp::Inp(template)
-        }
-    } else {
-        SpaceOp::Rdp(template)
-    };
-    op.encode()
+    space_choice(&mut rng, initial, pct, || n.is_multiple_of(2)).encode()
 }
 
 /// A fresh service in its initial state.
