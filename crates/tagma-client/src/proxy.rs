@@ -136,6 +136,8 @@ struct Call {
     payload: Bytes,
     frame: Bytes,
     voter: Voter,
+    /// The view the frame was built in: only its members' replies count.
+    members: Arc<Members>,
     first_sent: Instant,
     last_sent: Instant,
     slot: Arc<Slot>,
@@ -667,11 +669,16 @@ impl Inner {
                 move || writer_loop(weak, link, generation, rx, writer)
             })
             .map_err(NetError::Io)?;
-        let link = link.clone();
+        let reader_link = link.clone();
         thread::Builder::new()
             .name(format!("tagma-client-r{}", id.0))
-            .spawn(move || reader_loop(weak, link, id, generation, reader))
+            .spawn(move || reader_loop(weak, reader_link, id, generation, reader))
             .map_err(NetError::Io)?;
+        // A view change may have dropped this link while it connected (`maintain` works on a
+        // snapshot): close it rather than keep a connection nobody uses.
+        if !self.members().links.iter().any(|l| Arc::ptr_eq(l, link)) {
+            link.close();
+        }
         Ok(())
     }
 
@@ -709,6 +716,7 @@ impl Inner {
             payload,
             frame: frame.clone(),
             voter: voter(&members, kind),
+            members: members.clone(),
             first_sent: now,
             last_sent: now,
             slot,
@@ -716,6 +724,25 @@ impl Inner {
         };
         lock(&self.calls).insert((kind, seq), call);
         send_all(&members, &frame);
+        // The client may have moved to another view between the snapshot and the insertion
+        // (`move_to_view` rebuilds only the calls it finds): rebuild this one.
+        let now_members = self.members();
+        if now_members.view != members.view {
+            let frame = {
+                let mut calls = lock(&self.calls);
+                let Some(call) = calls.get_mut(&(kind, seq)) else {
+                    return;
+                };
+                if call.members.view == now_members.view {
+                    return;
+                }
+                call.frame = self.build_frame(&now_members, kind, seq, call.payload.clone());
+                call.voter = voter(&now_members, kind);
+                call.members = now_members.clone();
+                call.frame.clone()
+            };
+            send_all(&now_members, &frame);
+        }
     }
 
     /// A replica refused a request of an older view and reported the installed one (or
@@ -766,6 +793,7 @@ impl Inner {
         for ((kind, seq), call) in lock(&self.calls).iter_mut() {
             call.frame = self.build_frame(&members, *kind, *seq, call.payload.clone());
             call.voter = voter(&members, *kind);
+            call.members = members.clone();
             call.last_sent = Instant::now();
             resend.push(call.frame.clone());
         }
@@ -814,8 +842,7 @@ impl Inner {
                 return;
             }
         };
-        if reply.client != self.client || !self.members().contains(from) {
-            // Only the members of the view requests go in vote.
+        if reply.client != self.client {
             return;
         }
         let key = (reply.kind, reply.seq);
@@ -823,6 +850,11 @@ impl Inner {
         let Some(call) = calls.get_mut(&key) else {
             return;
         };
+        if !call.members.contains(from) {
+            // Only the members of the view the request went in vote (checked under the lock
+            // that `move_to_view` takes to move the call).
+            return;
+        }
         if let Some(result) = call.voter.add(from, reply.payload) {
             let call = calls.remove(&key).expect("present");
             drop(calls);

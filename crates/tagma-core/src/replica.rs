@@ -1785,24 +1785,30 @@ impl Replica {
     /// the views before it, and one restarted from a checkpoint keeps no decision before).
     /// Returns the batch hash.
     fn check_decided(&self, d: &DecidedInstance) -> Option<Digest> {
-        if let Some(hash) = self.checker.check(d) {
-            return Some(hash);
-        }
-        // The newest past view whose successor started after `d`.
-        let past = self
-            .past_checkers
-            .iter()
-            .rev()
-            .take_while(|(next_view_from, _)| d.cid < *next_view_from)
-            .last();
-        if let Some((_, checker)) = past
-            && let Some(hash) = checker.check(d)
-        {
+        if let Some(hash) = self.check_proof(d) {
             return Some(hash);
         }
         let hash = tagma_crypto::digest(&d.batch);
         (d.cid < self.instance.cid && self.decisions.hash_of(d.cid).is_none_or(|h| h == hash))
             .then_some(hash)
+    }
+
+    /// Checks a decision's proof under the view it was decided in (this view's checker, or
+    /// the one of the view, among the last few, whose successor started after it). Only a
+    /// real proof counts: what this replica forwards (a STOPDATA's claim that ends up in the
+    /// leader's SYNC) must convince replicas that have not decided it.
+    fn check_proof(&self, d: &DecidedInstance) -> Option<Digest> {
+        if let Some(hash) = self.checker.check(d) {
+            return Some(hash);
+        }
+        // The oldest kept view whose successor started after `d`: the view `d` was decided in.
+        let (_, checker) = self
+            .past_checkers
+            .iter()
+            .rev()
+            .take_while(|(next_view_from, _)| d.cid < *next_view_from)
+            .last()?;
+        checker.check(d)
     }
 
     /// The last decided instance with a verified proof, if one can be built.
@@ -1878,7 +1884,7 @@ impl Replica {
         if data
             .last_decided
             .as_ref()
-            .is_some_and(|d| self.check_decided(d).is_none())
+            .is_some_and(|d| self.check_proof(d).is_none())
         {
             data.last_decided = None; // an unproven claim is ignored
         }

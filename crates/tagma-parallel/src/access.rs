@@ -49,6 +49,18 @@ impl Access {
         }
     }
 
+    /// Whether this footprint declares at least everything `other` touches: every request
+    /// that conflicts with `other` also conflicts with this one.
+    pub fn covers(&self, other: &Access) -> bool {
+        self.all
+            || (!other.all
+                && other.writes.iter().all(|c| self.writes.contains(c))
+                && other
+                    .reads
+                    .iter()
+                    .all(|c| self.reads.contains(c) || self.writes.contains(c)))
+    }
+
     /// Whether the two requests may not run concurrently (or out of order).
     pub fn conflicts_with(&self, other: &Access) -> bool {
         self.all
@@ -160,6 +172,9 @@ mod tests {
         assert!(!w1.conflicts_with(&w2));
         assert!(Access::all().conflicts_with(&Access::none()));
         assert!(!Access::none().conflicts_with(&w1));
+        assert!(w1.covers(&r1) && w1.covers(&w1) && !r1.covers(&w1));
+        assert!(Access::all().covers(&w2) && !w2.covers(&Access::all()));
+        assert!(w1.covers(&Access::none()) && !Access::none().covers(&w1));
     }
 
     #[test]

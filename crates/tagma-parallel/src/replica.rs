@@ -5,13 +5,15 @@
 //!
 //! Requests are classified by the service ([`Classify::Service`], the graph scheduler's
 //! input) or by the group the client chose ([`Classify::Groups`], the seed's model): then each
-//! payload is an [`envelope`] carrying the group before the operation.
+//! payload is an [`envelope`] carrying the group before the operation. Clients may be faulty,
+//! so a group is trusted only as far as it covers the service's own classification of the
+//! request ([`Access::covers`]); otherwise the request conflicts with everything.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use tagma_exec::{Context, Service, ServiceError};
 use tagma_wire::Digest;
 
-use crate::access::Group;
+use crate::access::{Access, Group};
 use crate::sched::{ParallelService, Scheduler, Task};
 
 /// What a parallel service needs besides execution to be a replica's state.
@@ -111,10 +113,23 @@ impl<P: ParallelState> ParallelReplica<P> {
             }
             Classify::Groups => {
                 let (group, op) = open_envelope(payload).unwrap_or((Group::All, payload.clone()));
-                Task {
-                    access: self.scheduler.groups().access(group),
-                    group,
-                    op,
+                let declared = self.scheduler.groups().access(group);
+                // Clients may be faulty: a group that does not cover what the service itself
+                // says the request touches (a write sent as conflict-free) would let correct
+                // replicas run conflicting requests in different orders. Such a request
+                // conflicts with everything instead.
+                if declared.covers(&self.state.classify(&op)) {
+                    Task {
+                        access: declared,
+                        group,
+                        op,
+                    }
+                } else {
+                    Task {
+                        access: Access::all(),
+                        group: Group::All,
+                        op,
+                    }
                 }
             }
         }

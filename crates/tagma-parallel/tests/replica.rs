@@ -130,3 +130,42 @@ fn list_snapshots_round_trip_and_refuse_garbage() {
     let reply = other.execute_unordered(&ListOp::Add(1).encode());
     assert_eq!(reply[0], 0xff);
 }
+
+#[test]
+fn a_group_that_understates_the_conflicts_is_not_trusted() {
+    // A faulty client sends every write as conflict-free. Trusted, its groups would let the
+    // replicas run conflicting requests in different orders; they are checked against the
+    // service's own classification, so every replica stays equal to sequential execution.
+    let liar = || -> Vec<Batch> {
+        batches(false)
+            .into_iter()
+            .map(|mut b| {
+                for r in &mut b.requests {
+                    if r.request.kind == RequestKind::Ordered {
+                        r.request.payload = envelope(Group::None, &r.request.payload);
+                    }
+                }
+                b
+            })
+            .collect()
+    };
+    let mut reference = replica(Policy::Sequential, Classify::Groups);
+    let mut shuffled = Executor::new(
+        ParallelReplica::new(
+            ListService::with_entries(300),
+            Scheduler::new(Policy::Shuffled { seed: 5 }, 1, Groups::default()),
+            Classify::Groups,
+        ),
+        ViewId(0),
+        8,
+        64,
+    );
+    for (cid, batch) in liar().iter().enumerate() {
+        let cid = ConsensusId(cid as u64);
+        assert_eq!(
+            shuffled.execute_batch(cid, batch),
+            reference.execute_batch(cid, batch)
+        );
+    }
+    assert_eq!(shuffled.checkpoint(), reference.checkpoint());
+}
