@@ -83,6 +83,10 @@ pub enum NodeError {
         "a joining replica fetches its state by state transfer, which needs durable checkpoints — fix: set [storage] durability = \"fsync\""
     )]
     JoinNeedsDurability,
+    #[error(
+        "a joining replica checks the view against the administrator's signatures, and tagma.toml names no administrator — fix: set [admin] public_key"
+    )]
+    JoinNeedsAdmin,
     #[error("the view that adds replica {0} gives it no usable address (it must be IP:PORT)")]
     BadAddress(ReplicaId),
     #[error("key error: {0}")]
@@ -649,14 +653,15 @@ fn peer_reader(
             }
         };
         if matches!(msg, PeerMessage::ViewQuery) {
-            // A joining replica asks which view is installed: answered on its connection.
-            let view = sh
+            // A joining replica asks which view is installed: answered on its connection with
+            // the administrator's signed history, which it replays itself.
+            let history = sh
                 .roster
                 .read()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .view()
-                .clone();
-            let answer = PeerMessage::ViewInfo(view).to_bytes();
+                .history()
+                .to_vec();
+            let answer = PeerMessage::ViewInfo(history).to_bytes();
             if writer.push(&answer).and_then(|()| writer.flush()).is_err() {
                 break;
             }
@@ -1341,7 +1346,21 @@ fn execution_loop<S: Service>(
             }
         }
     };
+    // The signed view history joining replicas are answered with follows the executed view.
+    let mut published_view = None;
+    let publish = |executor: &Executor<S>, published: &mut Option<tagma_wire::ViewId>| {
+        let current = executor.members().map(|v| v.id);
+        if current != *published {
+            sh.roster
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .set_history(executor.view_history().to_vec());
+            *published = current;
+        }
+    };
+    publish(&executor, &mut published_view);
     while let Ok(event) = rx.recv() {
+        publish(&executor, &mut published_view);
         match event {
             ExecEvent::Route { client, conn } => {
                 // Connection ids only grow: a late route from an older connection of the same

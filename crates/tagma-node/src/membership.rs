@@ -14,10 +14,11 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use crossbeam_channel::Sender;
 use tagma_core::ValidConfig;
-use tagma_core::quorum::Quorums;
 use tagma_crypto::IdentityKey;
 use tagma_net::{KeyDirectory, LocalIdentity, NetLimits};
-use tagma_wire::{Decode, Encode, PeerMessage, PublicKey, ReplicaId, Role, View, ViewMember};
+use tagma_wire::{
+    Decode, Encode, PeerMessage, PublicKey, ReplicaId, Role, View, ViewChange, ViewMember,
+};
 use tracing::{debug, info};
 
 use crate::NodeError;
@@ -26,6 +27,8 @@ use crate::NodeError;
 pub(crate) struct Roster {
     view: View,
     keys: HashMap<ReplicaId, PublicKey>,
+    /// The administrator's signed changes since the configured view, as executed.
+    history: Vec<ViewChange>,
 }
 
 impl Roster {
@@ -33,6 +36,7 @@ impl Roster {
         let mut roster = Roster {
             view: view.clone(),
             keys: cfg.replicas.iter().map(|r| (r.id, r.public_key)).collect(),
+            history: Vec::new(),
         };
         roster.install(view);
         roster
@@ -48,6 +52,14 @@ impl Roster {
 
     pub(crate) fn view(&self) -> &View {
         &self.view
+    }
+
+    pub(crate) fn history(&self) -> &[ViewChange] {
+        &self.history
+    }
+
+    pub(crate) fn set_history(&mut self, history: Vec<ViewChange>) {
+        self.history = history;
     }
 }
 
@@ -121,16 +133,16 @@ pub(crate) fn member_addr(m: &ViewMember) -> Option<SocketAddr> {
     m.addr.parse().ok()
 }
 
-/// Asks replica `id` (key `key`, at `addr`) for its installed view over a connection of our
-/// own. `None` if it cannot be reached, refuses us (it has not installed a view that
-/// includes us), or does not answer within `timeout`.
+/// Asks replica `id` (key `key`, at `addr`) for the administrator's signed history of view
+/// changes over a connection of our own. `None` if it cannot be reached, refuses us (it has
+/// not installed a view that includes us), or does not answer within `timeout`.
 fn ask_view(
     me: ReplicaId,
     identity: &Arc<IdentityKey>,
     (id, addr, key): (ReplicaId, SocketAddr, PublicKey),
     limits: NetLimits,
     timeout: Duration,
-) -> Option<View> {
+) -> Option<Vec<ViewChange>> {
     let (tx, rx) = crossbeam_channel::bounded(1);
     let identity = identity.clone();
     // The answer is read on a thread of its own: a member that accepts and then says
@@ -153,7 +165,7 @@ fn ask_view(
                 let frame = reader.read_frame().map_err(|e| e.to_string())?;
                 writer.shutdown();
                 match PeerMessage::decode(&frame) {
-                    Ok(PeerMessage::ViewInfo(view)) => Ok(view),
+                    Ok(PeerMessage::ViewInfo(history)) => Ok(history),
                     Ok(_) => Err("answered something else".to_string()),
                     Err(e) => Err(e.to_string()),
                 }
@@ -162,7 +174,7 @@ fn ask_view(
         })
         .ok()?;
     match rx.recv_timeout(timeout) {
-        Ok(Ok(view)) => Some(view),
+        Ok(Ok(history)) => Some(history),
         Ok(Err(e)) => {
             debug!(replica = id.0, %addr, "no view from replica {id}: {e}");
             None
@@ -174,9 +186,11 @@ fn ask_view(
 /// The joining side: finds the installed view that includes replica `me`, starting from
 /// `contact`, the address of a replica of the configuration. Members accept `me`'s
 /// connection only once they installed a view with its key, so this waits (up to `wait`)
-/// for the administrator's `tagma view add` to be ordered. A view is believed once enough
-/// of its members report it for one of them to be correct (f+1 of its members in BFT, one
-/// in CFT); of several, the newest.
+/// for the administrator's `tagma view add` to be ordered. Members answer with the
+/// administrator's signed history of view changes, which is replayed here from the
+/// configured view ([`tagma_core::view::replay`]): a faulty member can only send a shorter
+/// (older) history, never a view the administrator did not sign. Once a view includes `me`,
+/// its other members are asked too, and the newest verified view is taken.
 pub fn discover_view(
     cfg: &ValidConfig,
     me: ReplicaId,
@@ -189,12 +203,19 @@ pub fn discover_view(
         .iter()
         .find(|r| r.addr == contact)
         .ok_or(NodeError::UnknownContact(contact))?;
+    let admin = cfg.admin.ok_or(NodeError::JoinNeedsAdmin)?;
     let limits = NetLimits {
         frame_bytes_max: cfg.raw.limits.frame_bytes_max,
         handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
     };
     let timeout = Duration::from_millis(cfg.raw.timeouts.connect_timeout_ms.max(500));
     let identity = Arc::new(key.clone());
+    let initial = cfg.initial_view();
+    let verified = |history: Vec<ViewChange>| {
+        tagma_core::view::replay(&initial, &admin, cfg.mode, &history)
+            .map_err(|e| debug!("a view history that does not replay: {e}"))
+            .ok()
+    };
     let deadline = Instant::now() + wait;
     let mut announced = false;
     loop {
@@ -204,10 +225,12 @@ pub fn discover_view(
             (first.id, first.addr, first.public_key),
             limits,
             timeout,
-        ) && candidate.members.iter().any(|m| m.id == me)
+        )
+        .and_then(verified)
+            && candidate.members.iter().any(|m| m.id == me)
         {
-            // Confirm with the candidate's members; adopt a newer view that includes us.
-            let mut reports: Vec<View> = vec![candidate.clone()];
+            // A newer view may be known to the other members.
+            let mut best = candidate.clone();
             for m in candidate
                 .members
                 .iter()
@@ -216,24 +239,20 @@ pub fn discover_view(
                 if let Some(addr) = member_addr(m)
                     && let Some(view) =
                         ask_view(me, &identity, (m.id, addr, m.key), limits, timeout)
+                            .and_then(verified)
+                    && view.id > best.id
+                    && view.members.iter().any(|m| m.id == me)
                 {
-                    reports.push(view);
+                    best = view;
                 }
             }
-            reports.sort_by_key(|v| std::cmp::Reverse(v.id));
-            for view in &reports {
-                let quorums = Quorums::new(cfg.mode, view.members.len(), view.f as usize);
-                let agreeing = reports.iter().filter(|r| *r == view).count();
-                if view.members.iter().any(|m| m.id == me) && agreeing >= quorums.one_correct() {
-                    info!(
-                        view = view.id.0,
-                        n = view.members.len(),
-                        f = view.f,
-                        "joining: found the view that includes this replica"
-                    );
-                    return Ok(view.clone());
-                }
-            }
+            info!(
+                view = best.id.0,
+                n = best.members.len(),
+                f = best.f,
+                "joining: found the view that includes this replica (the administrator's signed history)"
+            );
+            return Ok(best);
         }
         if !announced {
             info!(%contact, "joining: waiting for a view that includes replica {me} (run `tagma view add` for it)");

@@ -2274,7 +2274,7 @@ fn describe(msg: &PeerMessage) -> String {
         }
         PeerMessage::LogEntry(d) => format!("LOG_ENTRY cid {}", d.cid),
         PeerMessage::ViewQuery => "VIEW_QUERY".into(),
-        PeerMessage::ViewInfo(v) => format!("VIEW_INFO view {}", v.id),
+        PeerMessage::ViewInfo(h) => format!("VIEW_INFO {} changes", h.len()),
     }
 }
 

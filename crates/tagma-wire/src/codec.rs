@@ -72,7 +72,7 @@
 //! | `PeerMessage::LogRequest` | 15 | from `u64`, count `u32` |
 //! | `PeerMessage::LogEntry` | 16 | `DecidedInstance` |
 //! | `PeerMessage::ViewQuery` | 17 | (nothing) |
-//! | `PeerMessage::ViewInfo` | 18 | `View` |
+//! | `PeerMessage::ViewInfo` | 18 | count `u32`, count × `ViewChange` |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ClientMessage::ViewQuery` | 3 | (nothing) |
@@ -1054,6 +1054,28 @@ fn read_ops(r: &mut Reader<'_>) -> Result<Vec<ViewOp>, WireError> {
     Ok(ops)
 }
 
+fn put_view_history(out: &mut BytesMut, changes: &[ViewChange]) {
+    put_len(out, changes.len(), "view history");
+    for c in changes {
+        put_view_change(out, c);
+    }
+}
+
+fn view_history_len(changes: &[ViewChange]) -> usize {
+    4 + changes.iter().map(view_change_len).sum::<usize>()
+}
+
+fn read_view_history(r: &mut Reader<'_>) -> Result<Vec<ViewChange>, WireError> {
+    let count = r.u32()? as usize;
+    // A change is at least its view, an operation count and a signature.
+    let count = r.check_count(count, 4 + 4 + Signature::LEN, "view history")?;
+    let mut changes = Vec::with_capacity(count);
+    for _ in 0..count {
+        changes.push(read_view_change(r)?);
+    }
+    Ok(changes)
+}
+
 fn put_view_change(out: &mut BytesMut, c: &ViewChange) {
     out.put_u32_le(c.view.0);
     put_ops(out, &c.ops);
@@ -1219,9 +1241,9 @@ impl Encode for PeerMessage {
                 put_decided(out, decided);
             }
             PeerMessage::ViewQuery => put_header(out, PEER_VIEW_QUERY),
-            PeerMessage::ViewInfo(view) => {
+            PeerMessage::ViewInfo(history) => {
                 put_header(out, PEER_VIEW_INFO);
-                put_view(out, view);
+                put_view_history(out, history);
             }
         }
     }
@@ -1247,7 +1269,7 @@ impl Encode for PeerMessage {
                 PeerMessage::LogRequest { .. } => 8 + 4,
                 PeerMessage::LogEntry(decided) => decided_len(decided),
                 PeerMessage::ViewQuery => 0,
-                PeerMessage::ViewInfo(view) => view_len(view),
+                PeerMessage::ViewInfo(history) => view_history_len(history),
             }
     }
 }
@@ -1320,7 +1342,7 @@ impl Decode for PeerMessage {
             }),
             PEER_LOG_ENTRY => Ok(PeerMessage::LogEntry(read_decided(r)?)),
             PEER_VIEW_QUERY => Ok(PeerMessage::ViewQuery),
-            PEER_VIEW_INFO => Ok(PeerMessage::ViewInfo(read_view(r)?)),
+            PEER_VIEW_INFO => Ok(PeerMessage::ViewInfo(read_view_history(r)?)),
             tag => Err(WireError::UnknownTag {
                 what: "peer message",
                 tag,
@@ -1406,10 +1428,7 @@ impl Encode for ReplicaMessage {
             }
             ReplicaMessage::ViewHistory(changes) => {
                 put_header(out, REPLICA_VIEW_HISTORY);
-                put_len(out, changes.len(), "view history");
-                for c in changes {
-                    put_view_change(out, c);
-                }
+                put_view_history(out, changes);
             }
         }
     }
@@ -1419,9 +1438,7 @@ impl Encode for ReplicaMessage {
                 ReplicaMessage::Reply(reply) => 8 + 8 + 1 + 4 + 4 + reply.payload.len(),
                 ReplicaMessage::StateInfo(_) => STATE_INFO_LEN,
                 ReplicaMessage::CurrentView(view) => view_len(view),
-                ReplicaMessage::ViewHistory(changes) => {
-                    4 + changes.iter().map(view_change_len).sum::<usize>()
-                }
+                ReplicaMessage::ViewHistory(changes) => view_history_len(changes),
             }
     }
 }
@@ -1444,16 +1461,7 @@ impl Decode for ReplicaMessage {
                 state_digest: Digest(r.array()?),
             })),
             REPLICA_CURRENT_VIEW => Ok(ReplicaMessage::CurrentView(read_view(r)?)),
-            REPLICA_VIEW_HISTORY => {
-                let count = r.u32()? as usize;
-                // A change is at least its view, an operation count and a signature.
-                let count = r.check_count(count, 4 + 4 + Signature::LEN, "view history")?;
-                let mut changes = Vec::with_capacity(count);
-                for _ in 0..count {
-                    changes.push(read_view_change(r)?);
-                }
-                Ok(ReplicaMessage::ViewHistory(changes))
-            }
+            REPLICA_VIEW_HISTORY => Ok(ReplicaMessage::ViewHistory(read_view_history(r)?)),
             tag => Err(WireError::UnknownTag {
                 what: "replica message",
                 tag,

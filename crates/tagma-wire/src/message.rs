@@ -286,8 +286,9 @@ pub enum PeerMessage {
     /// "Which view is installed?" — sent by a joining replica (one the view includes but
     /// that does not know it yet) on its own connection, which the member answers on.
     ViewQuery,
-    /// The answer: the view the sender has installed.
-    ViewInfo(View),
+    /// The answer: the administrator's signed view changes since the configured view, which
+    /// the joining replica replays itself (it trusts no single member's word for the view).
+    ViewInfo(Vec<ViewChange>),
 }
 
 /// A durable checkpoint as a state-transfer offer names it: the executor state after

@@ -954,7 +954,7 @@ fn views_round_trip_and_reject_what_is_not_canonical() {
     check(&common::view_change());
     check(&ReconfigureOutcome::Installed(common::view()));
     check(&PeerMessage::ViewQuery);
-    check(&PeerMessage::ViewInfo(common::view()));
+    check(&PeerMessage::ViewInfo(vec![common::view_change()]));
     check(&ClientMessage::ViewHistoryQuery);
     check(&ReplicaMessage::ViewHistory(vec![]));
     check(&ReplicaMessage::ViewHistory(vec![

@@ -130,9 +130,9 @@ fn golden_views() {
     let history = ReplicaMessage::ViewHistory(vec![common::view_change()]).to_bytes();
     assert_eq!(common::hex(&history[..6]), "010401000000");
     assert_eq!(&history[6..], &common::view_change().to_bytes()[..]);
-    let info = PeerMessage::ViewInfo(common::view()).to_bytes();
-    assert_eq!(common::hex(&info[..2]), "0112");
-    assert_eq!(&info[2..], &common::view().to_bytes()[..]);
+    let info = PeerMessage::ViewInfo(vec![common::view_change()]).to_bytes();
+    assert_eq!(common::hex(&info[..6]), "011201000000");
+    assert_eq!(&info[6..], &common::view_change().to_bytes()[..]);
     golden("view_change", &common::view_change(), VIEW_CHANGE);
     golden(
         "outcome_refused",
