@@ -166,20 +166,21 @@ impl Scheduler {
             }
         }
         let replies: Vec<OnceLock<Bytes>> = (0..tasks.len()).map(|_| OnceLock::new()).collect();
+        let panicked = Panicked::default();
         let work = |worker: usize| {
             let queue = &queues[worker];
-            let (replies, sets, barriers) = (&replies, &sets, &barriers);
+            let (replies, sets, barriers, panicked) = (&replies, &sets, &barriers, &panicked);
             move || {
                 for &i in queue {
                     match &sets[i] {
                         None => {
-                            let _ = replies[i].set(service.execute(&tasks[i].op));
+                            let _ = replies[i].set(guarded(service, &tasks[i].op, panicked));
                         }
                         Some(ws) => {
                             let barrier = &barriers[ws];
                             barrier.wait();
                             if ws[0] as usize == worker {
-                                let _ = replies[i].set(service.execute(&tasks[i].op));
+                                let _ = replies[i].set(guarded(service, &tasks[i].op, panicked));
                             }
                             barrier.wait();
                         }
@@ -194,7 +195,32 @@ impl Scheduler {
             }
             work(0)();
         });
+        rethrow(panicked);
         collect(replies)
+    }
+}
+
+/// A panic of the service inside a parallel run, kept until every worker is done.
+type Panicked = std::sync::Mutex<Option<Box<dyn std::any::Any + Send>>>;
+
+/// Executes `op`, catching a panic of the service: the worker goes on (so the others are not
+/// left waiting at a barrier or for a task that never completes) and the run re-raises the
+/// first panic once every worker stopped ([`rethrow`]) — as sequential execution would have
+/// panicked in the caller.
+fn guarded<S: ParallelService>(service: &S, op: &Bytes, panicked: &Panicked) -> Bytes {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| service.execute(op))) {
+        Ok(reply) => reply,
+        Err(payload) => {
+            let mut first = panicked.lock().unwrap_or_else(|e| e.into_inner());
+            first.get_or_insert(payload);
+            Bytes::new()
+        }
+    }
+}
+
+fn rethrow(panicked: Panicked) {
+    if let Some(payload) = panicked.into_inner().unwrap_or_else(|e| e.into_inner()) {
+        std::panic::resume_unwind(payload);
     }
 }
 
@@ -319,6 +345,7 @@ enum Work {
 fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) -> Vec<Bytes> {
     let graph = build_graph(tasks);
     let replies: Vec<OnceLock<Bytes>> = (0..tasks.len()).map(|_| OnceLock::new()).collect();
+    let panicked = Panicked::default();
     let remaining = AtomicUsize::new(tasks.len());
     let (tx, rx): (Sender<Work>, Receiver<Work>) = unbounded();
     // Tasks ready from the start are taken in shrinking chunks (guided self-scheduling: a
@@ -345,7 +372,8 @@ fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) ->
     };
     let worker = || {
         let (rx, tx) = (rx.clone(), tx.clone());
-        let (graph, replies, remaining, take_ready) = (&graph, &replies, &remaining, &take_ready);
+        let (graph, replies, remaining, take_ready, panicked) =
+            (&graph, &replies, &remaining, &take_ready, &panicked);
         move || {
             // Waiting for work spins a little before sleeping: in a chain of short tasks the
             // next one is usually a few microseconds away, and a sleeping worker takes far
@@ -372,7 +400,8 @@ fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) ->
                 while !batch.is_empty() {
                     let mut freed: Vec<u32> = Vec::new();
                     for &i in &batch {
-                        let _ = replies[i as usize].set(service.execute(&tasks[i as usize].op));
+                        let op = &tasks[i as usize].op;
+                        let _ = replies[i as usize].set(guarded(service, op, panicked));
                         for &d in &graph.dependents[i as usize] {
                             if graph.waiting[d as usize].fetch_sub(1, Ordering::AcqRel) == 1 {
                                 freed.push(d);
@@ -411,6 +440,7 @@ fn run_graph<S: ParallelService>(service: &S, tasks: &[Task], threads: usize) ->
         worker()();
     });
     debug_assert_eq!(remaining.load(Ordering::Relaxed), 0, "every task ran");
+    rethrow(panicked);
     collect(replies)
 }
 
@@ -423,6 +453,45 @@ mod tests {
             op: Bytes::new(),
             group: Group::None,
             access,
+        }
+    }
+
+    /// Panics on the operation `b"boom"`.
+    struct Fragile;
+
+    impl ParallelService for Fragile {
+        fn execute(&self, op: &Bytes) -> Bytes {
+            assert_ne!(&op[..], b"boom", "the service fails");
+            op.clone()
+        }
+        fn classify(&self, _: &Bytes) -> Access {
+            Access::all()
+        }
+        fn digest(&self) -> [u8; 32] {
+            [0; 32]
+        }
+    }
+
+    #[test]
+    fn a_panicking_service_fails_the_run_instead_of_hanging_it() {
+        let mut tasks: Vec<Task> = (0..40)
+            .map(|i| Task {
+                op: Bytes::from(vec![i as u8]),
+                group: if i % 3 == 0 { Group::All } else { Group::None },
+                access: if i % 3 == 0 {
+                    Access::all()
+                } else {
+                    Access::none()
+                },
+            })
+            .collect();
+        tasks[17].op = Bytes::from_static(b"boom");
+        for policy in [Policy::Barrier, Policy::Graph] {
+            let scheduler = Scheduler::new(policy, 3, crate::access::Groups::default());
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                scheduler.run(&Fragile, &tasks)
+            }));
+            assert!(result.is_err(), "{policy:?}: the panic reaches the caller");
         }
     }
 
