@@ -300,17 +300,16 @@ fn build_graph(tasks: &[Task]) -> Graph {
     }
 }
 
-/// Executes `tasks` on this thread, each time picking a ready task at random (splitmix64
-/// from `seed` and the batch's size): a linear extension of the dependency graph.
+/// Executes `tasks` on this thread, each time picking a ready task at random (the `k`-th pick
+/// drawn with the executor's splitmix64 step, [`tagma_exec::request_seed`], from `seed` and the
+/// batch's size): a linear extension of the dependency graph.
 fn run_shuffled<S: ParallelService>(service: &S, tasks: &[Task], seed: u64) -> Vec<Bytes> {
     let graph = build_graph(tasks);
-    let mut state = seed ^ (tasks.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let seed = seed ^ tasks.len() as u64;
+    let mut picks = 0usize;
     let mut next = || {
-        state = state.wrapping_add(0x9e37_79b9_7f4a_7c15);
-        let mut z = state;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
-        z ^ (z >> 31)
+        picks += 1;
+        tagma_exec::request_seed(seed, picks)
     };
     let mut ready: Vec<u32> = (0..tasks.len() as u32)
         .filter(|i| graph.waiting[*i as usize].load(Ordering::Relaxed) == 0)
