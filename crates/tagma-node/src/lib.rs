@@ -1358,9 +1358,15 @@ fn execution_loop<S: Service>(
             *published = current;
         }
     };
-    publish(&executor, &mut published_view);
-    while let Ok(event) = rx.recv() {
+    loop {
+        // Before every event, and at least every 100 ms when idle: a change executed by the
+        // last event before a pause is published too.
         publish(&executor, &mut published_view);
+        let event = match rx.recv_timeout(Duration::from_millis(100)) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => continue,
+            Err(RecvTimeoutError::Disconnected) => break,
+        };
         match event {
             ExecEvent::Route { client, conn } => {
                 // Connection ids only grow: a late route from an older connection of the same
