@@ -565,6 +565,11 @@ struct BenchArgs {
     /// durability, in the same invocation, and prints `ratio_vs_no_durability`.
     #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
     durability: DurabilityArg,
+    /// With --durability fsync: measurement windows of each configuration, alternating
+    /// between the durable cluster and the one without durability (both kept running), so
+    /// that a noisy machine drifts over both alike; the report takes each one's median.
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..=20))]
+    durability_rounds: u32,
     /// Skip the unreplicated baseline (its figures are then 0 and `unreplicated_run` false).
     #[arg(long)]
     no_baseline: bool,
@@ -1155,22 +1160,40 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
     let label = format!("{mode} n={replicas}");
     let cluster = LocalCluster::launch_with(exe, &opts, edit)?;
     let signature_threads = cluster.cfg.raw.limits.signature_threads;
-    let replicated = measure(&cluster, args, &label)?;
-    if replicated.load.completed == 0 {
-        cluster.dump_logs();
-    }
-    drop(cluster);
-    // With durability: the same configuration without it, for `ratio_vs_no_durability`.
-    let volatile = if durability == Durability::Fsync {
-        let cluster = LocalCluster::launch_with(exe, &opts, edit_with(Durability::None))?;
-        let volatile = measure(&cluster, args, "no durability")?;
-        if volatile.load.completed == 0 {
+    // With durability: the same configuration without it, for `ratio_vs_no_durability`,
+    // measured in windows alternating with the durable cluster's (both stay up; the idle
+    // one costs next to nothing), each side's median window reported.
+    let (replicated, volatile) = if durability == Durability::Fsync {
+        let plain = LocalCluster::launch_with(exe, &opts, edit_with(Durability::None))?;
+        let (mut durable_runs, mut plain_runs) = (Vec::new(), Vec::new());
+        for round in 1..=args.durability_rounds {
+            let of = args.durability_rounds;
+            durable_runs.push(measure(&cluster, args, &format!("fsync {round}/{of}"))?);
+            plain_runs.push(measure(&plain, args, &format!("no fsync {round}/{of}"))?);
+        }
+        if durable_runs.iter().any(|m| m.load.completed == 0) {
             cluster.dump_logs();
         }
-        Some(volatile)
+        if plain_runs.iter().any(|m| m.load.completed == 0) {
+            plain.dump_logs();
+        }
+        if !args.json {
+            let ratios: Vec<String> = durable_runs
+                .iter()
+                .zip(&plain_runs)
+                .map(|(d, p)| format!("{:.3}", d.server_ops_s / p.server_ops_s.max(1e-9)))
+                .collect();
+            eprintln!("durability ratio per round: {}", ratios.join(", "));
+        }
+        (median_run(durable_runs), Some(median_run(plain_runs)))
     } else {
-        None
+        let replicated = measure(&cluster, args, &label)?;
+        if replicated.load.completed == 0 {
+            cluster.dump_logs();
+        }
+        (replicated, None)
     };
+    drop(cluster);
     // The baseline: the same service, client library, network stack and authentication,
     // one server process, no ordering.
     let baseline = if args.no_baseline {
@@ -1322,6 +1345,13 @@ fn bench_request(args: &BenchArgs) -> Box<load::RequestGen> {
 }
 
 /// Drives `cluster` with the benchmark's load and samples the servers around the window.
+/// The window with the median throughput (the higher middle one of an even count).
+fn median_run(mut runs: Vec<Measured>) -> Measured {
+    runs.sort_by(|a, b| a.server_ops_s.total_cmp(&b.server_ops_s));
+    let middle = runs.len() / 2;
+    runs.swap_remove(middle)
+}
+
 fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Measured> {
     let ready = Duration::from_secs(20);
     let mut drivers = Vec::new();

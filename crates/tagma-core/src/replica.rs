@@ -607,6 +607,11 @@ struct CatchUp {
 /// The replica core. See the module documentation for the calling protocol.
 pub struct Replica {
     params: ReplicaParams,
+    /// When to ask the others for their positions if nothing is decided until then.
+    idle_probe_ms: Option<u64>,
+    /// Durable replicas: the newest instance the runtime reported on this replica's disk
+    /// ([`Replica::note_durable`]); the leader proposes instance c only once c−1 is.
+    durable_through: Option<ConsensusId>,
     key: IdentityKey,
     checker: ProofChecker,
     /// The checkers of the last few views before this one, each with the first instance of
@@ -664,6 +669,11 @@ struct Recovery {
 /// Start-up synchronisation waits this many request timeouts for every peer's position
 /// before settling for n − f, and twice as long for catching up before giving up on it.
 const RECOVERY_WAIT_TIMEOUTS: u64 = 5;
+/// A replica that decided nothing for this many request timeouts asks the others where they
+/// are (`Position`), so one that missed the last decisions before the load stopped catches
+/// up without waiting for the next request (nothing else it receives names a later
+/// instance).
+const IDLE_PROBE_TIMEOUTS: u64 = 2;
 
 impl Replica {
     pub fn new(params: ReplicaParams, key: IdentityKey) -> Self {
@@ -718,6 +728,8 @@ impl Replica {
             params.quorums.accept_quorum(),
         );
         Replica {
+            idle_probe_ms: None,
+            durable_through: None,
             rng: SplitMix64(params.seed),
             key,
             checker,
@@ -810,6 +822,8 @@ impl Replica {
         );
         self.instance = Instance::new(last.next());
         self.last_decided = Some(last);
+        self.arm_idle_probe();
+        self.durable_through = Some(last);
         self.last_decided_timestamp_ms = timestamp_ms;
         self.clients.restore_sessions(sessions);
         for decided in recent {
@@ -920,6 +934,13 @@ impl Replica {
             expired.clear();
             self.retransmit_position();
             self.progress_recovery();
+        } else if self.idle_probe_ms.is_some_and(|t| t <= now_ms) {
+            self.arm_idle_probe();
+            self.actions
+                .push_back(Action::Broadcast(PeerMessage::Position {
+                    next: self.instance.cid,
+                    reply: false,
+                }));
         }
         let mut suspect = Vec::new();
         for e in expired {
@@ -975,6 +996,7 @@ impl Replica {
         let recovery = self.recovery_timer();
         let fetch = self.fetch.as_ref().and_then(Fetch::deadline_ms);
         [
+            self.idle_probe_ms.filter(|_| self.recovery.is_none()),
             self.clients.next_deadline_ms(),
             self.sync.stop_retransmit_ms,
             self.sync.sync_deadline_ms,
@@ -1352,6 +1374,7 @@ impl Replica {
         // obsolete.
         self.future.discard_below(cid.next());
         self.last_decided = Some(cid);
+        self.arm_idle_probe();
         self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(batch.timestamp_ms);
         self.clients.on_decided(cid, &batch);
         self.decisions
@@ -1603,6 +1626,7 @@ impl Replica {
             || self.sync.waiting_sync
             || self.sync.pending.is_some()
             || !self.instance.epoch_mut(epoch).proposal.is_empty()
+            || self.awaits_durable().is_some()
         {
             return;
         }
@@ -2404,6 +2428,20 @@ impl Replica {
             let seen = self.catch_up.highest_seen.entry(from).or_insert(next);
             *seen = (*seen).max(next);
             self.maybe_start_state_transfer();
+            // Enough replicas ahead that one is correct: fetch what they decided (an idle
+            // probe's answer; during recovery the start-up synchronisation does this).
+            let ahead = self
+                .catch_up
+                .highest_seen
+                .values()
+                .filter(|c| **c > self.instance.cid)
+                .count();
+            if self.recovery.is_none()
+                && self.fetch.is_none()
+                && ahead >= self.params.quorums.one_correct()
+            {
+                self.request_decisions_if_due();
+            }
         }
         if let Some(r) = self.recovery.as_mut() {
             r.heard.insert(from, next);
@@ -2513,6 +2551,38 @@ impl Replica {
 impl Replica {
     /// A durable checkpoint of this replica is written (the runtime reports each one): it is
     /// offered to replicas that need state from now on.
+    /// The idle probe is due [`IDLE_PROBE_TIMEOUTS`] request timeouts from now.
+    fn arm_idle_probe(&mut self) {
+        self.idle_probe_ms =
+            Some(self.now_ms + IDLE_PROBE_TIMEOUTS * self.params.request_timeout_ms);
+    }
+
+    /// A durable replica's runtime reports that every instance up to `cid` it delivered is on
+    /// its disk (after the sync; instances a fetched state covers count too).
+    pub fn note_durable(&mut self, cid: ConsensusId) {
+        if self.durable_through.is_some_and(|d| d >= cid) {
+            return;
+        }
+        self.durable_through = Some(cid);
+        self.try_propose();
+    }
+
+    /// Storage back-pressure: a durable leader proposes instance c only once c−1 is on its
+    /// own disk, so ordering never runs ahead of the log, and the requests that arrive while
+    /// the log syncs join the next batch instead of making one more instance (one more sync,
+    /// one more round of messages on every replica). `Some(c−1)` while a proposal waits for
+    /// it (requests are pending); the runtime then calls [`Replica::note_durable`] when the
+    /// sync completes.
+    pub fn awaits_durable(&self) -> Option<ConsensusId> {
+        let previous = ConsensusId(self.instance.cid.0.checked_sub(1)?);
+        (self.params.state_transfer
+            && self.is_leader()
+            && self.durable_through.is_none_or(|d| d < previous)
+            && self.last_decided.is_some_and(|d| d >= previous)
+            && self.clients.pending_total() > 0)
+            .then_some(previous)
+    }
+
     pub fn note_checkpoint(&mut self, info: CheckpointInfo) {
         if self.served.back().is_some_and(|c| c.cid >= info.cid) {
             return;

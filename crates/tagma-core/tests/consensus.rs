@@ -309,6 +309,45 @@ fn bft_leader_proposes_next_request_after_decision() {
 }
 
 #[test]
+fn a_durable_leader_proposes_only_once_its_previous_instance_is_on_disk() {
+    let mut p = params(Mode::Bft, 4, 0);
+    p.state_transfer = true;
+    let mut leader = replica(p);
+    leader.handle_client_request(1, req(1, 1)).unwrap();
+    let (_, hash, _) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    leader.handle_client_request(2, req(2, 1)).unwrap();
+    let actions = complete_on_leader(&mut leader, 0, hash);
+    assert!(
+        matches!(actions.last(), Some(Action::Deliver(d)) if d.cid == ConsensusId(0)),
+        "cid 0 is decided: {actions:?}"
+    );
+    assert!(
+        !actions
+            .iter()
+            .any(|a| matches!(a, Action::Broadcast(PeerMessage::Propose(_)))),
+        "no proposal before cid 0 is on the leader's disk: {actions:?}"
+    );
+    assert_eq!(leader.awaits_durable(), Some(ConsensusId(0)));
+    // Requests arriving meanwhile join the waiting batch.
+    leader.handle_client_request(3, req(3, 1)).unwrap();
+    assert_eq!(drain(&mut leader), vec![]);
+    leader.note_durable(ConsensusId(0));
+    let (_, _, batch1) = take_proposal(&drain(&mut leader), 1, Mode::Bft);
+    assert_eq!(ids(&batch1), vec![(2, 1), (3, 1)]);
+    assert_eq!(leader.awaits_durable(), None, "cid 1 runs");
+    // A stale report changes nothing.
+    leader.note_durable(ConsensusId(0));
+    assert_eq!(drain(&mut leader), vec![]);
+
+    // Followers never wait for their disk to vote.
+    let mut p = params(Mode::Bft, 4, 1);
+    p.state_transfer = true;
+    let mut follower = replica(p);
+    follower.handle_client_request(1, req(1, 1)).unwrap();
+    assert_eq!(follower.awaits_durable(), None);
+}
+
+#[test]
 fn bft_follower_writes_accepts_and_delivers() {
     let mut follower = bft(1);
     let batch = batch_of(3, vec![req(1, 1), req(2, 1)]);

@@ -27,6 +27,7 @@
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
@@ -340,6 +341,12 @@ pub(crate) fn storage_loop(
             if exec_tx.send(ExecEvent::Durable(cid)).is_err() {
                 return;
             }
+            sh.durable_through.store(cid, Ordering::SeqCst);
+            // The internal channel is only full when the consensus thread has events to
+            // handle, after each of which it looks at `durable_through` again.
+            if sh.wake_on_durable.swap(false, Ordering::SeqCst) {
+                let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
+            }
         }
         if let Some(cid) = release
             && let Err(e) = log.release_through(cid.saturating_sub(keep))
@@ -388,6 +395,15 @@ pub(crate) fn checkpoint_loop(
     let mut previous: Option<u64> = None;
     while let Ok(job) = rx.recv() {
         let cid = job.cid;
+        // A checkpoint must not be on disk before its instance's log record: after a crash of
+        // every replica, a replica recovered from it would be ahead of every proof it can
+        // give (found by the simulator, regression seed 2095). The log normally syncs well
+        // before the snapshot is serialised; a log that stopped (its thread reported the
+        // error) skips the checkpoint, which is always safe.
+        if !wait_for_log(sh, cid) {
+            warn!("the log did not reach instance {cid} in time: its checkpoint is skipped");
+            continue;
+        }
         match store.write(cid, &job.state) {
             Ok((path, digest)) => {
                 sh.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
@@ -418,6 +434,22 @@ pub(crate) fn checkpoint_loop(
             }
             Err(e) => warn!("cannot write the checkpoint of instance {cid}: {e}"),
         }
+    }
+}
+
+/// Waits (bounded) until the storage thread has synced instance `cid`.
+fn wait_for_log(sh: &Shared, cid: u64) -> bool {
+    const WAIT_MAX: Duration = Duration::from_secs(10);
+    let start = std::time::Instant::now();
+    loop {
+        let durable = sh.durable_through.load(Ordering::SeqCst);
+        if durable != crate::NOTHING_DURABLE && durable >= cid {
+            return true;
+        }
+        if start.elapsed() > WAIT_MAX {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -147,6 +147,9 @@ enum ConsensusEvent {
     },
     /// A durable checkpoint was written (offered to replicas that need state).
     Checkpointed(tagma_wire::CheckpointInfo),
+    /// The storage thread synced the log while the leader's next proposal waited for it (the
+    /// position itself is read from `Shared::durable_through`).
+    Durable,
     /// The execution thread's verdict on a fetched state, with what the storage thread must
     /// log for it.
     Installed {
@@ -244,6 +247,11 @@ struct Shared {
     handshakes: AtomicU64,
     /// Unreplicated mode (the benchmarks' baseline): ordered requests bypass consensus.
     unreplicated: bool,
+    /// The newest instance the storage thread synced (`NOTHING_DURABLE` before the first).
+    durable_through: AtomicU64,
+    /// Set by the consensus thread while the leader's proposal waits for the log: the
+    /// storage thread then sends `ConsensusEvent::Durable` after its sync.
+    wake_on_durable: std::sync::atomic::AtomicBool,
 }
 
 impl Shared {
@@ -438,6 +446,8 @@ fn start_node<S: Service>(
         next_conn_id: AtomicU64::new(1),
         handshakes: AtomicU64::new(0),
         unreplicated,
+        durable_through: AtomicU64::new(NOTHING_DURABLE),
+        wake_on_durable: std::sync::atomic::AtomicBool::new(false),
     });
 
     let mut threads = Vec::new();
@@ -1123,6 +1133,8 @@ fn consensus_loop(
                 core.note_checkpoint(info);
                 Ok(())
             }
+            // Handled below, after every event.
+            Ok(ConsensusEvent::Durable) => Ok(()),
             Ok(ConsensusEvent::Installed { outcome, log }) => {
                 // The installed state's decisions go to the log before any later instance's
                 // (sent from here, in order with the appends, never from execution).
@@ -1157,6 +1169,9 @@ fn consensus_loop(
         if !carry_out_actions(sh, &mut core, links) {
             return;
         }
+        if !feed_durable(sh, &mut core, links) {
+            return;
+        }
         // Timers are checked after every event, not only when the queue is idle: a steady
         // stream of messages must not starve the request timers (leader failure detection).
         let now = clock.now_ms();
@@ -1168,6 +1183,29 @@ fn consensus_loop(
         }
     }
 }
+
+/// Storage back-pressure ([`Replica::awaits_durable`]): while the leader's next proposal
+/// waits for its log, tell the storage thread to wake this thread after its next sync. The
+/// flag is raised before the position is read, and the storage thread publishes the position
+/// before it looks at the flag, so no sync goes unnoticed.
+fn feed_durable(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
+    while let Some(waited) = core.awaits_durable() {
+        sh.wake_on_durable.store(true, Ordering::SeqCst);
+        let durable = sh.durable_through.load(Ordering::SeqCst);
+        if durable == NOTHING_DURABLE || durable < waited.0 {
+            return true;
+        }
+        sh.wake_on_durable.store(false, Ordering::SeqCst);
+        core.note_durable(tagma_wire::ConsensusId(durable));
+        if !carry_out_actions(sh, core, links) {
+            return false;
+        }
+    }
+    true
+}
+
+/// `Shared::durable_through` before the first sync.
+const NOTHING_DURABLE: u64 = u64::MAX;
 
 /// Carries out the core's actions in order; false when the replica is shutting down.
 fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {

@@ -167,6 +167,11 @@ struct Disk {
     previous: Option<(u64, Bytes)>,
     log: Vec<DecidedInstance>,
     unsynced: Vec<DecidedInstance>,
+    /// A checkpoint taken at an unsynced instance: written with the sync that makes that
+    /// instance's log record durable, lost with it in a crash (as the node's checkpoint
+    /// thread waits for the log). A checkpoint durable before its instance's record would
+    /// leave the replica, after a crash of all, ahead of every proof (regression seed 2095).
+    pending_checkpoint: Option<(u64, Bytes)>,
     /// Replies of unsynced instances, by instance.
     held: Vec<(u64, Vec<Reply>)>,
     sync_scheduled: bool,
@@ -863,6 +868,7 @@ impl World {
                 disk.previous = disk.checkpoint.replace((target.0, ckp));
                 disk.log.clear();
                 disk.unsynced.clear();
+                disk.pending_checkpoint = None;
                 let held = std::mem::take(&mut disk.held);
                 for (_, replies) in held {
                     for reply in replies {
@@ -873,8 +879,13 @@ impl World {
         } else {
             self.count("state_transfers_rejected");
         }
+        let durable = matches!(outcome, InstallOutcome::Installed { .. });
         self.replica_input(r, |core, now| {
             core.state_installed(now, outcome);
+            if durable {
+                // The simulated disk holds the installed state at once.
+                core.note_durable(target);
+            }
             Ok(())
         });
     }
@@ -1138,9 +1149,7 @@ impl World {
         let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
         let checkpoint = tagma_storage::checkpoint_due(cid.0, r, n, period);
         if checkpoint {
-            let state = node.exec.checkpoint();
-            node.core.note_checkpoint(checkpoint_info(cid.0, &state));
-            disk.previous = disk.checkpoint.replace((cid.0, state));
+            disk.pending_checkpoint = Some((cid.0, node.exec.checkpoint()));
         }
         let schedule_sync = !disk.sync_scheduled;
         disk.sync_scheduled = true;
@@ -1164,12 +1173,30 @@ impl World {
         };
         disk.sync_scheduled = false;
         let synced = std::mem::take(&mut disk.unsynced);
+        let last = synced.last().map(|d| d.cid);
         disk.log.extend(synced);
+        let checkpoint = disk.pending_checkpoint.take();
+        if let Some((cid, state)) = &checkpoint {
+            self.nodes[r]
+                .core
+                .note_checkpoint(checkpoint_info(*cid, state));
+        }
+        let disk = self.nodes[r].disk.as_mut().expect("a durable replica");
+        if let Some(checkpoint) = checkpoint {
+            disk.previous = disk.checkpoint.replace(checkpoint);
+        }
         let held = std::mem::take(&mut disk.held);
         for (_, replies) in held {
             for reply in replies {
                 self.send_reply(r, reply);
             }
+        }
+        if let Some(cid) = last {
+            self.count("log_syncs");
+            self.replica_input(r, |core, _| {
+                core.note_durable(cid);
+                Ok(())
+            });
         }
     }
 
@@ -1208,6 +1235,7 @@ impl World {
         let image = self.disk_image(r, survivors, tear, flip);
         let disk = self.nodes[r].disk.as_mut().expect("checked above");
         disk.held.clear();
+        disk.pending_checkpoint = None;
         disk.sync_scheduled = false;
         let first_cid = disk
             .log

@@ -36,6 +36,10 @@ const MAGIC: [u8; 4] = *b"TGLR";
 const BUFFER_BYTES_MAX: usize = 4 << 20;
 /// A new segment is zeroed in writes of this size.
 const ZERO_CHUNK: usize = 1 << 20;
+/// The alignment of direct IO: offsets, lengths and buffers are multiples of it.
+const BLOCK: usize = 4096;
+/// A staging buffer grown beyond this for one large record is given back after its write.
+const STAGE_KEPT_MAX: usize = 2 * BUFFER_BYTES_MAX;
 
 /// Where and how the log lives.
 #[derive(Clone, Debug)]
@@ -52,6 +56,25 @@ struct Sealed {
     /// From the file name (the cid its first record carries, if any).
     first_cid: u64,
     last_cid: Option<u64>,
+    /// Where each record starts (record k holds instance `first_cid + k`), and where the
+    /// last one ends: reads fetch only the bytes of the records they need.
+    index: Index,
+}
+
+/// The offsets of a segment's records (8 bytes per record, bounded by the segment's size).
+#[derive(Debug, Default)]
+struct Index {
+    starts: Vec<u64>,
+    end: u64,
+}
+
+impl Index {
+    /// The byte range holding records `k..k_end` (indices), if the segment has them.
+    fn range(&self, k: usize, k_end: usize) -> Option<(u64, u64)> {
+        let start = *self.starts.get(k)?;
+        let end = self.starts.get(k_end).copied().unwrap_or(self.end);
+        Some((start, end))
+    }
 }
 
 #[derive(Debug)]
@@ -63,6 +86,65 @@ struct Current {
     /// Bytes of records written to the file (appends go here).
     written: u64,
     capacity: u64,
+    /// Every record appended, buffered ones included (offsets as if written).
+    index: Index,
+    /// The file was opened with `O_DIRECT`: appends bypass the page cache (no copy into it,
+    /// no write-back at the sync), written in whole blocks from an aligned buffer. Where the
+    /// file system refuses direct IO the segment is written through the page cache.
+    direct: bool,
+    /// With `direct`: the bytes of the block holding `written`, from its start to `written`,
+    /// rewritten with the next write (their copy on disk is identical, so a torn rewrite
+    /// cannot damage a synced record).
+    tail: Vec<u8>,
+}
+
+/// A block-aligned staging buffer for direct writes (safe code: an aligned window into a
+/// plain vector that is never reallocated while used).
+#[derive(Debug, Default)]
+struct Stage {
+    raw: Vec<u8>,
+    offset: usize,
+}
+
+impl Stage {
+    /// An aligned slice of `len` bytes (contents unspecified).
+    fn get(&mut self, len: usize) -> &mut [u8] {
+        if self.raw.len() < len + BLOCK {
+            self.raw = vec![0; len + BLOCK];
+            self.offset = self.raw.as_ptr().align_offset(BLOCK);
+        }
+        &mut self.raw[self.offset..self.offset + len]
+    }
+
+    /// Gives back a buffer grown for one large record.
+    fn trim(&mut self) {
+        if self.raw.len() > STAGE_KEPT_MAX + BLOCK {
+            *self = Stage::default();
+        }
+    }
+}
+
+/// Opens a segment for appending, with `O_DIRECT` where the file system allows it.
+fn open_for_append(path: &Path, create: bool) -> Result<(File, bool), StorageError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut options = OpenOptions::new();
+    options.read(true).write(true);
+    if create {
+        options.create(true).truncate(true);
+    }
+    let direct = rustix::fs::OFlags::DIRECT.bits() as i32;
+    match options.clone().custom_flags(direct).open(path) {
+        Ok(file) => Ok((file, true)),
+        Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+            tracing::info!(
+                segment = %path.display(),
+                "the file system refuses direct IO: the log is written through the page cache"
+            );
+            let file = options.open(path).map_err(StorageError::io(path))?;
+            Ok((file, false))
+        }
+        Err(e) => Err(StorageError::io(path)(e)),
+    }
 }
 
 /// The log; see the module documentation.
@@ -74,6 +156,8 @@ pub struct Log {
     current: Option<Current>,
     /// Records appended and not yet written to the current segment.
     buf: Vec<u8>,
+    /// Where direct writes are assembled.
+    stage: Stage,
     /// The cid the next append must carry (`None`: any, the log is new).
     next_cid: Option<u64>,
 }
@@ -128,6 +212,8 @@ pub fn encode_record(out: &mut Vec<u8>, cid: u64, payload: &[u8]) {
 
 /// What a scan of one segment found.
 struct SegmentScan {
+    /// Where each valid record starts.
+    starts: Vec<u64>,
     first_cid: Option<u64>,
     last_cid: Option<u64>,
     /// End of the valid records.
@@ -152,7 +238,9 @@ fn scan_segment(image: &[u8], named_first: u64) -> SegmentScan {
     let mut offset = 0usize;
     let mut expected = named_first;
     let (mut first_cid, mut last_cid) = (None, None);
+    let mut starts = Vec::new();
     while let Some(r) = record_at(image, offset, Some(expected)) {
+        starts.push(offset as u64);
         first_cid.get_or_insert(r.cid);
         last_cid = Some(r.cid);
         offset = r.end;
@@ -174,6 +262,7 @@ fn scan_segment(image: &[u8], named_first: u64) -> SegmentScan {
         && (offset + 1..dirty_end)
             .any(|o| image[o..].starts_with(&MAGIC) && record_at(image, o, None).is_some());
     SegmentScan {
+        starts,
         first_cid,
         last_cid,
         end: offset as u64,
@@ -270,19 +359,19 @@ impl Log {
                     reason,
                 });
             }
+            let index = Index {
+                starts: scan.starts,
+                end: scan.end,
+            };
             if !is_last {
                 sealed.push(Sealed {
                     path,
                     first_cid: named_first,
                     last_cid: scan.last_cid,
+                    index,
                 });
                 continue;
             }
-            let file = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(&path)
-                .map_err(StorageError::io(&path))?;
             if let SegmentEnd::Torn { .. } = end {
                 // A torn tail: zero it, so the next appends start on clean space.
                 tracing::warn!(
@@ -291,10 +380,17 @@ impl Log {
                     "log ends in a torn record (a crash during a write): cut off"
                 );
                 let zeros = vec![0u8; (scan.dirty_end - scan.end) as usize];
-                file.write_all_at(&zeros, scan.end)
-                    .and_then(|()| file.sync_data())
+                OpenOptions::new()
+                    .write(true)
+                    .open(&path)
+                    .and_then(|file| {
+                        file.write_all_at(&zeros, scan.end)?;
+                        file.sync_data()
+                    })
                     .map_err(StorageError::io(&path))?;
             }
+            let (file, direct) = open_for_append(&path, false)?;
+            let block_start = (scan.end as usize) / BLOCK * BLOCK;
             current = Some(Current {
                 file,
                 path,
@@ -302,6 +398,9 @@ impl Log {
                 last_cid: scan.last_cid,
                 written: scan.end,
                 capacity: image.len() as u64,
+                index,
+                direct,
+                tail: image[block_start..scan.end as usize].to_vec(),
             });
         }
         let next_cid = current
@@ -314,6 +413,7 @@ impl Log {
             sealed,
             current,
             buf: Vec::new(),
+            stage: Stage::default(),
             next_cid,
         })
     }
@@ -364,17 +464,22 @@ impl Log {
             });
         }
         let size = (HEADER_BYTES + payload.len()) as u64;
+        // A segment's records are consecutive from the cid in its name.
         let fits = self.current.as_ref().is_some_and(|c| {
             c.written + self.buf.len() as u64 + size <= c.capacity
-                && c.last_cid.is_none_or(|l| l + 1 == cid)
+                && c.last_cid.map_or(cid == c.first_cid, |l| l + 1 == cid)
         });
         if !fits {
             self.rotate(cid, size)?;
         }
+        let c = self
+            .current
+            .as_mut()
+            .expect("rotate leaves a current segment");
+        c.index.starts.push(c.written + self.buf.len() as u64);
         encode_record(&mut self.buf, cid, payload);
-        if let Some(c) = self.current.as_mut() {
-            c.last_cid = Some(cid);
-        }
+        c.index.end = c.written + self.buf.len() as u64;
+        c.last_cid = Some(cid);
         self.next_cid = Some(cid + 1);
         if self.buf.len() > BUFFER_BYTES_MAX {
             self.write_out()?;
@@ -399,9 +504,28 @@ impl Log {
             .current
             .as_mut()
             .expect("appends always have a current segment");
-        c.file
-            .write_all_at(&self.buf, c.written)
-            .map_err(StorageError::io(&c.path))?;
+        if c.direct {
+            // Whole blocks from the start of the one holding `written`: its head again
+            // (identical bytes), the new records, zeros up to the block's end (the segment
+            // was zeroed, so the zeros change nothing).
+            let start = c.written - c.tail.len() as u64;
+            debug_assert_eq!(start % BLOCK as u64, 0);
+            let used = c.tail.len() + self.buf.len();
+            let stage = self.stage.get(used.next_multiple_of(BLOCK));
+            stage[..c.tail.len()].copy_from_slice(&c.tail);
+            stage[c.tail.len()..used].copy_from_slice(&self.buf);
+            stage[used..].fill(0);
+            c.file
+                .write_all_at(stage, start)
+                .map_err(StorageError::io(&c.path))?;
+            c.tail.clear();
+            c.tail.extend_from_slice(&stage[used / BLOCK * BLOCK..used]);
+            self.stage.trim();
+        } else {
+            c.file
+                .write_all_at(&self.buf, c.written)
+                .map_err(StorageError::io(&c.path))?;
+        }
         c.written += self.buf.len() as u64;
         self.buf.clear();
         Ok(())
@@ -417,6 +541,7 @@ impl Log {
                     path: c.path,
                     first_cid: c.first_cid,
                     last_cid: c.last_cid,
+                    index: c.index,
                 });
             } else {
                 // Never used: remove it rather than keep an empty segment around.
@@ -425,26 +550,42 @@ impl Log {
         }
         let path = self.opts.dir.join(segment_name(first_cid));
         let capacity = self.opts.segment_bytes.max(size);
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .map_err(StorageError::io(&path))?;
+        // Direct writes are whole blocks: the file covers the block holding the last byte.
+        let file_len = capacity.next_multiple_of(BLOCK as u64);
+        let (mut file, mut direct) = open_for_append(&path, true)?;
         // Preallocate and zero the whole segment once, so that appends change no metadata
         // (neither the size nor extents to convert from "unwritten"): each fdatasync then
         // forces data only (measured here: 0.12 ms instead of 0.21 ms per sync after a plain
         // fallocate). fallocate first reserves the space, so a full disk fails now, not in
         // the middle of an append.
-        let _ = rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, capacity);
-        let zeros = vec![0u8; ZERO_CHUNK.min(capacity as usize)];
+        let _ = rustix::fs::fallocate(&file, rustix::fs::FallocateFlags::empty(), 0, file_len);
+        let chunk = ZERO_CHUNK.min(file_len as usize);
+        let zeros = self.stage.get(chunk);
+        zeros.fill(0);
         let mut at = 0u64;
-        while at < capacity {
-            let len = zeros.len().min((capacity - at) as usize);
-            file.write_all_at(&zeros[..len], at)
-                .map_err(StorageError::io(&path))?;
-            at += len as u64;
+        while at < file_len {
+            let len = chunk.min((file_len - at) as usize);
+            match file.write_all_at(&zeros[..len], at) {
+                Ok(()) => at += len as u64,
+                // The file system took O_DIRECT at open but refuses the write (an
+                // alignment it needs larger than a block): write through the page cache.
+                Err(e)
+                    if direct
+                        && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) =>
+                {
+                    tracing::info!(
+                        segment = %path.display(),
+                        "the file system refuses direct writes: the log is written through the page cache"
+                    );
+                    file = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&path)
+                        .map_err(StorageError::io(&path))?;
+                    direct = false;
+                }
+                Err(e) => return Err(StorageError::io(&path)(e)),
+            }
         }
         file.sync_all().map_err(StorageError::io(&path))?;
         sync_dir(&self.opts.dir)?;
@@ -455,6 +596,9 @@ impl Log {
             last_cid: None,
             written: 0,
             capacity,
+            index: Index::default(),
+            direct,
+            tail: Vec::new(),
         });
         Ok(())
     }
@@ -477,53 +621,73 @@ impl Log {
         mut f: impl FnMut(u64, &[u8]) -> Result<(), E>,
     ) -> Result<(), E> {
         let from = range.start;
-        let overlaps = |first: u64, last: Option<u64>| {
-            last.is_some_and(|l| l >= range.start) && first < range.end
-        };
-        let mut paths: Vec<&Path> = self
+        let current = self
+            .current
+            .as_ref()
+            .map(|c| (c.first_cid, &c.path, &c.index));
+        let segments = self
             .sealed
             .iter()
-            .filter(|s| overlaps(s.first_cid, s.last_cid))
-            .map(|s| s.path.as_path())
-            .collect();
-        if let Some(c) = &self.current
-            && overlaps(c.first_cid, c.last_cid)
-        {
-            paths.push(&c.path);
-        }
+            .map(|s| (s.first_cid, &s.path, &s.index))
+            .chain(current);
         let mut expected = from;
-        for path in paths {
-            let named_first = first_cid_of(path).unwrap_or(0);
-            let mut image = read_image(path)?;
-            if let Some(c) = &self.current
-                && c.path == path
-            {
-                // Appends not yet written out are part of the log too.
-                image.truncate(c.written as usize);
-                image.extend_from_slice(&self.buf);
+        for (first, path, index) in segments {
+            // Only the records of the range, found by the index.
+            let k = range.start.saturating_sub(first);
+            let k_end = range
+                .end
+                .saturating_sub(first)
+                .min(index.starts.len() as u64);
+            if k >= k_end {
+                continue;
             }
+            let Some((start, end)) = index.range(k as usize, k_end as usize) else {
+                continue;
+            };
+            let image = self.read_bytes(path, start, end)?;
             let mut offset = 0usize;
-            let mut next = named_first;
-            while let Some(r) = record_at(&image, offset, Some(next)) {
-                if r.cid >= range.end {
-                    break;
-                }
-                if r.cid >= from {
-                    if r.cid != expected {
-                        return Err(StorageError::Gap {
-                            expected,
-                            log_first: r.cid,
-                        }
-                        .into());
+            for cid in first + k..first + k_end {
+                let Some(r) = record_at(&image, offset, Some(cid)) else {
+                    // The file no longer holds what the index says.
+                    return Err(StorageError::Gap {
+                        expected: cid,
+                        log_first: first,
                     }
-                    f(r.cid, r.payload)?;
-                    expected += 1;
+                    .into());
+                };
+                if cid != expected {
+                    return Err(StorageError::Gap {
+                        expected,
+                        log_first: cid,
+                    }
+                    .into());
                 }
+                f(cid, r.payload)?;
+                expected += 1;
                 offset = r.end;
-                next += 1;
             }
         }
         Ok(())
+    }
+
+    /// Bytes `start..end` of a segment, appends not yet written out included.
+    fn read_bytes(&self, path: &Path, start: u64, end: u64) -> Result<Vec<u8>, StorageError> {
+        let written = match &self.current {
+            Some(c) if c.path == path => c.written,
+            _ => u64::MAX,
+        };
+        let on_disk = end.min(written).saturating_sub(start) as usize;
+        let mut bytes = vec![0u8; on_disk];
+        if on_disk > 0 {
+            File::open(path)
+                .and_then(|file| file.read_exact_at(&mut bytes, start))
+                .map_err(StorageError::io(path))?;
+        }
+        if end > written {
+            let from = start.max(written) - written;
+            bytes.extend_from_slice(&self.buf[from as usize..(end - written) as usize]);
+        }
+        Ok(bytes)
     }
 
     /// Drops the segments whose every instance is at most `cid` (covered by a durable
@@ -551,6 +715,7 @@ impl Log {
     /// next append must be `cid + 1`.
     pub fn reset_after(&mut self, cid: u64) -> Result<(), StorageError> {
         self.buf.clear();
+        self.stage = Stage::default();
         if let Some(c) = self.current.take() {
             std::fs::remove_file(&c.path).map_err(StorageError::io(&c.path))?;
         }
@@ -566,12 +731,4 @@ impl Log {
     pub fn segment_count(&self) -> usize {
         self.sealed.len() + usize::from(self.current.is_some())
     }
-}
-
-fn first_cid_of(path: &Path) -> Option<u64> {
-    path.file_name()?
-        .to_str()?
-        .strip_suffix(".log")?
-        .parse()
-        .ok()
 }

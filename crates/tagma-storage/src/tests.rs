@@ -193,6 +193,38 @@ fn replay_range_reads_exactly_its_instances() {
 }
 
 #[test]
+fn ranges_are_read_by_the_index_from_disk_and_from_the_unwritten_buffer() {
+    let dir = tempfile::tempdir().unwrap();
+    // One large segment, so that a range is a small part of it.
+    let mut log = Log::open(opts(dir.path(), 1 << 20)).unwrap();
+    append_range(&mut log, 0..300);
+    log.sync().unwrap();
+    for cid in 300..320 {
+        log.append(cid, &payload(cid)).unwrap(); // buffered, not written out
+    }
+    let read = |log: &Log, range: std::ops::Range<u64>| {
+        let mut seen = Vec::new();
+        log.replay_range(range, |cid, p| -> Result<(), StorageError> {
+            assert_eq!(p, payload(cid).as_slice(), "cid {cid}");
+            seen.push(cid);
+            Ok(())
+        })
+        .unwrap();
+        seen
+    };
+    assert_eq!(read(&log, 120..130), (120..130).collect::<Vec<_>>());
+    // Straddling what is on disk and what is still buffered.
+    assert_eq!(read(&log, 295..305), (295..305).collect::<Vec<_>>());
+    assert_eq!(read(&log, 310..400), (310..320).collect::<Vec<_>>());
+    log.sync().unwrap();
+    drop(log);
+    // After a reopen the index is rebuilt from the scan.
+    let log = Log::open(opts(dir.path(), 1 << 20)).unwrap();
+    assert_eq!(read(&log, 0..3), vec![0, 1, 2]);
+    assert_eq!(read(&log, 317..1000), vec![317, 318, 319]);
+}
+
+#[test]
 fn releasing_drops_covered_segments_only() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(opts(dir.path(), 1024)).unwrap();
