@@ -882,19 +882,32 @@ impl Replica {
         if !self.params.members.contains(&from) {
             return Err(Rejection::NotAMember { from });
         }
-        if self.recovery.is_some()
-            && matches!(
-                input,
-                PeerInput::Propose { .. }
-                    | PeerInput::UndecodablePropose { .. }
-                    | PeerInput::Write(_)
-                    | PeerInput::Accept(_)
-                    | PeerInput::Stop(_)
-                    | PeerInput::StopData(_)
-                    | PeerInput::Sync { .. }
-            )
-        {
-            return Err(Rejection::Recovering);
+        if self.recovery.is_some() {
+            match &input {
+                // The others may order before this replica has heard enough positions: their
+                // messages for the instances it has not decided wait in the (bounded) buffer
+                // for the end of the start-up synchronisation, when they are handled as if
+                // they arrived then. Dropping them left a PROPOSE that reached a replica still
+                // synchronising unanswered until a leader change (4 s after every replica
+                // restarted, when a client's request came back at once).
+                PeerInput::Propose { cid, .. }
+                | PeerInput::UndecodablePropose { cid, .. }
+                | PeerInput::Write(Vote { cid, .. })
+                | PeerInput::Accept(Accept {
+                    vote: Vote { cid, .. },
+                    ..
+                }) => {
+                    let (cid, next) = (*cid, self.instance.cid);
+                    if cid < next {
+                        return Err(Rejection::Stale { cid });
+                    }
+                    return self.future.push(next, cid, from, input);
+                }
+                PeerInput::Stop(_) | PeerInput::StopData(_) | PeerInput::Sync { .. } => {
+                    return Err(Rejection::Recovering);
+                }
+                _ => {}
+            }
         }
         let result = match input {
             PeerInput::Forward { request, authentic } => self.on_forward(request, authentic),
@@ -1596,7 +1609,14 @@ impl Replica {
                 continue;
             }
             self.catch_up.future.retain(|c, _| *c > cid);
-            for (from, input) in self.future.take(cid) {
+            // A replica still synchronising casts no vote: buffered messages wait for the
+            // end of the start-up synchronisation (which settles again).
+            let buffered = if self.recovery.is_none() {
+                self.future.take(cid)
+            } else {
+                Vec::new()
+            };
+            for (from, input) in buffered {
                 if let Err(rejection) = self.on_consensus_input(from, input) {
                     tracing::trace!(%from, %cid, reason = rejection.reason(), "buffered message rejected");
                 }
@@ -2926,7 +2946,7 @@ impl FutureBuffer {
         from: ReplicaId,
         input: PeerInput,
     ) -> Result<(), Rejection> {
-        debug_assert!(cid > current);
+        debug_assert!(cid >= current);
         let sender_len = self.per_sender.get(&from).copied().unwrap_or(0);
         if cid.0 - current.0 > self.len_max as u64
             || self.len >= self.len_max
