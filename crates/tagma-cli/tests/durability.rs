@@ -115,21 +115,27 @@ fn chaos(args: &[&str]) -> serde_json::Value {
     report
 }
 
-/// Runs `tagma chaos --json ARGS`: it must exit 0 with one JSON report of more than 100
-/// acknowledged operations, none lost or applied twice, and equal final digests.
-fn chaos_passes(args: &[&str]) -> serde_json::Value {
+/// Runs `tagma ARGS` (a command given `--json`): it must exit 0 and print one JSON object.
+fn tagma_json(args: &[&str]) -> serde_json::Value {
     let out = std::process::Command::new(exe())
-        .args(["chaos", "--json"])
         .args(args)
         .output()
-        .expect("run tagma chaos");
+        .unwrap_or_else(|e| panic!("run tagma {args:?}: {e}"));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
-        "tagma chaos {args:?} failed:\n{stdout}\n{}",
+        "tagma {args:?} failed:\n{stdout}\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    serde_json::from_str(stdout.trim()).expect("one JSON object")
+}
+
+/// Runs `tagma chaos --json ARGS`: it must exit 0 with one JSON report of more than 100
+/// acknowledged operations, none lost or applied twice, and equal final digests.
+fn chaos_passes(args: &[&str]) -> serde_json::Value {
+    let mut all = vec!["chaos", "--json"];
+    all.extend_from_slice(args);
+    let report = tagma_json(&all);
     assert!(
         report["acknowledged_ops"].as_u64().unwrap() > 100,
         "{report}"
@@ -157,25 +163,15 @@ fn chaos_lagging_replica_catches_up_while_the_others_serve() {
 #[test]
 fn bench_state_transfer_brings_a_wiped_replica_back() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = std::process::Command::new(exe())
-        .args([
-            "bench",
-            "state-transfer",
-            "--state-mb",
-            "4",
-            "--checkpoint-period",
-            "40",
-            "--json",
-        ])
-        .output()
-        .expect("run tagma bench state-transfer");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let report = tagma_json(&[
+        "bench",
+        "state-transfer",
+        "--state-mb",
+        "4",
+        "--checkpoint-period",
+        "40",
+        "--json",
+    ]);
     assert_eq!(report["state_digests_equal"], true, "{report}");
     assert!(
         report["installed_state_mb"].as_f64().unwrap() > 3.0,
@@ -191,35 +187,25 @@ fn bench_state_transfer_brings_a_wiped_replica_back() {
 #[test]
 fn bench_durability_reports_the_ratio_measured_in_alternating_windows() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let out = std::process::Command::new(exe())
-        .args([
-            "bench",
-            "--workload",
-            "kv",
-            "--payload",
-            "1024",
-            "--clients",
-            "16",
-            "--durability",
-            "fsync",
-            "--durability-rounds",
-            "2",
-            "--warmup-s",
-            "0.5",
-            "--duration-s",
-            "1",
-            "--no-baseline",
-            "--json",
-        ])
-        .output()
-        .expect("run tagma bench --durability fsync");
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let report: serde_json::Value = serde_json::from_str(stdout.trim()).expect("one JSON object");
+    let report = tagma_json(&[
+        "bench",
+        "--workload",
+        "kv",
+        "--payload",
+        "1024",
+        "--clients",
+        "16",
+        "--durability",
+        "fsync",
+        "--durability-rounds",
+        "2",
+        "--warmup-s",
+        "0.5",
+        "--duration-s",
+        "1",
+        "--no-baseline",
+        "--json",
+    ]);
     assert_eq!(report["durability"], "fsync", "{report}");
     assert_eq!(report["errors"], 0, "{report}");
     let durable = report["throughput_ops_s"].as_f64().unwrap();
