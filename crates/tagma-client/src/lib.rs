@@ -8,10 +8,7 @@
 //! Unanswered ordered requests are retransmitted every `client_retransmit_ms`; after
 //! `client_invoke_timeout_ms` the caller gets a typed error, but the request keeps being
 //! retransmitted (replicas order a client's requests by contiguous sequence numbers).
-//! Broken connections are re-established in the background, and a replica whose connection
-//! comes back is sent every pending request at once (after a restart of every replica, the
-//! copies sent before it were lost, and waiting for the retransmission cost up to a second).
-//! At most
+//! Broken connections are re-established in the background. At most
 //! `limits.reply_cache_per_client` requests are in flight per proxy, so a lost reply can always
 //! be resent from the replicas' reply cache.
 //!

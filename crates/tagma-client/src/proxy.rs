@@ -882,21 +882,8 @@ impl Inner {
             if !(down && due) {
                 continue;
             }
-            match self.connect_link(link) {
-                // A replica back (after a restart, or a connection lost): what it missed
-                // goes to it now, not at the next retransmission (`client_retransmit_ms`,
-                // 1 s by default, when a restart of every replica lost every copy).
-                Ok(()) => {
-                    let frames: Vec<Bytes> = lock(&self.calls)
-                        .values()
-                        .filter(|c| !c.abandoned && Arc::ptr_eq(&c.members, &members))
-                        .map(|c| c.frame.clone())
-                        .collect();
-                    for frame in &frames {
-                        link.send(frame);
-                    }
-                }
-                Err(e) => debug!("reconnect to replica {} failed: {e}", link.info.id),
+            if let Err(e) = self.connect_link(link) {
+                debug!("reconnect to replica {} failed: {e}", link.info.id);
             }
         }
         let mut resend = Vec::new();

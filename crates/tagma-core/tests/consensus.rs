@@ -1732,54 +1732,6 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
     assert_eq!(ids(&batch), vec![(1, 1)]);
 }
 
-/// A follower still synchronising keeps the leader's PROPOSE for its next instance (the
-/// leader finished first) and votes on it once it is done, instead of dropping it and leaving
-/// the instance to a leader change.
-#[test]
-fn a_recovering_follower_keeps_the_proposal_for_its_next_instance() {
-    let log = decided_run(3);
-    let mut leader = bft(0);
-    leader.resume(
-        ConsensusId(2),
-        2,
-        &[(ClientId(9), RequestSeq(3))],
-        log.clone(),
-    );
-    leader.handle_client_request(5, req(1, 1)).unwrap();
-    let (bytes, hash, _) = take_proposal(&drain(&mut leader), 3, Mode::Bft);
-
-    let mut r1 = bft(1);
-    r1.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
-    r1.start_recovery(100);
-    drain(&mut r1);
-    let propose = PeerInput::Propose {
-        cid: ConsensusId(3),
-        epoch: E0,
-        batch: verified(&bytes),
-    };
-    assert_eq!(r1.handle_peer(101, r(0), propose), Ok(()), "buffered");
-    assert_eq!(
-        r1.handle_peer(101, r(0), PeerInput::Write(vote(2, hash))),
-        Err(Rejection::Stale {
-            cid: ConsensusId(2)
-        })
-    );
-    assert!(
-        !drain(&mut r1)
-            .iter()
-            .any(|a| matches!(a, Action::Broadcast(PeerMessage::Write(_)))),
-        "no vote while synchronising"
-    );
-    for from in [0, 2, 3] {
-        r1.handle_peer(102, r(from), position(3, true)).unwrap();
-    }
-    assert!(!r1.is_recovering());
-    assert!(
-        drain(&mut r1).contains(&write(3, hash)),
-        "the kept proposal is voted on once synchronised"
-    );
-}
-
 /// The highest durable instance wins: a restarted leader behind a peer fetches the decision
 /// it misses (with its proof) before proposing, instead of deciding that instance anew.
 #[test]
@@ -1869,9 +1821,11 @@ fn a_recovering_replica_does_not_vote_and_cft_waits_for_every_peer() {
     r1.start_recovery(0);
     drain(&mut r1);
     let batch = batch_of(1, vec![req(1, 1)]);
-    let (input, hash) = propose(0, &batch);
-    // Kept for the end of recovery, not voted on now.
-    assert_eq!(r1.handle_peer(1, r(0), input), Ok(()));
+    let (input, _) = propose(0, &batch);
+    assert_eq!(
+        r1.handle_peer(1, r(0), input).unwrap_err(),
+        Rejection::Recovering
+    );
     let stop = Stop {
         regency: Regency(1),
         requests: vec![],
@@ -1887,10 +1841,6 @@ fn a_recovering_replica_does_not_vote_and_cft_waits_for_every_peer() {
     assert!(r1.is_recovering());
     r1.handle_peer(60_001, r(2), position(0, true)).unwrap();
     assert!(!r1.is_recovering());
-    assert!(
-        drain(&mut r1).contains(&accept(0, hash)),
-        "the kept proposal is accepted once recovery ends"
-    );
 }
 
 // ---------------------------------------------------------------------------------------------

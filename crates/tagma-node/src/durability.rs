@@ -338,14 +338,20 @@ pub(crate) fn storage_loop(
                 return;
             }
             metrics.log_syncs.fetch_add(1, Ordering::Relaxed);
-            if exec_tx.send(ExecEvent::Durable(cid)).is_err() {
-                return;
+            // Published first (a full execution queue must not hold the leader's next
+            // proposal), and never backwards: an installed state's `through` can be below
+            // instances synced before it.
+            let was = sh.durable_through.load(Ordering::SeqCst);
+            if was == crate::NOTHING_DURABLE || was < cid {
+                sh.durable_through.store(cid, Ordering::SeqCst);
             }
-            sh.durable_through.store(cid, Ordering::SeqCst);
             // The internal channel is only full when the consensus thread has events to
             // handle, after each of which it looks at `durable_through` again.
             if sh.wake_on_durable.swap(false, Ordering::SeqCst) {
                 let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
+            }
+            if exec_tx.send(ExecEvent::Durable(cid)).is_err() {
+                return;
             }
         }
         if let Some(cid) = release

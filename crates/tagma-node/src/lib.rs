@@ -1177,7 +1177,7 @@ fn consensus_loop(
         let now = clock.now_ms();
         if core.next_timeout_ms().is_some_and(|t| t <= now) {
             core.handle_tick(now);
-            if !carry_out_actions(sh, &mut core, links) {
+            if !carry_out_actions(sh, &mut core, links) || !feed_durable(sh, &mut core, links) {
                 return;
             }
         }

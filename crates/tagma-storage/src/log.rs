@@ -515,9 +515,27 @@ impl Log {
             stage[..c.tail.len()].copy_from_slice(&c.tail);
             stage[c.tail.len()..used].copy_from_slice(&self.buf);
             stage[used..].fill(0);
-            c.file
-                .write_all_at(stage, start)
-                .map_err(StorageError::io(&c.path))?;
+            match c.file.write_all_at(stage, start) {
+                Ok(()) => {}
+                // Direct IO refused after all (an alignment larger than a block): the same
+                // bytes through the page cache, and so on for this segment.
+                Err(e) if e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) => {
+                    tracing::info!(
+                        segment = %c.path.display(),
+                        "the file system refuses direct writes: the log is written through the page cache"
+                    );
+                    c.file = OpenOptions::new()
+                        .read(true)
+                        .write(true)
+                        .open(&c.path)
+                        .map_err(StorageError::io(&c.path))?;
+                    c.direct = false;
+                    c.file
+                        .write_all_at(stage, start)
+                        .map_err(StorageError::io(&c.path))?;
+                }
+                Err(e) => return Err(StorageError::io(&c.path)(e)),
+            }
             c.tail.clear();
             c.tail.extend_from_slice(&stage[used / BLOCK * BLOCK..used]);
             self.stage.trim();
@@ -567,8 +585,9 @@ impl Log {
             let len = chunk.min((file_len - at) as usize);
             match file.write_all_at(&zeros[..len], at) {
                 Ok(()) => at += len as u64,
-                // The file system took O_DIRECT at open but refuses the write (an
-                // alignment it needs larger than a block): write through the page cache.
+                // The file system took O_DIRECT at open but refuses the write: write through
+                // the page cache (an alignment larger than a block shows at the first append,
+                // which falls back the same way).
                 Err(e)
                     if direct
                         && e.raw_os_error() == Some(rustix::io::Errno::INVAL.raw_os_error()) =>
