@@ -24,6 +24,12 @@ impl ParallelKv {
     pub fn new() -> Self {
         ParallelKv::default()
     }
+
+    /// The store, locked for one operation (a lock poisoned by a panicking operation is
+    /// taken over: the scheduler re-raises that panic in the caller anyway).
+    fn store(&self) -> std::sync::MutexGuard<'_, KvService> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// The class of a key: a 64-bit hash (two keys sharing it only conflict needlessly).
@@ -46,10 +52,7 @@ const CTX: Context = Context {
 
 impl ParallelService for ParallelKv {
     fn execute(&self, op: &Bytes) -> Bytes {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .execute_ordered(op, &CTX)
+        self.store().execute_ordered(op, &CTX)
     }
 
     fn classify(&self, op: &Bytes) -> Access {
@@ -68,27 +71,17 @@ impl ParallelService for ParallelKv {
     }
 
     fn digest(&self) -> [u8; 32] {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .state_digest()
-            .0
+        self.store().state_digest().0
     }
 }
 
 impl ParallelState for ParallelKv {
     fn execute_unordered(&self, op: &Bytes) -> Bytes {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .execute_unordered(op, &CTX)
+        self.store().execute_unordered(op, &CTX)
     }
 
     fn snapshot(&self) -> Bytes {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .snapshot()
+        self.store().snapshot()
     }
 
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), String> {

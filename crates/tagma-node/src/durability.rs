@@ -341,12 +341,9 @@ pub(crate) fn storage_loop(
             // Published first (a full execution queue must not hold the leader's next
             // proposal), and never backwards: an installed state's `through` can be below
             // instances synced before it.
-            let was = sh.durable_through.load(Ordering::SeqCst);
-            if was == crate::NOTHING_DURABLE || was < cid {
-                sh.durable_through.store(cid, Ordering::SeqCst);
-            }
+            sh.durable_below.fetch_max(cid + 1, Ordering::SeqCst);
             // The internal channel is only full when the consensus thread has events to
-            // handle, after each of which it looks at `durable_through` again.
+            // handle, after each of which it looks at `durable_below` again.
             if sh.wake_on_durable.swap(false, Ordering::SeqCst) {
                 let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
             }
@@ -448,8 +445,7 @@ fn wait_for_log(sh: &Shared, cid: u64) -> bool {
     const WAIT_MAX: Duration = Duration::from_secs(10);
     let start = std::time::Instant::now();
     loop {
-        let durable = sh.durable_through.load(Ordering::SeqCst);
-        if durable != crate::NOTHING_DURABLE && durable >= cid {
+        if sh.durable_below.load(Ordering::SeqCst) > cid {
             return true;
         }
         if start.elapsed() > WAIT_MAX {

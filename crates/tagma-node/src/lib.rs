@@ -148,7 +148,7 @@ enum ConsensusEvent {
     /// A durable checkpoint was written (offered to replicas that need state).
     Checkpointed(tagma_wire::CheckpointInfo),
     /// The storage thread synced the log while the leader's next proposal waited for it (the
-    /// position itself is read from `Shared::durable_through`).
+    /// position itself is read from `Shared::durable_below`).
     Durable,
     /// The execution thread's verdict on a fetched state, with what the storage thread must
     /// log for it.
@@ -247,8 +247,8 @@ struct Shared {
     handshakes: AtomicU64,
     /// Unreplicated mode (the benchmarks' baseline): ordered requests bypass consensus.
     unreplicated: bool,
-    /// The newest instance the storage thread synced (`NOTHING_DURABLE` before the first).
-    durable_through: AtomicU64,
+    /// Every instance below this one is synced to the log (0: none yet); only grows.
+    durable_below: AtomicU64,
     /// Set by the consensus thread while the leader's proposal waits for the log: the
     /// storage thread then sends `ConsensusEvent::Durable` after its sync.
     wake_on_durable: std::sync::atomic::AtomicBool,
@@ -446,7 +446,7 @@ fn start_node<S: Service>(
         next_conn_id: AtomicU64::new(1),
         handshakes: AtomicU64::new(0),
         unreplicated,
-        durable_through: AtomicU64::new(NOTHING_DURABLE),
+        durable_below: AtomicU64::new(0),
         wake_on_durable: std::sync::atomic::AtomicBool::new(false),
     });
 
@@ -1191,21 +1191,18 @@ fn consensus_loop(
 fn feed_durable(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
     while let Some(waited) = core.awaits_durable() {
         sh.wake_on_durable.store(true, Ordering::SeqCst);
-        let durable = sh.durable_through.load(Ordering::SeqCst);
-        if durable == NOTHING_DURABLE || durable < waited.0 {
+        let below = sh.durable_below.load(Ordering::SeqCst);
+        if below <= waited.0 {
             return true;
         }
         sh.wake_on_durable.store(false, Ordering::SeqCst);
-        core.note_durable(tagma_wire::ConsensusId(durable));
+        core.note_durable(tagma_wire::ConsensusId(below - 1));
         if !carry_out_actions(sh, core, links) {
             return false;
         }
     }
     true
 }
-
-/// `Shared::durable_through` before the first sync.
-const NOTHING_DURABLE: u64 = u64::MAX;
 
 /// Carries out the core's actions in order; false when the replica is shutting down.
 fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
