@@ -349,6 +349,17 @@ pub enum Action {
         offset: u64,
         data: Bytes,
     },
+    /// Durable replicas: write this replica's votes on the instance in progress to disk
+    /// (the collect it would report in a leader change, unsigned: the values it wrote and
+    /// the highest epoch in which it saw a write quorum), then report them with
+    /// [`Replica::note_votes_durable`]`(seq)`. The core sends an ACCEPT only once the votes
+    /// that include it are durable, so a replica that crashes and restarts never forgets a
+    /// value it may have helped decide (it reads its votes back with
+    /// [`Replica::restore_votes`]); WRITEs do not wait. Each `PersistVote` supersedes the
+    /// earlier ones (lower `seq`): only the newest must survive, provided every decision
+    /// delivered before it is durable first (the runtime logs decisions and votes in the
+    /// order the core emits them).
+    PersistVote { seq: u64, votes: Collect },
     /// State transfer, fetching side: every part arrived; validate and install it (see
     /// [`crate::transfer`]), then report with [`Replica::state_installed`]. The core may
     /// still deliver instances meanwhile (decided by the others while the state was
@@ -612,6 +623,12 @@ pub struct Replica {
     /// Durable replicas: the newest instance the runtime reported on this replica's disk
     /// ([`Replica::note_durable`]); the leader proposes instance c only once c−1 is.
     durable_through: Option<ConsensusId>,
+    /// Durable replicas: the sequence number of the last [`Action::PersistVote`] issued, and
+    /// of the newest one the runtime reported on disk ([`Replica::note_votes_durable`]).
+    votes_issued: u64,
+    votes_durable: u64,
+    /// Votes read back from disk after a restart, by instance ([`Replica::restore_votes`]).
+    recovered_votes: BTreeMap<ConsensusId, RecoveredVotes>,
     key: IdentityKey,
     checker: ProofChecker,
     /// The checkers of the last few views before this one, each with the first instance of
@@ -730,6 +747,9 @@ impl Replica {
         Replica {
             idle_probe_ms: None,
             durable_through: None,
+            votes_issued: 0,
+            votes_durable: 0,
+            recovered_votes: BTreeMap::new(),
             rng: SplitMix64(params.seed),
             key,
             checker,
@@ -1175,6 +1195,15 @@ impl Replica {
             unreachable!("voting for a valid proposal")
         };
         let hash = batch.hash;
+        if self
+            .recovered_votes
+            .get(&cid)
+            .is_some_and(|r| r.forbids(epoch, hash))
+        {
+            tracing::info!(%cid, %epoch, "not voting: before a crash this replica voted for another value of this instance, in this epoch or (accepting it) in a later one");
+            return;
+        }
+        let state = self.instance.epoch_mut(epoch);
         debug_assert!(!state.write_sent, "voted twice for one epoch");
         state.write_sent = true;
         match mode {
@@ -1182,6 +1211,11 @@ impl Replica {
             Mode::Bft => {
                 let fresh = state.writes.add(me, hash);
                 debug_assert!(fresh, "own WRITE counted twice");
+                if self.params.state_transfer {
+                    // Durable: the value written goes to disk too (the WRITE does not wait),
+                    // so that after a crash this replica still vouches for it.
+                    self.persist_votes();
+                }
                 self.actions
                     .push_back(Action::Broadcast(PeerMessage::Write(Vote {
                         cid,
@@ -1189,9 +1223,22 @@ impl Replica {
                         hash,
                     })));
             }
-            // CFT has no WRITE step: valid PROPOSE → ACCEPT.
-            Mode::Cft => self.send_accept(epoch, hash),
+            // CFT has no WRITE step: valid PROPOSE → ACCEPT (`check_quorums`, which every
+            // caller runs next).
+            Mode::Cft => {}
         }
+    }
+
+    /// Issues an [`Action::PersistVote`] of this replica's votes on the instance in progress;
+    /// returns its sequence number.
+    fn persist_votes(&mut self) -> u64 {
+        self.votes_issued += 1;
+        let votes = self.collect();
+        self.actions.push_back(Action::PersistVote {
+            seq: self.votes_issued,
+            votes,
+        });
+        self.votes_issued
     }
 
     /// Signs, counts and broadcasts this replica's ACCEPT.
@@ -1272,13 +1319,26 @@ impl Replica {
             state.proposal = ProposalSlot::Valid(b);
             self.vote_for_proposal(epoch);
         }
+        let durable = self.params.state_transfer;
         let state = self.instance.epoch_mut(epoch);
-        if quorums.mode == Mode::Bft
-            && !state.accept_sent
-            && state.writes.count(hash) >= quorums.write_quorum()
-        {
+        let quorum_step = match quorums.mode {
             // Mod-SMaRt: quorum of WRITEs → ACCEPT.
-            self.send_accept(epoch, hash);
+            Mode::Bft => state.writes.count(hash) >= quorums.write_quorum(),
+            // CFT: the vote for the proposal is the ACCEPT.
+            Mode::Cft => true,
+        };
+        // Only for a proposal this replica voted for.
+        if state.write_sent && !state.accept_sent && quorum_step {
+            if durable && state.accept_seq == 0 {
+                // Durable replicas: the write quorum goes to disk first, and the ACCEPT waits
+                // for it, so a crash never makes this replica forget the value.
+                state.accept_seq = u64::MAX; // claimed by `collect` from now on
+                let seq = self.persist_votes();
+                self.instance.epoch_mut(epoch).accept_seq = seq;
+            }
+            if self.instance.epoch_mut(epoch).accept_seq <= self.votes_durable {
+                self.send_accept(epoch, hash);
+            }
         }
         if self.instance.epoch_mut(epoch).accepts.count(hash) >= quorums.accept_quorum()
             && self.accept_quorum_verified(epoch, hash)
@@ -1376,6 +1436,7 @@ impl Replica {
         // Buffered messages for this instance (decided here from a proof, without them) are
         // obsolete.
         self.future.discard_below(cid.next());
+        self.recovered_votes.retain(|c, _| *c > cid);
         self.last_decided = Some(cid);
         self.arm_idle_probe();
         self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(batch.timestamp_ms);
@@ -1633,11 +1694,18 @@ impl Replica {
         {
             return;
         }
-        let Some((bytes, batch)) = self.build_batch() else {
+        let cid = self.instance.cid;
+        // A value this replica voted for before a crash, in this epoch or a later one, is
+        // the only one it may vote for: propose it again.
+        let recovered = self
+            .recovered_votes
+            .get(&cid)
+            .and_then(|r| r.value_to_propose(epoch))
+            .and_then(|value| Some((value.clone(), Batch::decode(value).ok()?)));
+        let Some((bytes, batch)) = recovered.or_else(|| self.build_batch()) else {
             return;
         };
         let hash = tagma_crypto::digest(&bytes);
-        let cid = self.instance.cid;
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), bytes = bytes.len(), "proposing");
         self.actions
             .push_back(Action::Broadcast(PeerMessage::Propose(Propose {
@@ -1846,13 +1914,22 @@ impl Replica {
 
     /// This replica's signed collect for the instance in progress.
     fn signed_collect(&self) -> SignedCollect {
+        let collect = self.collect();
+        let signature = self.key.sign(&collect_signing_bytes(&collect));
+        SignedCollect { collect, signature }
+    }
+
+    /// This replica's collect for the instance in progress: the values it wrote and the
+    /// highest epoch in which it saw a write quorum (and accepts or accepted), votes from
+    /// before a crash included.
+    fn collect(&self) -> Collect {
         let mut write_quorum = None;
         let mut writes: BTreeMap<Digest, (Epoch, Bytes)> = BTreeMap::new();
         for (epoch, state) in &self.instance.epochs {
             let ProposalSlot::Valid(b) = &state.proposal else {
                 continue;
             };
-            if state.accept_sent {
+            if state.accept_sent || state.accept_seq != 0 {
                 // BFT: ACCEPT is sent only on a WRITE quorum; CFT: accepting is the quorum step.
                 write_quorum = Some((*epoch, b.hash));
             }
@@ -1860,20 +1937,29 @@ impl Replica {
                 writes.insert(b.hash, (*epoch, b.bytes.clone()));
             }
         }
+        if let Some(recovered) = self.recovered_votes.get(&self.instance.cid) {
+            if let Some((epoch, hash)) = recovered.accepted
+                && write_quorum.is_none_or(|(e, _)| e < epoch)
+            {
+                write_quorum = Some((epoch, hash));
+            }
+            for (epoch, hash, value) in &recovered.writes {
+                let entry = writes.entry(*hash).or_insert((*epoch, value.clone()));
+                entry.0 = entry.0.max(*epoch);
+            }
+        }
         let mut write_set: Vec<(Epoch, Bytes)> = writes.into_values().collect();
         write_set.sort_by_key(|(e, _)| *e);
         if write_set.len() > WRITE_SET_MAX {
             write_set.drain(..write_set.len() - WRITE_SET_MAX);
         }
-        let collect = Collect {
+        Collect {
             replica: self.params.me,
             regency: self.regency,
             cid: self.instance.cid,
             write_quorum,
             write_set,
-        };
-        let signature = self.key.sign(&collect_signing_bytes(&collect));
-        SignedCollect { collect, signature }
+        }
     }
 
     fn valid_collect(&self, sc: &SignedCollect, regency: Regency) -> bool {
@@ -2568,6 +2654,60 @@ impl Replica {
         self.try_propose();
     }
 
+    /// A durable replica's runtime reports that its votes up to [`Action::PersistVote`]
+    /// `seq` are on disk: the ACCEPTs waiting for them may go.
+    pub fn note_votes_durable(&mut self, seq: u64) {
+        if seq <= self.votes_durable {
+            return;
+        }
+        debug_assert!(
+            seq <= self.votes_issued,
+            "a vote reported durable before it was issued"
+        );
+        self.votes_durable = seq;
+        let epoch = self.epoch();
+        self.check_quorums(epoch);
+    }
+
+    /// The newest vote sequence number the runtime reported durable.
+    pub fn votes_durable(&self) -> u64 {
+        self.votes_durable
+    }
+
+    /// `Some(seq)` while an ACCEPT waits for the vote [`Action::PersistVote`] `seq`; the
+    /// runtime then calls [`Replica::note_votes_durable`] when it is on disk.
+    pub fn awaits_vote(&self) -> Option<u64> {
+        let state = self.instance.epochs.get(&self.epoch())?;
+        (!state.accept_sent && state.accept_seq > self.votes_durable).then_some(state.accept_seq)
+    }
+
+    /// Restart: the votes read back from this replica's disk ([`Action::PersistVote`]), after
+    /// [`Replica::resume`] (if anything was recovered) and before
+    /// [`Replica::start_recovery`]. Votes on instances already decided are ignored. On the
+    /// others this replica writes no other value in an epoch where it wrote one, votes for
+    /// no other value in an epoch up to one where it saw a write quorum, reports them in its
+    /// collects, and as leader proposes that value again.
+    pub fn restore_votes(&mut self, votes: impl IntoIterator<Item = Collect>) {
+        for collect in votes {
+            if collect.cid < self.instance.cid {
+                continue;
+            }
+            tracing::info!(cid = %collect.cid, write_quorum = ?collect.write_quorum.map(|(e, _)| e), writes = collect.write_set.len(), "votes from before the restart restored");
+            let slot = self.recovered_votes.entry(collect.cid).or_default();
+            if let Some((epoch, hash)) = collect.write_quorum
+                && slot.accepted.is_none_or(|(e, _)| e < epoch)
+            {
+                slot.accepted = Some((epoch, hash));
+            }
+            for (epoch, value) in collect.write_set {
+                let hash = tagma_crypto::digest(&value);
+                if !slot.writes.iter().any(|(e, _, _)| *e == epoch) {
+                    slot.writes.push((epoch, hash, value));
+                }
+            }
+        }
+    }
+
     /// Storage back-pressure: a durable leader proposes instance c only once c−1 is on its
     /// own disk, so ordering never runs ahead of the log, and the requests that arrive while
     /// the log syncs join the next batch instead of making one more instance (one more sync,
@@ -2813,6 +2953,46 @@ impl Instance {
     }
 }
 
+/// A replica's votes on one instance, read back from its disk after a crash.
+#[derive(Default, Debug)]
+struct RecoveredVotes {
+    /// The highest epoch in which it saw a write quorum (and may have accepted), and for what.
+    accepted: Option<(Epoch, Digest)>,
+    /// The values it wrote: (epoch, hash, value).
+    writes: Vec<(Epoch, Digest, Bytes)>,
+}
+
+impl RecoveredVotes {
+    /// Whether voting for `hash` in `epoch` could contradict these votes: another value
+    /// written in that epoch, or another value accepted in that epoch or a later one.
+    fn forbids(&self, epoch: Epoch, hash: Digest) -> bool {
+        self.accepted.is_some_and(|(e, h)| epoch <= e && hash != h)
+            || self
+                .writes
+                .iter()
+                .any(|(e, h, _)| *e == epoch && *h != hash)
+    }
+
+    /// The only value this replica, as leader of `epoch`, may propose: the one it accepted
+    /// in this epoch or a later one, or else the one it wrote in this epoch.
+    fn value_to_propose(&self, epoch: Epoch) -> Option<&Bytes> {
+        let value_of = |hash: Digest| {
+            self.writes
+                .iter()
+                .find(|(_, h, _)| *h == hash)
+                .map(|(_, _, v)| v)
+        };
+        match self.accepted {
+            Some((e, h)) if e >= epoch => value_of(h),
+            _ => self
+                .writes
+                .iter()
+                .find(|(e, _, _)| *e == epoch)
+                .map(|(_, _, v)| v),
+        }
+    }
+}
+
 /// One epoch of an instance: the PROPOSE taken and the votes received.
 #[derive(Default)]
 struct EpochState {
@@ -2827,6 +3007,10 @@ struct EpochState {
     write_sent: bool,
     /// This replica has sent (and counted) its ACCEPT.
     accept_sent: bool,
+    /// Durable replicas: the [`Action::PersistVote`] that records the write quorum this
+    /// replica accepts in this epoch (0: none issued yet); the ACCEPT leaves once it is
+    /// durable.
+    accept_seq: u64,
 }
 
 /// The first PROPOSE of an epoch; only the first is ever taken.

@@ -14,9 +14,9 @@ use tagma_core::{
     VerifiedBatch,
 };
 use tagma_wire::{
-    Accept, Batch, ClientId, ConsensusId, Decode, Digest, Encode, Epoch, PeerMessage, Regency,
-    ReplicaId, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, Signature, Stop,
-    View, ViewChange, ViewId, ViewMember, ViewOp, Vote,
+    Accept, Batch, ClientId, Collect, ConsensusId, Decode, Digest, Encode, Epoch, PeerMessage,
+    Regency, ReplicaId, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, Signature,
+    Stop, View, ViewChange, ViewId, ViewMember, ViewOp, Vote,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -200,6 +200,7 @@ fn deliver(cid: u64, hash: Digest, batch: Batch) -> Action {
 /// The PROPOSE a leader broadcast as the first of `actions`; checks that the rest is exactly
 /// its own vote (`Write` in BFT, `Accept` in CFT).
 fn take_proposal(actions: &[Action], cid: u64, mode: Mode) -> (Bytes, Digest, Batch) {
+    let actions = &sent(actions);
     assert_eq!(actions.len(), 2, "PROPOSE then own vote: {actions:?}");
     let Action::Broadcast(PeerMessage::Propose(p)) = &actions[0] else {
         panic!("expected a PROPOSE, got {:?}", actions[0]);
@@ -212,6 +213,15 @@ fn take_proposal(actions: &[Action], cid: u64, mode: Mode) -> (Bytes, Digest, Ba
     };
     assert_eq!(actions[1], own_vote);
     (p.batch.clone(), v.hash, v.batch)
+}
+
+/// `actions` without the votes persisted (durable replicas).
+fn sent(actions: &[Action]) -> Vec<Action> {
+    actions
+        .iter()
+        .filter(|a| !matches!(a, Action::PersistVote { .. }))
+        .cloned()
+        .collect()
 }
 
 fn ids(batch: &Batch) -> Vec<(u64, u64)> {
@@ -316,7 +326,10 @@ fn a_durable_leader_proposes_only_once_its_previous_instance_is_on_disk() {
     leader.handle_client_request(1, req(1, 1)).unwrap();
     let (_, hash, _) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
     leader.handle_client_request(2, req(2, 1)).unwrap();
-    let actions = complete_on_leader(&mut leader, 0, hash);
+    // Its own ACCEPT waits for its vote on disk (see the next test).
+    let mut actions = complete_on_leader(&mut leader, 0, hash);
+    leader.note_votes_durable(2);
+    actions.extend(drain(&mut leader));
     assert!(
         matches!(actions.last(), Some(Action::Deliver(d)) if d.cid == ConsensusId(0)),
         "cid 0 is decided: {actions:?}"
@@ -345,6 +358,159 @@ fn a_durable_leader_proposes_only_once_its_previous_instance_is_on_disk() {
     let mut follower = replica(p);
     follower.handle_client_request(1, req(1, 1)).unwrap();
     assert_eq!(follower.awaits_durable(), None);
+}
+
+fn durable(mode: Mode, n: u32, me: u32) -> Replica {
+    let mut p = params(mode, n, me);
+    p.state_transfer = true;
+    replica(p)
+}
+
+/// The votes persisted by `actions`: (seq, cid, write quorum claimed, values written).
+type Persisted = (u64, u64, Option<(Epoch, Digest)>, Vec<(Epoch, Bytes)>);
+
+fn persisted(actions: &[Action]) -> Vec<Persisted> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PersistVote { seq, votes } => Some((
+                *seq,
+                votes.cid.0,
+                votes.write_quorum,
+                votes.write_set.clone(),
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_durable_replica_accepts_only_once_the_accepted_value_is_on_its_disk() {
+    // BFT: the value written is persisted, and the WRITE leaves at once; the write quorum
+    // is persisted too, and the ACCEPT leaves only when the runtime reports it durable.
+    let mut follower = durable(Mode::Bft, 4, 1);
+    let batch = batch_of(3, vec![req(1, 1)]);
+    let (input, hash) = propose(0, &batch);
+    follower.handle_peer(3, r(0), input).unwrap();
+    let actions = drain(&mut follower);
+    let written = vec![(E0, batch.to_bytes())];
+    assert_eq!(persisted(&actions), vec![(1, 0, None, written.clone())]);
+    assert_eq!(actions[1], write(0, hash), "{actions:?}");
+    assert_eq!(follower.awaits_vote(), None, "a WRITE waits for nothing");
+    follower
+        .handle_peer(3, r(0), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    follower
+        .handle_peer(3, r(2), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    let actions = drain(&mut follower);
+    assert_eq!(
+        persisted(&actions),
+        vec![(2, 0, Some((E0, hash)), written.clone())],
+        "{actions:?}"
+    );
+    assert_eq!(
+        actions.len(),
+        1,
+        "no ACCEPT before the vote is durable: {actions:?}"
+    );
+    assert_eq!(follower.awaits_vote(), Some(2));
+    follower.note_votes_durable(1);
+    assert_eq!(
+        drain(&mut follower),
+        vec![],
+        "only the WRITE's votes are durable"
+    );
+    // More WRITEs neither persist again nor send the ACCEPT.
+    follower
+        .handle_peer(3, r(3), PeerInput::Write(vote(0, hash)))
+        .unwrap();
+    assert_eq!(drain(&mut follower), vec![]);
+    follower.note_votes_durable(2);
+    assert_eq!(drain(&mut follower), vec![accept(0, hash)]);
+    assert_eq!(follower.awaits_vote(), None);
+    follower.note_votes_durable(2);
+    assert_eq!(
+        drain(&mut follower),
+        vec![],
+        "a repeated report changes nothing"
+    );
+
+    // CFT: the PROPOSE is the quorum step; its ACCEPT waits the same way.
+    let mut follower = durable(Mode::Cft, 3, 1);
+    let (input, hash) = propose(0, &batch);
+    follower.handle_peer(3, r(0), input).unwrap();
+    let actions = drain(&mut follower);
+    assert_eq!(persisted(&actions), vec![(1, 0, Some((E0, hash)), written)]);
+    assert_eq!(actions.len(), 1, "{actions:?}");
+    follower.note_votes_durable(1);
+    assert_eq!(drain(&mut follower), vec![accept(0, hash)]);
+}
+
+#[test]
+fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
+    let v = batch_of(3, vec![req(1, 1)]);
+    let w = batch_of(4, vec![req(2, 1)]);
+    let hash_v = tagma_crypto::digest(&v.to_bytes());
+    // Replica 1 saw a write quorum for v in epoch 0 (and may have accepted it).
+    let restored = Collect {
+        replica: r(1),
+        regency: Regency(0),
+        cid: ConsensusId(0),
+        write_quorum: Some((E0, hash_v)),
+        write_set: vec![(E0, v.to_bytes())],
+    };
+    // A follower votes for no other value in that epoch, and for the same one as usual.
+    let mut follower = durable(Mode::Bft, 4, 1);
+    follower.restore_votes([restored.clone()]);
+    let (input_w, _) = propose(0, &w);
+    follower.handle_peer(3, r(0), input_w).unwrap();
+    assert_eq!(drain(&mut follower), vec![], "no WRITE for another value");
+    let mut follower = durable(Mode::Bft, 4, 1);
+    follower.restore_votes([restored.clone()]);
+    let (input_v, _) = propose(0, &v);
+    follower.handle_peer(3, r(0), input_v).unwrap();
+    assert_eq!(sent(&drain(&mut follower)), vec![write(0, hash_v)]);
+
+    // A leader proposes the restored value again, whatever requests are waiting.
+    let mut leader = durable(Mode::Bft, 4, 0);
+    leader.restore_votes([restored.clone()]);
+    leader.handle_client_request(1, req(2, 1)).unwrap();
+    let (bytes, hash, _) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert_eq!((bytes, hash), (v.to_bytes(), hash_v));
+
+    // Votes for instances already decided are ignored.
+    let mut later = durable(Mode::Bft, 4, 1);
+    later.resume(ConsensusId(0), 3, &[], []);
+    later.restore_votes([restored.clone()]);
+    let (input, hash) = propose(1, &w);
+    later.handle_peer(3, r(0), input).unwrap();
+    assert_eq!(sent(&drain(&mut later)), vec![write(1, hash)]);
+
+    // In a leader change the vote is reported: the collect of the STOPDATA claims a write
+    // quorum for the value in its epoch, with the value.
+    let mut follower = durable(Mode::Bft, 4, 2);
+    follower.restore_votes([restored]);
+    let stop = Stop {
+        regency: Regency(1),
+        requests: vec![],
+    };
+    for from in [0, 1, 3] {
+        let _ = follower.handle_peer(5, r(from), PeerInput::Stop(stop.clone()));
+    }
+    let stopdata = drain(&mut follower)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Send {
+                msg: PeerMessage::StopData(d),
+                ..
+            } => Some(d),
+            _ => None,
+        })
+        .expect("STOPDATA sent to the new leader");
+    let collect = stopdata.collect.collect;
+    assert_eq!(collect.write_quorum, Some((E0, hash_v)));
+    assert_eq!(collect.write_set, vec![(E0, v.to_bytes())]);
 }
 
 #[test]
@@ -1139,6 +1305,7 @@ impl Cluster {
                 Action::ResendReply { .. } => {}
                 // Without durable state (`state_transfer: false`) none of these occur.
                 a @ (Action::ReadChunk { .. }
+                | Action::PersistVote { .. }
                 | Action::ReadLog { .. }
                 | Action::StoreChunk { .. }
                 | Action::InstallState(_)) => {

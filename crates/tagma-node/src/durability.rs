@@ -34,7 +34,7 @@ use crossbeam_channel::{Receiver, Sender};
 use tagma_core::ValidConfig;
 use tagma_core::transfer::{InstallOutcome, StateToInstall};
 use tagma_exec::{Executor, Service};
-use tagma_storage::{CheckpointStore, Log, LogOptions};
+use tagma_storage::{CheckpointStore, Log, LogOptions, VoteStore};
 use tagma_wire::{
     Batch, CheckpointInfo, ConsensusId, DecidedInstance, Decode, Encode, PeerMessage, ReplicaId,
 };
@@ -54,6 +54,12 @@ pub(crate) enum StorageEvent {
         to: ReplicaId,
         from: u64,
         count: u32,
+    },
+    /// Write this replica's newest vote ([`tagma_core::Action::PersistVote`]) and sync it,
+    /// after the log records queued before it; then report `seq` durable.
+    Vote {
+        seq: u64,
+        votes: tagma_wire::Collect,
     },
     /// State transfer: the checkpoint of `checkpoint` is durable and `entries` are the
     /// proven decisions after it; log those not logged yet (restarting the log after the
@@ -99,11 +105,18 @@ pub(crate) struct Recovered {
     pub recent: Vec<DecidedInstance>,
     /// The checkpoint recovered from, as offered to replicas that need state.
     pub checkpoint: Option<CheckpointInfo>,
+    /// The votes this replica cast before it stopped, newest first, and their store.
+    pub votes: Vec<tagma_wire::Collect>,
+    pub vote_store: VoteStore,
 }
 
 /// The replica's storage directories under its data directory.
-fn paths(data_dir: &Path) -> (PathBuf, PathBuf) {
-    (data_dir.join("checkpoints"), data_dir.join("log"))
+fn paths(data_dir: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    (
+        data_dir.join("checkpoints"),
+        data_dir.join("log"),
+        data_dir.join("votes"),
+    )
 }
 
 /// Why local recovery failed.
@@ -177,8 +190,22 @@ fn recover<S: Service>(
     data_dir: &Path,
     executor: &mut Executor<S>,
 ) -> Result<Recovered, Failure> {
-    let (ckp_dir, log_dir) = paths(data_dir);
+    let (ckp_dir, log_dir, votes_dir) = paths(data_dir);
     let store = CheckpointStore::open(ckp_dir).map_err(|e| Failure::from(&e))?;
+    // A torn vote file holds nothing (it is the write a crash interrupted); only an
+    // unreadable disk fails here.
+    let (vote_store, stored) = VoteStore::open(votes_dir).map_err(|e| Failure::from(&e))?;
+    let mut votes = Vec::new();
+    for v in stored {
+        // The record's checksum held: bytes that do not decode are damage, not a torn write.
+        let collect = tagma_wire::Collect::decode(&Bytes::from(v.payload)).map_err(|e| {
+            Failure::Damaged(format!(
+                "the votes of instance {} do not decode: {e}",
+                v.cid
+            ))
+        })?;
+        votes.push(collect);
+    }
     let options = LogOptions {
         dir: log_dir,
         segment_bytes: cfg.raw.storage.log_segment_bytes,
@@ -276,6 +303,8 @@ fn recover<S: Service>(
         last: last.map(ConsensusId),
         recent: recent.into(),
         checkpoint,
+        votes,
+        vote_store,
     })
 }
 
@@ -284,6 +313,7 @@ fn recover<S: Service>(
 pub(crate) fn storage_loop(
     sh: &Shared,
     mut log: Log,
+    mut votes: VoteStore,
     rx: Receiver<StorageEvent>,
     exec_tx: Sender<ExecEvent>,
     peers: crate::membership::PeerLinks,
@@ -297,6 +327,9 @@ pub(crate) fn storage_loop(
     while let Ok(first) = rx.recv() {
         let mut last = None;
         let mut release = None;
+        // Only the newest vote of a group is written: it supersedes the others, and the
+        // decisions delivered before it are synced first (below).
+        let mut vote = None;
         for event in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
             match event {
                 StorageEvent::Append { cid, decided } => {
@@ -311,6 +344,7 @@ pub(crate) fn storage_loop(
                     last = Some(cid);
                 }
                 StorageEvent::Release { cid } => release = release.max(Some(cid)),
+                StorageEvent::Vote { seq, votes } => vote = Some((seq, votes)),
                 StorageEvent::ReadLog { to, from, count } => {
                     if let Some(tx) = peers.get(to) {
                         serve_log(sh, &log, &tx, from, count);
@@ -350,6 +384,17 @@ pub(crate) fn storage_loop(
             if exec_tx.send(ExecEvent::Durable(cid)).is_err() {
                 return;
             }
+        }
+        if let Some((seq, v)) = vote {
+            if let Err(e) = votes.write(v.cid.0, &v.to_bytes()) {
+                error!("cannot write this replica's vote: {e}; this replica stops voting");
+                return;
+            }
+            metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
+            sh.votes_durable.fetch_max(seq, Ordering::SeqCst);
+            // As for `durable_below`: a full internal channel means the consensus thread has
+            // events to handle, after each of which it looks at `votes_durable` again.
+            let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
         }
         if let Some(cid) = release
             && let Err(e) = log.release_through(cid.saturating_sub(keep))

@@ -252,6 +252,8 @@ struct Shared {
     /// Set by the consensus thread while the leader's proposal waits for the log: the
     /// storage thread then sends `ConsensusEvent::Durable` after its sync.
     wake_on_durable: std::sync::atomic::AtomicBool,
+    /// The core's votes up to this `PersistVote` sequence number are on disk (0: none).
+    votes_durable: AtomicU64,
 }
 
 impl Shared {
@@ -448,6 +450,7 @@ fn start_node<S: Service>(
         unreplicated,
         durable_below: AtomicU64::new(0),
         wake_on_durable: std::sync::atomic::AtomicBool::new(false),
+        votes_durable: AtomicU64::new(0),
     });
 
     let mut threads = Vec::new();
@@ -488,13 +491,14 @@ fn start_node<S: Service>(
             if let Some(info) = rec.checkpoint {
                 replica.note_checkpoint(info);
             }
+            replica.restore_votes(rec.votes);
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
             let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
             let (sh, exec_tx2, tx2) = (shared.clone(), exec_tx.clone(), tx.clone());
             let links = peer_links.clone();
             threads.push(spawn("storage".into(), me, move || {
-                durability::storage_loop(&sh, rec.log, rx, exec_tx2, links)
+                durability::storage_loop(&sh, rec.log, rec.vote_store, rx, exec_tx2, links)
             }));
             let (sh, store) = (shared.clone(), rec.store.clone());
             threads.push(spawn("checkpoint".into(), me, move || {
@@ -1189,6 +1193,16 @@ fn consensus_loop(
 /// flag is raised before the position is read, and the storage thread publishes the position
 /// before it looks at the flag, so no sync goes unnoticed.
 fn feed_durable(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
+    // Votes: the storage thread wakes this thread after every vote it syncs.
+    if core.awaits_vote().is_some() {
+        let votes = sh.votes_durable.load(Ordering::SeqCst);
+        if votes > core.votes_durable() {
+            core.note_votes_durable(votes);
+            if !carry_out_actions(sh, core, links) {
+                return false;
+            }
+        }
+    }
     while let Some(waited) = core.awaits_durable() {
         sh.wake_on_durable.store(true, Ordering::SeqCst);
         let below = sh.durable_below.load(Ordering::SeqCst);
@@ -1236,6 +1250,17 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                     }
                 }
                 if exec_tx.send(ExecEvent::Deliver(decision)).is_err() {
+                    return false;
+                }
+            }
+            Action::PersistVote { seq, votes } => {
+                let Some(tx) = storage_tx else {
+                    unreachable!("only durable replicas persist votes");
+                };
+                if tx
+                    .send(durability::StorageEvent::Vote { seq, votes })
+                    .is_err()
+                {
                     return false;
                 }
             }

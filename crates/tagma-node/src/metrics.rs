@@ -37,6 +37,8 @@ pub struct Metrics {
     /// Durability: log syncs (group commits), records logged, checkpoints written, and the
     /// instances recovered from disk at start.
     pub log_syncs: AtomicU64,
+    /// Votes written and synced before the ACCEPTs they lead to.
+    pub vote_syncs: AtomicU64,
     pub log_records: AtomicU64,
     pub checkpoints: AtomicU64,
     pub recovered_instances: AtomicU64,
@@ -72,7 +74,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 25] = [
+        let counters: [(&str, &str, &AtomicU64); 26] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -147,6 +149,11 @@ impl Metrics {
                 "tagma_log_syncs_total",
                 "Log syncs (one fdatasync per group of decided batches)",
                 &self.log_syncs,
+            ),
+            (
+                "tagma_vote_syncs_total",
+                "Votes synced to disk before the ACCEPTs they lead to",
+                &self.vote_syncs,
             ),
             (
                 "tagma_log_records_total",

@@ -24,8 +24,8 @@ use tagma_exec::{Executor, Service};
 use tagma_kv::parallel::ParallelKv;
 use tagma_kv::{KvOp, KvReply};
 use tagma_wire::{
-    Batch, ClientId, ConsensusId, DecidedInstance, Decode, Digest, Encode, PeerMessage, ReplicaId,
-    Reply, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, ViewId,
+    Batch, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest, Encode, PeerMessage,
+    ReplicaId, Reply, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq, ViewId,
 };
 
 use crate::byzantine::{Byzantine, Exercised, Out};
@@ -174,6 +174,11 @@ struct Disk {
     pending_checkpoint: Option<(u64, Bytes)>,
     /// Replies of unsynced instances, by instance.
     held: Vec<(u64, Vec<Reply>)>,
+    /// The newest vote synced (the node keeps the one before it too, which it supersedes).
+    vote: Option<Collect>,
+    /// A vote written but not synced yet: it becomes durable (and its ACCEPT may leave) at
+    /// the next sync; a crash before that may or may not leave it on disk.
+    unsynced_vote: Option<(u64, Collect)>,
     sync_scheduled: bool,
     damaged: bool,
 }
@@ -806,6 +811,7 @@ impl World {
         for (cid, state) in disk.previous.iter().chain(&disk.checkpoint) {
             core.note_checkpoint(checkpoint_info(*cid, state));
         }
+        core.restore_votes(disk.vote.clone());
         node.core = core;
         node.exec = exec;
         node.regency = 0;
@@ -988,8 +994,11 @@ impl World {
                         return;
                     }
                 } else {
-                    if self.decided.get(cid.0 as usize).is_some_and(|h| *h != hash) {
-                        self.reset_byzantine(r, cid.0);
+                    if let Some(first) = self.decided.get(cid.0 as usize).filter(|h| **h != hash) {
+                        let msg = format!(
+                            "Byzantine replica {r}'s core decided {hash:?} for cid {cid} from valid ACCEPTs, the correct replicas {first:?}"
+                        );
+                        self.violation("agreement", msg);
                         return;
                     }
                     let node = &mut self.nodes[r];
@@ -1105,6 +1114,22 @@ impl World {
                     self.send_peer(r, &[to], PeerMessage::LogEntry(d));
                 }
             }
+            Action::PersistVote { seq, votes } => {
+                let Some(disk) = self.nodes[r].disk.as_mut() else {
+                    // Byzantine replicas keep no disk: their votes are durable at once.
+                    self.replica_input(r, |core, _| {
+                        core.note_votes_durable(seq);
+                        Ok(())
+                    });
+                    return;
+                };
+                disk.unsynced_vote = Some((seq, votes));
+                if !disk.sync_scheduled {
+                    disk.sync_scheduled = true;
+                    let at = self.now_ms + self.rng.range(0, 4);
+                    self.schedule(at, Event::DiskSync(r as u32));
+                }
+            }
             Action::StoreChunk { offset, data, .. } => {
                 let incoming = &mut self.nodes[r].incoming;
                 if offset == 0 {
@@ -1186,6 +1211,12 @@ impl World {
             disk.previous = disk.checkpoint.replace(checkpoint);
         }
         let held = std::mem::take(&mut disk.held);
+        // The vote is written after the records delivered before it (as the node's storage
+        // thread does), in the same sync here.
+        let vote = disk.unsynced_vote.take().map(|(seq, vote)| {
+            disk.vote = Some(vote);
+            seq
+        });
         for (_, replies) in held {
             for reply in replies {
                 self.send_reply(r, reply);
@@ -1195,6 +1226,13 @@ impl World {
             self.count("log_syncs");
             self.replica_input(r, |core, _| {
                 core.note_durable(cid);
+                Ok(())
+            });
+        }
+        if let Some(seq) = vote {
+            self.count("vote_syncs");
+            self.replica_input(r, |core, _| {
+                core.note_votes_durable(seq);
                 Ok(())
             });
         }
@@ -1219,13 +1257,6 @@ impl World {
         let Some(disk) = self.nodes[r].disk.as_ref() else {
             return;
         };
-        let before: Vec<u64> = disk
-            .log
-            .iter()
-            .chain(&disk.unsynced)
-            .map(|d| d.cid.0)
-            .collect();
-        let was_damaged = disk.damaged;
         let survivors = if tear {
             self.rng.below(disk.unsynced.len() as u64 + 1) as usize
         } else {
@@ -1237,6 +1268,15 @@ impl World {
         disk.held.clear();
         disk.pending_checkpoint = None;
         disk.sync_scheduled = false;
+        // An unsynced vote may have reached the disk anyway: then the restarted replica
+        // claims a vote whose ACCEPT it never sent, which must be harmless.
+        let vote_survived = match disk.unsynced_vote.take() {
+            Some((_, vote)) if tear => {
+                disk.vote = Some(vote);
+                true
+            }
+            _ => false,
+        };
         let first_cid = disk
             .log
             .first()
@@ -1269,6 +1309,9 @@ impl World {
         if unsynced_lost > 0 {
             self.count("unsynced_records_lost");
         }
+        if vote_survived {
+            self.count("unsynced_votes_survived");
+        }
         if survivors > 0 {
             self.count("unsynced_records_survived");
         }
@@ -1287,17 +1330,6 @@ impl World {
         }
         if newly_damaged {
             self.count("disks_damaged");
-        }
-        // Every instance that was on the disk or in its unsynced tail and is not held any more.
-        let disk = self.nodes[r].disk.as_ref().expect("checked above");
-        let holds = |cid: u64| !disk.damaged && disk.log.iter().any(|d| d.cid.0 == cid);
-        let first_lost = if was_damaged || newly_damaged {
-            Some(0)
-        } else {
-            before.into_iter().find(|c| !holds(*c))
-        };
-        if let Some(from) = first_lost {
-            self.forget_unheld_decisions(from);
         }
     }
 
@@ -1349,73 +1381,15 @@ impl World {
         image
     }
 
-    /// A decision that no correct replica holds any more — in memory, or durably on an
-    /// undamaged disk — was never externalised (replies wait for the sync) and is gone with
-    /// the crash: the agreement check forgets it (and every later one), so the instance may be
-    /// decided anew. A decision some replica synced is never forgotten.
-    fn forget_unheld_decisions(&mut self, from: u64) {
-        let holds = |node: &Node, cid: u64| -> bool {
-            if node.byz.is_some() {
-                return false;
-            }
-            match (&node.disk, node.crashed) {
-                (_, false) | (None, true) => node.delivered > cid,
-                (Some(d), true) => {
-                    !d.damaged
-                        && (d.checkpoint.as_ref().is_some_and(|(c, _)| *c >= cid)
-                            || d.log.iter().any(|x| x.cid.0 == cid))
-                }
-            }
-        };
-        for cid in from..self.decided.len() as u64 {
-            if !self.nodes.iter().any(|n| holds(n, cid)) {
-                let forgotten = self.decided.len() as u64 - cid;
-                self.decided.truncate(cid as usize);
-                *self
-                    .counters
-                    .entry("unsynced_decisions_forgotten".into())
-                    .or_default() += forgotten;
-                self.note(b'C', cid, forgotten, &[], || {
-                    format!(
-                        "decisions from cid {cid} on were never synced by any replica: forgotten"
-                    )
-                });
-                break;
-            }
-        }
-    }
-
-    /// Byzantine replicas keep no disk and do not crash with the others, so one may have
-    /// decided an instance from ACCEPTs that correct replicas sent just before they all
-    /// crashed, unsynced — an instance the restarted replicas decide anew, maybe otherwise.
-    /// Its honest core would then meet two proven values for one instance, beyond what any
-    /// correct replica can meet: its state is arbitrary anyway, so it restarts empty.
-    fn reset_byzantine(&mut self, r: usize, cid: u64) {
-        let node = &mut self.nodes[r];
-        node.core = Replica::new(node.params.clone(), node.key.clone());
-        node.exec = new_executor(&self.membership, order_seed(self.sc.seed, r));
-        node.byz_decided.clear();
-        node.timer_at = None;
-        let crashed = node.crashed;
-        self.count("byzantine_reset_after_forgotten_decisions");
-        self.note(b'C', r as u64, cid, &[], || {
-            format!("Byzantine replica {r} decided cid {cid} otherwise than the correct ones: restarts empty")
-        });
-        if !crashed {
-            self.arm_timer(r);
-        }
-    }
-
-    /// After a correct replica first delivered `cid` with `hash`: Byzantine replicas that
-    /// decided it otherwise restart empty (see [`World::reset_byzantine`]).
-    fn reset_diverged_byzantine(&mut self, cid: u64, hash: Digest) {
+    /// After a correct replica first delivered `cid` with `hash`: a Byzantine replica's
+    /// (honest) core that decided it otherwise from valid ACCEPTs breaks agreement too.
+    fn check_byzantine_decisions(&mut self, cid: u64, hash: Digest) {
         for r in 0..self.nodes.len() {
-            if self.nodes[r]
-                .byz_decided
-                .get(&cid)
-                .is_some_and(|h| *h != hash)
-            {
-                self.reset_byzantine(r, cid);
+            if let Some(other) = self.nodes[r].byz_decided.get(&cid).filter(|h| **h != hash) {
+                let msg = format!(
+                    "Byzantine replica {r}'s core decided {other:?} for cid {cid} from valid ACCEPTs, the correct replicas {hash:?}"
+                );
+                self.violation("agreement", msg);
             }
         }
     }
@@ -1451,7 +1425,7 @@ impl World {
             None => {
                 debug_assert_eq!(self.decided.len() as u64, cid);
                 self.decided.push(hash);
-                self.reset_diverged_byzantine(cid, hash);
+                self.check_byzantine_decisions(cid, hash);
             }
         }
         for envelope in &batch.requests {

@@ -7,6 +7,7 @@
 //! - [`checkpoint`]: snapshots of the service, numbered by consensus id, written to a
 //!   temporary file, synced, renamed atomically, the directory synced; only then may the log
 //!   prefix they cover be released.
+//! - [`votes`]: the replica's newest consensus vote, synced before the ACCEPT it leads to.
 //! - [`recover`]: local recovery at start: the newest valid checkpoint, then the log records
 //!   after it, in order, each exactly once. A torn tail is cut off; corruption anywhere else, a
 //!   corrupt newest checkpoint or a gap between checkpoint and log is reported as a typed
@@ -19,11 +20,13 @@
 
 pub mod checkpoint;
 pub mod log;
+pub mod votes;
 
 use std::path::{Path, PathBuf};
 
 pub use checkpoint::{Checkpoint, CheckpointStore};
 pub use log::{Log, LogOptions, SegmentEnd, encode_record, read_segment};
+pub use votes::{StoredVote, VoteStore};
 
 /// Why storage could not be used as it is on disk.
 #[derive(Debug, thiserror::Error)]

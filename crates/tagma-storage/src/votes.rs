@@ -1,0 +1,196 @@
+//! A replica's newest consensus votes, kept on disk so that a replica that crashes never
+//! forgets a value it may have helped decide (the core sends an ACCEPT only once the votes
+//! that include it are here).
+//!
+//! Two files, `vote-0` and `vote-1`, written alternately: a write, then `fdatasync`. A crash
+//! in the middle of a write tears at most the file being written, and the other one still
+//! holds the previous record. Each file holds one record: a magic, a checksum, the write's
+//! sequence number, the instance and the payload's length, then the payload. The files are
+//! never shortened (a shorter record leaves stale bytes after it, which the length
+//! excludes), so rewriting them changes no file-system metadata once they have grown.
+//!
+//! Nothing here knows about consensus: a record is an instance and opaque bytes (the node
+//! stores the core's votes on that instance).
+
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+use crate::StorageError;
+
+const MAGIC: [u8; 4] = *b"TGVT";
+/// magic, checksum, sequence number, instance, payload length.
+const HEADER_BYTES: usize = 4 + 4 + 8 + 8 + 4;
+
+/// A vote as stored.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StoredVote {
+    /// Increases with every write: the newest valid file wins.
+    pub seq: u64,
+    pub cid: u64,
+    pub payload: Vec<u8>,
+}
+
+/// The two vote files of one replica.
+#[derive(Debug)]
+pub struct VoteStore {
+    dir: PathBuf,
+    files: [File; 2],
+    /// The sequence number of the newest vote on disk (0: none).
+    last_seq: u64,
+    buf: Vec<u8>,
+}
+
+fn encode(out: &mut Vec<u8>, vote: &StoredVote) {
+    out.clear();
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&[0; 4]);
+    out.extend_from_slice(&vote.seq.to_le_bytes());
+    out.extend_from_slice(&vote.cid.to_le_bytes());
+    out.extend_from_slice(&(vote.payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&vote.payload);
+    let crc = crc32fast::hash(&out[8..]);
+    out[4..8].copy_from_slice(&crc.to_le_bytes());
+}
+
+/// The vote in `image`, if it holds a complete and valid one.
+fn decode(image: &[u8]) -> Option<StoredVote> {
+    let header = image.get(..HEADER_BYTES)?;
+    if header[..4] != MAGIC {
+        return None;
+    }
+    let crc = u32::from_le_bytes(header[4..8].try_into().ok()?);
+    let seq = u64::from_le_bytes(header[8..16].try_into().ok()?);
+    let cid = u64::from_le_bytes(header[16..24].try_into().ok()?);
+    let len = u32::from_le_bytes(header[24..28].try_into().ok()?) as usize;
+    let end = HEADER_BYTES.checked_add(len)?;
+    let body = image.get(8..end)?;
+    (crc32fast::hash(body) == crc).then(|| StoredVote {
+        seq,
+        cid,
+        payload: image[HEADER_BYTES..end].to_vec(),
+    })
+}
+
+impl VoteStore {
+    /// Opens (creating if needed) the vote files in `dir` and reads the votes they hold,
+    /// newest first. A torn or damaged file reads as holding nothing: it can only be the one
+    /// a crash interrupted, whose vote was never reported durable.
+    pub fn open(dir: impl Into<PathBuf>) -> Result<(VoteStore, Vec<StoredVote>), StorageError> {
+        let dir = dir.into();
+        std::fs::create_dir_all(&dir).map_err(StorageError::io(&dir))?;
+        let open = |i: usize| -> Result<(File, Option<StoredVote>), StorageError> {
+            let path = dir.join(format!("vote-{i}"));
+            let mut file = OpenOptions::new()
+                .read(true)
+                .write(true)
+                .create(true)
+                .truncate(false)
+                .open(&path)
+                .map_err(StorageError::io(&path))?;
+            let mut image = Vec::new();
+            file.read_to_end(&mut image)
+                .map_err(StorageError::io(&path))?;
+            Ok((file, decode(&image)))
+        };
+        let (f0, v0) = open(0)?;
+        let (f1, v1) = open(1)?;
+        sync_dir(&dir)?;
+        let mut votes: Vec<StoredVote> = v0.into_iter().chain(v1).collect();
+        votes.sort_by(|a, b| b.seq.cmp(&a.seq));
+        let last_seq = votes.first().map_or(0, |v| v.seq);
+        Ok((
+            VoteStore {
+                dir,
+                files: [f0, f1],
+                last_seq,
+                buf: Vec::new(),
+            },
+            votes,
+        ))
+    }
+
+    /// Writes `payload` as this replica's newest votes (on instance `cid`) and syncs them;
+    /// the previous record stays in the other file until the next write.
+    pub fn write(&mut self, cid: u64, payload: &[u8]) -> Result<(), StorageError> {
+        let vote = StoredVote {
+            seq: self.last_seq + 1,
+            cid,
+            payload: payload.to_vec(),
+        };
+        let mut buf = std::mem::take(&mut self.buf);
+        encode(&mut buf, &vote);
+        let i = (vote.seq % 2) as usize;
+        let path = self.dir.join(format!("vote-{i}"));
+        let result = self.files[i]
+            .write_all_at(&buf, 0)
+            .and_then(|()| self.files[i].sync_data())
+            .map_err(StorageError::io(&path));
+        self.buf = buf;
+        result?;
+        self.last_seq = vote.seq;
+        Ok(())
+    }
+}
+
+fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(StorageError::io(dir))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_newest_vote_survives_and_a_torn_write_leaves_the_previous_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, votes) = VoteStore::open(dir.path()).unwrap();
+        assert!(votes.is_empty());
+        store.write(7, b"first value").unwrap();
+        store.write(8, b"second").unwrap();
+        drop(store);
+        let (mut store, votes) = VoteStore::open(dir.path()).unwrap();
+        assert_eq!(
+            votes.iter().map(|v| (v.seq, v.cid)).collect::<Vec<_>>(),
+            vec![(2, 8), (1, 7)]
+        );
+        assert_eq!(votes[0].payload, b"second");
+        assert_eq!(votes[1].payload, b"first value");
+        // The next write goes to the file of the older vote and continues the sequence; a
+        // shorter value than the file's earlier content reads back exactly.
+        store.write(9, b"x").unwrap();
+        drop(store);
+        let (_, votes) = VoteStore::open(dir.path()).unwrap();
+        assert_eq!(votes[0].seq, 3);
+        assert_eq!(votes[0].payload, b"x");
+        assert_eq!(votes[1].cid, 8);
+        // A crash tears the write of vote 4 (into the file of vote 2): vote 3 remains.
+        let path = dir.path().join("vote-0");
+        let mut image = std::fs::read(&path).unwrap();
+        image[HEADER_BYTES] ^= 0xff;
+        std::fs::write(&path, &image).unwrap();
+        let (store, votes) = VoteStore::open(dir.path()).unwrap();
+        assert_eq!(votes.len(), 1);
+        assert_eq!((votes[0].seq, votes[0].cid), (3, 9));
+        assert_eq!(store.last_seq, 3);
+    }
+
+    #[test]
+    fn garbage_and_truncated_files_hold_no_vote() {
+        let mut buf = Vec::new();
+        let vote = StoredVote {
+            seq: 5,
+            cid: 1,
+            payload: vec![1, 2, 3],
+        };
+        encode(&mut buf, &vote);
+        assert_eq!(decode(&buf), Some(vote));
+        for cut in 0..buf.len() {
+            assert_eq!(decode(&buf[..cut]), None, "cut at {cut}");
+        }
+        assert_eq!(decode(&[0u8; 64]), None);
+    }
+}
