@@ -485,9 +485,10 @@ pub enum Rejection {
     },
     /// A forwarded request whose authentication failed.
     Unauthentic,
-    /// A vote or leader-change message while this replica recovers from its disk: it lost
-    /// the votes it cast before the crash, so it neither votes nor reports a collect until
-    /// the start-up synchronisation is over (it would contradict its own earlier votes).
+    /// A vote or leader-change message while this replica recovers from its disk: it
+    /// neither votes nor reports a collect until the start-up synchronisation is over (it
+    /// first catches up to the others' positions; the votes it persisted before the crash are
+    /// restored, the WRITEs it did not persist are lost).
     Recovering,
     /// This replica left the view (a view without it was installed): it takes no input.
     NotMember,
@@ -2592,11 +2593,10 @@ impl Replica {
         let others = self.params.members.len() - 1;
         let enough = others - self.params.quorums.f.min(others);
         let past_deadline = self.now_ms >= r.deadline_ms;
-        // CFT waits for every peer: a quorum there is f+1, so an unheard peer may alone hold
-        // the decision this replica's lost votes helped make. BFT settles for n − f after the
-        // deadline (its quorums intersect in f+1, beyond one replica's lost votes).
-        let heard_enough = r.heard.len() >= others
-            || (past_deadline && self.params.quorums.mode == Mode::Bft && r.heard.len() >= enough);
+        // After the deadline, n − f positions are enough: an instance decided before the crash
+        // that no replica heard holds in its log is still held by the votes its accepters
+        // persisted (see `Action::PersistVote`), and any n − f replicas include one of them.
+        let heard_enough = r.heard.len() >= others || (past_deadline && r.heard.len() >= enough);
         // Positions, highest first. The highest may be a Byzantine replica's claim; the
         // (f+1)-th highest is held by a correct replica, which can prove every decision up to
         // it (it keeps its last decisions with their proofs), so that one is always awaited.

@@ -1,18 +1,24 @@
 //! Durability (SPEC §4), when `[storage] durability = "fsync"`.
 //!
 //! ```text
-//!  consensus thread ── Deliver ──► execution thread ── executes, holds the replies ─┐
-//!        └── Append(cid, decided instance + proof) ──► storage thread               │
-//!                  appends every record queued, one fdatasync (group commit) ──►    │
-//!                  ExecEvent::Durable(cid) ──► execution thread releases the replies ┘
+//!  consensus thread ── Vote(seq, collect) ──► storage thread: once the log records queued
+//!        │            before it are synced, writes the votes, fdatasync ── votes_durable ──►
+//!        │            consensus thread sends the ACCEPT that waited for them
+//!        ├── Deliver ──► execution thread ── executes, replies at once
+//!        └── Append(cid, decided instance + proof) ──► storage thread
+//!                  appends every record queued, one fdatasync (group commit) ── durable_below
 //!  execution thread ── at its staggered checkpoint point: (cid, executor checkpoint) ──►
-//!  checkpoint thread: writes it (tmp, fsync, rename, dir fsync) ── Release(cid) ──► storage
-//!  thread drops the log segments the checkpoint covers
+//!  checkpoint thread: waits for the log, writes it (tmp, fsync, rename, dir fsync) ──
+//!  Release(cid) ──► storage thread drops the log segments the checkpoint covers
 //! ```
 //!
-//! **Parallel logging**: a batch is logged while it executes; its replies leave only when
-//! both are done, so a reply a client received is on disk. Checkpoints are written by their
-//! own thread, so a large one stalls neither ordering nor logging. At start, [`recover`]
+//! **Votes before ACCEPTs** (`tagma_storage::VoteStore`): a replica sends an ACCEPT only
+//! once its votes on the instance (the collect it would report in a leader change) are
+//! synced, so a decision is on the disks of the replicas that accepted it before anyone can
+//! deliver it. **Parallel logging**: a batch is logged while it executes, and its replies
+//! leave as soon as it is executed: a crash of every replica before the log sync decides the
+//! instance again with the same value (the restored votes bind it). Checkpoints are written
+//! by their own thread, so a large one stalls neither ordering nor logging. At start, [`recover`]
 //! rebuilds the executor from the newest checkpoint and the log after it, and hands the core
 //! the position, the sessions and the recent decisions (for forwarding) to resume with.
 //!
@@ -315,7 +321,6 @@ pub(crate) fn storage_loop(
     mut log: Log,
     mut votes: VoteStore,
     rx: Receiver<StorageEvent>,
-    exec_tx: Sender<ExecEvent>,
     peers: crate::membership::PeerLinks,
 ) {
     let keep = sh.cfg.raw.limits.decisions_kept as u64;
@@ -380,9 +385,6 @@ pub(crate) fn storage_loop(
             // handle, after each of which it looks at `durable_below` again.
             if sh.wake_on_durable.swap(false, Ordering::SeqCst) {
                 let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
-            }
-            if exec_tx.send(ExecEvent::Durable(cid)).is_err() {
-                return;
             }
         }
         if let Some((seq, v)) = vote {
@@ -566,28 +568,12 @@ pub(crate) struct DurableExec {
     pub index: usize,
     pub n: usize,
     pub period: u64,
-    /// Replies of executed batches not yet durable, oldest first.
-    pub held: VecDeque<(u64, Vec<tagma_wire::Reply>)>,
-    /// Every instance up to this one is on disk.
-    pub durable_through: Option<u64>,
     /// The last instance of the newest state installed by state transfer: later `Deliver`s
     /// of instances up to it are skipped (see `Action::InstallState`).
     pub installed_through: Option<u64>,
 }
 
 impl DurableExec {
-    /// After executing `cid`: whether its replies may leave now.
-    pub fn is_durable(&self, cid: u64) -> bool {
-        self.durable_through.is_some_and(|d| d >= cid)
-    }
-
-    /// Whether the reply to `(client, seq)` is held (so it must not be resent yet).
-    pub fn holds(&self, client: tagma_wire::ClientId, seq: tagma_wire::RequestSeq) -> bool {
-        self.held
-            .iter()
-            .any(|(_, replies)| replies.iter().any(|r| r.client == client && r.seq == seq))
-    }
-
     /// At this replica's checkpoint point, hands the executor's checkpoint to the checkpoint
     /// thread (skipped, with a warning, while the previous one is still being written).
     pub fn maybe_checkpoint<S: Service>(&self, cid: u64, executor: &Executor<S>) {
@@ -669,7 +655,6 @@ impl DurableExec {
             {
                 return Err("the consensus thread stopped".into());
             }
-            self.durable_through = self.durable_through.max(Some(checkpoint.cid.0));
         }
         // The instances after the checkpoint become durable with the storage thread's sync
         // (its `Durable` event).

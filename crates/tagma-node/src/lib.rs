@@ -25,7 +25,7 @@ pub mod metrics;
 
 pub use membership::discover_view;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, HashSet};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -195,8 +195,6 @@ enum ExecEvent {
     /// Unreplicated mode: an authenticated ordered request to execute at once, as a batch
     /// of one, without consensus.
     Execute(RequestEnvelope),
-    /// Durability: every instance up to this one is logged and synced.
-    Durable(u64),
     /// State transfer: validate and install a fetched state.
     Install(tagma_core::transfer::StateToInstall),
 }
@@ -495,10 +493,10 @@ fn start_node<S: Service>(
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
             let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
-            let (sh, exec_tx2, tx2) = (shared.clone(), exec_tx.clone(), tx.clone());
+            let (sh, tx2) = (shared.clone(), tx.clone());
             let links = peer_links.clone();
             threads.push(spawn("storage".into(), me, move || {
-                durability::storage_loop(&sh, rec.log, rec.vote_store, rx, exec_tx2, links)
+                durability::storage_loop(&sh, rec.log, rec.vote_store, rx, links)
             }));
             let (sh, store) = (shared.clone(), rec.store.clone());
             threads.push(spawn("checkpoint".into(), me, move || {
@@ -517,8 +515,6 @@ fn start_node<S: Service>(
                 index: stagger.0,
                 n: stagger.1,
                 period: cfg.raw.storage.checkpoint_period,
-                held: VecDeque::new(),
-                durable_through: rec.last.map(|c| c.0),
                 installed_through: None,
             });
             storage_tx = Some(tx);
@@ -1449,18 +1445,14 @@ fn execution_loop<S: Service>(
                 sh.metrics
                     .executed_instances
                     .store(executor.executed_instances(), Ordering::Relaxed);
-                match durable.as_mut() {
-                    // Parallel logging: replies leave once the batch is also on disk.
-                    Some(d) => {
-                        d.maybe_checkpoint(cid, &executor);
-                        if d.is_durable(cid) {
-                            send_replies(&routes, replies);
-                        } else {
-                            d.held.push_back((cid, replies));
-                        }
-                    }
-                    None => send_replies(&routes, replies),
+                // Durable replicas: the replies leave at once. The decision is on the disks of
+                // the replicas that accepted it (each synced its vote before its ACCEPT), so
+                // a crash of every replica decides this instance again with the same value;
+                // the storage thread logs it meanwhile (parallel logging).
+                if let Some(d) = durable.as_ref() {
+                    d.maybe_checkpoint(cid, &executor);
                 }
+                send_replies(&routes, replies);
             }
             ExecEvent::Install(state) => {
                 let Some(d) = durable.as_mut() else {
@@ -1484,17 +1476,6 @@ fn execution_loop<S: Service>(
                     sh.metrics
                         .state_install_ms
                         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);
-                    // Replies of instances the durable checkpoint covers may leave; later ones
-                    // wait for the storage thread's sync of the installed log.
-                    let covered = state.checkpoint.map(|c| c.cid.0);
-                    while d
-                        .held
-                        .front()
-                        .is_some_and(|(c, _)| covered.is_some_and(|covered| *c <= covered))
-                    {
-                        let (_, replies) = d.held.pop_front().expect("front checked");
-                        send_replies(&routes, replies);
-                    }
                 }
                 if sh
                     .internal_tx
@@ -1502,15 +1483,6 @@ fn execution_loop<S: Service>(
                     .is_err()
                 {
                     return;
-                }
-            }
-            ExecEvent::Durable(cid) => {
-                if let Some(d) = durable.as_mut() {
-                    d.durable_through = d.durable_through.max(Some(cid));
-                    while d.held.front().is_some_and(|(c, _)| *c <= cid) {
-                        let (_, replies) = d.held.pop_front().expect("front checked");
-                        send_replies(&routes, replies);
-                    }
                 }
             }
             ExecEvent::Execute(request) => {
@@ -1543,10 +1515,6 @@ fn execution_loop<S: Service>(
             }
             ExecEvent::Resend { client, seq } => {
                 sh.metrics.reject("replayed_request");
-                if durable.as_ref().is_some_and(|d| d.holds(client, seq)) {
-                    // Executed but not yet on disk: its reply leaves when it is.
-                    continue;
-                }
                 if let (Some(reply), Some(conn)) =
                     (executor.cached_reply(client, seq), routes.get(&client))
                 {

@@ -86,8 +86,7 @@ enum Event {
     PartitionEnd(usize),
     Crash(u32),
     Restart(u32),
-    /// A durable replica's log sync completes: its unsynced records become durable and the
-    /// replies they hold leave.
+    /// A durable replica's sync completes: its unsynced log records and vote become durable.
     DiskSync(u32),
     Heal,
     /// The administrator sends (or resends) the scenario's view change.
@@ -152,11 +151,12 @@ impl Node {
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
 /// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
-/// behind, as the node keeps the last `decisions_kept`). As in the node, a decided instance is
-/// appended unsynced, a sync completes a few milliseconds later, and the instance's replies
-/// leave only then (parallel logging). A crash loses the replies the unsynced records hold
-/// and everything in memory (consensus state, regency, pending requests); of the unsynced
-/// records, a prefix may survive, ending in a torn one. In BFT runs it may also damage the
+/// behind, as the node keeps the last `decisions_kept`), and its newest votes. As in the node,
+/// a decided instance is appended unsynced and a sync completes a few milliseconds later;
+/// the instance's replies leave at once (the votes its accepters synced before their ACCEPTs
+/// hold it meanwhile), and an ACCEPT waits for the sync of its vote. A crash loses everything
+/// in memory (consensus state, regency, pending requests); of the unsynced records, a prefix
+/// may survive, ending in a torn one, and an unsynced vote may survive too. In BFT runs it may also damage the
 /// disk (a corrupt checkpoint, or one flipped byte in a synced record), for at most f replicas
 /// counting the Byzantine ones. What survives is decided by the real segment reader on the
 /// log's real bytes (see [`World::crash_disk`]).
@@ -172,8 +172,6 @@ struct Disk {
     /// thread waits for the log). A checkpoint durable before its instance's record would
     /// leave the replica, after a crash of all, ahead of every proof (regression seed 2095).
     pending_checkpoint: Option<(u64, Bytes)>,
-    /// Replies of unsynced instances, by instance.
-    held: Vec<(u64, Vec<Reply>)>,
     /// The newest vote synced (the node keeps the one before it too, which it supersedes).
     vote: Option<Collect>,
     /// A vote written but not synced yet: it becomes durable (and its ACCEPT may leave) at
@@ -875,12 +873,6 @@ impl World {
                 disk.log.clear();
                 disk.unsynced.clear();
                 disk.pending_checkpoint = None;
-                let held = std::mem::take(&mut disk.held);
-                for (_, replies) in held {
-                    for reply in replies {
-                        self.send_reply(r, reply);
-                    }
-                }
             }
         } else {
             self.count("state_transfers_rejected");
@@ -1153,9 +1145,10 @@ impl World {
         }
     }
 
-    /// Durable runs: the decided instance is appended unsynced and its replies are held
-    /// until the sync (returned empty); at the replica's staggered point, a checkpoint is
-    /// written (synced at once). Other runs: the replies, to send now.
+    /// Durable runs: the decided instance is appended unsynced (its replies leave at once, as
+    /// in the node: the accepters' votes hold the decision until the log does); at the
+    /// replica's staggered point, a checkpoint is taken, written with the next sync. Returns
+    /// the replies, to send now.
     fn log_to_disk(
         &mut self,
         r: usize,
@@ -1170,7 +1163,7 @@ impl World {
         };
         let decided = decided.expect("a durable replica's decisions carry their proof");
         disk.unsynced.push(decided);
-        disk.held.push((cid.0, replies));
+
         let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
         let checkpoint = tagma_storage::checkpoint_due(cid.0, r, n, period);
         if checkpoint {
@@ -1185,10 +1178,10 @@ impl World {
             let at = self.now_ms + self.rng.range(0, 4);
             self.schedule(at, Event::DiskSync(r as u32));
         }
-        Vec::new()
+        replies
     }
 
-    /// A log sync completes: the unsynced records are durable, their replies leave.
+    /// A sync completes: the unsynced records and vote are durable.
     fn disk_sync(&mut self, r: usize) {
         if self.nodes[r].crashed {
             return;
@@ -1210,18 +1203,12 @@ impl World {
         if let Some(checkpoint) = checkpoint {
             disk.previous = disk.checkpoint.replace(checkpoint);
         }
-        let held = std::mem::take(&mut disk.held);
         // The vote is written after the records delivered before it (as the node's storage
         // thread does), in the same sync here.
         let vote = disk.unsynced_vote.take().map(|(seq, vote)| {
             disk.vote = Some(vote);
             seq
         });
-        for (_, replies) in held {
-            for reply in replies {
-                self.send_reply(r, reply);
-            }
-        }
         if let Some(cid) = last {
             self.count("log_syncs");
             self.replica_input(r, |core, _| {
@@ -1238,8 +1225,7 @@ impl World {
         }
     }
 
-    /// A durable replica crashes: the replies its unsynced records held are lost, and so are
-    /// the records — except that the kernel may have written some of them out already: a
+    /// A durable replica crashes: its unsynced records are lost — except that the kernel may have written some of them out already: a
     /// prefix of the unsynced bytes may survive, ending in a torn record. In BFT runs, within
     /// the f budget shared with the Byzantine replicas, the crash may also damage the disk:
     /// all of it (a checkpoint that fails its checksum), or one byte of one synced log record.
@@ -1265,7 +1251,6 @@ impl World {
         let flip = (flip_record && !disk.log.is_empty()).then(|| self.rng.index(disk.log.len()));
         let image = self.disk_image(r, survivors, tear, flip);
         let disk = self.nodes[r].disk.as_mut().expect("checked above");
-        disk.held.clear();
         disk.pending_checkpoint = None;
         disk.sync_scheduled = false;
         // An unsynced vote may have reached the disk anyway: then the restarted replica
@@ -2046,14 +2031,12 @@ impl World {
         self.phase = Phase::Liveness { deadline_ms };
         self.partitions_active.clear();
         self.net = NetParams::healed();
-        // CFT durable replicas rejoin only when every peer is reachable (their votes before
-        // the crash are lost and a CFT quorum may hinge on one peer; see
-        // `Replica::start_recovery`): no replica stays down for good in those runs.
-        let mut keep_down = if self.sc.durable && self.sc.mode == Mode::Cft {
-            0
-        } else {
-            self.f_floor().saturating_sub(self.sc.byzantine.len())
-        };
+        // Faults: the Byzantine replicas, the disks damaged (their replicas lost the votes
+        // they cast), and the replicas that stay down.
+        let mut keep_down = self
+            .f_floor()
+            .saturating_sub(self.sc.byzantine.len())
+            .saturating_sub(self.disk_damage_count);
         for r in 0..self.nodes.len() {
             if !self.nodes[r].crashed {
                 continue;
