@@ -320,12 +320,21 @@ fn fault(
         }
         Scenario::ReconfigTour => unreachable!("refused by run"),
         Scenario::KillAll | Scenario::CorruptLog | Scenario::CorruptCheckpoint => {
-            cluster.stop_all();
             let dir = tagma_node::cluster_dir::data_dir(
                 &cluster.dir,
                 &cluster.cfg,
                 tagma_wire::ReplicaId(n as u32 - 1),
             );
+            if scenario == Scenario::CorruptCheckpoint {
+                // A slow machine may not have reached the replica's first checkpoint point
+                // after `--before-s`: the load goes on until it has.
+                wait_until(
+                    "the replica to damage writes its first checkpoint",
+                    Duration::from_secs(60),
+                    || files(&dir.join("checkpoints"), "ckp").is_ok_and(|f| !f.is_empty()),
+                )?;
+            }
+            cluster.stop_all();
             match scenario {
                 Scenario::CorruptLog => corrupt_log(&dir.join("log"))?,
                 Scenario::CorruptCheckpoint => corrupt_checkpoint(&dir.join("checkpoints"))?,

@@ -882,8 +882,22 @@ impl Inner {
             if !(down && due) {
                 continue;
             }
-            if let Err(e) = self.connect_link(link) {
-                debug!("reconnect to replica {} failed: {e}", link.info.id);
+            match self.connect_link(link) {
+                Err(e) => debug!("reconnect to replica {} failed: {e}", link.info.id),
+                // A replica that restarted lost the requests it had not ordered yet: the
+                // ordered calls in flight go to it again now rather than at their next
+                // retransmission (after a restart of every replica, that would be the first
+                // time any replica hears them again).
+                Ok(()) => {
+                    let frames: Vec<Bytes> = lock(&self.calls)
+                        .iter()
+                        .filter(|(key, _)| key.0 != RequestKind::Unordered)
+                        .map(|(_, call)| call.frame.clone())
+                        .collect();
+                    for frame in &frames {
+                        link.send(frame);
+                    }
+                }
             }
         }
         let mut resend = Vec::new();

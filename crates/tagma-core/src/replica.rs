@@ -2513,6 +2513,12 @@ impl Replica {
                 },
             });
         }
+        if next == self.instance.cid && self.recovery.is_none() {
+            // The peer works on this instance too, and may have missed what this replica
+            // sent for it (it refused consensus messages while it synchronised after a
+            // restart, and announces its position when done).
+            self.resend_own_messages(from);
+        }
         if next > self.instance.cid {
             // The peer has decided up to `next − 1`: it is ahead.
             let seen = self.catch_up.highest_seen.entry(from).or_insert(next);
@@ -2536,6 +2542,53 @@ impl Replica {
         if let Some(r) = self.recovery.as_mut() {
             r.heard.insert(from, next);
             self.progress_recovery();
+        }
+    }
+
+    /// Sends `to` again what this replica sent for the instance in progress in the current
+    /// epoch: as leader its PROPOSE, then its WRITE and ACCEPT. Identical copies of messages
+    /// of this incarnation (never anything a crash made it forget), so nothing changes for a
+    /// peer that already has them.
+    fn resend_own_messages(&mut self, to: ReplicaId) {
+        if self.sync.waiting_sync || self.left {
+            return;
+        }
+        let (cid, epoch, me) = (self.instance.cid, self.epoch(), self.params.me);
+        let leader = self.is_leader();
+        let Some(state) = self.instance.epochs.get(&epoch) else {
+            return;
+        };
+        let ProposalSlot::Valid(b) = &state.proposal else {
+            return;
+        };
+        let mut msgs = Vec::new();
+        if leader {
+            msgs.push(PeerMessage::Propose(Propose {
+                cid,
+                epoch,
+                batch: b.bytes.clone(),
+            }));
+        }
+        let vote = Vote {
+            cid,
+            epoch,
+            hash: b.hash,
+        };
+        if state.write_sent && self.params.quorums.mode == Mode::Bft {
+            msgs.push(PeerMessage::Write(vote));
+        }
+        if let Some((_, signature)) = state
+            .accept_signatures
+            .get(&me)
+            .filter(|_| state.accept_sent)
+        {
+            msgs.push(PeerMessage::Accept(Accept {
+                vote,
+                signature: *signature,
+            }));
+        }
+        for msg in msgs {
+            self.actions.push_back(Action::Send { to, msg });
         }
     }
 
@@ -2630,6 +2683,12 @@ impl Replica {
         }
         tracing::info!(next = %self.instance.cid, heard = r.heard.len(), "start-up synchronisation done: ordering");
         self.recovery = None;
+        // Peers on the same instance resend what this replica refused meanwhile.
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::Position {
+                next: self.instance.cid,
+                reply: true,
+            }));
         self.clients.restart_timers(self.now_ms);
         self.settle();
     }
