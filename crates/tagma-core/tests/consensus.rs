@@ -1894,9 +1894,29 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
     }));
     r0.handle_peer(103, r(3), position(3, true)).unwrap();
     assert!(!r0.is_recovering());
-    let actions = drain(&mut r0);
+    let mut actions = drain(&mut r0);
+    // Done: it announces its position (peers on instance 3 resend what it refused), then
+    // proposes.
+    assert_eq!(
+        actions.remove(0),
+        Action::Broadcast(PeerMessage::Position {
+            next: ConsensusId(3),
+            reply: true
+        })
+    );
     let (_, _, batch) = take_proposal(&actions, 3, Mode::Bft);
     assert_eq!(ids(&batch), vec![(1, 1)]);
+    // A peer that reports the same instance later (it ended its own synchronisation) gets
+    // the PROPOSE and the leader's WRITE again.
+    r0.handle_peer(104, r(1), position(3, true)).unwrap();
+    let resent = drain(&mut r0);
+    assert_eq!(resent.len(), 2, "{resent:?}");
+    assert!(
+        matches!(&resent[0], Action::Send { to, msg: PeerMessage::Propose(p) } if *to == r(1) && p.cid == ConsensusId(3))
+    );
+    assert!(
+        matches!(&resent[1], Action::Send { to, msg: PeerMessage::Write(v) } if *to == r(1) && v.cid == ConsensusId(3))
+    );
 }
 
 /// The highest durable instance wins: a restarted leader behind a peer fetches the decision
