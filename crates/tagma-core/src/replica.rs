@@ -358,8 +358,14 @@ pub enum Action {
     /// [`Replica::restore_votes`]); WRITEs do not wait. Each `PersistVote` supersedes the
     /// earlier ones (lower `seq`): only the newest must survive, provided every decision
     /// delivered before it is durable first (the runtime logs decisions and votes in the
-    /// order the core emits them).
-    PersistVote { seq: u64, votes: Collect },
+    /// order the core emits them). `awaited`: an ACCEPT waits for this one (the votes of a
+    /// WRITE are not awaited; a runtime may hold them briefly to write them together with
+    /// the next).
+    PersistVote {
+        seq: u64,
+        votes: Collect,
+        awaited: bool,
+    },
     /// State transfer, fetching side: every part arrived; validate and install it (see
     /// [`crate::transfer`]), then report with [`Replica::state_installed`]. The core may
     /// still deliver instances meanwhile (decided by the others while the state was
@@ -1215,7 +1221,7 @@ impl Replica {
                 if self.params.state_transfer {
                     // Durable: the value written goes to disk too (the WRITE does not wait),
                     // so that after a crash this replica still vouches for it.
-                    self.persist_votes();
+                    self.persist_votes(false);
                 }
                 self.actions
                     .push_back(Action::Broadcast(PeerMessage::Write(Vote {
@@ -1232,12 +1238,13 @@ impl Replica {
 
     /// Issues an [`Action::PersistVote`] of this replica's votes on the instance in progress;
     /// returns its sequence number.
-    fn persist_votes(&mut self) -> u64 {
+    fn persist_votes(&mut self, awaited: bool) -> u64 {
         self.votes_issued += 1;
         let votes = self.collect();
         self.actions.push_back(Action::PersistVote {
             seq: self.votes_issued,
             votes,
+            awaited,
         });
         self.votes_issued
     }
@@ -1334,7 +1341,7 @@ impl Replica {
                 // Durable replicas: the write quorum goes to disk first, and the ACCEPT waits
                 // for it, so a crash never makes this replica forget the value.
                 state.accept_seq = u64::MAX; // claimed by `collect` from now on
-                let seq = self.persist_votes();
+                let seq = self.persist_votes(true);
                 self.instance.epoch_mut(epoch).accept_seq = seq;
             }
             if self.instance.epoch_mut(epoch).accept_seq <= self.votes_durable {

@@ -373,7 +373,7 @@ fn persisted(actions: &[Action]) -> Vec<Persisted> {
     actions
         .iter()
         .filter_map(|a| match a {
-            Action::PersistVote { seq, votes } => Some((
+            Action::PersistVote { seq, votes, .. } => Some((
                 *seq,
                 votes.cid.0,
                 votes.write_quorum,

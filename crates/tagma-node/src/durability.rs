@@ -1,9 +1,9 @@
 //! Durability (SPEC §4), when `[storage] durability = "fsync"`.
 //!
 //! ```text
-//!  consensus thread ── Vote(seq, collect) ──► storage thread: once the log records queued
-//!        │            before it are synced, writes the votes, fdatasync ── votes_durable ──►
-//!        │            consensus thread sends the ACCEPT that waited for them
+//!  consensus thread ── VoteJob(seq, collect) ──► vote thread: writes the votes of every
+//!        │            instance not yet logged, fdatasync ── votes_durable ──► consensus
+//!        │            thread sends the ACCEPT that waited for them
 //!        ├── Deliver ──► execution thread ── executes, replies at once
 //!        └── Append(cid, decided instance + proof) ──► storage thread
 //!                  appends every record queued, one fdatasync (group commit) ── durable_below
@@ -60,12 +60,6 @@ pub(crate) enum StorageEvent {
         to: ReplicaId,
         from: u64,
         count: u32,
-    },
-    /// Write this replica's newest vote ([`tagma_core::Action::PersistVote`]) and sync it,
-    /// after the log records queued before it; then report `seq` durable.
-    Vote {
-        seq: u64,
-        votes: tagma_wire::Collect,
     },
     /// State transfer: the checkpoint of `checkpoint` is durable and `entries` are the
     /// proven decisions after it; log those not logged yet (restarting the log after the
@@ -204,13 +198,13 @@ fn recover<S: Service>(
     let mut votes = Vec::new();
     for v in stored {
         // The record's checksum held: bytes that do not decode are damage, not a torn write.
-        let collect = tagma_wire::Collect::decode(&Bytes::from(v.payload)).map_err(|e| {
+        let collects = decode_votes(&v.payload).ok_or_else(|| {
             Failure::Damaged(format!(
-                "the votes of instance {} do not decode: {e}",
+                "the vote record of instance {} does not decode",
                 v.cid
             ))
         })?;
-        votes.push(collect);
+        votes.extend(collects);
     }
     let options = LogOptions {
         dir: log_dir,
@@ -319,7 +313,6 @@ fn recover<S: Service>(
 pub(crate) fn storage_loop(
     sh: &Shared,
     mut log: Log,
-    mut votes: VoteStore,
     rx: Receiver<StorageEvent>,
     peers: crate::membership::PeerLinks,
 ) {
@@ -332,9 +325,6 @@ pub(crate) fn storage_loop(
     while let Ok(first) = rx.recv() {
         let mut last = None;
         let mut release = None;
-        // Only the newest vote of a group is written: it supersedes the others, and the
-        // decisions delivered before it are synced first (below).
-        let mut vote = None;
         for event in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
             match event {
                 StorageEvent::Append { cid, decided } => {
@@ -349,7 +339,6 @@ pub(crate) fn storage_loop(
                     last = Some(cid);
                 }
                 StorageEvent::Release { cid } => release = release.max(Some(cid)),
-                StorageEvent::Vote { seq, votes } => vote = Some((seq, votes)),
                 StorageEvent::ReadLog { to, from, count } => {
                     if let Some(tx) = peers.get(to) {
                         serve_log(sh, &log, &tx, from, count);
@@ -387,23 +376,112 @@ pub(crate) fn storage_loop(
                 let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
             }
         }
-        if let Some((seq, v)) = vote {
-            if let Err(e) = votes.write(v.cid.0, &v.to_bytes()) {
-                error!("cannot write this replica's vote: {e}; this replica stops voting");
-                return;
-            }
-            metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
-            sh.votes_durable.fetch_max(seq, Ordering::SeqCst);
-            // As for `durable_below`: a full internal channel means the consensus thread has
-            // events to handle, after each of which it looks at `votes_durable` again.
-            let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
-        }
         if let Some(cid) = release
             && let Err(e) = log.release_through(cid.saturating_sub(keep))
         {
             warn!("cannot release the log up to checkpoint {cid}: {e}");
         }
     }
+}
+
+/// A [`tagma_core::Action::PersistVote`] for the vote thread.
+pub(crate) struct VoteJob {
+    pub seq: u64,
+    pub votes: tagma_wire::Collect,
+    /// An ACCEPT waits for it (else the write may wait for the next vote, see `vote_loop`).
+    pub awaited: bool,
+}
+
+/// How long the votes of a WRITE (which nothing waits for) may wait for the next vote, so
+/// that the ACCEPT's votes, which usually follow within a round of messages, are written and
+/// synced with them instead of queueing behind their sync.
+const UNAWAITED_VOTES_WAIT: Duration = Duration::from_millis(5);
+
+/// Instances whose votes the vote thread keeps while their decisions are not yet in the log;
+/// beyond it, it waits for the log (this replica's ACCEPTs wait with it).
+const VOTES_PENDING_MAX: usize = 64;
+
+/// The vote thread: writes and syncs this replica's votes (`VoteStore`), then reports them
+/// durable (`Shared::votes_durable`) and wakes the consensus thread, whose ACCEPT waits for
+/// them. Every record holds the votes of each instance whose decision the storage thread has
+/// not synced yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's
+/// votes leave the record only once its decision is durable, so the two threads need no
+/// order between them and a vote's sync never queues behind a log sync.
+pub(crate) fn vote_loop(sh: &Shared, mut store: VoteStore, rx: Receiver<VoteJob>) {
+    const GROUP_MAX: usize = 1024;
+    let mut pending: std::collections::BTreeMap<u64, tagma_wire::Collect> =
+        std::collections::BTreeMap::new();
+    let mut buf = Vec::new();
+    while let Ok(first) = rx.recv() {
+        let mut jobs: Vec<VoteJob> = std::iter::once(first)
+            .chain(rx.try_iter().take(GROUP_MAX))
+            .collect();
+        let deadline = std::time::Instant::now() + UNAWAITED_VOTES_WAIT;
+        while !jobs.iter().any(|j| j.awaited) && jobs.len() < GROUP_MAX {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                Ok(job) => jobs.push(job),
+                Err(_) => break,
+            }
+        }
+        let mut seq = 0;
+        for job in jobs {
+            seq = seq.max(job.seq);
+            pending.insert(job.votes.cid.0, job.votes);
+        }
+        loop {
+            let logged_below = sh.durable_below.load(Ordering::SeqCst);
+            pending.retain(|cid, _| *cid >= logged_below);
+            if pending.len() <= VOTES_PENDING_MAX {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        encode_votes(&mut buf, pending.values());
+        let newest = pending.keys().next_back().copied().unwrap_or(0);
+        if let Err(e) = store.write(newest, &buf) {
+            error!("cannot write this replica's votes: {e}; this replica stops voting");
+            return;
+        }
+        sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
+        sh.votes_durable.fetch_max(seq, Ordering::SeqCst);
+        // As for `durable_below`: a full internal channel means the consensus thread has
+        // events to handle, after each of which it looks at `votes_durable` again.
+        let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
+    }
+}
+
+/// A vote record's payload: the count, then each collect, length-prefixed.
+fn encode_votes<'a>(
+    out: &mut Vec<u8>,
+    votes: impl ExactSizeIterator<Item = &'a tagma_wire::Collect>,
+) {
+    out.clear();
+    out.extend_from_slice(&(votes.len() as u32).to_le_bytes());
+    for collect in votes {
+        let bytes = collect.to_bytes();
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&bytes);
+    }
+}
+
+/// The collects of a vote record's payload (`None`: it does not decode).
+fn decode_votes(payload: &[u8]) -> Option<Vec<tagma_wire::Collect>> {
+    let mut rest = payload;
+    let mut take = |n: usize| -> Option<&[u8]> {
+        let (head, tail) = rest.split_at_checked(n)?;
+        rest = tail;
+        Some(head)
+    };
+    let count = u32::from_le_bytes(take(4)?.try_into().ok()?);
+    let mut votes = Vec::new();
+    for _ in 0..count {
+        let len = u32::from_le_bytes(take(4)?.try_into().ok()?) as usize;
+        let bytes = Bytes::copy_from_slice(take(len)?);
+        votes.push(tagma_wire::Collect::decode(&bytes).ok()?);
+    }
+    take(0)?;
+    rest.is_empty().then_some(votes)
 }
 
 /// Sends `to` the logged decisions `from ..` (at most `count`), stopping at the first the
@@ -693,4 +771,36 @@ fn log_installed(
         log.append(d.cid.0, &d.to_bytes())?;
     }
     log.sync()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tagma_wire::{Collect, Digest, Epoch, Regency};
+
+    fn collect(cid: u64, value: &'static [u8]) -> Collect {
+        Collect {
+            replica: ReplicaId(1),
+            regency: Regency(0),
+            cid: ConsensusId(cid),
+            write_quorum: Some((Epoch(0), Digest([7; 32]))),
+            write_set: vec![(Epoch(0), Bytes::from_static(value))],
+        }
+    }
+
+    #[test]
+    fn a_vote_record_holds_the_votes_of_several_instances_and_rejects_damage() {
+        let votes = [collect(4, b"four"), collect(5, b"five")];
+        let mut buf = Vec::new();
+        encode_votes(&mut buf, votes.iter());
+        assert_eq!(decode_votes(&buf), Some(votes.to_vec()));
+        encode_votes(&mut buf, [].iter());
+        assert_eq!(decode_votes(&buf), Some(vec![]));
+        encode_votes(&mut buf, votes.iter());
+        for cut in 0..buf.len() {
+            assert_eq!(decode_votes(&buf[..cut]), None, "cut at {cut}");
+        }
+        buf.push(0);
+        assert_eq!(decode_votes(&buf), None, "trailing bytes");
+    }
 }

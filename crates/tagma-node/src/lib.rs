@@ -466,6 +466,7 @@ fn start_node<S: Service>(
     }
     let mut durable_exec = None;
     let mut storage_tx = None;
+    let mut vote_tx = None;
     let mut transfer_tx = None;
     let mut core = None;
     let mut joining = false;
@@ -496,8 +497,14 @@ fn start_node<S: Service>(
             let (sh, tx2) = (shared.clone(), tx.clone());
             let links = peer_links.clone();
             threads.push(spawn("storage".into(), me, move || {
-                durability::storage_loop(&sh, rec.log, rec.vote_store, rx, links)
+                durability::storage_loop(&sh, rec.log, rx, links)
             }));
+            let (votes_tx, votes_rx) = bounded(lim.execution_queue_max);
+            let sh = shared.clone();
+            threads.push(spawn("votes".into(), me, move || {
+                durability::vote_loop(&sh, rec.vote_store, votes_rx)
+            }));
+            vote_tx = Some(votes_tx);
             let (sh, store) = (shared.clone(), rec.store.clone());
             threads.push(spawn("checkpoint".into(), me, move || {
                 durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
@@ -528,6 +535,7 @@ fn start_node<S: Service>(
                 peers: peer_links,
                 exec_tx,
                 storage_tx,
+                vote_tx,
                 transfer_tx,
             };
             consensus_loop(&sh, core, consensus_rx, internal_rx, &links, joining)
@@ -1070,6 +1078,7 @@ struct Links {
     exec_tx: Sender<ExecEvent>,
     /// Durable replicas only.
     storage_tx: Option<Sender<durability::StorageEvent>>,
+    vote_tx: Option<Sender<durability::VoteJob>>,
     transfer_tx: Option<Sender<durability::TransferJob>>,
 }
 
@@ -1249,14 +1258,20 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                     return false;
                 }
             }
-            Action::PersistVote { seq, votes } => {
-                let Some(tx) = storage_tx else {
+            Action::PersistVote {
+                seq,
+                votes,
+                awaited,
+            } => {
+                let Some(tx) = &links.vote_tx else {
                     unreachable!("only durable replicas persist votes");
                 };
-                if tx
-                    .send(durability::StorageEvent::Vote { seq, votes })
-                    .is_err()
-                {
+                let job = durability::VoteJob {
+                    seq,
+                    votes,
+                    awaited,
+                };
+                if tx.send(job).is_err() {
                     return false;
                 }
             }

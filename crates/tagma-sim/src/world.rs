@@ -1106,7 +1106,7 @@ impl World {
                     self.send_peer(r, &[to], PeerMessage::LogEntry(d));
                 }
             }
-            Action::PersistVote { seq, votes } => {
+            Action::PersistVote { seq, votes, .. } => {
                 let Some(disk) = self.nodes[r].disk.as_mut() else {
                     // Byzantine replicas keep no disk: their votes are durable at once.
                     self.replica_input(r, |core, _| {
