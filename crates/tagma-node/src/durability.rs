@@ -407,10 +407,22 @@ const VOTES_PENDING_MAX: usize = 64;
 /// not synced yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's
 /// votes leave the record only once its decision is durable, so the two threads need no
 /// order between them and a vote's sync never queues behind a log sync.
-pub(crate) fn vote_loop(sh: &Shared, mut store: VoteStore, rx: Receiver<VoteJob>) {
+///
+/// `restored` are the votes read back at start, newest record first: they stay in the
+/// records until their instances are logged too (the core reports restored votes only for
+/// the instance in progress, and a later one may be restored as well).
+pub(crate) fn vote_loop(
+    sh: &Shared,
+    mut store: VoteStore,
+    rx: Receiver<VoteJob>,
+    restored: Vec<tagma_wire::Collect>,
+) {
     const GROUP_MAX: usize = 1024;
     let mut pending: std::collections::BTreeMap<u64, tagma_wire::Collect> =
         std::collections::BTreeMap::new();
+    for collect in restored {
+        pending.entry(collect.cid.0).or_insert(collect);
+    }
     let mut buf = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut jobs: Vec<VoteJob> = std::iter::once(first)

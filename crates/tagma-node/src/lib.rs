@@ -490,7 +490,8 @@ fn start_node<S: Service>(
             if let Some(info) = rec.checkpoint {
                 replica.note_checkpoint(info);
             }
-            replica.restore_votes(rec.votes);
+            let restored = rec.votes;
+            replica.restore_votes(restored.clone());
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
             let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
@@ -502,7 +503,7 @@ fn start_node<S: Service>(
             let (votes_tx, votes_rx) = bounded(lim.execution_queue_max);
             let sh = shared.clone();
             threads.push(spawn("votes".into(), me, move || {
-                durability::vote_loop(&sh, rec.vote_store, votes_rx)
+                durability::vote_loop(&sh, rec.vote_store, votes_rx, restored)
             }));
             vote_tx = Some(votes_tx);
             let (sh, store) = (shared.clone(), rec.store.clone());
