@@ -98,7 +98,7 @@ impl VoteStore {
         let (f1, v1) = open(1)?;
         sync_dir(&dir)?;
         let mut votes: Vec<StoredVote> = v0.into_iter().chain(v1).collect();
-        votes.sort_by(|a, b| b.seq.cmp(&a.seq));
+        votes.sort_by_key(|v| std::cmp::Reverse(v.seq));
         let last_seq = votes.first().map_or(0, |v| v.seq);
         Ok((
             VoteStore {
