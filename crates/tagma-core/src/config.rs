@@ -210,9 +210,9 @@ pub struct StorageSection {
     /// Data directory, relative to the cluster directory; replica `i` uses `<data_dir>/replica-<i>`.
     pub data_dir: String,
     /// `none`: state lives in memory only (a replica that restarts rejoins empty and catches
-    /// up from the others). `fsync`: decided batches are logged and forced to disk before
-    /// their replies leave, and checkpoints are taken, so a reply a client received
-    /// survives the crash of every replica.
+    /// up from the others). `fsync`: every replica forces its votes to disk before it
+    /// ACCEPTs, decided batches are logged (in parallel with execution) and checkpoints are
+    /// taken, so a reply a client received survives the crash of every replica.
     pub durability: Durability,
     /// Instances between two checkpoints of one replica; replicas checkpoint at staggered
     /// points of the period. At least the number of replicas.

@@ -254,8 +254,8 @@ pub struct Scenario {
     pub net: NetParams,
     pub partitions: Vec<Partition>,
     pub crashes: Vec<Crash>,
-    /// Durable replicas (SPEC §4–5): correct replicas keep a simulated disk (decided
-    /// instances logged before their replies leave, staggered checkpoints), and a crash
+    /// Durable replicas (SPEC §4–5): correct replicas keep a simulated disk (votes synced
+    /// before ACCEPTs, decided instances logged, staggered checkpoints), and a crash
     /// loses everything else — a restart recovers from the disk and runs the start-up
     /// synchronisation. Without it, restarts keep memory.
     pub durable: bool,
