@@ -358,14 +358,9 @@ pub enum Action {
     /// [`Replica::restore_votes`]); WRITEs do not wait. Each `PersistVote` supersedes the
     /// earlier ones (lower `seq`): only the newest must survive, provided every decision
     /// delivered before it is durable first (the runtime logs decisions and votes in the
-    /// order the core emits them). `awaited`: an ACCEPT waits for this one (the votes of a
-    /// WRITE are not awaited; a runtime may hold them briefly to write them together with
-    /// the next).
-    PersistVote {
-        seq: u64,
-        votes: Collect,
-        awaited: bool,
-    },
+    /// order the core emits them). The collect's `regency` is persisted too: a regency is
+    /// recorded when installed, before this replica says anything in it.
+    PersistVote { seq: u64, votes: Collect },
     /// State transfer, fetching side: every part arrived; validate and install it (see
     /// [`crate::transfer`]), then report with [`Replica::state_installed`]. The core may
     /// still deliver instances meanwhile (decided by the others while the state was
@@ -592,6 +587,9 @@ struct SyncState {
     /// The highest epoch each peer sent a consensus message in (to notice a regency that
     /// was installed without us, e.g. while this replica was down).
     epochs_seen: BTreeMap<ReplicaId, Epoch>,
+    /// Durable replicas: an installed regency whose record (`PersistVote` `seq`) is not on
+    /// disk yet; its STOPDATA (or, as leader, its own collect and SYNC) waits for it.
+    held_install: Option<(u64, Regency)>,
 }
 
 /// The outcome of a verified SYNC, applied by [`Replica::finalise`].
@@ -634,6 +632,9 @@ pub struct Replica {
     /// of the newest one the runtime reported on disk ([`Replica::note_votes_durable`]).
     votes_issued: u64,
     votes_durable: u64,
+    /// The (instance, epoch) whose messages were last resent to each peer
+    /// (`resend_own_messages`).
+    resent_to: BTreeMap<ReplicaId, (ConsensusId, Epoch)>,
     /// Votes read back from disk after a restart, by instance ([`Replica::restore_votes`]).
     recovered_votes: BTreeMap<ConsensusId, RecoveredVotes>,
     key: IdentityKey,
@@ -756,6 +757,7 @@ impl Replica {
             durable_through: None,
             votes_issued: 0,
             votes_durable: 0,
+            resent_to: BTreeMap::new(),
             recovered_votes: BTreeMap::new(),
             rng: SplitMix64(params.seed),
             key,
@@ -1221,7 +1223,7 @@ impl Replica {
                 if self.params.state_transfer {
                     // Durable: the value written goes to disk too (the WRITE does not wait),
                     // so that after a crash this replica still vouches for it.
-                    self.persist_votes(false);
+                    self.persist_votes();
                 }
                 self.actions
                     .push_back(Action::Broadcast(PeerMessage::Write(Vote {
@@ -1238,13 +1240,12 @@ impl Replica {
 
     /// Issues an [`Action::PersistVote`] of this replica's votes on the instance in progress;
     /// returns its sequence number.
-    fn persist_votes(&mut self, awaited: bool) -> u64 {
+    fn persist_votes(&mut self) -> u64 {
         self.votes_issued += 1;
         let votes = self.collect();
         self.actions.push_back(Action::PersistVote {
             seq: self.votes_issued,
             votes,
-            awaited,
         });
         self.votes_issued
     }
@@ -1341,7 +1342,7 @@ impl Replica {
                 // Durable replicas: the write quorum goes to disk first, and the ACCEPT waits
                 // for it, so a crash never makes this replica forget the value.
                 state.accept_seq = u64::MAX; // claimed by `collect` from now on
-                let seq = self.persist_votes(true);
+                let seq = self.persist_votes();
                 self.instance.epoch_mut(epoch).accept_seq = seq;
             }
             if self.instance.epoch_mut(epoch).accept_seq <= self.votes_durable {
@@ -1856,6 +1857,23 @@ impl Replica {
         self.sync.waiting_sync = true;
         let backoff = 1u64 << self.sync.failed_regencies.min(6);
         self.sync.sync_deadline_ms = Some(self.now_ms + self.params.request_timeout_ms * backoff);
+        if self.params.state_transfer {
+            // Durable: the regency goes to disk (in the collect's `regency`) before this
+            // replica says anything in it, so that after a crash it never votes in an
+            // earlier epoch than one whose synchronisation counted it (epochs are compared
+            // across restarts).
+            let seq = self.persist_votes();
+            if seq > self.votes_durable {
+                self.sync.held_install = Some((seq, regency));
+                return;
+            }
+        }
+        self.finish_install(regency);
+    }
+
+    /// The rest of [`Replica::install`], once the regency is durable: the STOPDATA to the new
+    /// leader (as leader: its own, and the SYNC if enough arrived).
+    fn finish_install(&mut self, regency: Regency) {
         let leader = self.leader();
         let data = StopData {
             regency,
@@ -2561,6 +2579,12 @@ impl Replica {
             return;
         }
         let (cid, epoch, me) = (self.instance.cid, self.epoch(), self.params.me);
+        // Once per peer, instance and epoch: a peer's repeated positions cannot make this
+        // replica send its batch again and again.
+        if self.resent_to.get(&to) == Some(&(cid, epoch)) {
+            return;
+        }
+        self.resent_to.insert(to, (cid, epoch));
         let leader = self.is_leader();
         let Some(state) = self.instance.epochs.get(&epoch) else {
             return;
@@ -2731,6 +2755,14 @@ impl Replica {
             "a vote reported durable before it was issued"
         );
         self.votes_durable = seq;
+        if let Some((held, regency)) = self.sync.held_install
+            && held <= seq
+        {
+            self.sync.held_install = None;
+            if regency == self.regency && self.sync.waiting_sync {
+                self.finish_install(regency);
+            }
+        }
         let epoch = self.epoch();
         self.check_quorums(epoch);
     }
@@ -2743,6 +2775,9 @@ impl Replica {
     /// `Some(seq)` while an ACCEPT waits for the vote [`Action::PersistVote`] `seq`; the
     /// runtime then calls [`Replica::note_votes_durable`] when it is on disk.
     pub fn awaits_vote(&self) -> Option<u64> {
+        if let Some((seq, _)) = self.sync.held_install {
+            return Some(seq);
+        }
         let state = self.instance.epochs.get(&self.epoch())?;
         (!state.accept_sent && state.accept_seq > self.votes_durable).then_some(state.accept_seq)
     }
@@ -2754,6 +2789,20 @@ impl Replica {
     /// no other value in an epoch up to one where it saw a write quorum, reports them in its
     /// collects, and as leader proposes that value again.
     pub fn restore_votes(&mut self, votes: impl IntoIterator<Item = Collect>) {
+        let votes: Vec<Collect> = votes.into_iter().collect();
+        // The regency it had installed (and voted in) before the crash: it goes on from
+        // there, never voting again in an earlier epoch. As after adopting a regency whose
+        // SYNC it did not see, it takes no PROPOSE (and proposes nothing) for the instance
+        // in progress until a decision made in that regency arrives or a new leader change:
+        // it may have forgotten what that regency's synchronisation bound.
+        if let Some(regency) = votes.iter().map(|c| c.regency).max()
+            && regency > self.regency
+        {
+            tracing::info!(%regency, "regency from before the restart restored");
+            self.enter_regency(regency);
+            self.sync.waiting_sync = true;
+            self.sync.sync_deadline_ms = None;
+        }
         for collect in votes {
             if collect.cid < self.instance.cid {
                 continue;

@@ -498,6 +498,25 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
     for from in [0, 1, 3] {
         let _ = follower.handle_peer(5, r(from), PeerInput::Stop(stop.clone()));
     }
+    // The regency is installed, and recorded on disk before this replica says anything in
+    // it: the STOPDATA waits for that record.
+    assert_eq!(follower.regency(), Regency(1));
+    let actions = drain(&mut follower);
+    let recorded = persisted_with_regency(&actions);
+    assert_eq!(recorded.len(), 1, "{actions:?}");
+    assert_eq!(recorded[0].1, Regency(1));
+    assert!(
+        !actions.iter().any(|a| matches!(
+            a,
+            Action::Send {
+                msg: PeerMessage::StopData(_),
+                ..
+            }
+        )),
+        "no STOPDATA before the regency is durable: {actions:?}"
+    );
+    assert_eq!(follower.awaits_vote(), Some(recorded[0].0));
+    follower.note_votes_durable(recorded[0].0);
     let stopdata = drain(&mut follower)
         .into_iter()
         .find_map(|a| match a {
@@ -511,6 +530,52 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
     let collect = stopdata.collect.collect;
     assert_eq!(collect.write_quorum, Some((E0, hash_v)));
     assert_eq!(collect.write_set, vec![(E0, v.to_bytes())]);
+}
+
+/// (seq, regency) of the votes persisted by `actions`.
+fn persisted_with_regency(actions: &[Action]) -> Vec<(u64, Regency)> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            Action::PersistVote { seq, votes } => Some((*seq, votes.regency)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Epochs are compared across restarts (a restored vote of epoch 5 must not look newer than
+/// a decision made after the restart): a replica goes on in the regency it had installed,
+/// and, having forgotten what that regency's synchronisation bound, takes no PROPOSE for the
+/// instance in progress until a decision of that regency arrives or a new leader change.
+#[test]
+fn a_restarted_replica_goes_on_in_the_regency_it_had_installed() {
+    let v = batch_of(3, vec![req(1, 1)]);
+    let before_crash = Collect {
+        replica: r(1),
+        regency: Regency(5),
+        cid: ConsensusId(0),
+        write_quorum: None,
+        write_set: vec![],
+    };
+    let mut follower = durable(Mode::Bft, 4, 1);
+    follower.restore_votes([before_crash]);
+    assert_eq!(follower.regency(), Regency(5));
+    drain(&mut follower);
+    // Regency 0's leader is ignored; regency 5's leader (replica 1, itself) does not propose.
+    let (input, _) = propose(0, &v);
+    let _ = follower.handle_peer(3, r(0), input);
+    assert!(sent(&drain(&mut follower)).is_empty());
+    follower.handle_client_request(4, req(2, 1)).unwrap();
+    assert!(
+        !proposes(&drain(&mut follower)),
+        "no proposal in a regency whose SYNC it forgot"
+    );
+    // A replica that restarts in regency 0 (no leader change before the crash) goes on at
+    // once.
+    let mut leader = durable(Mode::Bft, 4, 0);
+    leader.restore_votes([]);
+    leader.handle_client_request(1, req(1, 1)).unwrap();
+    assert!(proposes(&drain(&mut leader)));
 }
 
 #[test]

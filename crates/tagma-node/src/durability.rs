@@ -388,14 +388,7 @@ pub(crate) fn storage_loop(
 pub(crate) struct VoteJob {
     pub seq: u64,
     pub votes: tagma_wire::Collect,
-    /// An ACCEPT waits for it (else the write may wait for the next vote, see `vote_loop`).
-    pub awaited: bool,
 }
-
-/// How long the votes of a WRITE (which nothing waits for) may wait for the next vote, so
-/// that the ACCEPT's votes, which usually follow within a round of messages, are written and
-/// synced with them instead of queueing behind their sync.
-const UNAWAITED_VOTES_WAIT: Duration = Duration::from_millis(5);
 
 /// Instances whose votes the vote thread keeps while their decisions are not yet in the log;
 /// beyond it, it waits for the log (this replica's ACCEPTs wait with it).
@@ -425,19 +418,8 @@ pub(crate) fn vote_loop(
     }
     let mut buf = Vec::new();
     while let Ok(first) = rx.recv() {
-        let mut jobs: Vec<VoteJob> = std::iter::once(first)
-            .chain(rx.try_iter().take(GROUP_MAX))
-            .collect();
-        let deadline = std::time::Instant::now() + UNAWAITED_VOTES_WAIT;
-        while !jobs.iter().any(|j| j.awaited) && jobs.len() < GROUP_MAX {
-            let left = deadline.saturating_duration_since(std::time::Instant::now());
-            match rx.recv_timeout(left) {
-                Ok(job) => jobs.push(job),
-                Err(_) => break,
-            }
-        }
         let mut seq = 0;
-        for job in jobs {
+        for job in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
             seq = seq.max(job.seq);
             pending.insert(job.votes.cid.0, job.votes);
         }

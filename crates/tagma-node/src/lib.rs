@@ -446,7 +446,14 @@ fn start_node<S: Service>(
         next_conn_id: AtomicU64::new(1),
         handshakes: AtomicU64::new(0),
         unreplicated,
-        durable_below: AtomicU64::new(0),
+        // Everything recovered from the disk is durable (the vote thread drops the restored
+        // votes of instances up to it at once).
+        durable_below: AtomicU64::new(
+            recovered
+                .as_ref()
+                .and_then(|r| r.last)
+                .map_or(0, |c| c.0 + 1),
+        ),
         wake_on_durable: std::sync::atomic::AtomicBool::new(false),
         votes_durable: AtomicU64::new(0),
     });
@@ -1259,20 +1266,11 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                     return false;
                 }
             }
-            Action::PersistVote {
-                seq,
-                votes,
-                awaited,
-            } => {
+            Action::PersistVote { seq, votes } => {
                 let Some(tx) = &links.vote_tx else {
                     unreachable!("only durable replicas persist votes");
                 };
-                let job = durability::VoteJob {
-                    seq,
-                    votes,
-                    awaited,
-                };
-                if tx.send(job).is_err() {
+                if tx.send(durability::VoteJob { seq, votes }).is_err() {
                     return false;
                 }
             }
