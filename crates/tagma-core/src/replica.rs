@@ -2028,7 +2028,10 @@ impl Replica {
             data.last_decided = None; // an unproven claim is ignored
         }
         self.sync.stopdata.insert(from, data);
-        self.try_sync();
+        if self.sync.held_install.is_none() {
+            // (Otherwise `finish_install` tries once this replica's regency is durable.)
+            self.try_sync();
+        }
         Ok(())
     }
 
@@ -2538,7 +2541,11 @@ impl Replica {
                 },
             });
         }
-        if next == self.instance.cid && self.recovery.is_none() {
+        if !reply {
+            // The peer asks (it is starting, or probing): what it refused before it answers
+            // again may be resent.
+            self.resent_to.remove(&from);
+        } else if next == self.instance.cid && self.recovery.is_none() {
             // The peer works on this instance too, and may have missed what this replica
             // sent for it (it refused consensus messages while it synchronised after a
             // restart, and announces its position when done).

@@ -399,7 +399,8 @@ const VOTES_PENDING_MAX: usize = 64;
 /// them. Every record holds the votes of each instance whose decision the storage thread has
 /// not synced yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's
 /// votes leave the record only once its decision is durable, so the two threads need no
-/// order between them and a vote's sync never queues behind a log sync.
+/// order between them and a vote's sync never queues behind a log sync. Every record also
+/// carries the highest regency installed (an empty collect when no other carries it).
 ///
 /// `restored` are the votes read back at start, newest record first: they stay in the
 /// records until their instances are logged too (the core reports restored votes only for
@@ -413,6 +414,9 @@ pub(crate) fn vote_loop(
     const GROUP_MAX: usize = 1024;
     let mut pending: std::collections::BTreeMap<u64, tagma_wire::Collect> =
         std::collections::BTreeMap::new();
+    // The highest regency this replica installed: every record carries it, even when the
+    // instances whose collects carried it are all logged (a restart goes on from it).
+    let mut regency = restored.iter().map(|c| (c.regency, c.replica)).max();
     for collect in restored {
         pending.entry(collect.cid.0).or_insert(collect);
     }
@@ -421,6 +425,7 @@ pub(crate) fn vote_loop(
         let mut seq = 0;
         for job in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
             seq = seq.max(job.seq);
+            regency = regency.max(Some((job.votes.regency, job.votes.replica)));
             pending.insert(job.votes.cid.0, job.votes);
         }
         loop {
@@ -431,8 +436,19 @@ pub(crate) fn vote_loop(
             }
             std::thread::sleep(Duration::from_millis(1));
         }
-        encode_votes(&mut buf, pending.values());
-        let newest = pending.keys().next_back().copied().unwrap_or(0);
+        let logged_below = sh.durable_below.load(Ordering::SeqCst);
+        let marker = regency
+            .filter(|(r, _)| pending.values().all(|c| c.regency < *r))
+            .map(|(regency, replica)| tagma_wire::Collect {
+                replica,
+                regency,
+                cid: ConsensusId(logged_below),
+                write_quorum: None,
+                write_set: Vec::new(),
+            });
+        let record: Vec<&tagma_wire::Collect> = pending.values().chain(marker.as_ref()).collect();
+        encode_votes(&mut buf, record.into_iter());
+        let newest = pending.keys().next_back().copied().unwrap_or(logged_below);
         if let Err(e) = store.write(newest, &buf) {
             error!("cannot write this replica's votes: {e}; this replica stops voting");
             return;
