@@ -1341,9 +1341,10 @@ impl Replica {
             if durable && state.accept_seq == 0 {
                 // Durable replicas: the write quorum goes to disk first, and the ACCEPT waits
                 // for it, so a crash never makes this replica forget the value.
-                state.accept_seq = u64::MAX; // claimed by `collect` from now on
+                // Set first: the record (`collect`) claims the write quorum from now on.
+                state.accept_seq = self.votes_issued + 1;
                 let seq = self.persist_votes();
-                self.instance.epoch_mut(epoch).accept_seq = seq;
+                debug_assert_eq!(self.instance.epoch_mut(epoch).accept_seq, seq);
             }
             if self.instance.epoch_mut(epoch).accept_seq <= self.votes_durable {
                 self.send_accept(epoch, hash);
