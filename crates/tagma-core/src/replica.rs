@@ -355,11 +355,10 @@ pub enum Action {
     /// [`Replica::note_votes_durable`]`(seq)`. The core sends an ACCEPT only once the votes
     /// that include it are durable, so a replica that crashes and restarts never forgets a
     /// value it may have helped decide (it reads its votes back with
-    /// [`Replica::restore_votes`]); WRITEs do not wait. Each `PersistVote` supersedes the
-    /// earlier ones (lower `seq`): only the newest must survive, provided every decision
-    /// delivered before it is durable first (the runtime logs decisions and votes in the
-    /// order the core emits them). The collect's `regency` is persisted too: a regency is
-    /// recorded when installed, before this replica says anything in it.
+    /// [`Replica::restore_votes`]); WRITEs do not wait. A `PersistVote` supersedes the earlier
+    /// ones of the same instance (lower `seq`); the runtime keeps each instance's newest until
+    /// that instance's decision is durable in its log, and the highest `regency` seen always
+    /// (a regency is recorded when installed, before this replica says anything in it).
     PersistVote { seq: u64, votes: Collect },
     /// State transfer, fetching side: every part arrived; validate and install it (see
     /// [`crate::transfer`]), then report with [`Replica::state_installed`]. The core may

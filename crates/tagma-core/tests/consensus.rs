@@ -366,8 +366,15 @@ fn durable(mode: Mode, n: u32, me: u32) -> Replica {
     replica(p)
 }
 
-/// The votes persisted by `actions`: (seq, cid, write quorum claimed, values written).
-type Persisted = (u64, u64, Option<(Epoch, Digest)>, Vec<(Epoch, Bytes)>);
+/// The votes persisted by `actions`: (seq, cid, regency, write quorum claimed, values
+/// written).
+type Persisted = (
+    u64,
+    u64,
+    Regency,
+    Option<(Epoch, Digest)>,
+    Vec<(Epoch, Bytes)>,
+);
 
 fn persisted(actions: &[Action]) -> Vec<Persisted> {
     actions
@@ -376,6 +383,7 @@ fn persisted(actions: &[Action]) -> Vec<Persisted> {
             Action::PersistVote { seq, votes, .. } => Some((
                 *seq,
                 votes.cid.0,
+                votes.regency,
                 votes.write_quorum,
                 votes.write_set.clone(),
             )),
@@ -394,7 +402,8 @@ fn a_durable_replica_accepts_only_once_the_accepted_value_is_on_its_disk() {
     follower.handle_peer(3, r(0), input).unwrap();
     let actions = drain(&mut follower);
     let written = vec![(E0, batch.to_bytes())];
-    assert_eq!(persisted(&actions), vec![(1, 0, None, written.clone())]);
+    let r0 = Regency(0);
+    assert_eq!(persisted(&actions), vec![(1, 0, r0, None, written.clone())]);
     assert_eq!(actions[1], write(0, hash), "{actions:?}");
     assert_eq!(follower.awaits_vote(), None, "a WRITE waits for nothing");
     follower
@@ -406,7 +415,7 @@ fn a_durable_replica_accepts_only_once_the_accepted_value_is_on_its_disk() {
     let actions = drain(&mut follower);
     assert_eq!(
         persisted(&actions),
-        vec![(2, 0, Some((E0, hash)), written.clone())],
+        vec![(2, 0, r0, Some((E0, hash)), written.clone())],
         "{actions:?}"
     );
     assert_eq!(
@@ -441,7 +450,10 @@ fn a_durable_replica_accepts_only_once_the_accepted_value_is_on_its_disk() {
     let (input, hash) = propose(0, &batch);
     follower.handle_peer(3, r(0), input).unwrap();
     let actions = drain(&mut follower);
-    assert_eq!(persisted(&actions), vec![(1, 0, Some((E0, hash)), written)]);
+    assert_eq!(
+        persisted(&actions),
+        vec![(1, 0, r0, Some((E0, hash)), written)]
+    );
     assert_eq!(actions.len(), 1, "{actions:?}");
     follower.note_votes_durable(1);
     assert_eq!(drain(&mut follower), vec![accept(0, hash)]);
@@ -502,9 +514,9 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
     // it: the STOPDATA waits for that record.
     assert_eq!(follower.regency(), Regency(1));
     let actions = drain(&mut follower);
-    let recorded = persisted_with_regency(&actions);
+    let recorded = persisted(&actions);
     assert_eq!(recorded.len(), 1, "{actions:?}");
-    assert_eq!(recorded[0].1, Regency(1));
+    assert_eq!(recorded[0].2, Regency(1));
     assert!(
         !actions.iter().any(|a| matches!(
             a,
@@ -530,17 +542,6 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
     let collect = stopdata.collect.collect;
     assert_eq!(collect.write_quorum, Some((E0, hash_v)));
     assert_eq!(collect.write_set, vec![(E0, v.to_bytes())]);
-}
-
-/// (seq, regency) of the votes persisted by `actions`.
-fn persisted_with_regency(actions: &[Action]) -> Vec<(u64, Regency)> {
-    actions
-        .iter()
-        .filter_map(|a| match a {
-            Action::PersistVote { seq, votes } => Some((*seq, votes.regency)),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Epochs are compared across restarts (a restored vote of epoch 5 must not look newer than

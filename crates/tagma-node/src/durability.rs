@@ -412,42 +412,53 @@ pub(crate) fn vote_loop(
     restored: Vec<tagma_wire::Collect>,
 ) {
     const GROUP_MAX: usize = 1024;
-    let mut pending: std::collections::BTreeMap<u64, tagma_wire::Collect> =
+    // By instance: the newest collect's regency and its encoding (encoded once, written
+    // with every record until the instance is logged).
+    let mut pending: std::collections::BTreeMap<u64, (tagma_wire::Regency, Bytes)> =
         std::collections::BTreeMap::new();
     // The highest regency this replica installed: every record carries it, even when the
     // instances whose collects carried it are all logged (a restart goes on from it).
     let mut regency = restored.iter().map(|c| (c.regency, c.replica)).max();
     for collect in restored {
-        pending.entry(collect.cid.0).or_insert(collect);
+        pending
+            .entry(collect.cid.0)
+            .or_insert_with(|| (collect.regency, collect.to_bytes()));
     }
     let mut buf = Vec::new();
     while let Ok(first) = rx.recv() {
         let mut seq = 0;
         for job in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
+            let votes = job.votes;
             seq = seq.max(job.seq);
-            regency = regency.max(Some((job.votes.regency, job.votes.replica)));
-            pending.insert(job.votes.cid.0, job.votes);
+            regency = regency.max(Some((votes.regency, votes.replica)));
+            pending.insert(votes.cid.0, (votes.regency, votes.to_bytes()));
         }
-        loop {
+        let logged_below = loop {
             let logged_below = sh.durable_below.load(Ordering::SeqCst);
             pending.retain(|cid, _| *cid >= logged_below);
             if pending.len() <= VOTES_PENDING_MAX {
-                break;
+                break logged_below;
             }
             std::thread::sleep(Duration::from_millis(1));
-        }
-        let logged_below = sh.durable_below.load(Ordering::SeqCst);
+        };
         let marker = regency
-            .filter(|(r, _)| pending.values().all(|c| c.regency < *r))
-            .map(|(regency, replica)| tagma_wire::Collect {
-                replica,
-                regency,
-                cid: ConsensusId(logged_below),
-                write_quorum: None,
-                write_set: Vec::new(),
+            .filter(|(r, _)| pending.values().all(|(c, _)| c < r))
+            .map(|(regency, replica)| {
+                tagma_wire::Collect {
+                    replica,
+                    regency,
+                    cid: ConsensusId(logged_below),
+                    write_quorum: None,
+                    write_set: Vec::new(),
+                }
+                .to_bytes()
             });
-        let record: Vec<&tagma_wire::Collect> = pending.values().chain(marker.as_ref()).collect();
-        encode_votes(&mut buf, record.into_iter());
+        let record: Vec<&[u8]> = pending
+            .values()
+            .map(|(_, bytes)| &bytes[..])
+            .chain(marker.as_deref())
+            .collect();
+        encode_votes(&mut buf, &record);
         let newest = pending.keys().next_back().copied().unwrap_or(logged_below);
         if let Err(e) = store.write(newest, &buf) {
             error!("cannot write this replica's votes: {e}; this replica stops voting");
@@ -461,17 +472,13 @@ pub(crate) fn vote_loop(
     }
 }
 
-/// A vote record's payload: the count, then each collect, length-prefixed.
-fn encode_votes<'a>(
-    out: &mut Vec<u8>,
-    votes: impl ExactSizeIterator<Item = &'a tagma_wire::Collect>,
-) {
+/// A vote record's payload: the count, then each encoded collect, length-prefixed.
+fn encode_votes(out: &mut Vec<u8>, collects: &[&[u8]]) {
     out.clear();
-    out.extend_from_slice(&(votes.len() as u32).to_le_bytes());
-    for collect in votes {
-        let bytes = collect.to_bytes();
+    out.extend_from_slice(&(collects.len() as u32).to_le_bytes());
+    for bytes in collects {
         out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-        out.extend_from_slice(&bytes);
+        out.extend_from_slice(bytes);
     }
 }
 
@@ -801,12 +808,14 @@ mod tests {
     #[test]
     fn a_vote_record_holds_the_votes_of_several_instances_and_rejects_damage() {
         let votes = [collect(4, b"four"), collect(5, b"five")];
+        let encoded: Vec<Bytes> = votes.iter().map(|c| c.to_bytes()).collect();
+        let record: Vec<&[u8]> = encoded.iter().map(|b| &b[..]).collect();
         let mut buf = Vec::new();
-        encode_votes(&mut buf, votes.iter());
+        encode_votes(&mut buf, &record);
         assert_eq!(decode_votes(&buf), Some(votes.to_vec()));
-        encode_votes(&mut buf, [].iter());
+        encode_votes(&mut buf, &[]);
         assert_eq!(decode_votes(&buf), Some(vec![]));
-        encode_votes(&mut buf, votes.iter());
+        encode_votes(&mut buf, &record);
         for cut in 0..buf.len() {
             assert_eq!(decode_votes(&buf[..cut]), None, "cut at {cut}");
         }

@@ -42,14 +42,14 @@ pub struct VoteStore {
     buf: Vec<u8>,
 }
 
-fn encode(out: &mut Vec<u8>, vote: &StoredVote) {
+fn encode(out: &mut Vec<u8>, seq: u64, cid: u64, payload: &[u8]) {
     out.clear();
     out.extend_from_slice(&MAGIC);
     out.extend_from_slice(&[0; 4]);
-    out.extend_from_slice(&vote.seq.to_le_bytes());
-    out.extend_from_slice(&vote.cid.to_le_bytes());
-    out.extend_from_slice(&(vote.payload.len() as u32).to_le_bytes());
-    out.extend_from_slice(&vote.payload);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out.extend_from_slice(&cid.to_le_bytes());
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(payload);
     let crc = crc32fast::hash(&out[8..]);
     out[4..8].copy_from_slice(&crc.to_le_bytes());
 }
@@ -114,14 +114,10 @@ impl VoteStore {
     /// Writes `payload` as this replica's newest votes (on instance `cid`) and syncs them;
     /// the previous record stays in the other file until the next write.
     pub fn write(&mut self, cid: u64, payload: &[u8]) -> Result<(), StorageError> {
-        let vote = StoredVote {
-            seq: self.last_seq + 1,
-            cid,
-            payload: payload.to_vec(),
-        };
+        let seq = self.last_seq + 1;
         let mut buf = std::mem::take(&mut self.buf);
-        encode(&mut buf, &vote);
-        let i = (vote.seq % 2) as usize;
+        encode(&mut buf, seq, cid, payload);
+        let i = (seq % 2) as usize;
         let path = self.dir.join(format!("vote-{i}"));
         let result = self.files[i]
             .write_all_at(&buf, 0)
@@ -129,7 +125,7 @@ impl VoteStore {
             .map_err(StorageError::io(&path));
         self.buf = buf;
         result?;
-        self.last_seq = vote.seq;
+        self.last_seq = seq;
         Ok(())
     }
 }
@@ -186,7 +182,7 @@ mod tests {
             cid: 1,
             payload: vec![1, 2, 3],
         };
-        encode(&mut buf, &vote);
+        encode(&mut buf, vote.seq, vote.cid, &vote.payload);
         assert_eq!(decode(&buf), Some(vote));
         for cut in 0..buf.len() {
             assert_eq!(decode(&buf[..cut]), None, "cut at {cut}");
