@@ -1,9 +1,9 @@
 //! Durability (SPEC §4), when `[storage] durability = "fsync"`.
 //!
 //! ```text
-//!  consensus thread ── VoteJob(seq, collect) ──► vote thread: writes the votes of every
-//!        │            instance not yet logged, fdatasync ── votes_durable ──► consensus
-//!        │            thread sends the ACCEPT that waited for them
+//!  consensus thread ── after each round of actions, writes the votes of every instance
+//!        │            not yet logged (VoteWriter); fdatasync when an ACCEPT waits for them,
+//!        │            then sends that ACCEPT
 //!        ├── Deliver ──► execution thread ── executes, replies at once
 //!        └── Append(cid, decided instance + proof) ──► storage thread
 //!                  appends every record queued, one fdatasync (group commit) ── durable_below
@@ -384,65 +384,92 @@ pub(crate) fn storage_loop(
     }
 }
 
-/// A [`tagma_core::Action::PersistVote`] for the vote thread.
-pub(crate) struct VoteJob {
-    pub seq: u64,
-    pub votes: tagma_wire::Collect,
-}
-
-/// Instances whose votes the vote thread keeps while their decisions are not yet in the log;
+/// Instances whose votes the vote writer keeps while their decisions are not yet in the log;
 /// beyond it, it waits for the log (this replica's ACCEPTs wait with it).
 const VOTES_PENDING_MAX: usize = 64;
 
-/// The vote thread: writes and syncs this replica's votes (`VoteStore`), then reports them
-/// durable (`Shared::votes_durable`) and wakes the consensus thread, whose ACCEPT waits for
-/// them. Every record holds the votes of each instance whose decision the storage thread has
-/// not synced yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's
-/// votes leave the record only once its decision is durable, so the two threads need no
-/// order between them and a vote's sync never queues behind a log sync. Every record also
-/// carries the highest regency installed (an empty collect when no other carries it).
+/// This replica's votes on disk (`VoteStore`), written by the consensus thread itself: the
+/// ACCEPT that waits for them leaves right after their sync, with no thread hop on the way
+/// (on a busy machine a hop costs a scheduling delay per replica and instance).
 ///
-/// `restored` are the votes read back at start, newest record first: they stay in the
-/// records until their instances are logged too (the core reports restored votes only for
-/// the instance in progress, and a later one may be restored as well).
-pub(crate) fn vote_loop(
-    sh: &Shared,
-    mut store: VoteStore,
-    rx: Receiver<VoteJob>,
-    restored: Vec<tagma_wire::Collect>,
-) {
-    const GROUP_MAX: usize = 1024;
-    // By instance: the newest collect's regency and its encoding (encoded once, written
-    // with every record until the instance is logged).
-    let mut pending: std::collections::BTreeMap<u64, (tagma_wire::Regency, Bytes)> =
-        std::collections::BTreeMap::new();
-    // The highest regency this replica installed: every record carries it, even when the
-    // instances whose collects carried it are all logged (a restart goes on from it).
-    let mut regency = restored.iter().map(|c| (c.regency, c.replica)).max();
-    for collect in restored {
-        pending
-            .entry(collect.cid.0)
-            .or_insert_with(|| (collect.regency, collect.to_bytes()));
+/// Every record holds the votes of each instance whose decision the storage thread has not
+/// synced yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's votes
+/// leave the records only once its decision is durable, so the two writers need no order
+/// between them. Every record also carries the highest regency installed (an empty collect
+/// when no other carries it). A record is synced only when an ACCEPT (or an installed
+/// regency) waits for it; otherwise it is written unsynced, a best effort that survives a
+/// process crash.
+pub(crate) struct VoteWriter {
+    store: VoteStore,
+    /// By instance: the newest collect's regency and its encoding (encoded once, written
+    /// with every record until the instance is logged).
+    pending: std::collections::BTreeMap<u64, (tagma_wire::Regency, Bytes)>,
+    /// The highest regency this replica installed: every record carries it, even when the
+    /// instances whose collects carried it are all logged (a restart goes on from it).
+    regency: Option<(tagma_wire::Regency, ReplicaId)>,
+    /// The newest `PersistVote` added; whether a vote was added since the last record;
+    /// whether the last record was written unsynced.
+    added: u64,
+    dirty: bool,
+    unsynced: bool,
+    buf: Vec<u8>,
+}
+
+impl VoteWriter {
+    /// `restored` are the votes read back at start, newest record first: they stay in the
+    /// records until their instances are logged too (the core reports restored votes only
+    /// for the instance in progress, and a later one may be restored as well).
+    pub(crate) fn new(store: VoteStore, restored: Vec<tagma_wire::Collect>) -> Self {
+        let regency = restored.iter().map(|c| (c.regency, c.replica)).max();
+        let mut pending = std::collections::BTreeMap::new();
+        for collect in restored {
+            pending
+                .entry(collect.cid.0)
+                .or_insert_with(|| (collect.regency, collect.to_bytes()));
+        }
+        VoteWriter {
+            store,
+            pending,
+            regency,
+            added: 0,
+            dirty: false,
+            unsynced: false,
+            buf: Vec::new(),
+        }
     }
-    let mut buf = Vec::new();
-    while let Ok(first) = rx.recv() {
-        let mut seq = 0;
-        for job in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
-            let votes = job.votes;
-            seq = seq.max(job.seq);
-            regency = regency.max(Some((votes.regency, votes.replica)));
-            pending.insert(votes.cid.0, (votes.regency, votes.to_bytes()));
+
+    /// Takes the core's `PersistVote { seq, votes }`, superseding its earlier votes on that
+    /// instance; [`VoteWriter::flush`] writes it.
+    pub(crate) fn add(&mut self, seq: u64, votes: &tagma_wire::Collect) {
+        self.added = self.added.max(seq);
+        self.regency = self.regency.max(Some((votes.regency, votes.replica)));
+        self.pending
+            .insert(votes.cid.0, (votes.regency, votes.to_bytes()));
+        self.dirty = true;
+    }
+
+    /// Writes a record of every vote added, synced if `sync` (if no vote was added since
+    /// the last record, only to sync an unsynced one). Returns the newest `PersistVote`
+    /// sequence number now durable, if this record is synced.
+    pub(crate) fn flush(
+        &mut self,
+        sh: &Shared,
+        sync: bool,
+    ) -> Result<Option<u64>, tagma_storage::StorageError> {
+        if !(self.dirty || sync && self.unsynced) {
+            return Ok(None);
         }
         let logged_below = loop {
             let logged_below = sh.durable_below.load(Ordering::SeqCst);
-            pending.retain(|cid, _| *cid >= logged_below);
-            if pending.len() <= VOTES_PENDING_MAX {
+            self.pending.retain(|cid, _| *cid >= logged_below);
+            if self.pending.len() <= VOTES_PENDING_MAX {
                 break logged_below;
             }
             std::thread::sleep(Duration::from_millis(1));
         };
-        let marker = regency
-            .filter(|(r, _)| pending.values().all(|(c, _)| c < r))
+        let marker = self
+            .regency
+            .filter(|(r, _)| self.pending.values().all(|(c, _)| c < r))
             .map(|(regency, replica)| {
                 tagma_wire::Collect {
                     replica,
@@ -453,22 +480,27 @@ pub(crate) fn vote_loop(
                 }
                 .to_bytes()
             });
-        let record: Vec<&[u8]> = pending
+        let record: Vec<&[u8]> = self
+            .pending
             .values()
             .map(|(_, bytes)| &bytes[..])
             .chain(marker.as_deref())
             .collect();
-        encode_votes(&mut buf, &record);
-        let newest = pending.keys().next_back().copied().unwrap_or(logged_below);
-        if let Err(e) = store.write(newest, &buf) {
-            error!("cannot write this replica's votes: {e}; this replica stops voting");
-            return;
+        encode_votes(&mut self.buf, &record);
+        let newest = self
+            .pending
+            .keys()
+            .next_back()
+            .copied()
+            .unwrap_or(logged_below);
+        self.store.write(newest, &self.buf, sync)?;
+        self.dirty = false;
+        self.unsynced = !sync;
+        if !sync {
+            return Ok(None);
         }
         sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
-        sh.votes_durable.fetch_max(seq, Ordering::SeqCst);
-        // As for `durable_below`: a full internal channel means the consensus thread has
-        // events to handle, after each of which it looks at `votes_durable` again.
-        let _ = sh.internal_tx.try_send(crate::ConsensusEvent::Durable);
+        Ok(Some(self.added))
     }
 }
 

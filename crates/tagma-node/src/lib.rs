@@ -250,8 +250,6 @@ struct Shared {
     /// Set by the consensus thread while the leader's proposal waits for the log: the
     /// storage thread then sends `ConsensusEvent::Durable` after its sync.
     wake_on_durable: std::sync::atomic::AtomicBool,
-    /// The core's votes up to this `PersistVote` sequence number are on disk (0: none).
-    votes_durable: AtomicU64,
 }
 
 impl Shared {
@@ -455,7 +453,6 @@ fn start_node<S: Service>(
                 .map_or(0, |c| c.0 + 1),
         ),
         wake_on_durable: std::sync::atomic::AtomicBool::new(false),
-        votes_durable: AtomicU64::new(0),
     });
 
     let mut threads = Vec::new();
@@ -473,7 +470,7 @@ fn start_node<S: Service>(
     }
     let mut durable_exec = None;
     let mut storage_tx = None;
-    let mut vote_tx = None;
+    let mut votes = None;
     let mut transfer_tx = None;
     let mut core = None;
     let mut joining = false;
@@ -497,8 +494,7 @@ fn start_node<S: Service>(
             if let Some(info) = rec.checkpoint {
                 replica.note_checkpoint(info);
             }
-            let restored = rec.votes;
-            replica.restore_votes(restored.clone());
+            replica.restore_votes(rec.votes.clone());
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
             let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
@@ -507,12 +503,10 @@ fn start_node<S: Service>(
             threads.push(spawn("storage".into(), me, move || {
                 durability::storage_loop(&sh, rec.log, rx, links)
             }));
-            let (votes_tx, votes_rx) = bounded(lim.execution_queue_max);
-            let sh = shared.clone();
-            threads.push(spawn("votes".into(), me, move || {
-                durability::vote_loop(&sh, rec.vote_store, votes_rx, restored)
-            }));
-            vote_tx = Some(votes_tx);
+            votes = Some(std::cell::RefCell::new(durability::VoteWriter::new(
+                rec.vote_store,
+                rec.votes,
+            )));
             let (sh, store) = (shared.clone(), rec.store.clone());
             threads.push(spawn("checkpoint".into(), me, move || {
                 durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
@@ -543,7 +537,7 @@ fn start_node<S: Service>(
                 peers: peer_links,
                 exec_tx,
                 storage_tx,
-                vote_tx,
+                votes,
                 transfer_tx,
             };
             consensus_loop(&sh, core, consensus_rx, internal_rx, &links, joining)
@@ -1086,7 +1080,8 @@ struct Links {
     exec_tx: Sender<ExecEvent>,
     /// Durable replicas only.
     storage_tx: Option<Sender<durability::StorageEvent>>,
-    vote_tx: Option<Sender<durability::VoteJob>>,
+    /// Durable replicas: this thread writes its votes itself.
+    votes: Option<std::cell::RefCell<durability::VoteWriter>>,
     transfer_tx: Option<Sender<durability::TransferJob>>,
 }
 
@@ -1206,16 +1201,6 @@ fn consensus_loop(
 /// flag is raised before the position is read, and the storage thread publishes the position
 /// before it looks at the flag, so no sync goes unnoticed.
 fn feed_durable(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
-    // Votes: the storage thread wakes this thread after every vote it syncs.
-    if core.awaits_vote().is_some() {
-        let votes = sh.votes_durable.load(Ordering::SeqCst);
-        if votes > core.votes_durable() {
-            core.note_votes_durable(votes);
-            if !carry_out_actions(sh, core, links) {
-                return false;
-            }
-        }
-    }
     while let Some(waited) = core.awaits_durable() {
         sh.wake_on_durable.store(true, Ordering::SeqCst);
         let below = sh.durable_below.load(Ordering::SeqCst);
@@ -1231,8 +1216,31 @@ fn feed_durable(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
     true
 }
 
-/// Carries out the core's actions in order; false when the replica is shutting down.
+/// Carries out the core's actions in order, then writes the votes they persist (synced if
+/// an ACCEPT or an installed regency waits for them, and then carries out what that
+/// releases); false when the replica is shutting down or cannot write its votes.
 fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
+    loop {
+        if !carry_out_round(sh, core, links) {
+            return false;
+        }
+        let Some(votes) = &links.votes else {
+            return true;
+        };
+        let flushed = votes.borrow_mut().flush(sh, core.awaits_vote().is_some());
+        match flushed {
+            Ok(Some(seq)) => core.note_votes_durable(seq),
+            Ok(None) => return true,
+            Err(e) => {
+                tracing::error!("cannot write this replica's votes: {e}; this replica stops");
+                return false;
+            }
+        }
+    }
+}
+
+/// Carries out the core's actions queued now, in order (votes are only collected).
+fn carry_out_round(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
     let (peers, exec_tx) = (&links.peers, &links.exec_tx);
     let storage_tx = links.storage_tx.as_ref();
     while let Some(action) = core.poll_action() {
@@ -1267,12 +1275,10 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
                 }
             }
             Action::PersistVote { seq, votes } => {
-                let Some(tx) = &links.vote_tx else {
+                let Some(writer) = &links.votes else {
                     unreachable!("only durable replicas persist votes");
                 };
-                if tx.send(durability::VoteJob { seq, votes }).is_err() {
-                    return false;
-                }
+                writer.borrow_mut().add(seq, &votes);
             }
             Action::ResendReply { client, seq } => {
                 if exec_tx.send(ExecEvent::Resend { client, seq }).is_err() {

@@ -2,11 +2,14 @@
 //! forgets a value it may have helped decide (the core sends an ACCEPT only once the votes
 //! that include it are here).
 //!
-//! Two files, `vote-0` and `vote-1`, written alternately: a write, then `fdatasync`. A crash
-//! in the middle of a write tears at most the file being written, and the other one still
-//! holds the previous record. Each file holds one record: a magic, a checksum, the write's
-//! sequence number, the instance and the payload's length, then the payload. The files are
-//! never shortened (a shorter record leaves stale bytes after it, which the length
+//! Two files, `vote-0` and `vote-1`. Each holds one record: a magic, a checksum, the
+//! write's sequence number, the instance and the payload's length, then the payload; the
+//! newest valid record wins. A write goes to the file that does **not** hold the newest
+//! synced record, so a crash in the middle of a write (or before an unsynced write reached
+//! the disk) leaves that record intact. A write may be synced (`fdatasync`; the slots then
+//! swap) or not: an unsynced record is a best effort, which survives a process crash (it is
+//! in the page cache) but maybe not a power cut, and the next write overwrites it. The
+//! files are never shortened (a shorter record leaves stale bytes after it, which the length
 //! excludes), so rewriting them changes no file-system metadata once they have grown.
 //!
 //! Nothing here knows about consensus: a record is an instance and opaque bytes (the node
@@ -37,8 +40,10 @@ pub struct StoredVote {
 pub struct VoteStore {
     dir: PathBuf,
     files: [File; 2],
-    /// The sequence number of the newest vote on disk (0: none).
+    /// The sequence number of the newest vote written (0: none).
     last_seq: u64,
+    /// The file holding the newest synced record: writes go to the other one.
+    synced: usize,
     buf: Vec<u8>,
 }
 
@@ -75,8 +80,10 @@ fn decode(image: &[u8]) -> Option<StoredVote> {
 
 impl VoteStore {
     /// Opens (creating if needed) the vote files in `dir` and reads the votes they hold,
-    /// newest first. A torn or damaged file reads as holding nothing: it can only be the one
-    /// a crash interrupted, whose vote was never reported durable.
+    /// newest first, after syncing both files (what a process crash left in the page cache
+    /// is on disk before anyone relies on it). A torn or damaged file reads as holding
+    /// nothing: it can only be the one a crash interrupted, whose vote was never reported
+    /// durable.
     pub fn open(dir: impl Into<PathBuf>) -> Result<(VoteStore, Vec<StoredVote>), StorageError> {
         let dir = dir.into();
         std::fs::create_dir_all(&dir).map_err(StorageError::io(&dir))?;
@@ -91,12 +98,19 @@ impl VoteStore {
                 .map_err(StorageError::io(&path))?;
             let mut image = Vec::new();
             file.read_to_end(&mut image)
+                .and_then(|_| file.sync_data())
                 .map_err(StorageError::io(&path))?;
             Ok((file, decode(&image)))
         };
         let (f0, v0) = open(0)?;
         let (f1, v1) = open(1)?;
         sync_dir(&dir)?;
+        // Both files are synced now: the newest valid record is the one to keep.
+        let synced = match (&v0, &v1) {
+            (Some(a), Some(b)) if b.seq > a.seq => 1,
+            (None, Some(_)) => 1,
+            _ => 0,
+        };
         let mut votes: Vec<StoredVote> = v0.into_iter().chain(v1).collect();
         votes.sort_by_key(|v| std::cmp::Reverse(v.seq));
         let last_seq = votes.first().map_or(0, |v| v.seq);
@@ -105,27 +119,37 @@ impl VoteStore {
                 dir,
                 files: [f0, f1],
                 last_seq,
+                synced,
                 buf: Vec::new(),
             },
             votes,
         ))
     }
 
-    /// Writes `payload` as this replica's newest votes (on instance `cid`) and syncs them;
-    /// the previous record stays in the other file until the next write.
-    pub fn write(&mut self, cid: u64, payload: &[u8]) -> Result<(), StorageError> {
+    /// Writes `payload` as this replica's newest votes (on instance `cid`), and syncs them
+    /// if `sync`; the newest synced record stays in the other file until this one is synced.
+    pub fn write(&mut self, cid: u64, payload: &[u8], sync: bool) -> Result<(), StorageError> {
         let seq = self.last_seq + 1;
         let mut buf = std::mem::take(&mut self.buf);
         encode(&mut buf, seq, cid, payload);
-        let i = (seq % 2) as usize;
+        let i = 1 - self.synced;
         let path = self.dir.join(format!("vote-{i}"));
         let result = self.files[i]
             .write_all_at(&buf, 0)
-            .and_then(|()| self.files[i].sync_data())
+            .and_then(|()| {
+                if sync {
+                    self.files[i].sync_data()
+                } else {
+                    Ok(())
+                }
+            })
             .map_err(StorageError::io(&path));
         self.buf = buf;
         result?;
         self.last_seq = seq;
+        if sync {
+            self.synced = i;
+        }
         Ok(())
     }
 }
@@ -145,8 +169,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, votes) = VoteStore::open(dir.path()).unwrap();
         assert!(votes.is_empty());
-        store.write(7, b"first value").unwrap();
-        store.write(8, b"second").unwrap();
+        store.write(7, b"first value", true).unwrap();
+        store.write(8, b"second", true).unwrap();
         drop(store);
         let (mut store, votes) = VoteStore::open(dir.path()).unwrap();
         assert_eq!(
@@ -157,7 +181,7 @@ mod tests {
         assert_eq!(votes[1].payload, b"first value");
         // The next write goes to the file of the older vote and continues the sequence; a
         // shorter value than the file's earlier content reads back exactly.
-        store.write(9, b"x").unwrap();
+        store.write(9, b"x", true).unwrap();
         drop(store);
         let (_, votes) = VoteStore::open(dir.path()).unwrap();
         assert_eq!(votes[0].seq, 3);
@@ -172,6 +196,48 @@ mod tests {
         assert_eq!(votes.len(), 1);
         assert_eq!((votes[0].seq, votes[0].cid), (3, 9));
         assert_eq!(store.last_seq, 3);
+    }
+
+    #[test]
+    fn unsynced_writes_never_overwrite_the_newest_synced_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut store, _) = VoteStore::open(dir.path()).unwrap();
+        store.write(1, b"synced", true).unwrap();
+        store.write(2, b"best effort", false).unwrap();
+        store.write(2, b"best effort again", false).unwrap();
+        drop(store);
+        // A process crash: the page cache still holds the unsynced record, the newest.
+        let (_, votes) = VoteStore::open(dir.path()).unwrap();
+        assert_eq!(votes[0].payload, b"best effort again");
+        assert_eq!(votes[1].payload, b"synced");
+        // A power cut that lost (or tore) the unsynced writes: the synced record is intact,
+        // as both unsynced writes went to the other file.
+        let synced_file = (0..2)
+            .map(|i| dir.path().join(format!("vote-{i}")))
+            .find(|p| decode(&std::fs::read(p).unwrap()).unwrap().payload == b"synced")
+            .unwrap();
+        for i in 0..2 {
+            let path = dir.path().join(format!("vote-{i}"));
+            if path != synced_file {
+                std::fs::write(&path, b"TGVT torn").unwrap();
+            }
+        }
+        let (mut store, votes) = VoteStore::open(dir.path()).unwrap();
+        assert_eq!(votes.len(), 1);
+        assert_eq!((votes[0].cid, &votes[0].payload[..]), (1, &b"synced"[..]));
+        // The next writes go on from it, again into the other file.
+        store.write(3, b"next", false).unwrap();
+        assert_eq!(
+            decode(&std::fs::read(&synced_file).unwrap())
+                .unwrap()
+                .payload,
+            b"synced"
+        );
+        store.write(3, b"next, synced", true).unwrap();
+        drop(store);
+        let (_, votes) = VoteStore::open(dir.path()).unwrap();
+        assert_eq!(votes[0].payload, b"next, synced");
+        assert_eq!(votes[1].payload, b"synced");
     }
 
     #[test]
