@@ -560,8 +560,8 @@ struct BenchArgs {
     /// of an earlier --json sweep, one object a line) instead of running anything.
     #[arg(long, requires = "plot", value_name = "FILE.jsonl")]
     from_json: Option<PathBuf>,
-    /// `fsync`: the replicas log every decided batch and force it to disk before replying
-    /// (`[storage] durability`); the report then also measures the same configuration without
+    /// `fsync`: each replica syncs its votes before its ACCEPTs and logs every decided batch,
+    /// synced in groups while it executes (`[storage] durability`); the report then also measures the same configuration without
     /// durability, in the same invocation, and prints `ratio_vs_no_durability`.
     #[arg(long, value_enum, default_value_t = DurabilityArg::None)]
     durability: DurabilityArg,

@@ -152,6 +152,11 @@ impl DecisionLog {
         self.kept.get(&cid).map(|l| l.hash)
     }
 
+    /// The epoch in which `cid` was decided, if kept.
+    pub fn epoch_of(&self, cid: ConsensusId) -> Option<Epoch> {
+        self.kept.get(&cid).map(|l| l.epoch)
+    }
+
     /// The newest decided instance id.
     pub fn last_cid(&self) -> Option<ConsensusId> {
         self.kept.last_key_value().map(|(c, _)| *c)

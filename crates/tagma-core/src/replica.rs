@@ -2801,14 +2801,22 @@ impl Replica {
         // there, never voting again in an earlier epoch. As after adopting a regency whose
         // SYNC it did not see, it takes no PROPOSE (and proposes nothing) for the instance
         // in progress until a decision made in that regency arrives or a new leader change:
-        // it may have forgotten what that regency's synchronisation bound.
+        // it may have forgotten what that regency's synchronisation bound. Unless its last
+        // recovered decision was made in that very regency: its leader proposed in it only
+        // after its SYNC, so the instance the SYNC bound is at most that one, decided here.
         if let Some(regency) = votes.iter().map(|c| c.regency).max()
             && regency > self.regency
         {
-            tracing::info!(%regency, "regency from before the restart restored");
+            let synchronised = self
+                .last_decided
+                .and_then(|cid| self.decisions.epoch_of(cid))
+                .is_some_and(|epoch| epoch == Epoch(regency.0));
+            tracing::info!(%regency, synchronised, "regency from before the restart restored");
             self.enter_regency(regency);
-            self.sync.waiting_sync = true;
-            self.sync.sync_deadline_ms = None;
+            if !synchronised {
+                self.sync.waiting_sync = true;
+                self.sync.sync_deadline_ms = None;
+            }
         }
         for collect in votes {
             if collect.cid < self.instance.cid {

@@ -559,7 +559,7 @@ fn a_restarted_replica_goes_on_in_the_regency_it_had_installed() {
         write_set: vec![],
     };
     let mut follower = durable(Mode::Bft, 4, 1);
-    follower.restore_votes([before_crash]);
+    follower.restore_votes([before_crash.clone()]);
     assert_eq!(follower.regency(), Regency(5));
     drain(&mut follower);
     // Regency 0's leader is ignored; regency 5's leader (replica 1, itself) does not propose.
@@ -577,6 +577,30 @@ fn a_restarted_replica_goes_on_in_the_regency_it_had_installed() {
     leader.restore_votes([]);
     leader.handle_client_request(1, req(1, 1)).unwrap();
     assert!(proposes(&drain(&mut leader)));
+    // So does one whose last recovered decision was made in the regency it restores: that
+    // regency's synchronisation was over (it bound an instance already decided here).
+    let mut leader = durable(Mode::Bft, 4, 1);
+    let decided = tagma_wire::DecidedInstance {
+        cid: ConsensusId(0),
+        batch: v.to_bytes(),
+        proof: tagma_wire::DecisionProof {
+            epoch: Epoch(5),
+            accepts: vec![],
+        },
+    };
+    leader.resume(ConsensusId(0), 3, &[], [decided]);
+    leader.restore_votes([Collect {
+        cid: ConsensusId(1),
+        ..before_crash.clone()
+    }]);
+    assert_eq!(leader.regency(), Regency(5));
+    drain(&mut leader);
+    leader.handle_client_request(4, req(2, 1)).unwrap();
+    let proposal = drain(&mut leader).into_iter().find_map(|a| match a {
+        Action::Broadcast(PeerMessage::Propose(p)) => Some((p.cid, p.epoch)),
+        _ => None,
+    });
+    assert_eq!(proposal, Some((ConsensusId(1), Epoch(5))));
 }
 
 #[test]

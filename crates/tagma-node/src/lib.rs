@@ -444,7 +444,7 @@ fn start_node<S: Service>(
         next_conn_id: AtomicU64::new(1),
         handshakes: AtomicU64::new(0),
         unreplicated,
-        // Everything recovered from the disk is durable (the vote thread drops the restored
+        // Everything recovered from the disk is durable (the vote writer drops the restored
         // votes of instances up to it at once).
         durable_below: AtomicU64::new(
             recovered
