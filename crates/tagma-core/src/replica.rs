@@ -2721,12 +2721,19 @@ impl Replica {
         }
         tracing::info!(next = %self.instance.cid, heard = r.heard.len(), "start-up synchronisation done: ordering");
         self.recovery = None;
-        // Peers on the same instance resend what this replica refused meanwhile.
-        self.actions
-            .push_back(Action::Broadcast(PeerMessage::Position {
-                next: self.instance.cid,
-                reply: true,
-            }));
+        // Peers on the same instance resend what this replica refused meanwhile. First a
+        // query, which lifts their once-per-instance limit on resends to this replica: a
+        // resend they made while it still refused (answering its answer to their own
+        // start-up query) must not swallow this announcement (found in `tagma bench
+        // state-transfer`: the leader's PROPOSE, refused by two replicas still synchronising,
+        // waited for a request timeout after a restart of every replica).
+        for reply in [false, true] {
+            self.actions
+                .push_back(Action::Broadcast(PeerMessage::Position {
+                    next: self.instance.cid,
+                    reply,
+                }));
+        }
         self.clients.restart_timers(self.now_ms);
         self.settle();
     }

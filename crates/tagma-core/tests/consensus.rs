@@ -1985,15 +1985,17 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
     r0.handle_peer(103, r(3), position(3, true)).unwrap();
     assert!(!r0.is_recovering());
     let mut actions = drain(&mut r0);
-    // Done: it announces its position (peers on instance 3 resend what it refused), then
-    // proposes.
-    assert_eq!(
-        actions.remove(0),
-        Action::Broadcast(PeerMessage::Position {
-            next: ConsensusId(3),
-            reply: true
-        })
-    );
+    // Done: it asks and announces its position (peers on instance 3 resend what it
+    // refused), then proposes.
+    for reply in [false, true] {
+        assert_eq!(
+            actions.remove(0),
+            Action::Broadcast(PeerMessage::Position {
+                next: ConsensusId(3),
+                reply
+            })
+        );
+    }
     let (_, _, batch) = take_proposal(&actions, 3, Mode::Bft);
     assert_eq!(ids(&batch), vec![(1, 1)]);
     // A peer that reports the same instance later (it ended its own synchronisation) gets
@@ -2007,6 +2009,24 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
     assert!(
         matches!(&resent[1], Action::Send { to, msg: PeerMessage::Write(v) } if *to == r(1) && v.cid == ConsensusId(3))
     );
+    // Once per instance: a repeated position gets nothing more...
+    r0.handle_peer(105, r(1), position(3, true)).unwrap();
+    assert_eq!(drain(&mut r0), vec![]);
+    // ...but replica 1 was still synchronising (that position answered the leader's query)
+    // and refused them: its end-of-recovery query and announcement get them once more.
+    r0.handle_peer(106, r(1), position(3, false)).unwrap();
+    assert_eq!(
+        drain(&mut r0),
+        vec![Action::Send {
+            to: r(1),
+            msg: PeerMessage::Position {
+                next: ConsensusId(3),
+                reply: true
+            }
+        }]
+    );
+    r0.handle_peer(106, r(1), position(3, true)).unwrap();
+    assert_eq!(drain(&mut r0), resent);
 }
 
 /// The highest durable instance wins: a restarted leader behind a peer fetches the decision
