@@ -1208,7 +1208,7 @@ impl Replica {
             .get(&cid)
             .is_some_and(|r| r.forbids(epoch, hash))
         {
-            tracing::info!(%cid, %epoch, "not voting: before a crash this replica voted for another value of this instance, in this epoch or (accepting it) in a later one");
+            tracing::info!(%cid, %epoch, "not voting: before a crash this replica voted for another value of this instance, in this epoch, or accepted one that no SYNC has superseded since");
             return;
         }
         let state = self.instance.epoch_mut(epoch);
@@ -1706,11 +1706,16 @@ impl Replica {
         let cid = self.instance.cid;
         // A value this replica voted for before a crash, in this epoch or a later one, is
         // the only one it may vote for: propose it again.
-        let recovered = self
+        let recovered = match self
             .recovered_votes
             .get(&cid)
-            .and_then(|r| r.value_to_propose(epoch))
-            .and_then(|value| Some((value.clone(), Batch::decode(value).ok()?)));
+            .map(|r| r.value_to_propose(epoch))
+        {
+            Some(Err(())) => return,
+            Some(Ok(value)) => value,
+            None => None,
+        }
+        .and_then(|value| Some((value.clone(), Batch::decode(value).ok()?)));
         let Some((bytes, batch)) = recovered.or_else(|| self.build_batch()) else {
             return;
         };
@@ -2284,6 +2289,9 @@ impl Replica {
             return;
         }
         let epoch = self.epoch();
+        if let Some(r) = self.recovered_votes.get_mut(&f.current_cid) {
+            r.synchronised = true;
+        }
         let Some((bytes, fresh)) = f.value else {
             return;
         };
@@ -3091,41 +3099,63 @@ impl Instance {
 }
 
 /// A replica's votes on one instance, read back from its disk after a crash.
+///
+/// An accepted value binds beyond its epoch until a SYNC covers the instance: a restarted
+/// replica resumes at its log's end, which may lag behind instances it accepted (replies
+/// leave before the log sync), so its collects understate where it was, and a leader
+/// change can synchronise an earlier instance and then propose afresh for this one. In
+/// Mod-SMaRt without crashes the quorum intersection puts an accepter's collect at this
+/// instance into every SYNC that precedes a fresh proposal for it; here the restored claim
+/// stands in for it (found in review: CFT, both accepters of a replied value crash, one
+/// comes back with its log two instances behind, the leader change covers only the first).
 #[derive(Default, Debug)]
 struct RecoveredVotes {
     /// The highest epoch in which it saw a write quorum (and may have accepted), and for what.
     accepted: Option<(Epoch, Digest)>,
     /// The values it wrote: (epoch, hash, value).
     writes: Vec<(Epoch, Digest, Bytes)>,
+    /// A SYNC for this instance was taken since the restart (its value choice saw n − f
+    /// collects, and this replica follows it).
+    synchronised: bool,
 }
 
 impl RecoveredVotes {
+    /// The accepted value that still binds this replica in `epoch`: the one accepted in that
+    /// epoch or a later one, or in any earlier one while no SYNC covered the instance.
+    fn binding(&self, epoch: Epoch) -> Option<Digest> {
+        self.accepted
+            .filter(|(e, _)| epoch <= *e || !self.synchronised)
+            .map(|(_, h)| h)
+    }
+
     /// Whether voting for `hash` in `epoch` could contradict these votes: another value
-    /// written in that epoch, or another value accepted in that epoch or a later one.
+    /// written in that epoch, or another value accepted that still binds (above).
     fn forbids(&self, epoch: Epoch, hash: Digest) -> bool {
-        self.accepted.is_some_and(|(e, h)| epoch <= e && hash != h)
+        self.binding(epoch).is_some_and(|h| h != hash)
             || self
                 .writes
                 .iter()
                 .any(|(e, h, _)| *e == epoch && *h != hash)
     }
 
-    /// The only value this replica, as leader of `epoch`, may propose: the one it accepted
-    /// in this epoch or a later one, or else the one it wrote in this epoch.
-    fn value_to_propose(&self, epoch: Epoch) -> Option<&Bytes> {
+    /// What this replica, as leader of `epoch`, may propose: `Err` if nothing (a binding
+    /// value whose bytes it does not hold: a leader change will settle it), `Ok(Some)` the
+    /// only value (the binding one, or else the one it wrote in this epoch), `Ok(None)`
+    /// anything.
+    fn value_to_propose(&self, epoch: Epoch) -> Result<Option<&Bytes>, ()> {
         let value_of = |hash: Digest| {
             self.writes
                 .iter()
                 .find(|(_, h, _)| *h == hash)
                 .map(|(_, _, v)| v)
         };
-        match self.accepted {
-            Some((e, h)) if e >= epoch => value_of(h),
-            _ => self
+        match self.binding(epoch) {
+            Some(h) => value_of(h).map(Some).ok_or(()),
+            None => Ok(self
                 .writes
                 .iter()
                 .find(|(e, _, _)| *e == epoch)
-                .map(|(_, _, v)| v),
+                .map(|(_, _, v)| v)),
         }
     }
 }

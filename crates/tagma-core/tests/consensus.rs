@@ -603,6 +603,87 @@ fn a_restarted_replica_goes_on_in_the_regency_it_had_installed() {
     assert_eq!(proposal, Some((ConsensusId(1), Epoch(5))));
 }
 
+/// A value accepted before a crash binds the replica in later epochs too, until a SYNC
+/// covers its instance: after a restart its log may end before instances it accepted, so a
+/// leader change can synchronise an earlier instance and then propose afresh for this one
+/// (found in review, CFT: both accepters of a replied value crashed, one came back with its
+/// log two instances behind, and the leader change covered only the first).
+#[test]
+fn a_restored_accept_binds_later_epochs_until_a_sync_covers_its_instance() {
+    let u = batch_of(3, vec![req(1, 1)]);
+    let w = batch_of(3, vec![req(2, 1)]);
+    let hash_u = tagma_crypto::digest(&u.to_bytes());
+    // Instance 0 decided in regency 1 (restored, so no leader change is awaited); instance
+    // 1 accepted with u in epoch 0, before regency 1.
+    let restart = |me: u32| {
+        let mut replica = durable(Mode::Cft, 3, me);
+        let decided = tagma_wire::DecidedInstance {
+            cid: ConsensusId(0),
+            batch: batch_of(1, vec![req(9, 1)]).to_bytes(),
+            proof: tagma_wire::DecisionProof {
+                epoch: Epoch(1),
+                accepts: vec![],
+            },
+        };
+        replica.resume(
+            ConsensusId(0),
+            1,
+            &[(ClientId(9), RequestSeq(1))],
+            [decided],
+        );
+        replica.restore_votes([
+            Collect {
+                replica: r(me),
+                regency: Regency(0),
+                cid: ConsensusId(1),
+                write_quorum: Some((E0, hash_u)),
+                write_set: vec![(E0, u.to_bytes())],
+            },
+            Collect {
+                replica: r(me),
+                regency: Regency(1),
+                cid: ConsensusId(1),
+                write_quorum: None,
+                write_set: vec![],
+            },
+        ]);
+        assert_eq!(replica.regency(), Regency(1));
+        drain(&mut replica);
+        replica
+    };
+    let propose_in_1 = |batch: &Batch| PeerInput::Propose {
+        cid: ConsensusId(1),
+        epoch: Epoch(1),
+        batch: verified(&batch.to_bytes()),
+    };
+    // A follower takes no other value in epoch 1...
+    let mut follower = restart(2);
+    follower.handle_peer(5, r(1), propose_in_1(&w)).unwrap();
+    let actions = drain(&mut follower);
+    assert!(
+        persisted(&actions).is_empty() && sent(&actions).is_empty(),
+        "{actions:?}"
+    );
+    // ...but votes for u.
+    let mut follower = restart(2);
+    follower.handle_peer(5, r(1), propose_in_1(&u)).unwrap();
+    assert_eq!(persisted(&drain(&mut follower)).len(), 1);
+    follower.note_votes_durable(1);
+    let voted = sent(&drain(&mut follower));
+    assert!(
+        matches!(&voted[..], [Action::Broadcast(PeerMessage::Accept(a))] if a.vote.hash == hash_u && a.vote.epoch == Epoch(1)),
+        "{voted:?}"
+    );
+    // As leader of regency 1 it proposes u again, not the requests waiting.
+    let mut leader = restart(1);
+    leader.handle_client_request(6, req(2, 1)).unwrap();
+    let proposal = drain(&mut leader).into_iter().find_map(|a| match a {
+        Action::Broadcast(PeerMessage::Propose(p)) => Some((p.cid, p.epoch, p.batch)),
+        _ => None,
+    });
+    assert_eq!(proposal, Some((ConsensusId(1), Epoch(1), u.to_bytes())));
+}
+
 #[test]
 fn bft_follower_writes_accepts_and_delivers() {
     let mut follower = bft(1);

@@ -387,6 +387,8 @@ pub(crate) fn storage_loop(
 /// Instances whose votes the vote writer keeps while their decisions are not yet in the log;
 /// beyond it, it waits for the log (this replica's ACCEPTs wait with it).
 const VOTES_PENDING_MAX: usize = 64;
+/// How long the vote writer waits for a log that does not advance before this replica stops.
+const LOG_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// This replica's votes on disk (`VoteStore`), written by the consensus thread itself: the
 /// ACCEPT that waits for them leaves right after their sync, with no thread hop on the way
@@ -450,20 +452,35 @@ impl VoteWriter {
 
     /// Writes a record of every vote added, synced if `sync` (if no vote was added since
     /// the last record, only to sync an unsynced one). Returns the newest `PersistVote`
-    /// sequence number now durable, if this record is synced.
+    /// sequence number now durable, if this record is synced. `decided_below`: the instances
+    /// below it are decided (and handed to the storage thread). With more than
+    /// [`VOTES_PENDING_MAX`] instances pending it first waits (at most [`LOG_WAIT_MAX`]) for
+    /// the log to catch up with those.
     pub(crate) fn flush(
         &mut self,
         sh: &Shared,
         sync: bool,
-    ) -> Result<Option<u64>, tagma_storage::StorageError> {
+        decided_below: u64,
+    ) -> Result<Option<u64>, String> {
         if !(self.dirty || sync && self.unsynced) {
             return Ok(None);
         }
+        let started = std::time::Instant::now();
         let logged_below = loop {
             let logged_below = sh.durable_below.load(Ordering::SeqCst);
             self.pending.retain(|cid, _| *cid >= logged_below);
-            if self.pending.len() <= VOTES_PENDING_MAX {
+            // Waiting helps only while the log has decided instances to catch up with: the
+            // others (votes restored after a crash on instances not decided yet) only this
+            // thread can retire, by deciding them.
+            if self.pending.len() <= VOTES_PENDING_MAX || logged_below >= decided_below {
                 break logged_below;
+            }
+            if started.elapsed() > LOG_WAIT_MAX {
+                return Err(format!(
+                    "the log stays below instance {decided_below} for {} s while the votes of {} instances wait for it",
+                    LOG_WAIT_MAX.as_secs(),
+                    self.pending.len()
+                ));
             }
             std::thread::sleep(Duration::from_millis(1));
         };
@@ -493,7 +510,9 @@ impl VoteWriter {
             .next_back()
             .copied()
             .unwrap_or(logged_below);
-        self.store.write(newest, &self.buf, sync)?;
+        self.store
+            .write(newest, &self.buf, sync)
+            .map_err(|e| format!("cannot write this replica's votes: {e}"))?;
         self.dirty = false;
         self.unsynced = !sync;
         if !sync {

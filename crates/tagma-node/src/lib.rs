@@ -1227,12 +1227,14 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
         let Some(votes) = &links.votes else {
             return true;
         };
-        let flushed = votes.borrow_mut().flush(sh, core.awaits_vote().is_some());
+        let flushed = votes
+            .borrow_mut()
+            .flush(sh, core.awaits_vote().is_some(), core.next_cid().0);
         match flushed {
             Ok(Some(seq)) => core.note_votes_durable(seq),
             Ok(None) => return true,
             Err(e) => {
-                tracing::error!("cannot write this replica's votes: {e}; this replica stops");
+                tracing::error!("{e}; this replica stops");
                 return false;
             }
         }
