@@ -450,6 +450,11 @@ impl VoteWriter {
         self.dirty = true;
     }
 
+    /// Whether the newest record was written unsynced (a WRITE's votes).
+    pub(crate) fn unsynced(&self) -> bool {
+        self.unsynced
+    }
+
     /// Writes a record of every vote added, synced if `sync` (if no vote was added since
     /// the last record, only to sync an unsynced one). Returns the newest `PersistVote`
     /// sequence number now durable, if this record is synced. `decided_below`: the instances

@@ -1108,6 +1108,15 @@ fn consensus_loop(
         }
     }
     loop {
+        // A WRITE's votes are written unsynced; they are synced once this thread has nothing
+        // else to do (under load the next ACCEPT's sync covers them soon anyway).
+        if rx.is_empty()
+            && internal_rx.is_empty()
+            && links.votes.as_ref().is_some_and(|v| v.borrow().unsynced())
+            && !sync_votes(sh, &mut core, links)
+        {
+            return;
+        }
         let now = clock.now_ms();
         let wait_ms = core
             .next_timeout_ms()
@@ -1224,19 +1233,41 @@ fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> boo
         if !carry_out_round(sh, core, links) {
             return false;
         }
-        let Some(votes) = &links.votes else {
-            return true;
-        };
-        let flushed = votes
-            .borrow_mut()
-            .flush(sh, core.awaits_vote().is_some(), core.next_cid().0);
-        match flushed {
-            Ok(Some(seq)) => core.note_votes_durable(seq),
-            Ok(None) => return true,
-            Err(e) => {
-                tracing::error!("{e}; this replica stops");
-                return false;
-            }
+        let sync = core.awaits_vote().is_some();
+        match write_votes(sh, core, links, sync) {
+            Some(true) => {}
+            Some(false) => return true,
+            None => return false,
+        }
+    }
+}
+
+/// Syncs this replica's newest vote record (a WRITE's, written unsynced) and carries out
+/// what that releases; false when it cannot.
+fn sync_votes(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
+    match write_votes(sh, core, links, true) {
+        Some(true) => carry_out_actions(sh, core, links),
+        Some(false) => true,
+        None => false,
+    }
+}
+
+/// Writes the votes collected (`VoteWriter::flush`) and tells the core what became durable:
+/// `Some(true)` if a record was synced, `None` if the votes cannot be written.
+fn write_votes(sh: &Arc<Shared>, core: &mut Replica, links: &Links, sync: bool) -> Option<bool> {
+    let Some(votes) = &links.votes else {
+        return Some(false);
+    };
+    let flushed = votes.borrow_mut().flush(sh, sync, core.next_cid().0);
+    match flushed {
+        Ok(Some(seq)) => {
+            core.note_votes_durable(seq);
+            Some(true)
+        }
+        Ok(None) => Some(false),
+        Err(e) => {
+            tracing::error!("{e}; this replica stops");
+            None
         }
     }
 }
