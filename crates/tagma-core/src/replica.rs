@@ -599,6 +599,9 @@ struct Finalise {
     /// The value for `current_cid` in the new epoch (`None`: the leader proposes normally).
     value: Option<(Bytes, bool)>,
     proposal_authentic: bool,
+    /// This replica's own collect, at `current_cid`, was among those the value was chosen
+    /// from (so were its restored votes on that instance).
+    own_collect_counted: bool,
 }
 
 /// Catch-up (decision forwarding, reference §1.9): detects that this replica is behind and
@@ -2197,11 +2200,16 @@ impl Replica {
         }
         self.sync.waiting_sync = false;
         self.sync.sync_deadline_ms = None;
+        let me = self.params.me;
+        let own_collect_counted = valid
+            .iter()
+            .any(|sc| sc.collect.replica == me && sc.collect.cid == current);
         self.finalise(Finalise {
             last_decided,
             current_cid: current,
             value,
             proposal_authentic,
+            own_collect_counted,
         });
         Ok(())
     }
@@ -2289,7 +2297,12 @@ impl Replica {
             return;
         }
         let epoch = self.epoch();
-        if let Some(r) = self.recovered_votes.get_mut(&f.current_cid) {
+        // Only a SYNC whose value choice saw this replica's restored votes releases them: a
+        // collect sent while behind (at an earlier instance) counts as empty for this one
+        // (found in review: CFT, a restarted accepter behind by two instances).
+        if f.own_collect_counted
+            && let Some(r) = self.recovered_votes.get_mut(&f.current_cid)
+        {
             r.synchronised = true;
         }
         let Some((bytes, fresh)) = f.value else {
