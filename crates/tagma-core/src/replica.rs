@@ -2802,11 +2802,6 @@ impl Replica {
         self.check_quorums(epoch);
     }
 
-    /// The newest vote sequence number the runtime reported durable.
-    pub fn votes_durable(&self) -> u64 {
-        self.votes_durable
-    }
-
     /// `Some(seq)` while an ACCEPT waits for the vote [`Action::PersistVote`] `seq`; the
     /// runtime then calls [`Replica::note_votes_durable`] when it is on disk.
     pub fn awaits_vote(&self) -> Option<u64> {

@@ -421,7 +421,7 @@ impl VoteWriter {
     /// `restored` are the votes read back at start, newest record first: they stay in the
     /// records until their instances are logged too (the core reports restored votes only
     /// for the instance in progress, and a later one may be restored as well).
-    pub(crate) fn new(store: VoteStore, restored: Vec<tagma_wire::Collect>) -> Self {
+    pub(crate) fn new(store: VoteStore, restored: &[tagma_wire::Collect]) -> Self {
         let regency = restored.iter().map(|c| (c.regency, c.replica)).max();
         let mut pending = std::collections::BTreeMap::new();
         for collect in restored {

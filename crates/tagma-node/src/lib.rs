@@ -494,7 +494,11 @@ fn start_node<S: Service>(
             if let Some(info) = rec.checkpoint {
                 replica.note_checkpoint(info);
             }
-            replica.restore_votes(rec.votes.clone());
+            votes = Some(std::cell::RefCell::new(durability::VoteWriter::new(
+                rec.vote_store,
+                &rec.votes,
+            )));
+            replica.restore_votes(rec.votes);
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
             let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
@@ -503,10 +507,6 @@ fn start_node<S: Service>(
             threads.push(spawn("storage".into(), me, move || {
                 durability::storage_loop(&sh, rec.log, rx, links)
             }));
-            votes = Some(std::cell::RefCell::new(durability::VoteWriter::new(
-                rec.vote_store,
-                rec.votes,
-            )));
             let (sh, store) = (shared.clone(), rec.store.clone());
             threads.push(spawn("checkpoint".into(), me, move || {
                 durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
