@@ -57,6 +57,12 @@ pub trait Service: Send + 'static {
     fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes;
     /// A complete, deterministic serialisation of the state.
     fn snapshot(&self) -> Bytes;
+    /// Writes exactly the bytes of [`Service::snapshot`] to `out`, for a consumer that
+    /// needs only to stream them (a digest of a large state, without a copy of it in
+    /// memory). The default writes `snapshot()`; a service with a large state overrides it.
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        out.write_all(&self.snapshot())
+    }
     /// Replaces the state with a snapshot.
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError>;
     /// Deterministic digest of the state: equal on replicas that executed the same requests.
@@ -317,6 +323,25 @@ impl<S: Service> Executor<S> {
     /// length, encoded `ReplicaMessage::Reply`) | service snapshot (the rest), all LE.
     pub fn checkpoint(&self) -> Bytes {
         let snapshot = self.service.snapshot();
+        let mut out = self.checkpoint_head(snapshot.len());
+        out.put_slice(&snapshot);
+        out.freeze()
+    }
+
+    /// [`checkpoint_digest`] of [`Executor::checkpoint`], with the service's snapshot
+    /// streamed into the hash ([`Service::write_snapshot`]) instead of built in memory.
+    pub fn checkpoint_digest(&self) -> Digest {
+        let mut hasher = blake3::Hasher::new();
+        hasher.update(&self.checkpoint_head(0));
+        self.service
+            .write_snapshot(&mut hasher)
+            .expect("hashing never fails to write");
+        Digest(*hasher.finalize().as_bytes())
+    }
+
+    /// Everything [`Executor::checkpoint`] holds before the service's snapshot (with room
+    /// for `snapshot_len` more bytes).
+    fn checkpoint_head(&self, snapshot_len: usize) -> BytesMut {
         let sessions = self.sessions();
         let replies: Vec<Bytes> = self
             .reply_cache
@@ -326,7 +351,7 @@ impl<S: Service> Executor<S> {
         let mut out = BytesMut::with_capacity(
             37 + 16 * sessions.len()
                 + replies.iter().map(|r| 4 + r.len()).sum::<usize>()
-                + snapshot.len(),
+                + snapshot_len,
         );
         out.put_u8(CHECKPOINT_VERSION);
         out.put_u64_le(self.executed_instances);
@@ -359,8 +384,7 @@ impl<S: Service> Executor<S> {
                 }
             }
         }
-        out.put_slice(&snapshot);
-        out.freeze()
+        out
     }
 
     /// Replaces the whole state with a [`Executor::checkpoint`].
@@ -590,7 +614,7 @@ impl<S: Service> Executor<S> {
                     // Enough already: one of the matches is a correct replica's.
                     break;
                 }
-                let d = *digest.get_or_insert_with(|| checkpoint_digest(&self.checkpoint()));
+                let d = *digest.get_or_insert_with(|| self.checkpoint_digest());
                 matched += usize::from(d == *expected);
             }
         }

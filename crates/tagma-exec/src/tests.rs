@@ -372,6 +372,11 @@ fn checkpoint_restores_the_whole_executor() {
         "2 per client"
     );
     assert_eq!(b.checkpoint(), ckp, "a checkpoint is a fixed point");
+    assert_eq!(
+        a.checkpoint_digest(),
+        crate::checkpoint_digest(&ckp),
+        "the streamed digest is the checkpoint's"
+    );
     let next = batch(vec![request(7, 4, RequestKind::Ordered, b"w")]);
     assert_eq!(
         a.execute_batch(ConsensusId(3), &next),

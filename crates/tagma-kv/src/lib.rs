@@ -559,6 +559,24 @@ impl Service for KvService {
         w.finish()
     }
 
+    /// The bytes of [`KvService::snapshot`], through a 64 KiB buffer.
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        const FLUSH_AT: usize = 64 << 10;
+        let mut w = Writer(Vec::with_capacity(2 * FLUSH_AT));
+        w.0.extend_from_slice(SNAPSHOT_MAGIC);
+        w.u8(SNAPSHOT_VERSION);
+        w.u64(self.map.len() as u64);
+        for (key, value) in &self.map {
+            w.bytes(key);
+            w.bytes(value);
+            if w.0.len() >= FLUSH_AT {
+                out.write_all(&w.0)?;
+                w.0.clear();
+            }
+        }
+        out.write_all(&w.0)
+    }
+
     /// Validates the whole snapshot before replacing the state (on error the state is kept).
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {
         let map = Self::decode_snapshot(snapshot)

@@ -295,6 +295,17 @@ fn digest_and_snapshot() {
     assert_ne!(a.state_digest(), d.state_digest());
     assert_ne!(a.state_digest(), KvService::new().state_digest());
 
+    // The streamed snapshot is the same bytes, across its 64 KiB buffer's flushes too.
+    let mut big = a.clone();
+    for i in 0..300 {
+        big.apply(put(&format!("k{i:04}"), &"v".repeat(1000)));
+    }
+    for service in [&a, &big, &KvService::new()] {
+        let mut streamed = Vec::new();
+        service.write_snapshot(&mut streamed).unwrap();
+        assert_eq!(streamed, service.snapshot().to_vec());
+    }
+
     let mut e = KvService::new();
     e.apply(put("junk", "j"));
     e.install_snapshot(&a.snapshot()).unwrap();

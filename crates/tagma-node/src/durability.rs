@@ -401,6 +401,13 @@ const LOG_WAIT_MAX: Duration = Duration::from_secs(10);
 /// when no other carries it). A record is synced only when an ACCEPT (or an installed
 /// regency) waits for it; otherwise it is written unsynced, a best effort that survives a
 /// process crash.
+///
+/// An unsynced record holds only the instances whose votes changed since the last synced
+/// record (a WRITE's votes on the next instance, not again the batches of the instances
+/// still waiting for the log). That loses nothing: the store never overwrites the newest
+/// synced record with an unsynced one, and recovery merges both files' records
+/// (`recover`, newest votes per instance first). A synced record holds every pending
+/// instance, because the next write may overwrite the other file.
 pub(crate) struct VoteWriter {
     store: VoteStore,
     /// By instance: the newest collect's regency and its encoding (encoded once, written
@@ -409,6 +416,9 @@ pub(crate) struct VoteWriter {
     /// The highest regency this replica installed: every record carries it, even when the
     /// instances whose collects carried it are all logged (a restart goes on from it).
     regency: Option<(tagma_wire::Regency, ReplicaId)>,
+    /// The instances whose votes changed since the last synced record: what an unsynced
+    /// record holds.
+    changed: std::collections::BTreeSet<u64>,
     /// The newest `PersistVote` added; whether a vote was added since the last record;
     /// whether the last record was written unsynced.
     added: u64,
@@ -433,6 +443,7 @@ impl VoteWriter {
             store,
             pending,
             regency,
+            changed: std::collections::BTreeSet::new(),
             added: 0,
             dirty: false,
             unsynced: false,
@@ -447,6 +458,7 @@ impl VoteWriter {
         self.regency = self.regency.max(Some((votes.regency, votes.replica)));
         self.pending
             .insert(votes.cid.0, (votes.regency, votes.to_bytes()));
+        self.changed.insert(votes.cid.0);
         self.dirty = true;
     }
 
@@ -489,9 +501,48 @@ impl VoteWriter {
             }
             std::thread::sleep(Duration::from_millis(1));
         };
+        self.write_record(sync, logged_below)?;
+        if !sync {
+            return Ok(None);
+        }
+        sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
+        Ok(Some(self.added))
+    }
+}
+
+impl VoteWriter {
+    /// Writes the next record (see [`VoteWriter::encode_record`]); the instances below
+    /// `logged_below` are in the log and leave the records.
+    fn write_record(&mut self, sync: bool, logged_below: u64) -> Result<(), String> {
+        let newest = self.encode_record(sync, logged_below);
+        self.store
+            .write(newest, &self.buf, sync)
+            .map_err(|e| format!("cannot write this replica's votes: {e}"))?;
+        self.dirty = false;
+        self.unsynced = !sync;
+        if sync {
+            self.changed.clear();
+        }
+        Ok(())
+    }
+
+    /// Encodes into `buf` the next record (every pending instance if `sync`, else those
+    /// changed since the last synced record), with the regency marker when none of its
+    /// collects carries the highest regency. Returns the newest instance it holds.
+    fn encode_record(&mut self, sync: bool, logged_below: u64) -> u64 {
+        self.pending.retain(|cid, _| *cid >= logged_below);
+        self.changed.retain(|cid| *cid >= logged_below);
+        let held: Vec<(&u64, &(tagma_wire::Regency, Bytes))> = if sync {
+            self.pending.iter().collect()
+        } else {
+            self.pending
+                .iter()
+                .filter(|(cid, _)| self.changed.contains(cid))
+                .collect()
+        };
         let marker = self
             .regency
-            .filter(|(r, _)| self.pending.values().all(|(c, _)| c < r))
+            .filter(|(r, _)| held.iter().all(|(_, (c, _))| c < r))
             .map(|(regency, replica)| {
                 tagma_wire::Collect {
                     replica,
@@ -502,29 +553,13 @@ impl VoteWriter {
                 }
                 .to_bytes()
             });
-        let record: Vec<&[u8]> = self
-            .pending
-            .values()
-            .map(|(_, bytes)| &bytes[..])
+        let record: Vec<&[u8]> = held
+            .iter()
+            .map(|(_, (_, bytes))| &bytes[..])
             .chain(marker.as_deref())
             .collect();
         encode_votes(&mut self.buf, &record);
-        let newest = self
-            .pending
-            .keys()
-            .next_back()
-            .copied()
-            .unwrap_or(logged_below);
-        self.store
-            .write(newest, &self.buf, sync)
-            .map_err(|e| format!("cannot write this replica's votes: {e}"))?;
-        self.dirty = false;
-        self.unsynced = !sync;
-        if !sync {
-            return Ok(None);
-        }
-        sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
-        Ok(Some(self.added))
+        held.last().map_or(logged_below, |(cid, _)| **cid)
     }
 }
 
@@ -764,6 +799,7 @@ impl DurableExec {
         if let Err(reason) = executor.can_install_through(target) {
             return rejected(reason);
         }
+        let started = std::time::Instant::now();
         // A joining replica's replay from the initial state fetched no checkpoint.
         let bytes = match state.checkpoint {
             None => Bytes::new(),
@@ -772,6 +808,7 @@ impl DurableExec {
                 Err(e) => return rejected(format!("cannot read the fetched checkpoint: {e}")),
             },
         };
+        let read_ms = started.elapsed().as_millis();
         match executor.install_fetched(
             &bytes,
             state.checkpoint.as_ref(),
@@ -790,6 +827,7 @@ impl DurableExec {
                 return rejected(format!("state from replica {}: {reason}", state.source));
             }
         }
+        let validated_ms = started.elapsed().as_millis();
         // Durable before the core goes on: the fetched checkpoint (already on disk: it only
         // gets its header and checksum), then the decisions after it in the log.
         if let Some(checkpoint) = state.checkpoint {
@@ -807,6 +845,12 @@ impl DurableExec {
                 return Err("the consensus thread stopped".into());
             }
         }
+        info!(
+            read_ms,
+            validate_ms = validated_ms - read_ms,
+            store_ms = started.elapsed().as_millis() - validated_ms,
+            "fetched state installed"
+        );
         // The instances after the checkpoint become durable with the storage thread's sync
         // (its `Durable` event).
         let event = StorageEvent::Installed {
@@ -877,5 +921,51 @@ mod tests {
         }
         buf.push(0);
         assert_eq!(decode_votes(&buf), None, "trailing bytes");
+    }
+
+    /// What `recover` reads back: every valid record's collects, newest record first.
+    fn read_back(dir: &Path) -> Vec<Collect> {
+        let (_, stored) = VoteStore::open(dir).unwrap();
+        stored
+            .iter()
+            .flat_map(|v| decode_votes(&v.payload).unwrap())
+            .collect()
+    }
+
+    #[test]
+    fn an_unsynced_record_holds_only_the_votes_changed_since_the_last_synced_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = VoteStore::open(dir.path()).unwrap();
+        let mut writer = VoteWriter::new(store, &[]);
+        writer.add(1, &collect(4, b"four"));
+        writer.write_record(true, 0).unwrap();
+        assert_eq!(decode_votes(&writer.buf), Some(vec![collect(4, b"four")]));
+        // A WRITE on the next instance while instance 4 waits for the log: only 5 is
+        // written, and both are read back.
+        writer.add(2, &collect(5, b"five"));
+        writer.write_record(false, 0).unwrap();
+        assert_eq!(decode_votes(&writer.buf), Some(vec![collect(5, b"five")]));
+        assert_eq!(
+            read_back(dir.path()),
+            vec![collect(5, b"five"), collect(4, b"four")]
+        );
+        // A second unsynced record overwrites the first: it holds everything changed since
+        // the synced one.
+        writer.add(3, &collect(6, b"six"));
+        writer.write_record(false, 0).unwrap();
+        assert_eq!(
+            decode_votes(&writer.buf),
+            Some(vec![collect(5, b"five"), collect(6, b"six")])
+        );
+        assert_eq!(
+            read_back(dir.path()),
+            vec![collect(5, b"five"), collect(6, b"six"), collect(4, b"four")]
+        );
+        // A synced record holds every instance not yet logged (4 is, now).
+        writer.write_record(true, 5).unwrap();
+        assert_eq!(
+            decode_votes(&writer.buf),
+            Some(vec![collect(5, b"five"), collect(6, b"six")])
+        );
     }
 }
