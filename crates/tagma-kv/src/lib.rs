@@ -548,18 +548,13 @@ impl Service for KvService {
     /// `"TKVS"`, version byte `1`, `u64` LE entry count, then each entry as `u32` LE
     /// length-prefixed key and value, in strictly increasing key order.
     fn snapshot(&self) -> Bytes {
-        let mut w = Writer(Vec::new());
-        w.0.extend_from_slice(SNAPSHOT_MAGIC);
-        w.u8(SNAPSHOT_VERSION);
-        w.u64(self.map.len() as u64);
-        for (key, value) in &self.map {
-            w.bytes(key);
-            w.bytes(value);
-        }
-        w.finish()
+        let mut out = Vec::new();
+        self.write_snapshot(&mut out)
+            .expect("writing to memory never fails");
+        Bytes::from(out)
     }
 
-    /// The bytes of [`KvService::snapshot`], through a 64 KiB buffer.
+    /// The snapshot's bytes, through a 64 KiB buffer.
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         const FLUSH_AT: usize = 64 << 10;
         let mut w = Writer(Vec::with_capacity(2 * FLUSH_AT));
