@@ -441,9 +441,12 @@ impl VoteWriter {
         }
         VoteWriter {
             store,
-            pending,
             regency,
-            changed: std::collections::BTreeSet::new(),
+            // Every restored instance counts as changed: the newest record on disk may be an
+            // unsynced one holding only some of them, and the store, which took it for the
+            // newest, lets the next write overwrite the other file.
+            changed: pending.keys().copied().collect(),
+            pending,
             added: 0,
             dirty: false,
             unsynced: false,
@@ -961,6 +964,33 @@ mod tests {
             read_back(dir.path()),
             vec![collect(5, b"five"), collect(6, b"six"), collect(4, b"four")]
         );
+        // After a restart from these records (the newest an unsynced one), the first
+        // unsynced record holds every restored instance: it overwrites the file that holds
+        // the synced record with instance 4.
+        {
+            let restored = read_back(dir.path());
+            let (store, _) = VoteStore::open(dir.path()).unwrap();
+            let mut restarted = VoteWriter::new(store, &restored);
+            restarted.write_record(false, 0).unwrap();
+            assert_eq!(
+                decode_votes(&restarted.buf),
+                Some(vec![
+                    collect(4, b"four"),
+                    collect(5, b"five"),
+                    collect(6, b"six")
+                ])
+            );
+            assert_eq!(
+                read_back(dir.path()),
+                vec![
+                    collect(4, b"four"),
+                    collect(5, b"five"),
+                    collect(6, b"six"),
+                    collect(5, b"five"),
+                    collect(6, b"six")
+                ]
+            );
+        }
         // A synced record holds every instance not yet logged (4 is, now).
         writer.write_record(true, 5).unwrap();
         assert_eq!(
