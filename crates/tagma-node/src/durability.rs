@@ -430,28 +430,39 @@ pub(crate) struct VoteWriter {
 impl VoteWriter {
     /// `restored` are the votes read back at start, newest record first: they stay in the
     /// records until their instances are logged too (the core reports restored votes only
-    /// for the instance in progress, and a later one may be restored as well).
-    pub(crate) fn new(store: VoteStore, restored: &[tagma_wire::Collect]) -> Self {
+    /// for the instance in progress, and a later one may be restored as well). Before
+    /// anything else it writes them all back as one synced record: the newest record on disk
+    /// may be an unsynced one holding only some of them (the store, which takes it for the
+    /// newest, lets the next write overwrite the other file), and a power cut must not leave
+    /// only that one.
+    pub(crate) fn new(store: VoteStore, restored: &[tagma_wire::Collect]) -> Result<Self, String> {
         let regency = restored.iter().map(|c| (c.regency, c.replica)).max();
         let mut pending = std::collections::BTreeMap::new();
-        for collect in restored {
+        // An empty collect carries only a regency (the marker of a record none of whose
+        // other collects did, with the instance at which it was written): it must not stand
+        // for that instance's votes, which an older record may hold. `regency` keeps it.
+        let votes = restored
+            .iter()
+            .filter(|c| c.write_quorum.is_some() || !c.write_set.is_empty());
+        for collect in votes {
             pending
                 .entry(collect.cid.0)
                 .or_insert_with(|| (collect.regency, collect.to_bytes()));
         }
-        VoteWriter {
+        let mut writer = VoteWriter {
             store,
             regency,
-            // Every restored instance counts as changed: the newest record on disk may be an
-            // unsynced one holding only some of them, and the store, which took it for the
-            // newest, lets the next write overwrite the other file.
-            changed: pending.keys().copied().collect(),
+            changed: std::collections::BTreeSet::new(),
             pending,
             added: 0,
             dirty: false,
             unsynced: false,
             buf: Vec::new(),
+        };
+        if !restored.is_empty() {
+            writer.write_record(true, 0)?;
         }
+        Ok(writer)
     }
 
     /// Takes the core's `PersistVote { seq, votes }`, superseding its earlier votes on that
@@ -926,6 +937,35 @@ mod tests {
         assert_eq!(decode_votes(&buf), None, "trailing bytes");
     }
 
+    #[test]
+    fn a_regency_marker_never_stands_for_an_instance_votes() {
+        let in_regency = |cid: u64, value: &'static [u8], regency: u32| Collect {
+            regency: Regency(regency),
+            ..collect(cid, value)
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let (store, _) = VoteStore::open(dir.path()).unwrap();
+        let mut writer = VoteWriter::new(store, &[]).unwrap();
+        writer.add(1, &in_regency(10, b"ten", 0));
+        writer.add(2, &in_regency(11, b"eleven", 1));
+        writer.write_record(true, 0).unwrap();
+        // Votes on an instance that is logged before the next (unsynced) record: that record
+        // holds only the regency marker, at the first instance not logged (10).
+        writer.add(3, &in_regency(9, b"nine", 1));
+        writer.write_record(false, 10).unwrap();
+        let marker = decode_votes(&writer.buf).unwrap();
+        assert_eq!(marker.len(), 1);
+        assert_eq!((marker[0].cid, marker[0].regency), (ConsensusId(10), Regency(1)));
+        // After a restart the marker does not replace instance 10's votes.
+        let restored = read_back(dir.path());
+        let (store, _) = VoteStore::open(dir.path()).unwrap();
+        let restarted = VoteWriter::new(store, &restored).unwrap();
+        assert_eq!(
+            decode_votes(&restarted.buf),
+            Some(vec![in_regency(10, b"ten", 0), in_regency(11, b"eleven", 1)])
+        );
+    }
+
     /// What `recover` reads back: every valid record's collects, newest record first.
     fn read_back(dir: &Path) -> Vec<Collect> {
         let (_, stored) = VoteStore::open(dir).unwrap();
@@ -939,7 +979,7 @@ mod tests {
     fn an_unsynced_record_holds_only_the_votes_changed_since_the_last_synced_one() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = VoteStore::open(dir.path()).unwrap();
-        let mut writer = VoteWriter::new(store, &[]);
+        let mut writer = VoteWriter::new(store, &[]).unwrap();
         writer.add(1, &collect(4, b"four"));
         writer.write_record(true, 0).unwrap();
         assert_eq!(decode_votes(&writer.buf), Some(vec![collect(4, b"four")]));
@@ -964,32 +1004,17 @@ mod tests {
             read_back(dir.path()),
             vec![collect(5, b"five"), collect(6, b"six"), collect(4, b"four")]
         );
-        // After a restart from these records (the newest an unsynced one), the first
-        // unsynced record holds every restored instance: it overwrites the file that holds
-        // the synced record with instance 4.
+        // After a restart from these records (the newest an unsynced one), the writer first
+        // writes every restored instance back as one synced record: the next write goes to
+        // the file that holds the synced record with instance 4.
         {
             let restored = read_back(dir.path());
             let (store, _) = VoteStore::open(dir.path()).unwrap();
-            let mut restarted = VoteWriter::new(store, &restored);
-            restarted.write_record(false, 0).unwrap();
-            assert_eq!(
-                decode_votes(&restarted.buf),
-                Some(vec![
-                    collect(4, b"four"),
-                    collect(5, b"five"),
-                    collect(6, b"six")
-                ])
-            );
-            assert_eq!(
-                read_back(dir.path()),
-                vec![
-                    collect(4, b"four"),
-                    collect(5, b"five"),
-                    collect(6, b"six"),
-                    collect(5, b"five"),
-                    collect(6, b"six")
-                ]
-            );
+            let restarted = VoteWriter::new(store, &restored).unwrap();
+            let all = vec![collect(4, b"four"), collect(5, b"five"), collect(6, b"six")];
+            assert_eq!(decode_votes(&restarted.buf), Some(all.clone()));
+            let (_, stored) = VoteStore::open(dir.path()).unwrap();
+            assert_eq!(decode_votes(&stored[0].payload), Some(all));
         }
         // A synced record holds every instance not yet logged (4 is, now).
         writer.write_record(true, 5).unwrap();
