@@ -955,14 +955,20 @@ mod tests {
         writer.write_record(false, 10).unwrap();
         let marker = decode_votes(&writer.buf).unwrap();
         assert_eq!(marker.len(), 1);
-        assert_eq!((marker[0].cid, marker[0].regency), (ConsensusId(10), Regency(1)));
+        assert_eq!(
+            (marker[0].cid, marker[0].regency),
+            (ConsensusId(10), Regency(1))
+        );
         // After a restart the marker does not replace instance 10's votes.
         let restored = read_back(dir.path());
         let (store, _) = VoteStore::open(dir.path()).unwrap();
         let restarted = VoteWriter::new(store, &restored).unwrap();
         assert_eq!(
             decode_votes(&restarted.buf),
-            Some(vec![in_regency(10, b"ten", 0), in_regency(11, b"eleven", 1)])
+            Some(vec![
+                in_regency(10, b"ten", 0),
+                in_regency(11, b"eleven", 1)
+            ])
         );
     }
 
