@@ -493,6 +493,28 @@ impl KvService {
         }
     }
 
+    /// Encodes the snapshot, handing `flush` the buffer each time it reaches `flush_at`
+    /// bytes; returns what is left in it (all of it when `flush_at` is never reached).
+    fn encode_snapshot(
+        &self,
+        flush_at: usize,
+        mut flush: impl FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> std::io::Result<Vec<u8>> {
+        let mut w = Writer(Vec::new());
+        w.0.extend_from_slice(SNAPSHOT_MAGIC);
+        w.u8(SNAPSHOT_VERSION);
+        w.u64(self.map.len() as u64);
+        for (key, value) in &self.map {
+            w.bytes(key);
+            w.bytes(value);
+            if w.0.len() >= flush_at {
+                flush(&w.0)?;
+                w.0.clear();
+            }
+        }
+        Ok(w.0)
+    }
+
     fn decode_snapshot(snapshot: &Bytes) -> Result<BTreeMap<Bytes, Bytes>, KvCodecError> {
         let mut r = Reader::new(snapshot);
         if r.take(4, "snapshot magic")? != SNAPSHOT_MAGIC {
@@ -548,28 +570,16 @@ impl Service for KvService {
     /// `"TKVS"`, version byte `1`, `u64` LE entry count, then each entry as `u32` LE
     /// length-prefixed key and value, in strictly increasing key order.
     fn snapshot(&self) -> Bytes {
-        let mut out = Vec::new();
-        self.write_snapshot(&mut out)
-            .expect("writing to memory never fails");
-        Bytes::from(out)
+        let all = self
+            .encode_snapshot(usize::MAX, |_| unreachable!("never flushed"))
+            .expect("encoding to memory never fails");
+        Bytes::from(all)
     }
 
     /// The snapshot's bytes, through a 64 KiB buffer.
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-        const FLUSH_AT: usize = 64 << 10;
-        let mut w = Writer(Vec::with_capacity(2 * FLUSH_AT));
-        w.0.extend_from_slice(SNAPSHOT_MAGIC);
-        w.u8(SNAPSHOT_VERSION);
-        w.u64(self.map.len() as u64);
-        for (key, value) in &self.map {
-            w.bytes(key);
-            w.bytes(value);
-            if w.0.len() >= FLUSH_AT {
-                out.write_all(&w.0)?;
-                w.0.clear();
-            }
-        }
-        out.write_all(&w.0)
+        let rest = self.encode_snapshot(64 << 10, |chunk| out.write_all(chunk))?;
+        out.write_all(&rest)
     }
 
     /// Validates the whole snapshot before replacing the state (on error the state is kept).

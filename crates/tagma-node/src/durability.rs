@@ -435,7 +435,12 @@ impl VoteWriter {
     /// may be an unsynced one holding only some of them (the store, which takes it for the
     /// newest, lets the next write overwrite the other file), and a power cut must not leave
     /// only that one.
-    pub(crate) fn new(store: VoteStore, restored: &[tagma_wire::Collect]) -> Result<Self, String> {
+    /// `logged_below`: the instances below it are in the recovered log.
+    pub(crate) fn new(
+        store: VoteStore,
+        restored: &[tagma_wire::Collect],
+        logged_below: u64,
+    ) -> Result<Self, String> {
         let regency = restored.iter().map(|c| (c.regency, c.replica)).max();
         let mut pending = std::collections::BTreeMap::new();
         // An empty collect carries only a regency (the marker of a record none of whose
@@ -460,7 +465,7 @@ impl VoteWriter {
             buf: Vec::new(),
         };
         if !restored.is_empty() {
-            writer.write_record(true, 0)?;
+            writer.write_record(true, logged_below)?;
         }
         Ok(writer)
     }
@@ -522,9 +527,7 @@ impl VoteWriter {
         sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
         Ok(Some(self.added))
     }
-}
 
-impl VoteWriter {
     /// Writes the next record (see [`VoteWriter::encode_record`]); the instances below
     /// `logged_below` are in the log and leave the records.
     fn write_record(&mut self, sync: bool, logged_below: u64) -> Result<(), String> {
@@ -945,7 +948,7 @@ mod tests {
         };
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = VoteStore::open(dir.path()).unwrap();
-        let mut writer = VoteWriter::new(store, &[]).unwrap();
+        let mut writer = VoteWriter::new(store, &[], 0).unwrap();
         writer.add(1, &in_regency(10, b"ten", 0));
         writer.add(2, &in_regency(11, b"eleven", 1));
         writer.write_record(true, 0).unwrap();
@@ -962,7 +965,7 @@ mod tests {
         // After a restart the marker does not replace instance 10's votes.
         let restored = read_back(dir.path());
         let (store, _) = VoteStore::open(dir.path()).unwrap();
-        let restarted = VoteWriter::new(store, &restored).unwrap();
+        let restarted = VoteWriter::new(store, &restored, 0).unwrap();
         assert_eq!(
             decode_votes(&restarted.buf),
             Some(vec![
@@ -985,7 +988,7 @@ mod tests {
     fn an_unsynced_record_holds_only_the_votes_changed_since_the_last_synced_one() {
         let dir = tempfile::tempdir().unwrap();
         let (store, _) = VoteStore::open(dir.path()).unwrap();
-        let mut writer = VoteWriter::new(store, &[]).unwrap();
+        let mut writer = VoteWriter::new(store, &[], 0).unwrap();
         writer.add(1, &collect(4, b"four"));
         writer.write_record(true, 0).unwrap();
         assert_eq!(decode_votes(&writer.buf), Some(vec![collect(4, b"four")]));
@@ -1016,7 +1019,7 @@ mod tests {
         {
             let restored = read_back(dir.path());
             let (store, _) = VoteStore::open(dir.path()).unwrap();
-            let restarted = VoteWriter::new(store, &restored).unwrap();
+            let restarted = VoteWriter::new(store, &restored, 0).unwrap();
             let all = vec![collect(4, b"four"), collect(5, b"five"), collect(6, b"six")];
             assert_eq!(decode_votes(&restarted.buf), Some(all.clone()));
             let (_, stored) = VoteStore::open(dir.path()).unwrap();

@@ -494,12 +494,11 @@ fn start_node<S: Service>(
             if let Some(info) = rec.checkpoint {
                 replica.note_checkpoint(info);
             }
-            let writer =
-                durability::VoteWriter::new(rec.vote_store, &rec.votes).map_err(|reason| {
-                    NodeError::Recovery {
-                        dir: data_dir.clone().unwrap_or_default(),
-                        reason,
-                    }
+            let logged_below = rec.last.map_or(0, |c| c.0 + 1);
+            let writer = durability::VoteWriter::new(rec.vote_store, &rec.votes, logged_below)
+                .map_err(|reason| NodeError::Recovery {
+                    dir: data_dir.clone().unwrap_or_default(),
+                    reason,
                 })?;
             votes = Some(std::cell::RefCell::new(writer));
             replica.restore_votes(rec.votes);
