@@ -121,6 +121,18 @@ pub struct BenchReport {
     pub no_durability_ops_s: f64,
     #[serde(default)]
     pub ratio_vs_no_durability: f64,
+    /// With durability, where the ratio goes (0 when not measured): the mean time per
+    /// consensus instance at the leader (window / instances decided) with and without
+    /// durability, and the leader's mean vote write-and-sync (on every instance's critical
+    /// path, before its ACCEPT) and log sync (off it), all in ms.
+    #[serde(default)]
+    pub instance_ms: f64,
+    #[serde(default)]
+    pub no_durability_instance_ms: f64,
+    #[serde(default)]
+    pub vote_sync_ms_mean: f64,
+    #[serde(default)]
+    pub log_sync_ms_mean: f64,
     /// Failed invocations (all runs).
     pub errors: u64,
 }
@@ -205,8 +217,16 @@ impl BenchReport {
                 String::new()
             } else {
                 format!(
-                    "\ndurability {}: {:.0} ops/s without it, ratio_vs_no_durability {:.3}",
-                    self.durability, self.no_durability_ops_s, self.ratio_vs_no_durability
+                    "\ndurability {}: {:.0} ops/s without it, ratio_vs_no_durability {:.3}\n\
+                     per instance at the leader: {:.2} ms ({:.2} ms without durability); \
+                     vote sync {:.2} ms, log sync {:.2} ms (means)",
+                    self.durability,
+                    self.no_durability_ops_s,
+                    self.ratio_vs_no_durability,
+                    self.instance_ms,
+                    self.no_durability_instance_ms,
+                    self.vote_sync_ms_mean,
+                    self.log_sync_ms_mean
                 )
             },
             clients = self.clients,
@@ -262,14 +282,24 @@ mod tests {
         r.durability = "fsync".into();
         r.no_durability_ops_s = 1250.0;
         r.ratio_vs_no_durability = 0.8;
+        r.instance_ms = 3.5;
+        r.no_durability_instance_ms = 2.25;
+        r.vote_sync_ms_mean = 0.4;
+        r.log_sync_ms_mean = 0.125;
         let durable = r.table();
-        assert_eq!(durable.lines().count(), 5, "{durable}");
+        assert_eq!(durable.lines().count(), 6, "{durable}");
         assert!(
             durable.contains("ratio_vs_no_durability 0.800"),
             "{durable}"
         );
+        assert!(
+            durable.contains(
+                "3.50 ms (2.25 ms without durability); vote sync 0.40 ms, log sync 0.12 ms"
+            ),
+            "{durable}"
+        );
         r.unreplicated_run = true;
-        assert_eq!(r.table().lines().count(), 6);
+        assert_eq!(r.table().lines().count(), 7);
     }
 
     #[test]

@@ -980,6 +980,11 @@ struct Measured {
     rss_mb_max: f64,
     /// Requests per consensus instance at the leader in the window.
     batch_mean: f64,
+    /// Mean time per instance at the leader in the window, and the leader's mean vote sync
+    /// and log sync in it (ms; 0 when none happened).
+    instance_ms: f64,
+    vote_sync_ms: f64,
+    log_sync_ms: f64,
 }
 
 impl Measured {
@@ -1254,6 +1259,14 @@ fn bench_one(exe: &std::path::Path, args: &BenchArgs) -> Result<(BenchReport, bo
         durability: durability.to_string(),
         no_durability_ops_s,
         ratio_vs_no_durability,
+        instance_ms: if volatile.is_some() {
+            replicated.instance_ms
+        } else {
+            0.0
+        },
+        no_durability_instance_ms: volatile.as_ref().map_or(0.0, |v| v.instance_ms),
+        vote_sync_ms_mean: replicated.vote_sync_ms,
+        log_sync_ms_mean: replicated.log_sync_ms,
         errors: replicated.load.errors
             + baseline.load.errors
             + volatile.as_ref().map_or(0, |v| v.load.errors),
@@ -1373,12 +1386,18 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
     let pids: Vec<u32> = (0..cluster.cfg.n())
         .filter_map(|i| cluster.pid(i))
         .collect();
-    let sample = || -> (f64, f64, f64) {
+    let sample = || -> Sample {
         let text = tagma_node::metrics::scrape(leader_addr).unwrap_or_default();
         let value = |m| tagma_node::metrics::value(&text, m).unwrap_or(0.0);
-        let ops = value("tagma_executed_requests_total") + value("tagma_unordered_executed_total");
-        let cpu = pids.iter().filter_map(|&p| report::process_cpu_s(p)).sum();
-        (ops, cpu, value("tagma_decided_instances_total"))
+        Sample {
+            ops: value("tagma_executed_requests_total") + value("tagma_unordered_executed_total"),
+            cpu_s: pids.iter().filter_map(|&p| report::process_cpu_s(p)).sum(),
+            instances: value("tagma_decided_instances_total"),
+            vote_syncs: value("tagma_vote_syncs_total"),
+            vote_sync_us: value("tagma_vote_sync_microseconds_total"),
+            log_syncs: value("tagma_log_syncs_total"),
+            log_sync_us: value("tagma_log_sync_microseconds_total"),
+        }
     };
     let opts = load::LoadOptions {
         warmup: Duration::from_secs_f64(args.warmup_s()),
@@ -1401,7 +1420,7 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
             .progress_chars("=> "),
     );
     bar.set_prefix(label.to_string());
-    let (mut start, mut end) = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0));
+    let (mut start, mut end) = (Sample::default(), Sample::default());
     let result = load::run(&drivers, &opts, &*request, |phase| match phase {
         load::Phase::MeasureStart => start = sample(),
         load::Phase::MeasureEnd => end = sample(),
@@ -1426,13 +1445,45 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
         .iter()
         .filter_map(|&p| report::process_peak_rss_mb(p))
         .fold(0.0, f64::max);
+    let instances = end.instances - start.instances;
     Ok(Measured {
-        server_ops_s: (end.0 - start.0) / result.window_s.max(1e-9),
-        cpu_s: end.1 - start.1,
+        server_ops_s: (end.ops - start.ops) / result.window_s.max(1e-9),
+        cpu_s: end.cpu_s - start.cpu_s,
         rss_mb_max,
-        batch_mean: batch_mean(end.0 - start.0, end.2 - start.2),
+        batch_mean: batch_mean(end.ops - start.ops, instances),
+        instance_ms: mean_ms(result.window_s * 1e6, instances),
+        vote_sync_ms: mean_ms(
+            end.vote_sync_us - start.vote_sync_us,
+            end.vote_syncs - start.vote_syncs,
+        ),
+        log_sync_ms: mean_ms(
+            end.log_sync_us - start.log_sync_us,
+            end.log_syncs - start.log_syncs,
+        ),
         load: result,
     })
+}
+
+/// What [`measure`] reads at the start and the end of its window: the leader's counters
+/// and the CPU seconds of every server process.
+#[derive(Clone, Copy, Default)]
+struct Sample {
+    ops: f64,
+    cpu_s: f64,
+    instances: f64,
+    vote_syncs: f64,
+    vote_sync_us: f64,
+    log_syncs: f64,
+    log_sync_us: f64,
+}
+
+/// `total_us` spread over `count` events, in ms (0 when there were none).
+fn mean_ms(total_us: f64, count: f64) -> f64 {
+    if count > 0.0 {
+        total_us / count / 1000.0
+    } else {
+        0.0
+    }
 }
 
 /// `tagma view`: prints the installed view, or orders a signed change and prints its outcome.

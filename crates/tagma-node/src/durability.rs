@@ -361,11 +361,14 @@ pub(crate) fn storage_loop(
             }
         }
         if let Some(cid) = last {
+            let syncing = std::time::Instant::now();
             if let Err(e) = log.sync() {
                 error!("cannot sync the log: {e}; this replica stops replying");
                 return;
             }
+            let us = syncing.elapsed().as_micros() as u64;
             metrics.log_syncs.fetch_add(1, Ordering::Relaxed);
+            metrics.log_sync_us.fetch_add(us, Ordering::Relaxed);
             // Published first (a full execution queue must not hold the leader's next
             // proposal), and never backwards: an installed state's `through` can be below
             // instances synced before it.
@@ -520,11 +523,14 @@ impl VoteWriter {
             }
             std::thread::sleep(Duration::from_millis(1));
         };
+        let writing = std::time::Instant::now();
         self.write_record(sync, logged_below)?;
         if !sync {
             return Ok(None);
         }
+        let us = writing.elapsed().as_micros() as u64;
         sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
+        sh.metrics.vote_sync_us.fetch_add(us, Ordering::Relaxed);
         Ok(Some(self.added))
     }
 
