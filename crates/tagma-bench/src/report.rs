@@ -123,8 +123,9 @@ pub struct BenchReport {
     pub ratio_vs_no_durability: f64,
     /// With durability, where the ratio goes (0 when not measured): the mean time per
     /// consensus instance at the leader (window / instances decided) with and without
-    /// durability, and the leader's mean vote write-and-sync (on every instance's critical
-    /// path, before its ACCEPT) and log sync (off it), all in ms.
+    /// durability, and the leader's mean vote write-and-sync (before its ACCEPT) and log
+    /// write-and-sync (before its next proposal: storage back-pressure), all in ms. Both are
+    /// on every instance's path.
     #[serde(default)]
     pub instance_ms: f64,
     #[serde(default)]

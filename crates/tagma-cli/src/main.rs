@@ -1290,15 +1290,6 @@ impl DurabilityArg {
     }
 }
 
-/// Requests per consensus instance (0 when no instance was decided, e.g. unordered reads).
-fn batch_mean(requests: f64, instances: f64) -> f64 {
-    if instances > 0.0 {
-        requests / instances
-    } else {
-        0.0
-    }
-}
-
 /// The request driver `driver` sends as its `n`-th.
 fn bench_request(args: &BenchArgs) -> Box<load::RequestGen> {
     let payload = args.payload;
@@ -1450,16 +1441,16 @@ fn measure(cluster: &LocalCluster, args: &BenchArgs, label: &str) -> Result<Meas
         server_ops_s: (end.ops - start.ops) / result.window_s.max(1e-9),
         cpu_s: end.cpu_s - start.cpu_s,
         rss_mb_max,
-        batch_mean: batch_mean(end.ops - start.ops, instances),
-        instance_ms: mean_ms(result.window_s * 1e6, instances),
-        vote_sync_ms: mean_ms(
+        batch_mean: per_event(end.ops - start.ops, instances),
+        instance_ms: per_event(result.window_s * 1e3, instances),
+        vote_sync_ms: per_event(
             end.vote_sync_us - start.vote_sync_us,
             end.vote_syncs - start.vote_syncs,
-        ),
-        log_sync_ms: mean_ms(
+        ) / 1e3,
+        log_sync_ms: per_event(
             end.log_sync_us - start.log_sync_us,
             end.log_syncs - start.log_syncs,
-        ),
+        ) / 1e3,
         load: result,
     })
 }
@@ -1477,13 +1468,10 @@ struct Sample {
     log_sync_us: f64,
 }
 
-/// `total_us` spread over `count` events, in ms (0 when there were none).
-fn mean_ms(total_us: f64, count: f64) -> f64 {
-    if count > 0.0 {
-        total_us / count / 1000.0
-    } else {
-        0.0
-    }
+/// `total` spread over `count` events (0 when there were none: no instance decided, e.g.
+/// unordered reads, or no sync).
+fn per_event(total: f64, count: f64) -> f64 {
+    if count > 0.0 { total / count } else { 0.0 }
 }
 
 /// `tagma view`: prints the installed view, or orders a signed change and prints its outcome.

@@ -39,9 +39,9 @@ pub struct Metrics {
     pub log_syncs: AtomicU64,
     /// Votes written and synced before the ACCEPTs they lead to.
     pub vote_syncs: AtomicU64,
-    /// Time spent writing and syncing those votes, and in the log's syncs (µs): with the
-    /// counts above, the mean latency each adds (a vote sync is on every instance's
-    /// critical path).
+    /// Time spent writing and syncing those votes, and writing out and syncing the log (µs):
+    /// with the counts, the mean latency each adds (the ACCEPT waits for the first, the
+    /// leader's next proposal for the second).
     pub vote_sync_us: AtomicU64,
     pub log_sync_us: AtomicU64,
     pub log_records: AtomicU64,
@@ -167,7 +167,7 @@ impl Metrics {
             ),
             (
                 "tagma_log_sync_microseconds_total",
-                "Time spent in log syncs, µs (divide by tagma_log_syncs_total for the mean)",
+                "Time spent writing out and syncing the log, µs (divide by tagma_log_syncs_total for the mean)",
                 &self.log_sync_us,
             ),
             (
