@@ -37,7 +37,8 @@ pub struct Metrics {
     /// Durability: log syncs (group commits), records logged, checkpoints written, and the
     /// instances recovered from disk at start.
     pub log_syncs: AtomicU64,
-    /// Votes written and synced before the ACCEPTs they lead to.
+    /// Vote records written and synced: before an ACCEPT or an installed regency's STOPDATA
+    /// (both wait for it), or an unsynced one once the consensus thread is idle.
     pub vote_syncs: AtomicU64,
     /// Time spent writing and syncing those votes, and writing out and syncing the log (µs):
     /// with the counts, the mean latency each adds (the ACCEPT waits for the first, the
@@ -157,12 +158,12 @@ impl Metrics {
             ),
             (
                 "tagma_vote_syncs_total",
-                "Votes synced to disk before the ACCEPTs they lead to",
+                "Vote records synced to disk (before an ACCEPT or a regency's STOPDATA, or once idle)",
                 &self.vote_syncs,
             ),
             (
                 "tagma_vote_sync_microseconds_total",
-                "Time spent writing and syncing votes before ACCEPTs, µs (divide by tagma_vote_syncs_total for the mean)",
+                "Time spent writing and syncing those vote records, µs (divide by tagma_vote_syncs_total for the mean)",
                 &self.vote_sync_us,
             ),
             (
