@@ -136,7 +136,8 @@ pub struct TimeoutSection {
     pub connect_timeout_ms: u64,
     /// Whole authenticated handshake.
     pub handshake_timeout_ms: u64,
-    /// Delay between reconnection attempts to a peer.
+    /// Longest delay between reconnection attempts to a peer (the first retries come
+    /// sooner: 2 ms, doubling up to this).
     pub reconnect_delay_ms: u64,
 }
 
@@ -646,7 +647,7 @@ impl Config {
             dt.handshake_timeout_ms, t.handshake_timeout_ms
         ));
         s.push_str(&format!(
-            "# Delay between reconnection attempts. Default {}.\nreconnect_delay_ms = {}\n\n",
+            "# Longest delay between reconnection attempts to a peer (the first retries come\n# sooner: 2 ms, doubling up to this). Default {}.\nreconnect_delay_ms = {}\n\n",
             dt.reconnect_delay_ms, t.reconnect_delay_ms
         ));
         s.push_str("[limits]\n");

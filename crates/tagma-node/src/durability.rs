@@ -190,6 +190,7 @@ fn recover<S: Service>(
     data_dir: &Path,
     executor: &mut Executor<S>,
 ) -> Result<Recovered, Failure> {
+    let started = std::time::Instant::now();
     let (ckp_dir, log_dir, votes_dir) = paths(data_dir);
     let store = CheckpointStore::open(ckp_dir).map_err(|e| Failure::from(&e))?;
     // A torn vote file holds nothing (it is the write a crash interrupted); only an
@@ -214,6 +215,8 @@ fn recover<S: Service>(
     let mut recent: VecDeque<DecidedInstance> = VecDeque::new();
     let mut checkpoint_cid = None;
     let mut checkpoint = None;
+    // When the checkpoint was read and checked (before it is decoded into the executor).
+    let mut restored_ms = None;
     // Both steps of recovery change the executor, one after the other.
     let executor = std::cell::RefCell::new(executor);
     let (log, last) = tagma_storage::recover(
@@ -227,6 +230,7 @@ fn recover<S: Service>(
                 digest: tagma_wire::Digest(ckp.digest),
             });
             let mut executor = executor.borrow_mut();
+            restored_ms = Some(started.elapsed().as_millis() as u64);
             executor
                 .restore(&Bytes::copy_from_slice(&ckp.state))
                 .map_err(|e| e.to_string())?;
@@ -294,6 +298,8 @@ fn recover<S: Service>(
         info!(
             last_instance = last,
             executed_requests = executor.executed_requests(),
+            checkpoint_read_ms = restored_ms,
+            ms = started.elapsed().as_millis() as u64,
             "recovered from the local checkpoint and log"
         );
     }

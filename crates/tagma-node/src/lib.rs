@@ -250,6 +250,9 @@ struct Shared {
     /// Set by the consensus thread while the leader's proposal waits for the log: the
     /// storage thread then sends `ConsensusEvent::Durable` after its sync.
     wake_on_durable: std::sync::atomic::AtomicBool,
+    /// Per peer, wakes its outbound link's writer out of a reconnection pause: sent when
+    /// that peer connects to us, since it is then listening again.
+    reconnect_now: std::sync::Mutex<HashMap<ReplicaId, Sender<()>>>,
 }
 
 impl Shared {
@@ -453,6 +456,7 @@ fn start_node<S: Service>(
                 .map_or(0, |c| c.0 + 1),
         ),
         wake_on_durable: std::sync::atomic::AtomicBool::new(false),
+        reconnect_now: std::sync::Mutex::new(HashMap::new()),
     });
 
     let mut threads = Vec::new();
@@ -655,6 +659,15 @@ fn peer_reader(
 ) {
     sh.metrics.peer_connections.fetch_add(1, Ordering::Relaxed);
     debug!(peer = from.0, "peer connected");
+    // It listens again if it restarted: our link to it need not wait out its pause.
+    if let Some(wake) = sh
+        .reconnect_now
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&from)
+    {
+        let _ = wake.try_send(());
+    }
     let threads = sh.cfg.raw.limits.signature_threads;
     loop {
         let frame = match reader.read_frame() {
@@ -757,16 +770,21 @@ fn add_link(sh: &Arc<Shared>, links: &membership::PeerLinks, m: &tagma_wire::Vie
 fn start_link(sh: &Arc<Shared>, links: &membership::PeerLinks, peer: ReplicaInfo) {
     let (tx, rx) = bounded::<Bytes>(sh.cfg.raw.limits.connection_queue_max);
     links.insert(peer.id, tx);
+    let (wake_tx, wake_rx) = bounded::<()>(1);
+    sh.reconnect_now
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(peer.id, wake_tx);
     let sh2 = sh.clone();
     // Links live as long as the replica; their threads are not joined.
     spawn(format!("peer-out-{}", peer.id), sh.me, move || {
-        peer_writer(&sh2, &peer, rx)
+        peer_writer(&sh2, &peer, rx, wake_rx)
     });
 }
 
 /// Keeps an outbound connection to `peer` and writes the frames queued for it, coalescing
 /// everything queued into one write.
-fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
+fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>, wake: Receiver<()>) {
     let me = LocalIdentity {
         role: Role::Replica(sh.me),
         key: &sh.key,
@@ -803,7 +821,8 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
                         format_args!("replica {} at {}: {e}", peer.id, peer.addr),
                     );
                 }
-                thread::sleep(Duration::from_millis(t.reconnect_delay_ms));
+                // The pause ends early when the peer connects to us (it is back).
+                let _ = wake.recv_timeout(reconnect_backoff(failures, t.reconnect_delay_ms));
                 continue;
             }
         };
@@ -814,6 +833,17 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>) {
         }
         debug!(peer = peer.id.0, "connection to replica {} lost", peer.id);
     }
+}
+
+/// The pause after the `failures`-th failed attempt in a row to connect to a peer: 2 ms
+/// after the first, doubling up to `max_ms` (`timeouts.reconnect_delay_ms`). A peer that
+/// restarts (a crash, or every replica after a power cut) is listening again a few ms
+/// later: the short first pauses reconnect to it almost at once, instead of up to a whole
+/// `max_ms` later, and a peer that stays down costs one attempt per `max_ms`.
+fn reconnect_backoff(failures: u64, max_ms: u64) -> Duration {
+    const FIRST_MS: u64 = 2;
+    let doublings = failures.saturating_sub(1).min(16) as u32;
+    Duration::from_millis((FIRST_MS << doublings).min(max_ms))
 }
 
 /// Drains `rx` into `writer` until the connection fails (`Ok`) or the queue closes (`Err`).
@@ -1617,5 +1647,21 @@ fn execution_loop<S: Service>(
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reconnect_pauses_start_short_and_double_up_to_the_configured_delay() {
+        let pauses: Vec<u64> = (1..=9)
+            .map(|n| reconnect_backoff(n, 100).as_millis() as u64)
+            .collect();
+        assert_eq!(pauses, [2, 4, 8, 16, 32, 64, 100, 100, 100]);
+        // No overflow after any number of failures; a delay below 2 ms is kept.
+        assert_eq!(reconnect_backoff(u64::MAX, 100), Duration::from_millis(100));
+        assert_eq!(reconnect_backoff(1, 1), Duration::from_millis(1));
     }
 }
