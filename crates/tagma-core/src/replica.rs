@@ -2357,11 +2357,31 @@ impl Replica {
         }
         if ahead >= self.params.quorums.one_correct() && self.catch_up.behind_since_ms.is_none() {
             // Messages for the next instance routinely arrive a little early; wait a quarter
-            // period before asking.
+            // period before asking. Enough peers (one of them correct) at least two instances
+            // ahead have decided one this replica has not even seen proposed: ask after a
+            // short gap (a restarted replica stalled 0.5 s after its state transfer when it
+            // waited the quarter period here).
+            let far_ahead = self
+                .catch_up
+                .highest_seen
+                .values()
+                .filter(|c| c.0 > next.0.saturating_add(1))
+                .count();
+            let wait = if far_ahead >= self.params.quorums.one_correct() {
+                self.catch_up_gap_ms()
+            } else {
+                (self.params.request_timeout_ms / 4).max(1)
+            };
             self.catch_up.behind_since_ms = Some(self.now_ms);
-            self.catch_up.next_request_ms =
-                self.now_ms + (self.params.request_timeout_ms / 4).max(1);
+            self.catch_up.next_request_ms = self.now_ms + wait;
         }
+    }
+
+    /// How long a replica known to be behind waits for decisions before asking (again):
+    /// a fiftieth of the request timeout (20 ms by default), far above the gaps inside a
+    /// run of decisions.
+    fn catch_up_gap_ms(&self) -> u64 {
+        (self.params.request_timeout_ms / 50).max(1)
     }
 
     fn maybe_request_decisions(&mut self) {
@@ -2512,11 +2532,19 @@ impl Replica {
         } else if self.catch_up.future.len() < FUTURE_DECISIONS_MAX {
             self.catch_up.future.insert(decided.cid, decided);
         }
-        // Still behind and the requested run is used up: ask for the next one.
-        if (self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some())
-            && self.instance.cid >= self.catch_up.requested_until
-        {
-            self.request_decisions(false);
+        if self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some() {
+            if self.instance.cid >= self.catch_up.requested_until {
+                // Still behind and the requested run is used up: ask for the next one.
+                self.request_decisions(false);
+            } else if self.instance.cid > next {
+                // A run ends short of what was asked when the peer had decided no further
+                // when it answered (it goes on deciding meanwhile): once no decision has come
+                // for a short gap, ask again rather than a quarter or half of a request
+                // timeout later (a restarted replica stalled 0.5 s this way after its state
+                // transfer). Decisions of one run arrive back to back, so the timer keeps
+                // moving while they do; it fires at most once per run received.
+                self.catch_up.next_request_ms = self.now_ms + self.catch_up_gap_ms();
+            }
         }
         self.progress_recovery();
         Ok(())

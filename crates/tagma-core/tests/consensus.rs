@@ -1833,6 +1833,46 @@ fn a_replica_that_missed_decisions_catches_up_by_forwarding() {
 }
 
 #[test]
+fn a_replica_far_behind_asks_for_decisions_at_once_and_one_just_behind_waits() {
+    // f+1 = 2 peers vote on the next instance: routine (they may simply be early), so the
+    // follower waits a quarter of the request timeout before asking for decisions.
+    let hash = tagma_crypto::digest(b"v");
+    let mut early = bft(3);
+    for from in [0, 1] {
+        let _ = early.handle_peer(100, r(from), PeerInput::Write(vote(1, hash)));
+    }
+    assert_eq!(early.next_timeout_ms(), Some(100 + 1000 / 4));
+    // f+1 peers vote two or more instances ahead: they decided one this replica never saw
+    // proposed, so it asks after the short catch-up gap (a fiftieth of the timeout).
+    let mut behind = bft(3);
+    for (from, cid) in [(0, 5), (1, 2)] {
+        let _ = behind.handle_peer(100, r(from), PeerInput::Write(vote(cid, hash)));
+    }
+    assert_eq!(behind.next_timeout_ms(), Some(100 + 1000 / 50));
+    drain(&mut behind);
+    behind.handle_tick(100 + 1000 / 50);
+    assert!(
+        drain(&mut behind).iter().any(|a| matches!(
+            a,
+            Action::Send {
+                msg: PeerMessage::DecisionRequest {
+                    cid: ConsensusId(0)
+                },
+                ..
+            } | Action::Broadcast(PeerMessage::DecisionRequest {
+                cid: ConsensusId(0)
+            })
+        )),
+        "the decision request goes out when the gap ends"
+    );
+    // One peer far ahead is not enough (it may lie): still the quarter period.
+    let mut one = bft(3);
+    let _ = one.handle_peer(100, r(0), PeerInput::Write(vote(9, hash)));
+    let _ = one.handle_peer(100, r(1), PeerInput::Write(vote(1, hash)));
+    assert_eq!(one.next_timeout_ms(), Some(100 + 1000 / 4));
+}
+
+#[test]
 fn an_accept_with_a_bad_signature_does_not_count_toward_a_decision() {
     // Replica 3 (faulty) sends an ACCEPT whose signature is garbage: the follower must not
     // decide on it (it could not prove the decision later), only once a third valid one comes.
