@@ -11,7 +11,9 @@
 //! 3. **unordered execution is read-only**: executing every workload request unordered does
 //!    not change the state digest;
 //! 4. **robust snapshot installation**: installing garbage (random bytes, truncated and
-//!    corrupted snapshots) returns an error or succeeds, but never panics.
+//!    corrupted snapshots) returns an error or succeeds, but never panics;
+//! 5. **frozen snapshots**: a [`Service::freeze`] taken at the middle of the workload, called
+//!    after the second half ran, returns the middle's snapshot.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 
@@ -98,6 +100,7 @@ pub fn check_service<S: Service>(make: impl Fn() -> S, workload: &[Bytes]) -> Re
 
     // (2) Snapshot round-trip at the middle.
     let snapshot = a.snapshot();
+    let frozen = a.freeze();
     if snapshot != b.snapshot() {
         return Err(format!(
             "determinism: equal states after {mid} requests produce different snapshots"
@@ -151,6 +154,15 @@ pub fn check_service<S: Service>(make: impl Fn() -> S, workload: &[Bytes]) -> Re
                 show(request)
             ));
         }
+    }
+
+    // (5) A frozen snapshot is the state when it was taken, whatever ran since.
+    if let Some(frozen) = frozen
+        && frozen() != snapshot
+    {
+        return Err(format!(
+            "freeze: the snapshot frozen after {mid} requests differs from snapshot() then"
+        ));
     }
 
     // (3) Unordered execution leaves the state unchanged.

@@ -63,6 +63,14 @@ pub trait Service: Send + 'static {
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         out.write_all(&self.snapshot())
     }
+    /// A copy of the state that [`Service::snapshot`] can be computed from later, on another
+    /// thread, if taking it costs much less than serialising the state: a service whose
+    /// large values are shared (`Bytes`) copies only its index. The checkpoint of a large
+    /// state then holds the execution thread for the copy, not for the serialisation. `None`
+    /// (the default): checkpoints call [`Service::snapshot`] at once.
+    fn freeze(&self) -> Option<FrozenSnapshot> {
+        None
+    }
     /// Replaces the state with a snapshot.
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError>;
     /// Deterministic digest of the state: equal on replicas that executed the same requests.
@@ -85,6 +93,33 @@ pub fn request_seed(batch_seed: u64, index: usize) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
     z ^ (z >> 31)
+}
+
+/// A service's state as [`Service::freeze`] took it: called (once, on any thread), it returns
+/// the bytes [`Service::snapshot`] returned when the state was taken.
+pub type FrozenSnapshot = Box<dyn FnOnce() -> Bytes + Send>;
+
+/// An [`Executor::checkpoint`] taken at one point and serialised later
+/// ([`Executor::checkpoint_deferred`]).
+pub struct DeferredCheckpoint {
+    head: BytesMut,
+    snapshot: Result<Bytes, FrozenSnapshot>,
+}
+
+impl DeferredCheckpoint {
+    /// The bytes [`Executor::checkpoint`] would have returned when this was taken.
+    pub fn finish(self) -> Bytes {
+        let DeferredCheckpoint { mut head, snapshot } = self;
+        let snapshot = snapshot.unwrap_or_else(|frozen| frozen());
+        head.reserve(snapshot.len());
+        head.put_slice(&snapshot);
+        head.freeze()
+    }
+
+    /// Whether the service's snapshot is still to be serialised ([`Service::freeze`]).
+    pub fn is_frozen(&self) -> bool {
+        self.snapshot.is_err()
+    }
 }
 
 /// The digest that names a checkpoint in state transfer: BLAKE3 of its bytes.
@@ -326,6 +361,25 @@ impl<S: Service> Executor<S> {
         let mut out = self.checkpoint_head(snapshot.len());
         out.put_slice(&snapshot);
         out.freeze()
+    }
+
+    /// [`Executor::checkpoint`], of which only the executor's own part and a frozen copy of
+    /// the service's state ([`Service::freeze`]) are taken now: the service's serialisation
+    /// happens in [`DeferredCheckpoint::finish`], wherever that is called.
+    pub fn checkpoint_deferred(&self) -> DeferredCheckpoint {
+        match self.service.freeze() {
+            Some(frozen) => DeferredCheckpoint {
+                head: self.checkpoint_head(0),
+                snapshot: Err(frozen),
+            },
+            None => {
+                let snapshot = self.service.snapshot();
+                DeferredCheckpoint {
+                    head: self.checkpoint_head(snapshot.len()),
+                    snapshot: Ok(snapshot),
+                }
+            }
+        }
     }
 
     /// [`checkpoint_digest`] of [`Executor::checkpoint`], with the service's snapshot

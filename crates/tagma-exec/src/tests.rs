@@ -372,6 +372,13 @@ fn checkpoint_restores_the_whole_executor() {
         "2 per client"
     );
     assert_eq!(b.checkpoint(), ckp, "a checkpoint is a fixed point");
+    let deferred = a.checkpoint_deferred();
+    assert!(!deferred.is_frozen(), "EchoService does not freeze");
+    assert_eq!(
+        deferred.finish(),
+        ckp,
+        "a deferred checkpoint is the same bytes"
+    );
     assert_eq!(
         a.checkpoint_digest(),
         crate::checkpoint_digest(&ckp),

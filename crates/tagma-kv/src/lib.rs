@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::ops::Bound;
 
 use bytes::Bytes;
-use tagma_exec::{Context, Service, ServiceError};
+use tagma_exec::{Context, FrozenSnapshot, Service, ServiceError};
 use tagma_wire::Digest;
 
 /// The most pairs a single `scan` returns, whatever limit it asks for.
@@ -580,6 +580,15 @@ impl Service for KvService {
     fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
         let rest = self.encode_snapshot(64 << 10, |chunk| out.write_all(chunk))?;
         out.write_all(&rest)
+    }
+
+    /// A copy of the map: its keys and values are `Bytes`, shared with the live map, so the
+    /// copy costs the tree's nodes and reference counts, not the data.
+    fn freeze(&self) -> Option<FrozenSnapshot> {
+        let frozen = KvService {
+            map: self.map.clone(),
+        };
+        Some(Box::new(move || frozen.snapshot()))
     }
 
     /// Validates the whole snapshot before replacing the state (on error the state is kept).

@@ -306,6 +306,18 @@ fn digest_and_snapshot() {
         assert_eq!(streamed, service.snapshot().to_vec());
     }
 
+    // A frozen snapshot is the state when it was taken: later writes, overwrites and
+    // deletes of the live map do not reach it.
+    let before = big.snapshot();
+    let frozen = big.freeze().expect("the key-value store freezes");
+    big.apply(put("k0000", "changed"));
+    big.apply(put("new", "n"));
+    big.apply(KvOp::Delete {
+        key: Bytes::from_static(b"k0001"),
+    });
+    assert_ne!(big.snapshot(), before);
+    assert_eq!(frozen(), before);
+
     let mut e = KvService::new();
     e.apply(put("junk", "j"));
     e.install_snapshot(&a.snapshot()).unwrap();

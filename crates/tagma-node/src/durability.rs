@@ -75,7 +75,10 @@ pub(crate) enum StorageEvent {
 /// A checkpoint for the checkpoint thread to write.
 pub(crate) struct CheckpointJob {
     pub cid: u64,
-    pub state: Bytes,
+    /// Serialised by the checkpoint thread (`DeferredCheckpoint::finish`).
+    pub state: tagma_exec::DeferredCheckpoint,
+    /// How long taking it held the execution thread.
+    pub taken_ms: u64,
 }
 
 /// What the transfer thread is asked to do.
@@ -669,18 +672,24 @@ pub(crate) fn checkpoint_loop(
             warn!("the log did not reach instance {cid} in time: its checkpoint is skipped");
             continue;
         }
-        match store.write(cid, &job.state) {
+        let serialising = std::time::Instant::now();
+        let state = job.state.finish();
+        let serialise_ms = serialising.elapsed().as_millis() as u64;
+        match store.write(cid, &state) {
             Ok((path, digest)) => {
                 sh.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
                 info!(
                     instance = cid,
-                    bytes = job.state.len(),
+                    bytes = state.len(),
+                    taken_ms = job.taken_ms,
+                    serialise_ms,
+                    write_ms = serialising.elapsed().as_millis() as u64 - serialise_ms,
                     file = %path.display(),
                     "checkpoint written"
                 );
                 let info = CheckpointInfo {
                     cid: ConsensusId(cid),
-                    len: job.state.len() as u64,
+                    len: state.len() as u64,
                     digest: tagma_wire::Digest(digest),
                 };
                 if sh
@@ -795,9 +804,12 @@ impl DurableExec {
         if !tagma_storage::checkpoint_due(cid, self.index, self.n, self.period) {
             return;
         }
+        let started = std::time::Instant::now();
+        let state = executor.checkpoint_deferred();
         let job = CheckpointJob {
             cid,
-            state: executor.checkpoint(),
+            state,
+            taken_ms: started.elapsed().as_millis() as u64,
         };
         if self.checkpoint_tx.try_send(job).is_err() {
             warn!(
