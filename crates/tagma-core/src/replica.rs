@@ -620,6 +620,11 @@ struct CatchUp {
     /// Rotates catch-up requests over the peers that are ahead.
     rotation: usize,
     state_transfer_signalled: bool,
+    /// Forwarded decisions that came after this replica already had them, since it last
+    /// caught up: each doubles the catch-up gap (up to a quarter of a request timeout), so
+    /// a replica that processes decisions slower than the gap stops re-requesting runs it
+    /// is still working through.
+    duplicates: u32,
 }
 
 /// The replica core. See the module documentation for the calling protocol.
@@ -1474,6 +1479,7 @@ impl Replica {
             < self.params.quorums.one_correct()
         {
             self.catch_up.behind_since_ms = None;
+            self.catch_up.duplicates = 0;
             self.catch_up.state_transfer_signalled = false;
             // Caught up by other means: a fetch not yet handed over is pointless.
             if self.fetch.as_ref().is_some_and(|f| !f.is_installing()) {
@@ -2378,10 +2384,15 @@ impl Replica {
     }
 
     /// How long a replica known to be behind waits for decisions before asking (again):
-    /// a fiftieth of the request timeout (20 ms by default), far above the gaps inside a
-    /// run of decisions.
+    /// a fiftieth of the request timeout (20 ms by default), well above the gaps inside a
+    /// run of decisions, doubled for every duplicate decision received since it last caught
+    /// up (it asked again while still working through a run), up to a quarter timeout.
     fn catch_up_gap_ms(&self) -> u64 {
-        (self.params.request_timeout_ms / 50).max(1)
+        let base = (self.params.request_timeout_ms / 50).max(1);
+        let quarter = (self.params.request_timeout_ms / 4).max(1);
+        base.saturating_mul(1u64 << self.catch_up.duplicates.min(16))
+            .min(quarter)
+            .max(base)
     }
 
     fn maybe_request_decisions(&mut self) {
@@ -2519,6 +2530,9 @@ impl Replica {
     fn on_decision(&mut self, from: ReplicaId, decided: DecidedInstance) -> Result<(), Rejection> {
         let next = self.instance.cid;
         if decided.cid < next {
+            if self.catch_up.behind_since_ms.is_some() {
+                self.catch_up.duplicates = self.catch_up.duplicates.saturating_add(1);
+            }
             return Err(Rejection::Stale { cid: decided.cid });
         }
         let Some(hash) = self.checker.check(&decided) else {
@@ -2542,7 +2556,8 @@ impl Replica {
                 // for a short gap, ask again rather than a quarter or half of a request
                 // timeout later (a restarted replica stalled 0.5 s this way after its state
                 // transfer). Decisions of one run arrive back to back, so the timer keeps
-                // moving while they do; it fires at most once per run received.
+                // moving while they do; a replica slower than the gap re-asks for decisions
+                // it has queued, and the duplicates lengthen the gap (`catch_up_gap_ms`).
                 self.catch_up.next_request_ms = self.now_ms + self.catch_up_gap_ms();
             }
         }
@@ -2974,6 +2989,7 @@ impl Replica {
                     }
                 }
                 self.catch_up.behind_since_ms = None;
+                self.catch_up.duplicates = 0;
                 self.catch_up.state_transfer_signalled = false;
                 self.catch_up.requested_until = last.next();
                 // The others went on deciding while the state was fetched: ask for what

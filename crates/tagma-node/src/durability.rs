@@ -804,6 +804,13 @@ impl DurableExec {
         if !tagma_storage::checkpoint_due(cid, self.index, self.n, self.period) {
             return;
         }
+        if self.checkpoint_tx.is_full() {
+            warn!(
+                instance = cid,
+                "previous checkpoint still being written: this one is skipped"
+            );
+            return;
+        }
         let started = std::time::Instant::now();
         let state = executor.checkpoint_deferred();
         let job = CheckpointJob {

@@ -251,7 +251,8 @@ struct Shared {
     /// storage thread then sends `ConsensusEvent::Durable` after its sync.
     wake_on_durable: std::sync::atomic::AtomicBool,
     /// Per peer, wakes its outbound link's writer out of a reconnection pause: sent when
-    /// that peer connects to us, since it is then listening again.
+    /// that peer connects to us, since it is then listening again. Links are never removed
+    /// (a removal must also drop the writer, whose wait would otherwise end at once).
     reconnect_now: std::sync::Mutex<HashMap<ReplicaId, Sender<()>>>,
 }
 
@@ -828,6 +829,8 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>, wake: 
         };
         info!(peer = peer.id.0, "connected to replica {}", peer.id);
         failures = 0;
+        // A wake-up sent while connected (the peer reconnected its own link) is stale.
+        while wake.try_recv().is_ok() {}
         if write_loop(&rx, &mut writer, &sh.metrics).is_err() {
             return; // queue closed: the replica is shutting down
         }
@@ -842,7 +845,7 @@ fn peer_writer(sh: &Arc<Shared>, peer: &ReplicaInfo, rx: Receiver<Bytes>, wake: 
 /// `max_ms` later, and a peer that stays down costs one attempt per `max_ms`.
 fn reconnect_backoff(failures: u64, max_ms: u64) -> Duration {
     const FIRST_MS: u64 = 2;
-    let doublings = failures.saturating_sub(1).min(16) as u32;
+    let doublings = failures.saturating_sub(1).min(40) as u32;
     Duration::from_millis((FIRST_MS << doublings).min(max_ms))
 }
 
