@@ -2392,7 +2392,6 @@ impl Replica {
         let quarter = (self.params.request_timeout_ms / 4).max(1);
         base.saturating_mul(1u64 << self.catch_up.duplicates.min(16))
             .min(quarter)
-            .max(base)
     }
 
     fn maybe_request_decisions(&mut self) {
