@@ -2352,31 +2352,20 @@ impl Replica {
         let seen = self.catch_up.highest_seen.entry(from).or_insert(cid);
         *seen = (*seen).max(cid);
         let next = self.instance.cid;
-        let ahead = self
-            .catch_up
-            .highest_seen
-            .values()
-            .filter(|c| **c > next)
-            .count();
-        if ahead >= self.params.quorums.one_correct() {
+        let one_correct = self.params.quorums.one_correct();
+        if self.peers_beyond(next.0) >= one_correct {
             self.maybe_start_state_transfer();
         }
-        if ahead >= self.params.quorums.one_correct() && self.catch_up.behind_since_ms.is_none() {
+        if self.peers_beyond(next.0) >= one_correct && self.catch_up.behind_since_ms.is_none() {
             // Messages for the next instance routinely arrive a little early; wait a quarter
             // period before asking. Enough peers (one of them correct) at least two instances
             // ahead have decided one this replica has not even seen proposed: ask after a
             // short gap (a restarted replica stalled 0.5 s after its state transfer when it
             // waited the quarter period here).
-            let far_ahead = self
-                .catch_up
-                .highest_seen
-                .values()
-                .filter(|c| c.0 > next.0.saturating_add(1))
-                .count();
-            let wait = if far_ahead >= self.params.quorums.one_correct() {
+            let wait = if self.peers_beyond(next.0.saturating_add(1)) >= one_correct {
                 self.catch_up_gap_ms()
             } else {
-                (self.params.request_timeout_ms / 4).max(1)
+                self.catch_up_wait_max_ms()
             };
             self.catch_up.behind_since_ms = Some(self.now_ms);
             self.catch_up.next_request_ms = self.now_ms + wait;
@@ -2389,9 +2378,23 @@ impl Replica {
     /// up (it asked again while still working through a run), up to a quarter timeout.
     fn catch_up_gap_ms(&self) -> u64 {
         let base = (self.params.request_timeout_ms / 50).max(1);
-        let quarter = (self.params.request_timeout_ms / 4).max(1);
         base.saturating_mul(1u64 << self.catch_up.duplicates.min(16))
-            .min(quarter)
+            .min(self.catch_up_wait_max_ms())
+    }
+
+    /// The longest a replica known to be behind waits before asking for decisions: a
+    /// quarter of the request timeout.
+    fn catch_up_wait_max_ms(&self) -> u64 {
+        (self.params.request_timeout_ms / 4).max(1)
+    }
+
+    /// How many peers sent a consensus message for an instance after `cid`.
+    fn peers_beyond(&self, cid: u64) -> usize {
+        self.catch_up
+            .highest_seen
+            .values()
+            .filter(|c| c.0 > cid)
+            .count()
     }
 
     fn maybe_request_decisions(&mut self) {

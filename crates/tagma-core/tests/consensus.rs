@@ -1873,6 +1873,33 @@ fn a_replica_far_behind_asks_for_decisions_at_once_and_one_just_behind_waits() {
 }
 
 #[test]
+fn a_run_that_ends_short_is_asked_again_after_the_gap_which_duplicates_lengthen() {
+    let log = decided_run(3);
+    let hash = tagma_crypto::digest(b"v");
+    let mut laggard = bft(3);
+    for from in [0, 1] {
+        let _ = laggard.handle_peer(100, r(from), PeerInput::Write(vote(5, hash)));
+    }
+    laggard.handle_tick(120); // asks for the run from instance 0 (64 decisions)
+    assert_eq!(laggard.next_timeout_ms(), Some(120 + 1000 / 2));
+    // Instance 0 arrives and no more: asked again one gap (1000 / 50) after it.
+    laggard
+        .handle_peer(130, r(0), PeerInput::Decision(log[0].clone()))
+        .unwrap();
+    assert_eq!(laggard.next_cid(), ConsensusId(1));
+    assert_eq!(laggard.next_timeout_ms(), Some(130 + 20));
+    // A duplicate (it asked again while that run was still coming) doubles the gap.
+    assert!(matches!(
+        laggard.handle_peer(131, r(1), PeerInput::Decision(log[0].clone())),
+        Err(Rejection::Stale { .. })
+    ));
+    laggard
+        .handle_peer(132, r(0), PeerInput::Decision(log[1].clone()))
+        .unwrap();
+    assert_eq!(laggard.next_timeout_ms(), Some(132 + 40));
+}
+
+#[test]
 fn an_accept_with_a_bad_signature_does_not_count_toward_a_decision() {
     // Replica 3 (faulty) sends an ACCEPT whose signature is garbage: the follower must not
     // decide on it (it could not prove the decision later), only once a third valid one comes.
