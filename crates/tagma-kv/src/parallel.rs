@@ -8,7 +8,7 @@
 use std::sync::{Mutex, PoisonError};
 
 use bytes::Bytes;
-use tagma_exec::{Context, Service};
+use tagma_exec::{Context, FrozenSnapshot, Service};
 use tagma_parallel::{Access, ParallelService, ParallelState};
 use tagma_wire::{ClientId, RequestSeq};
 
@@ -84,6 +84,11 @@ impl ParallelState for ParallelKv {
         self.store().snapshot()
     }
 
+    /// The store's frozen copy ([`KvService::freeze`]), taken under the lock.
+    fn freeze(&self) -> Option<FrozenSnapshot> {
+        self.store().freeze()
+    }
+
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), String> {
         self.inner
             .get_mut()
@@ -137,5 +142,10 @@ mod tests {
         let mut copy = ParallelKv::new();
         copy.install_snapshot(&kv.snapshot()).unwrap();
         assert_eq!(copy.digest(), kv.digest());
+        // A frozen copy is the state when it was taken.
+        let (at_freeze, frozen) = (kv.snapshot(), kv.freeze().expect("the store freezes"));
+        kv.execute(&op(KvOp::Delete { key: k("a") }));
+        assert_ne!(kv.snapshot(), at_freeze);
+        assert_eq!(frozen(), at_freeze);
     }
 }

@@ -22,6 +22,7 @@ pub mod sched;
 pub use access::{Access, Class, Group, GroupError, Groups};
 pub use replica::{Classify, ParallelReplica, ParallelState, envelope, open_envelope};
 pub use sched::{ParallelService, Policy, Scheduler, Task};
+pub use tagma_exec::FrozenSnapshot;
 
 /// The tasks of a batch classified by the service itself (the graph scheduler's input); the
 /// barrier policy gets the group that matches each footprint ([`group_of`]).

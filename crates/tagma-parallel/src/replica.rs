@@ -10,7 +10,7 @@
 //! request ([`Access::covers`]); otherwise the request conflicts with everything.
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tagma_exec::{Context, Service, ServiceError};
+use tagma_exec::{Context, FrozenSnapshot, Service, ServiceError};
 use tagma_wire::Digest;
 
 use crate::access::{Access, Group};
@@ -22,6 +22,12 @@ pub trait ParallelState: ParallelService + Send + 'static {
     fn execute_unordered(&self, op: &Bytes) -> Bytes;
     /// A complete, deterministic serialisation of the state.
     fn snapshot(&self) -> Bytes;
+    /// A copy of the state that [`ParallelState::snapshot`] can be computed from later, on
+    /// another thread (see [`Service::freeze`]); `None` (the default): checkpoints serialise
+    /// the state on the execution thread.
+    fn freeze(&self) -> Option<FrozenSnapshot> {
+        None
+    }
     /// Replaces the state with a snapshot.
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), String>;
 }
@@ -161,6 +167,10 @@ impl<P: ParallelState> Service for ParallelReplica<P> {
 
     fn snapshot(&self) -> Bytes {
         self.state.snapshot()
+    }
+
+    fn freeze(&self) -> Option<FrozenSnapshot> {
+        self.state.freeze()
     }
 
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {

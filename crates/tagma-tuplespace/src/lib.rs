@@ -18,10 +18,10 @@
 //! Reply: `u8` 1 and the tuple (count `u8`, per field `u32` length and bytes) for a tuple
 //! returned or an `out` done, `u8` 0 for no match, `u8` 0xff for bytes that are no operation.
 
-use std::sync::{PoisonError, RwLock};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use tagma_parallel::{Access, ParallelService, ParallelState};
+use tagma_parallel::{Access, FrozenSnapshot, ParallelService, ParallelState};
 
 /// The most fields a tuple has.
 pub const FIELDS_MAX: usize = 10;
@@ -145,11 +145,40 @@ fn encode_tuple(t: &Tuple) -> Bytes {
     out.freeze()
 }
 
+/// The snapshot of the tuples of arities 1, 2, … in order (see [`TupleSpace`]'s
+/// `snapshot`).
+fn encode_parts<P: std::ops::Deref<Target = Vec<Arc<Tuple>>>>(
+    parts: impl Iterator<Item = P> + Clone,
+) -> Bytes {
+    // Sized first: growing a buffer of hundreds of megabytes copies it again and again.
+    let size: usize = parts
+        .clone()
+        .map(|tuples| {
+            4 + tuples
+                .iter()
+                .map(|t| t.iter().map(|f| 4 + f.len()).sum::<usize>())
+                .sum::<usize>()
+        })
+        .sum();
+    let mut out = BytesMut::with_capacity(size);
+    for tuples in parts {
+        out.put_u32_le(tuples.len() as u32);
+        for t in tuples.iter() {
+            for f in t.iter() {
+                out.put_u32_le(f.len() as u32);
+                out.put_slice(f);
+            }
+        }
+    }
+    out.freeze()
+}
+
 /// The replicated tuple space.
 #[derive(Debug)]
 pub struct TupleSpace {
-    /// Index `a - 1`: the tuples of arity `a`, oldest first.
-    by_arity: Vec<RwLock<Vec<Tuple>>>,
+    /// Index `a - 1`: the tuples of arity `a`, oldest first (shared, so that a frozen copy
+    /// costs a reference count per tuple).
+    by_arity: Vec<RwLock<Vec<Arc<Tuple>>>>,
     classification: Classification,
 }
 
@@ -180,7 +209,7 @@ impl TupleSpace {
         match op {
             SpaceOp::Out(t) => {
                 let mut tuples = part.write().unwrap_or_else(PoisonError::into_inner);
-                tuples.push(t.clone());
+                tuples.push(Arc::new(t.clone()));
                 Bytes::from_static(&[1])
             }
             SpaceOp::Rdp(p) => {
@@ -246,18 +275,22 @@ impl ParallelState for TupleSpace {
     /// Per arity 1..=10: count `u32` LE, then each tuple's fields as `u32` LE length and
     /// bytes, oldest first.
     fn snapshot(&self) -> Bytes {
-        let mut out = BytesMut::new();
-        for part in &self.by_arity {
-            let tuples = part.read().unwrap_or_else(PoisonError::into_inner);
-            out.put_u32_le(tuples.len() as u32);
-            for t in tuples.iter() {
-                for f in t {
-                    out.put_u32_le(f.len() as u32);
-                    out.put_slice(f);
-                }
-            }
-        }
-        out.freeze()
+        encode_parts(
+            self.by_arity
+                .iter()
+                .map(|part| part.read().unwrap_or_else(PoisonError::into_inner)),
+        )
+    }
+
+    /// A copy of every arity's list of tuples: the tuples are shared with the live space, so
+    /// the copy costs a pointer and a reference count per tuple, not the data.
+    fn freeze(&self) -> Option<FrozenSnapshot> {
+        let parts: Vec<Vec<Arc<Tuple>>> = self
+            .by_arity
+            .iter()
+            .map(|part| part.read().unwrap_or_else(PoisonError::into_inner).clone())
+            .collect();
+        Some(Box::new(move || encode_parts(parts.iter())))
     }
 
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), String> {
@@ -287,7 +320,7 @@ impl ParallelState for TupleSpace {
                     }
                     t.push(b.split_to(len));
                 }
-                tuples.push(t);
+                tuples.push(Arc::new(t));
             }
             parts.push(tuples);
         }
@@ -389,6 +422,64 @@ mod tests {
             &other.execute_unordered(&SpaceOp::Inp(vec![None]).encode())[..],
             [0xff]
         );
+    }
+
+    #[test]
+    fn a_frozen_space_keeps_its_tuples_while_the_live_one_changes() {
+        let ts = TupleSpace::new(Classification::Ts2);
+        for t in [vec![b("a")], vec![b("b"), b("c")], vec![b("d"), b("e")]] {
+            ts.execute(&SpaceOp::Out(t).encode());
+        }
+        let at_freeze = ts.snapshot();
+        let frozen = ts.freeze().expect("the tuple space freezes");
+        ts.execute(&SpaceOp::Inp(vec![Some(b("b")), None]).encode());
+        ts.execute(&SpaceOp::Out(vec![b("f")]).encode());
+        assert_ne!(ts.snapshot(), at_freeze);
+        assert_eq!(frozen(), at_freeze);
+    }
+
+    /// The executor's conformance suite (determinism, snapshots, read-only unordered
+    /// execution, garbage snapshots, frozen snapshots) on the tuple space as a replica's
+    /// service, run by the graph scheduler on three workers.
+    #[test]
+    fn conformance_suite_as_a_parallel_replica() {
+        use tagma_parallel::{Classify, Groups, ParallelReplica, Policy, Scheduler};
+        let mut workload = Vec::new();
+        let mut x = 7u64;
+        for i in 0..300u64 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let arity = 1 + (x >> 60) as usize % 3;
+            let key = b(&format!("k{}", (x >> 40) % 8));
+            let tuple: Tuple = (0..arity)
+                .map(|f| {
+                    if f == 0 {
+                        key.clone()
+                    } else {
+                        b(&format!("v{i}"))
+                    }
+                })
+                .collect();
+            let template: Template = (0..arity).map(|f| (f == 0).then(|| key.clone())).collect();
+            workload.push(match (x >> 20) % 4 {
+                0 | 1 => SpaceOp::Out(tuple).encode(),
+                2 => SpaceOp::Rdp(template).encode(),
+                _ => SpaceOp::Inp(template).encode(),
+            });
+        }
+        workload.push(Bytes::from_static(b"\x07"));
+        tagma_exec::conformance::check_service(
+            || {
+                ParallelReplica::new(
+                    TupleSpace::new(Classification::Ts2),
+                    Scheduler::new(Policy::Graph, 3, Groups::default()),
+                    Classify::Service,
+                )
+            },
+            &workload,
+        )
+        .unwrap();
     }
 
     #[test]
