@@ -13,9 +13,15 @@
 //!   how long it takes to catch up with the others (local recovery, then state transfer —
 //!   the others have released the log it misses — and the decisions since) while they keep
 //!   serving.
-//! - `corrupt-log` / `corrupt-checkpoint`: stop every replica, damage one replica's log (a
-//!   record in the middle) or its newest checkpoint, restart all: the damaged replica must
-//!   notice, move its state aside, and fetch what it misses from the others.
+//! - `corrupt-log` / `corrupt-checkpoint` / `corrupt-both`: stop every replica, damage the
+//!   log (a record in the middle), the newest checkpoint, or both, of `--damaged` replicas
+//!   (up to f), restart all: each damaged replica must notice, move its state aside, and
+//!   fetch what it misses from the others.
+//! - `wipe-disk`: stop every replica, delete the data directories (log, checkpoints, votes)
+//!   of `--damaged` replicas, restart all: the others recover the service, and the wiped
+//!   ones get the state back from them.
+//!
+//! The cluster has n = 3f+1 replicas (2f+1 in CFT mode) for `--f` (default 1).
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -42,18 +48,35 @@ pub enum Scenario {
     CorruptLog,
     /// Stop all, corrupt one replica's newest checkpoint, restart all.
     CorruptCheckpoint,
+    /// Stop all, corrupt both the log and the newest checkpoint of one replica, restart all.
+    CorruptBoth,
+    /// Stop all, delete one replica's data directory, restart all.
+    WipeDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
     /// time with the events marked (seed 002's Figure 7; see [`crate::tour`]).
     ReconfigTour,
 }
 
 impl Scenario {
+    /// Whether the scenario damages the files of `--damaged` replicas.
+    pub fn damages_disks(self) -> bool {
+        matches!(
+            self,
+            Scenario::CorruptLog
+                | Scenario::CorruptCheckpoint
+                | Scenario::CorruptBoth
+                | Scenario::WipeDisk
+        )
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             Scenario::KillAll => "kill-all",
             Scenario::LaggingReplica => "lagging-replica",
             Scenario::CorruptLog => "corrupt-log",
             Scenario::CorruptCheckpoint => "corrupt-checkpoint",
+            Scenario::CorruptBoth => "corrupt-both",
+            Scenario::WipeDisk => "wipe-disk",
             Scenario::ReconfigTour => "reconfig-tour",
         }
     }
@@ -63,6 +86,10 @@ impl Scenario {
 #[derive(Clone, Debug)]
 pub struct ChaosOptions {
     pub mode: Mode,
+    /// Faults tolerated: n = 3f+1 (BFT) or 2f+1 (CFT).
+    pub f: usize,
+    /// Disk scenarios: how many replicas' files are damaged (1..=f).
+    pub damaged: usize,
     pub clients: usize,
     /// Load before the fault.
     pub before: Duration,
@@ -72,12 +99,59 @@ pub struct ChaosOptions {
     pub after: Duration,
 }
 
+impl ChaosOptions {
+    /// The replica count for the mode and f.
+    pub fn n(&self) -> usize {
+        match self.mode {
+            Mode::Bft => 3 * self.f + 1,
+            Mode::Cft => 2 * self.f + 1,
+        }
+    }
+
+    /// Refuses what the scenario cannot run with, naming the fix.
+    pub fn check(&self, scenario: Scenario) -> Result<()> {
+        if self.f == 0 {
+            bail!("--f must be at least 1 (f = 0 tolerates no fault to inject)");
+        }
+        if self.clients == 0 {
+            bail!("--clients must be at least 1");
+        }
+        if scenario.damages_disks() && !(1..=self.f).contains(&self.damaged) {
+            bail!(
+                "--damaged {} is outside 1..=f ({}): damaging more than f replicas' disks \
+                 is beyond what the system tolerates; raise --f",
+                self.damaged,
+                self.f
+            );
+        }
+        if !scenario.damages_disks() && self.damaged != 1 {
+            bail!(
+                "--damaged applies to corrupt-log, corrupt-checkpoint, corrupt-both and wipe-disk, not {}",
+                scenario.name()
+            );
+        }
+        if scenario == Scenario::ReconfigTour && self.f != 1 {
+            bail!("the reconfig-tour scenario runs with f = 1 only (drop --f)");
+        }
+        Ok(())
+    }
+
+    /// The replicas whose disks a disk scenario damages: the last `damaged` ones (the
+    /// leader of regency 0, replica 0, keeps its disk).
+    pub fn damaged_replicas(&self) -> std::ops::Range<usize> {
+        self.n() - self.damaged..self.n()
+    }
+}
+
 /// What a run found.
 #[derive(Clone, Debug, Serialize)]
 pub struct ChaosReport {
     pub scenario: String,
     pub mode: String,
     pub n: usize,
+    pub f: usize,
+    /// Disk scenarios: the replicas whose files were damaged or deleted.
+    pub damaged_replicas: Vec<usize>,
     pub acknowledged_ops: u64,
     /// Increments that failed at the client (replicas down): applied or not.
     pub in_doubt_ops: u64,
@@ -87,10 +161,10 @@ pub struct ChaosReport {
     /// lagging-replica: from the restart until the replica caught up with the others.
     pub recovery_ms: f64,
     pub state_digests_equal: bool,
-    /// corrupt-*: whether the damaged replica noticed and discarded its state.
+    /// corrupt-*: whether every damaged replica noticed and discarded its state.
     pub damaged_state_discarded: bool,
-    /// States the restarted (lagging or damaged) replica installed by state transfer, and
-    /// how long the last one took.
+    /// States the restarted (lagging or damaged) replicas installed by state transfer, and
+    /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
     pub state_transfer_ms: f64,
 }
@@ -98,7 +172,7 @@ pub struct ChaosReport {
 impl ChaosReport {
     /// Whether the run met its guarantees.
     pub fn passed(&self) -> bool {
-        let damaged = matches!(self.scenario.as_str(), "corrupt-log" | "corrupt-checkpoint");
+        let damaged = self.scenario.starts_with("corrupt-");
         self.lost_acknowledged_ops == 0
             && self.duplicated_ops == 0
             && self.state_digests_equal
@@ -107,7 +181,7 @@ impl ChaosReport {
 
     pub fn table(&self) -> String {
         format!(
-            "scenario {} ({} n={})\n\
+            "scenario {} ({} n={} f={}, damaged replicas {:?})\n\
              acknowledged_ops       {}\n\
              in_doubt_ops           {}\n\
              lost_acknowledged_ops  {}\n\
@@ -120,6 +194,8 @@ impl ChaosReport {
             self.scenario,
             self.mode,
             self.n,
+            self.f,
+            self.damaged_replicas,
             self.acknowledged_ops,
             self.in_doubt_ops,
             self.lost_acknowledged_ops,
@@ -187,7 +263,8 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     if scenario == Scenario::ReconfigTour {
         bail!("the reconfig-tour scenario has a report of its own: run it with crate::tour::run");
     }
-    let (mut cluster, n) = launch(exe, opts.mode)?;
+    opts.check(scenario)?;
+    let (mut cluster, n) = launch(exe, opts.mode, opts.f)?;
     let ready = Duration::from_secs(30);
     let proxies: Vec<Proxy> = (0..opts.clients)
         .map(|_| cluster.proxy(ready))
@@ -206,14 +283,35 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
-    let last = cluster.cfg.n() - 1;
-    let damaged_state_discarded = metric(&cluster, last, "tagma_state_discarded") > 0.0;
-    let state_transfers = metric(&cluster, last, "tagma_state_transfers_total") as u64;
-    let state_transfer_ms = metric(&cluster, last, "tagma_state_transfer_ms");
+    // The replicas that were restarted with less than they had: the lagging one, or the
+    // damaged ones.
+    let damaged: Vec<usize> = if scenario.damages_disks() {
+        opts.damaged_replicas().collect()
+    } else {
+        Vec::new()
+    };
+    let watched: Vec<usize> = match scenario {
+        Scenario::LaggingReplica => vec![n - 1],
+        _ if damaged.is_empty() => vec![n - 1],
+        _ => damaged.clone(),
+    };
+    let damaged_state_discarded = watched
+        .iter()
+        .all(|&i| metric(&cluster, i, "tagma_state_discarded") > 0.0);
+    let state_transfers = watched
+        .iter()
+        .map(|&i| metric(&cluster, i, "tagma_state_transfers_total") as u64)
+        .sum();
+    let state_transfer_ms = watched
+        .iter()
+        .map(|&i| metric(&cluster, i, "tagma_state_transfer_ms"))
+        .fold(0.0, f64::max);
     Ok(ChaosReport {
         scenario: scenario.name().into(),
         mode: opts.mode.to_string(),
         n,
+        f: opts.f,
+        damaged_replicas: damaged,
         acknowledged_ops: total(&counts),
         in_doubt_ops: in_doubt(&counts),
         lost_acknowledged_ops: lost,
@@ -261,13 +359,14 @@ pub(crate) fn account(reader: &Proxy, counts: &[Counts]) -> Result<(u64, u64)> {
     Ok((lost, duplicated))
 }
 
-/// The scenarios' cluster: 4 replicas (BFT) or 3 (CFT) with `durability = "fsync"` and a
-/// 500 ms request timeout, started. Returns it and n.
-pub(crate) fn launch(exe: &Path, mode: Mode) -> Result<(LocalCluster, usize)> {
+/// The scenarios' cluster: 3f+1 replicas (BFT) or 2f+1 (CFT) with `durability = "fsync"`
+/// and a 500 ms request timeout, started. Returns it and n.
+pub(crate) fn launch(exe: &Path, mode: Mode, f: usize) -> Result<(LocalCluster, usize)> {
     let n = match mode {
-        Mode::Bft => 4,
-        Mode::Cft => 3,
+        Mode::Bft => 3 * f + 1,
+        Mode::Cft => 2 * f + 1,
     };
+    // The cluster's f is the largest its n allows: f.
     let cluster = LocalCluster::launch(exe, n, mode, |cfg| {
         cfg.storage.durability = Durability::Fsync;
         cfg.storage.checkpoint_period = 200;
@@ -319,26 +418,53 @@ fn fault(
             restarted.elapsed().as_secs_f64() * 1000.0
         }
         Scenario::ReconfigTour => unreachable!("refused by run"),
-        Scenario::KillAll | Scenario::CorruptLog | Scenario::CorruptCheckpoint => {
-            let dir = tagma_node::cluster_dir::data_dir(
-                &cluster.dir,
-                &cluster.cfg,
-                tagma_wire::ReplicaId(n as u32 - 1),
-            );
-            if scenario == Scenario::CorruptCheckpoint {
-                // A slow machine may not have reached the replica's first checkpoint point
-                // after `--before-s`: the load goes on until it has.
+        Scenario::KillAll
+        | Scenario::CorruptLog
+        | Scenario::CorruptCheckpoint
+        | Scenario::CorruptBoth
+        | Scenario::WipeDisk => {
+            let dirs: Vec<std::path::PathBuf> = if scenario.damages_disks() {
+                opts.damaged_replicas()
+                    .map(|i| {
+                        tagma_node::cluster_dir::data_dir(
+                            &cluster.dir,
+                            &cluster.cfg,
+                            tagma_wire::ReplicaId(i as u32),
+                        )
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+            if matches!(
+                scenario,
+                Scenario::CorruptCheckpoint | Scenario::CorruptBoth
+            ) {
+                // A slow machine may not have reached the replicas' first checkpoint points
+                // after `--before-s`: the load goes on until they have.
                 wait_until(
-                    "the replica to damage writes its first checkpoint",
+                    "the replicas to damage write their first checkpoint",
                     Duration::from_secs(60),
-                    || files(&dir.join("checkpoints"), "ckp").is_ok_and(|f| !f.is_empty()),
+                    || {
+                        dirs.iter().all(|dir| {
+                            files(&dir.join("checkpoints"), "ckp").is_ok_and(|f| !f.is_empty())
+                        })
+                    },
                 )?;
             }
             cluster.stop_all();
-            match scenario {
-                Scenario::CorruptLog => corrupt_log(&dir.join("log"))?,
-                Scenario::CorruptCheckpoint => corrupt_checkpoint(&dir.join("checkpoints"))?,
-                _ => {}
+            for dir in &dirs {
+                match scenario {
+                    Scenario::CorruptLog => corrupt_log(&dir.join("log"))?,
+                    Scenario::CorruptCheckpoint => corrupt_checkpoint(&dir.join("checkpoints"))?,
+                    Scenario::CorruptBoth => {
+                        corrupt_log(&dir.join("log"))?;
+                        corrupt_checkpoint(&dir.join("checkpoints"))?;
+                    }
+                    Scenario::WipeDisk => std::fs::remove_dir_all(dir)
+                        .with_context(|| format!("deleting {}", dir.display()))?,
+                    _ => {}
+                }
             }
             let restarted = Instant::now();
             cluster.start_all()?;

@@ -644,14 +644,22 @@ impl BenchArgs {
 struct ChaosArgs {
     /// kill-all: SIGKILL every replica under load and restart them all from disk;
     /// lagging-replica: stop one follower for --down-s under load, restart it, time its
-    /// catch-up; corrupt-log / corrupt-checkpoint: damage one replica's files while all are
-    /// stopped; reconfig-tour: a replica joins, the leader crashes and restarts, the joiner
+    /// catch-up; corrupt-log / corrupt-checkpoint / corrupt-both: damage the log, the newest
+    /// checkpoint or both of --damaged replicas while all are stopped; wipe-disk: delete
+    /// their data directories while all are stopped; reconfig-tour: a replica joins, the leader crashes and restarts, the joiner
     /// leaves, with throughput sampled every second (--after-s between events).
     #[arg(long, value_enum)]
     scenario: chaos::Scenario,
-    /// Crash-fault-tolerant mode, n = 3 (the default is Byzantine, n = 4).
+    /// Crash-fault-tolerant mode, n = 2f+1 (the default is Byzantine, n = 3f+1).
     #[arg(long)]
     cft: bool,
+    /// Faults tolerated: the cluster has 3f+1 replicas (2f+1 with --cft).
+    #[arg(long, default_value_t = 1)]
+    f: usize,
+    /// corrupt-* and wipe-disk: how many replicas' disks to damage, from 1 to f (the last
+    /// ones; replica 0 keeps its disk).
+    #[arg(long, default_value_t = 1)]
+    damaged: usize,
     /// Concurrent clients, each incrementing its own counter.
     #[arg(long, default_value_t = 8)]
     clients: usize,
@@ -1599,9 +1607,6 @@ fn kv(
 }
 
 fn chaos_cmd(args: ChaosArgs) -> Result<()> {
-    if args.clients == 0 {
-        bail!("--clients must be at least 1");
-    }
     let secs = |what: &str, s: f64| {
         if s.is_finite() && s >= 0.0 {
             Ok(Duration::from_secs_f64(s))
@@ -1611,17 +1616,22 @@ fn chaos_cmd(args: ChaosArgs) -> Result<()> {
     };
     let opts = chaos::ChaosOptions {
         mode: if args.cft { Mode::Cft } else { Mode::Bft },
+        f: args.f,
+        damaged: args.damaged,
         clients: args.clients,
         before: secs("before-s", args.before_s)?,
         down: secs("down-s", args.down_s)?,
         after: secs("after-s", args.after_s)?,
     };
+    opts.check(args.scenario)?;
     let exe = std::env::current_exe().context("cannot find the tagma executable")?;
     if !args.json {
         eprintln!(
-            "running {} on a local {} cluster with durability = \"fsync\"…",
+            "running {} on a local {} cluster of {} replicas (f = {}) with durability = \"fsync\"…",
             args.scenario.name(),
-            opts.mode
+            opts.mode,
+            opts.n(),
+            opts.f
         );
     }
     if args.scenario == chaos::Scenario::ReconfigTour {
