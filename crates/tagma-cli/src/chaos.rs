@@ -44,13 +44,15 @@ pub enum Scenario {
     KillAll,
     /// Stop one follower under load for a while, restart it, time its catch-up.
     LaggingReplica,
-    /// Stop all, corrupt a record in the middle of one replica's log, restart all.
+    /// Stop all, corrupt a record in the middle of the log of --damaged replicas (default
+    /// one), restart all.
     CorruptLog,
-    /// Stop all, corrupt one replica's newest checkpoint, restart all.
+    /// Stop all, corrupt the newest checkpoint of --damaged replicas, restart all.
     CorruptCheckpoint,
-    /// Stop all, corrupt both the log and the newest checkpoint of one replica, restart all.
+    /// Stop all, corrupt both the log and the newest checkpoint of --damaged replicas,
+    /// restart all.
     CorruptBoth,
-    /// Stop all, delete one replica's data directory, restart all.
+    /// Stop all, delete the data directories of --damaged replicas, restart all.
     WipeDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
     /// time with the events marked (seed 002's Figure 7; see [`crate::tour`]).
@@ -99,6 +101,9 @@ pub struct ChaosOptions {
     pub after: Duration,
 }
 
+/// The largest `--f`: n = 16 replica processes in BFT mode.
+pub const F_MAX: usize = 5;
+
 impl ChaosOptions {
     /// The replica count for the mode and f.
     pub fn n(&self) -> usize {
@@ -110,16 +115,21 @@ impl ChaosOptions {
 
     /// Refuses what the scenario cannot run with, naming the fix.
     pub fn check(&self, scenario: Scenario) -> Result<()> {
-        if self.f == 0 {
-            bail!("--f must be at least 1 (f = 0 tolerates no fault to inject)");
+        if !(1..=F_MAX).contains(&self.f) {
+            bail!(
+                "--f {} is outside 1..={F_MAX} (f = 0 tolerates no fault to inject; f = {F_MAX} \
+                 already starts {} replica processes)",
+                self.f,
+                3 * F_MAX + 1
+            );
         }
         if self.clients == 0 {
             bail!("--clients must be at least 1");
         }
         if scenario.damages_disks() && !(1..=self.f).contains(&self.damaged) {
             bail!(
-                "--damaged {} is outside 1..=f ({}): damaging more than f replicas' disks \
-                 is beyond what the system tolerates; raise --f",
+                "--damaged {} is outside 1..=f ({}): a damaged disk counts as one of the f \
+                 faults the system tolerates; raise --f",
                 self.damaged,
                 self.f
             );
@@ -161,8 +171,9 @@ pub struct ChaosReport {
     /// lagging-replica: from the restart until the replica caught up with the others.
     pub recovery_ms: f64,
     pub state_digests_equal: bool,
-    /// corrupt-*: whether every damaged replica noticed and discarded its state.
-    pub damaged_state_discarded: bool,
+    /// corrupt-*: whether every damaged replica noticed and discarded its state (`None`
+    /// for the other scenarios, which damage no file).
+    pub damaged_state_discarded: Option<bool>,
     /// States the restarted (lagging or damaged) replicas installed by state transfer, and
     /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
@@ -172,11 +183,10 @@ pub struct ChaosReport {
 impl ChaosReport {
     /// Whether the run met its guarantees.
     pub fn passed(&self) -> bool {
-        let damaged = self.scenario.starts_with("corrupt-");
         self.lost_acknowledged_ops == 0
             && self.duplicated_ops == 0
             && self.state_digests_equal
-            && (!damaged || self.damaged_state_discarded)
+            && self.damaged_state_discarded != Some(false)
     }
 
     pub fn table(&self) -> String {
@@ -202,7 +212,8 @@ impl ChaosReport {
             self.duplicated_ops,
             self.recovery_ms,
             self.state_digests_equal,
-            self.damaged_state_discarded,
+            self.damaged_state_discarded
+                .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.state_transfers,
             self.state_transfer_ms,
             if self.passed() { "PASSED" } else { "FAILED" }
@@ -264,7 +275,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         bail!("the reconfig-tour scenario has a report of its own: run it with crate::tour::run");
     }
     opts.check(scenario)?;
-    let (mut cluster, n) = launch(exe, opts.mode, opts.f)?;
+    let (mut cluster, n) = launch(exe, opts)?;
     let ready = Duration::from_secs(30);
     let proxies: Vec<Proxy> = (0..opts.clients)
         .map(|_| cluster.proxy(ready))
@@ -290,14 +301,20 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     } else {
         Vec::new()
     };
-    let watched: Vec<usize> = match scenario {
-        Scenario::LaggingReplica => vec![n - 1],
-        _ if damaged.is_empty() => vec![n - 1],
-        _ => damaged.clone(),
+    let watched = if damaged.is_empty() {
+        vec![n - 1]
+    } else {
+        damaged.clone()
     };
-    let damaged_state_discarded = watched
-        .iter()
-        .all(|&i| metric(&cluster, i, "tagma_state_discarded") > 0.0);
+    let corrupted = matches!(
+        scenario,
+        Scenario::CorruptLog | Scenario::CorruptCheckpoint | Scenario::CorruptBoth
+    );
+    let damaged_state_discarded = corrupted.then(|| {
+        watched
+            .iter()
+            .all(|&i| metric(&cluster, i, "tagma_state_discarded") > 0.0)
+    });
     let state_transfers = watched
         .iter()
         .map(|&i| metric(&cluster, i, "tagma_state_transfers_total") as u64)
@@ -359,15 +376,19 @@ pub(crate) fn account(reader: &Proxy, counts: &[Counts]) -> Result<(u64, u64)> {
     Ok((lost, duplicated))
 }
 
-/// The scenarios' cluster: 3f+1 replicas (BFT) or 2f+1 (CFT) with `durability = "fsync"`
-/// and a 500 ms request timeout, started. Returns it and n.
-pub(crate) fn launch(exe: &Path, mode: Mode, f: usize) -> Result<(LocalCluster, usize)> {
-    let n = match mode {
-        Mode::Bft => 3 * f + 1,
-        Mode::Cft => 2 * f + 1,
+/// The scenarios' cluster: [`ChaosOptions::n`] replicas tolerating `opts.f` faults, with
+/// `durability = "fsync"` and a 500 ms request timeout, started. Returns it and n.
+pub(crate) fn launch(exe: &Path, opts: &ChaosOptions) -> Result<(LocalCluster, usize)> {
+    let n = opts.n();
+    let launch = crate::cluster::LaunchOptions {
+        replicas: n,
+        mode: opts.mode,
+        f: Some(opts.f as u32),
+        service: None,
+        replica_args: Vec::new(),
+        unreplicated: false,
     };
-    // The cluster's f is the largest its n allows: f.
-    let cluster = LocalCluster::launch(exe, n, mode, |cfg| {
+    let cluster = LocalCluster::launch_with(exe, &launch, |cfg| {
         cfg.storage.durability = Durability::Fsync;
         cfg.storage.checkpoint_period = 200;
         // Small segments: the log a checkpoint covers is really released, so a replica that
@@ -528,4 +549,52 @@ pub fn corrupt_checkpoint(dir: &Path) -> Result<()> {
     bytes[middle] ^= 0xff;
     std::fs::write(&path, bytes)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(mode: Mode, f: usize, damaged: usize) -> ChaosOptions {
+        ChaosOptions {
+            mode,
+            f,
+            damaged,
+            clients: 8,
+            before: Duration::ZERO,
+            down: Duration::ZERO,
+            after: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn options_are_checked_against_the_scenario() {
+        use Scenario::*;
+        assert_eq!(opts(Mode::Bft, 2, 1).n(), 7);
+        assert_eq!(opts(Mode::Cft, 2, 1).n(), 5);
+        assert_eq!(opts(Mode::Bft, 2, 2).damaged_replicas(), 5..7);
+        for (mode, f, damaged, scenario) in [
+            (Mode::Bft, 1, 1, KillAll),
+            (Mode::Cft, 2, 2, WipeDisk),
+            (Mode::Bft, F_MAX, F_MAX, CorruptBoth),
+            (Mode::Bft, 1, 1, ReconfigTour),
+        ] {
+            opts(mode, f, damaged).check(scenario).unwrap();
+        }
+        for (f, damaged, scenario, says) in [
+            (0, 1, KillAll, "--f 0"),
+            (F_MAX + 1, 1, KillAll, "--f 6"),
+            (usize::MAX, 1, KillAll, "outside"),
+            (1, 0, CorruptLog, "--damaged 0"),
+            (1, 2, CorruptCheckpoint, "raise --f"),
+            (2, 2, LaggingReplica, "--damaged applies"),
+            (2, 1, ReconfigTour, "f = 1 only"),
+        ] {
+            let err = opts(Mode::Bft, f, damaged).check(scenario).unwrap_err();
+            assert!(err.to_string().contains(says), "{err}");
+        }
+        let mut zero_clients = opts(Mode::Bft, 1, 1);
+        zero_clients.clients = 0;
+        assert!(zero_clients.check(KillAll).is_err());
+    }
 }

@@ -646,14 +646,15 @@ struct ChaosArgs {
     /// lagging-replica: stop one follower for --down-s under load, restart it, time its
     /// catch-up; corrupt-log / corrupt-checkpoint / corrupt-both: damage the log, the newest
     /// checkpoint or both of --damaged replicas while all are stopped; wipe-disk: delete
-    /// their data directories while all are stopped; reconfig-tour: a replica joins, the leader crashes and restarts, the joiner
-    /// leaves, with throughput sampled every second (--after-s between events).
+    /// their data directories while all are stopped; reconfig-tour: a replica joins, the
+    /// leader crashes and restarts, the joiner leaves, with throughput sampled every second
+    /// (--after-s between events).
     #[arg(long, value_enum)]
     scenario: chaos::Scenario,
     /// Crash-fault-tolerant mode, n = 2f+1 (the default is Byzantine, n = 3f+1).
     #[arg(long)]
     cft: bool,
-    /// Faults tolerated: the cluster has 3f+1 replicas (2f+1 with --cft).
+    /// Faults tolerated, 1 to 5: the cluster has 3f+1 replicas (2f+1 with --cft).
     #[arg(long, default_value_t = 1)]
     f: usize,
     /// corrupt-* and wipe-disk: how many replicas' disks to damage, from 1 to f (the last

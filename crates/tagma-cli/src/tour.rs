@@ -159,7 +159,8 @@ fn mean_around(samples: &[(f64, f64)], t: f64, after: bool) -> f64 {
 /// Runs the tour (`opts.before` of load first, then `opts.after` between events and at the
 /// end).
 pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<TourReport> {
-    let (mut cluster, n) = crate::chaos::launch(exe, opts.mode, 1)?;
+    opts.check(crate::chaos::Scenario::ReconfigTour)?;
+    let (mut cluster, n) = crate::chaos::launch(exe, opts)?;
     let ready = Duration::from_secs(30);
     let admin = IdentityKey::read_file(&tagma_node::cluster_dir::admin_key_path(&cluster.dir))?;
     let admin_proxy = cluster.proxy(ready)?;

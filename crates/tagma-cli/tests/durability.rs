@@ -107,7 +107,10 @@ fn chaos(args: &[&str]) -> serde_json::Value {
     } else {
         &["--down-s", "1"][..]
     };
-    let mut all = vec!["--before-s", "1", "--after-s", "1"];
+    let mut all = vec!["--before-s", "1"];
+    if !args.contains(&"--after-s") {
+        all.extend_from_slice(&["--after-s", "1"]);
+    }
     all.extend_from_slice(down);
     all.extend_from_slice(args);
     let report = chaos_passes(&all);
@@ -254,7 +257,17 @@ fn chaos_corrupt_checkpoint_replica_discards_its_state_and_catches_up() {
 #[test]
 fn chaos_two_of_seven_replicas_with_corrupt_log_and_checkpoint_fetch_their_state() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let report = chaos(&["--scenario", "corrupt-both", "--f", "2", "--damaged", "2"]);
+    // 2 s of load after recovery: seven processes share the machine's cores.
+    let report = chaos(&[
+        "--scenario",
+        "corrupt-both",
+        "--f",
+        "2",
+        "--damaged",
+        "2",
+        "--after-s",
+        "2",
+    ]);
     assert_eq!(report["n"], 7, "{report}");
     assert_eq!(
         report["damaged_replicas"],
