@@ -146,10 +146,15 @@ impl ChaosOptions {
         Ok(())
     }
 
-    /// The replicas whose disks a disk scenario damages: the last `damaged` ones (the
-    /// leader of regency 0, replica 0, keeps its disk).
-    pub fn damaged_replicas(&self) -> std::ops::Range<usize> {
-        self.n() - self.damaged..self.n()
+    /// The replicas whose disks `scenario` damages: for a disk scenario the last `damaged`
+    /// ones (the leader of regency 0, replica 0, keeps its disk), otherwise none.
+    pub fn damaged_replicas(&self, scenario: Scenario) -> std::ops::Range<usize> {
+        let damaged = if scenario.damages_disks() {
+            self.damaged
+        } else {
+            0
+        };
+        self.n() - damaged..self.n()
     }
 }
 
@@ -296,11 +301,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
     // The replicas that were restarted with less than they had: the lagging one, or the
     // damaged ones.
-    let damaged: Vec<usize> = if scenario.damages_disks() {
-        opts.damaged_replicas().collect()
-    } else {
-        Vec::new()
-    };
+    let damaged: Vec<usize> = opts.damaged_replicas(scenario).collect();
     let watched = if damaged.is_empty() {
         vec![n - 1]
     } else {
@@ -444,19 +445,16 @@ fn fault(
         | Scenario::CorruptCheckpoint
         | Scenario::CorruptBoth
         | Scenario::WipeDisk => {
-            let dirs: Vec<std::path::PathBuf> = if scenario.damages_disks() {
-                opts.damaged_replicas()
-                    .map(|i| {
-                        tagma_node::cluster_dir::data_dir(
-                            &cluster.dir,
-                            &cluster.cfg,
-                            tagma_wire::ReplicaId(i as u32),
-                        )
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            };
+            let dirs: Vec<std::path::PathBuf> = opts
+                .damaged_replicas(scenario)
+                .map(|i| {
+                    tagma_node::cluster_dir::data_dir(
+                        &cluster.dir,
+                        &cluster.cfg,
+                        tagma_wire::ReplicaId(i as u32),
+                    )
+                })
+                .collect();
             if matches!(
                 scenario,
                 Scenario::CorruptCheckpoint | Scenario::CorruptBoth
@@ -572,7 +570,15 @@ mod tests {
         use Scenario::*;
         assert_eq!(opts(Mode::Bft, 2, 1).n(), 7);
         assert_eq!(opts(Mode::Cft, 2, 1).n(), 5);
-        assert_eq!(opts(Mode::Bft, 2, 2).damaged_replicas(), 5..7);
+        assert_eq!(
+            opts(Mode::Bft, 2, 2).damaged_replicas(Scenario::WipeDisk),
+            5..7
+        );
+        assert!(
+            opts(Mode::Bft, 2, 2)
+                .damaged_replicas(Scenario::KillAll)
+                .is_empty()
+        );
         for (mode, f, damaged, scenario) in [
             (Mode::Bft, 1, 1, KillAll),
             (Mode::Cft, 2, 2, WipeDisk),
