@@ -54,6 +54,10 @@ pub enum Scenario {
     CorruptBoth,
     /// Stop all, delete the data directories of --damaged replicas, restart all.
     WipeDisk,
+    /// Stop all, rewrite the newest checkpoint of --damaged replicas with a state that never
+    /// existed (one more key) under valid checksums — a lying disk, which only the hash vote
+    /// after the restart catches — restart all. BFT only.
+    LyingDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
     /// time with the events marked (seed 002's Figure 7; see [`crate::tour`]).
     ReconfigTour,
@@ -68,6 +72,7 @@ impl Scenario {
                 | Scenario::CorruptCheckpoint
                 | Scenario::CorruptBoth
                 | Scenario::WipeDisk
+                | Scenario::LyingDisk
         )
     }
 
@@ -79,6 +84,7 @@ impl Scenario {
             Scenario::CorruptCheckpoint => "corrupt-checkpoint",
             Scenario::CorruptBoth => "corrupt-both",
             Scenario::WipeDisk => "wipe-disk",
+            Scenario::LyingDisk => "lying-disk",
             Scenario::ReconfigTour => "reconfig-tour",
         }
     }
@@ -125,6 +131,12 @@ impl ChaosOptions {
         }
         if self.clients == 0 {
             bail!("--clients must be at least 1");
+        }
+        if scenario == Scenario::LyingDisk && self.mode == Mode::Cft {
+            bail!(
+                "a disk whose wrong content passes its checksums is a Byzantine fault, which \
+                 crash-tolerant replicas do not audit: run lying-disk without --cft"
+            );
         }
         if scenario.damages_disks() && !(1..=self.f).contains(&self.damaged) {
             bail!(
@@ -179,6 +191,9 @@ pub struct ChaosReport {
     /// corrupt-*: whether every damaged replica noticed and discarded its state (`None`
     /// for the other scenarios, which damage no file).
     pub damaged_state_discarded: Option<bool>,
+    /// lying-disk: whether every damaged replica's recovered state was contradicted by the
+    /// hash vote and replaced (`None` for the other scenarios).
+    pub repaired_by_hash_vote: Option<bool>,
     /// States the restarted (lagging or damaged) replicas installed by state transfer, and
     /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
@@ -192,6 +207,7 @@ impl ChaosReport {
             && self.duplicated_ops == 0
             && self.state_digests_equal
             && self.damaged_state_discarded != Some(false)
+            && self.repaired_by_hash_vote != Some(false)
     }
 
     pub fn table(&self) -> String {
@@ -204,6 +220,7 @@ impl ChaosReport {
              recovery_ms            {:.0}\n\
              state_digests_equal    {}\n\
              damaged_state_discarded {}\n\
+             repaired_by_hash_vote  {}\n\
              state_transfers        {} ({:.0} ms)\n\
              {}",
             self.scenario,
@@ -218,6 +235,8 @@ impl ChaosReport {
             self.recovery_ms,
             self.state_digests_equal,
             self.damaged_state_discarded
+                .map_or_else(|| "—".to_string(), |d| d.to_string()),
+            self.repaired_by_hash_vote
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.state_transfers,
             self.state_transfer_ms,
@@ -316,6 +335,11 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
             .iter()
             .all(|&i| metric(&cluster, i, "tagma_state_discarded") > 0.0)
     });
+    let repaired_by_hash_vote = (scenario == Scenario::LyingDisk).then(|| {
+        watched
+            .iter()
+            .all(|&i| metric(&cluster, i, "tagma_state_repaired_total") > 0.0)
+    });
     let state_transfers = watched
         .iter()
         .map(|&i| metric(&cluster, i, "tagma_state_transfers_total") as u64)
@@ -337,6 +361,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         recovery_ms,
         state_digests_equal: digests_equal(&states),
         damaged_state_discarded,
+        repaired_by_hash_vote,
         state_transfers,
         state_transfer_ms,
     })
@@ -444,7 +469,8 @@ fn fault(
         | Scenario::CorruptLog
         | Scenario::CorruptCheckpoint
         | Scenario::CorruptBoth
-        | Scenario::WipeDisk => {
+        | Scenario::WipeDisk
+        | Scenario::LyingDisk => {
             let dirs: Vec<std::path::PathBuf> = opts
                 .damaged_replicas(scenario)
                 .map(|i| {
@@ -457,7 +483,7 @@ fn fault(
                 .collect();
             if matches!(
                 scenario,
-                Scenario::CorruptCheckpoint | Scenario::CorruptBoth
+                Scenario::CorruptCheckpoint | Scenario::CorruptBoth | Scenario::LyingDisk
             ) {
                 // A slow machine may not have reached the replicas' first checkpoint points
                 // after `--before-s`: the load goes on until they have.
@@ -482,6 +508,7 @@ fn fault(
                     }
                     Scenario::WipeDisk => std::fs::remove_dir_all(dir)
                         .with_context(|| format!("deleting {}", dir.display()))?,
+                    Scenario::LyingDisk => lie_in_checkpoint(&dir.join("checkpoints"))?,
                     _ => {}
                 }
             }
@@ -549,6 +576,64 @@ pub fn corrupt_checkpoint(dir: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The key a lying disk adds to the state it returns.
+const LIE_KEY: &[u8] = b"chaos/lie";
+
+/// Rewrites the newest checkpoint with a state that was never ordered — the key-value map
+/// gains [`LIE_KEY`] — with a valid digest and checksum, as a disk that returns wrong content
+/// would: recovery reads it without complaint, and only the hash vote after the restart
+/// (the replica's state against its peers') can tell.
+pub fn lie_in_checkpoint(dir: &Path) -> Result<()> {
+    use tagma_exec::Service;
+    let store = tagma_storage::CheckpointStore::open(dir)?;
+    let Some(checkpoint) = store.load_newest()? else {
+        bail!("no checkpoint yet in {} (raise --before-s)", dir.display());
+    };
+    let state = Bytes::from(checkpoint.state);
+    // Only the service's snapshot is wanted: the view the checkpoint names replaces this
+    // placeholder membership.
+    let membership = tagma_core::view::Membership {
+        view: tagma_wire::View {
+            id: tagma_wire::ViewId(0),
+            f: 0,
+            members: Vec::new(),
+        },
+        admin: None,
+        mode: Mode::Bft,
+        history: Vec::new(),
+    };
+    let mut executor = tagma_exec::Executor::new(
+        tagma_kv::KvService::new(),
+        tagma_wire::ViewId(0),
+        1 << 10,
+        1 << 20,
+    )
+    .with_membership(membership);
+    executor.restore(&state).map_err(|e| {
+        anyhow::anyhow!("the checkpoint in {} does not restore: {e}", dir.display())
+    })?;
+    let snapshot = executor.service().snapshot();
+    if !state.ends_with(&snapshot) {
+        bail!(
+            "the checkpoint in {} does not end with the service's snapshot",
+            dir.display()
+        );
+    }
+    let mut lie = tagma_kv::KvService::new();
+    lie.install_snapshot(&snapshot)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    lie.apply(KvOp::Put {
+        key: Bytes::from_static(LIE_KEY),
+        value: Bytes::from_static(b"never ordered"),
+    });
+    // The executor's part (position, sessions, replies, view) is kept as it was.
+    let head = &state[..state.len() - snapshot.len()];
+    let mut lied = head.to_vec();
+    lied.extend_from_slice(&lie.snapshot());
+    store.write(checkpoint.cid, &lied)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -599,6 +684,9 @@ mod tests {
             let err = opts(Mode::Bft, f, damaged).check(scenario).unwrap_err();
             assert!(err.to_string().contains(says), "{err}");
         }
+        let err = opts(Mode::Cft, 1, 1).check(LyingDisk).unwrap_err();
+        assert!(err.to_string().contains("without --cft"), "{err}");
+        opts(Mode::Bft, 2, 2).check(LyingDisk).unwrap();
         let mut zero_clients = opts(Mode::Bft, 1, 1);
         zero_clients.clients = 0;
         assert!(zero_clients.check(KillAll).is_err());

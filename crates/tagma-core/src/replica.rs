@@ -25,7 +25,7 @@
 //! The state of an instance is keyed by epoch (= regency) so that leader change can be added
 //! without reshaping it.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 use tagma_crypto::IdentityKey;
@@ -366,6 +366,11 @@ pub enum Action {
     /// fetched): once a state is installed, the runtime skips the `Deliver`s of instances it
     /// covers, and logs none of them.
     InstallState(StateToInstall),
+    /// Durable replicas, at the end of the start-up synchronisation (DDS's fresh checkpoint
+    /// everywhere, for the hash vote on the recovered state): checkpoint the state after
+    /// instance `cid` — the last one delivered — now, whatever the staggered points say, and
+    /// report it with [`Replica::note_checkpoint`] once it is durable.
+    CheckpointNow { cid: ConsensusId },
 }
 
 /// Why a proposal is invalid. A correct replica never WRITEs or ACCEPTs an invalid proposal.
@@ -543,6 +548,8 @@ pub struct CoreStats {
     pub decisions_forwarded_in: u64,
     /// States installed by state transfer.
     pub state_transfers: u64,
+    /// Hash votes after a restart that contradicted the recovered state (see `Audit`).
+    pub audits_contradicted: u64,
     /// Views installed by view changes.
     pub views_installed: u64,
 }
@@ -696,7 +703,63 @@ struct Recovery {
     deadline_ms: u64,
     /// When the position goes again to the peers not heard from.
     retransmit_ms: u64,
+    /// The hash vote that ends it on a durable BFT replica (see [`Audit`]).
+    audit: AuditStage,
+    /// Peers that asked for this replica's checkpoint while it synchronised: they get its
+    /// fresh checkpoint once it is written (they may be auditing too).
+    asked: BTreeSet<ReplicaId>,
 }
+
+/// DDS's hash vote (SPEC §5: REINIT with checkpoint hashes, install what enough replicas
+/// agree on, then a fresh checkpoint everywhere), done after the start-up synchronisation
+/// has caught up: every durable replica that restarts takes a checkpoint of the state after
+/// the last instance decided (`cid`) and compares its digest with the checkpoints its peers
+/// offer at that instance. Checksums catch a torn or corrupted disk; this catches one whose
+/// wrong content passes them (a lying disk, a bug that wrote a wrong state): a replica whose
+/// recovered state f+1 peers contradict with one digest fetches theirs by state transfer
+/// (one of them is correct), instead of serving and checkpointing a wrong state. After a
+/// restart of every replica all of them stand at the same instance and take the fresh
+/// checkpoint there; a replica restarting alone finds the others past it (nothing to compare:
+/// inconclusive, logged). BFT only: CFT assumes disks that fail detectably.
+#[derive(Debug)]
+struct Audit {
+    /// The instance the fresh checkpoint covers.
+    cid: ConsensusId,
+    /// This replica's fresh checkpoint, once written.
+    own: Option<Digest>,
+    /// What each peer offered: its newest checkpoint and its next instance.
+    offers: BTreeMap<ReplicaId, (Option<CheckpointInfo>, ConsensusId)>,
+    /// When the query goes again to the peers whose answer settles nothing yet.
+    query_ms: u64,
+    /// When the audit gives up (inconclusive).
+    deadline_ms: u64,
+}
+
+#[derive(Debug)]
+enum AuditStage {
+    NotStarted,
+    Running(Audit),
+    /// Contradicted: the state is being fetched (the synchronisation ends once it is
+    /// installed).
+    Repairing,
+    /// Concluded (or not needed): the synchronisation may end.
+    Done,
+}
+
+/// What the offers say about this replica's fresh checkpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum AuditVerdict {
+    /// f+1 peers hold the same state: one of them is correct.
+    Confirmed,
+    /// f+1 peers hold one other state: this replica's is wrong.
+    Contradicted,
+    /// Every peer has moved past the instance or answered, or the time is up.
+    Inconclusive,
+}
+
+/// The audit gives up after this many request timeouts (a fresh checkpoint of a large state
+/// takes a while to write on every replica).
+const AUDIT_WAIT_TIMEOUTS: u64 = 5;
 
 /// Start-up synchronisation waits this many request timeouts for every peer's position
 /// before settling for n − f, and twice as long for catching up before giving up on it.
@@ -2453,12 +2516,14 @@ impl Replica {
             });
             if self.params.state_transfer && self.fetch.is_none() {
                 tracing::info!(next = %cid, decided_elsewhere = %known_decided, "too far behind for decision forwarding: starting state transfer");
-                self.start_fetch(false);
+                self.start_fetch(false, false);
             }
         }
     }
 
-    fn start_fetch(&mut self, joining: bool) {
+    /// `repair`: the hash vote contradicted this replica's state (see [`Audit`]): the state
+    /// at its own position is fetched and replaces it.
+    fn start_fetch(&mut self, joining: bool, repair: bool) {
         let mut out = Vec::new();
         let params = FetchParams {
             me: self.params.me,
@@ -2468,6 +2533,7 @@ impl Replica {
             state_bytes_max: self.params.state_bytes_max,
             timeout_ms: self.params.request_timeout_ms.max(1),
             joining,
+            repair,
         };
         let next = self.instance.cid;
         self.fetch = Some(Fetch::start(params, next, self.now_ms, &mut out));
@@ -2490,7 +2556,7 @@ impl Replica {
             view = self.params.view.0,
             "joining: fetching the state by state transfer"
         );
-        self.start_fetch(true);
+        self.start_fetch(true, false);
     }
 
     /// Requests the next run only if the previous one is used up or its retry is due.
@@ -2582,6 +2648,8 @@ impl Replica {
             heard: BTreeMap::new(),
             deadline_ms: self.now_ms + RECOVERY_WAIT_TIMEOUTS * timeout,
             retransmit_ms: self.now_ms + timeout / 2,
+            audit: AuditStage::NotStarted,
+            asked: BTreeSet::new(),
         });
         tracing::info!(next = %self.instance.cid, "start-up synchronisation: asking the others where they are");
         self.actions
@@ -2708,8 +2776,16 @@ impl Replica {
         // sent at the next tick); the deadlines matter only until they pass.
         let retransmit = (r.heard.len() < others).then(|| r.retransmit_ms.max(now + 1));
         let ahead = |t: u64| (t > now).then_some(t);
+        let audit = match &r.audit {
+            AuditStage::Running(a) if a.own.is_some() => {
+                [Some(a.query_ms.max(now + 1)), ahead(a.deadline_ms)]
+            }
+            AuditStage::Running(a) => [None, ahead(a.deadline_ms)],
+            _ => [None, None],
+        };
         [retransmit, ahead(r.deadline_ms), ahead(give_up)]
             .into_iter()
+            .chain(audit)
             .flatten()
             .min()
     }
@@ -2782,10 +2858,14 @@ impl Replica {
         if !heard_enough {
             return;
         }
+        let heard = r.heard.len();
+        if self.audit_pending() {
+            return;
+        }
         if behind {
             tracing::warn!(next = %self.instance.cid, highest_heard = %highest, "start-up synchronisation: no replica proved the highest position claimed (at most f replicas claim it); ordering anyway");
         }
-        tracing::info!(next = %self.instance.cid, heard = r.heard.len(), "start-up synchronisation done: ordering");
+        tracing::info!(next = %self.instance.cid, heard, "start-up synchronisation done: ordering");
         self.recovery = None;
         // Peers on the same instance resend what this replica refused meanwhile. First a
         // query, which lifts their once-per-instance limit on resends to this replica: a
@@ -2802,6 +2882,185 @@ impl Replica {
         }
         self.clients.restart_timers(self.now_ms);
         self.settle();
+    }
+
+    /// Whether the hash vote still holds the start-up synchronisation (see [`Audit`]). The
+    /// first time the synchronisation could end, it starts: a fresh checkpoint of the state
+    /// after the last instance decided (unless the newest checkpoint is already there).
+    fn audit_pending(&mut self) -> bool {
+        let audits = self.params.state_transfer && self.params.quorums.mode == Mode::Bft;
+        let last = self.last_decided;
+        let timeout = self.params.request_timeout_ms.max(1);
+        let now = self.now_ms;
+        let fetching = self.fetch.is_some();
+        let Some(r) = self.recovery.as_mut() else {
+            return false;
+        };
+        match &r.audit {
+            AuditStage::Done => return false,
+            AuditStage::Repairing if fetching => return true,
+            AuditStage::Repairing => {
+                r.audit = AuditStage::Done;
+                return false;
+            }
+            AuditStage::Running(_) => {}
+            AuditStage::NotStarted => {
+                let Some(cid) = last.filter(|_| audits) else {
+                    // Nothing decided yet (a new cluster) or not audited (CFT, no disk).
+                    r.audit = AuditStage::Done;
+                    return false;
+                };
+                r.audit = AuditStage::Running(Audit {
+                    cid,
+                    own: None,
+                    offers: BTreeMap::new(),
+                    query_ms: u64::MAX,
+                    deadline_ms: now + AUDIT_WAIT_TIMEOUTS * timeout,
+                });
+                tracing::info!(%cid, "start-up synchronisation caught up: fresh checkpoint for the hash vote");
+                match self.served.back().copied().filter(|c| c.cid == cid) {
+                    Some(held) => self.audit_own_checkpoint(held),
+                    None => self.actions.push_back(Action::CheckpointNow { cid }),
+                }
+            }
+        }
+        self.audit_progress()
+    }
+
+    /// This replica's fresh checkpoint is written: it asks every peer for theirs, and answers
+    /// the peers that asked for its own before it was there.
+    fn audit_own_checkpoint(&mut self, info: CheckpointInfo) {
+        let timeout = self.params.request_timeout_ms.max(1);
+        let (now, next) = (self.now_ms, self.instance.cid);
+        let Some(Recovery {
+            audit: AuditStage::Running(a),
+            asked,
+            ..
+        }) = self.recovery.as_mut()
+        else {
+            return;
+        };
+        if a.cid != info.cid || a.own.is_some() {
+            return;
+        }
+        a.own = Some(info.digest);
+        a.query_ms = now + (timeout / 2).max(1);
+        let asked = std::mem::take(asked);
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::StateQuery { next }));
+        for to in asked {
+            self.actions.push_back(Action::Send {
+                to,
+                msg: PeerMessage::StateOffer {
+                    checkpoint: Some(info),
+                    next,
+                },
+            });
+        }
+    }
+
+    /// Weighs the offers (see [`Audit`]); true while the audit goes on. A contradicted state
+    /// is fetched from the others (state transfer in repair mode).
+    fn audit_progress(&mut self) -> bool {
+        let one_correct = self.params.quorums.one_correct();
+        let (now, next, me) = (self.now_ms, self.instance.cid, self.params.me);
+        let timeout = self.params.request_timeout_ms.max(1);
+        let Some(r) = self.recovery.as_mut() else {
+            return false;
+        };
+        let AuditStage::Running(a) = &mut r.audit else {
+            return false;
+        };
+        let Some(own) = a.own else {
+            if now < a.deadline_ms {
+                return true;
+            }
+            tracing::warn!(cid = %a.cid, "hash vote: this replica's fresh checkpoint was not written in time; ordering unaudited");
+            r.audit = AuditStage::Done;
+            return false;
+        };
+        let mut matches = 0;
+        let mut others: BTreeMap<Digest, usize> = BTreeMap::new();
+        let mut open = Vec::new();
+        for peer in self.params.members.iter().filter(|m| **m != me) {
+            match a.offers.get(peer) {
+                Some((Some(c), _)) if c.cid == a.cid && c.digest == own => matches += 1,
+                Some((Some(c), _)) if c.cid == a.cid => *others.entry(c.digest).or_default() += 1,
+                // Past the instance: it will not checkpoint there.
+                Some((Some(c), _)) if c.cid > a.cid => {}
+                Some((_, peer_next)) if *peer_next > next => {}
+                _ => open.push(*peer),
+            }
+        }
+        let verdict = if matches >= one_correct {
+            AuditVerdict::Confirmed
+        } else if others.values().any(|n| *n >= one_correct) {
+            AuditVerdict::Contradicted
+        } else if open.is_empty() || now >= a.deadline_ms {
+            AuditVerdict::Inconclusive
+        } else {
+            if now >= a.query_ms {
+                a.query_ms = now + (timeout / 2).max(1);
+                for to in open {
+                    self.actions.push_back(Action::Send {
+                        to,
+                        msg: PeerMessage::StateQuery { next },
+                    });
+                }
+            }
+            return true;
+        };
+        let cid = a.cid;
+        match verdict {
+            AuditVerdict::Confirmed => {
+                tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
+                r.audit = AuditStage::Done;
+                false
+            }
+            AuditVerdict::Inconclusive => {
+                tracing::info!(%cid, matches, "hash vote inconclusive (too few peers checkpointed at this instance: the others are past it)");
+                r.audit = AuditStage::Done;
+                false
+            }
+            AuditVerdict::Contradicted => {
+                tracing::warn!(%cid, matches, "hash vote: f+1 replicas hold another state at this instance; this replica's disk returned a wrong state: fetching theirs");
+                r.audit = AuditStage::Repairing;
+                self.stats.audits_contradicted += 1;
+                self.catch_up.state_transfer_signalled = true;
+                self.fetch = None;
+                self.start_fetch(false, true);
+                true
+            }
+        }
+    }
+
+    /// The start-up synchronisation's hash vote: a peer's offer.
+    fn audit_offer(
+        &mut self,
+        from: ReplicaId,
+        checkpoint: Option<CheckpointInfo>,
+        next: ConsensusId,
+    ) -> bool {
+        let Some(Recovery {
+            audit: AuditStage::Running(a),
+            ..
+        }) = self.recovery.as_mut()
+        else {
+            return false;
+        };
+        a.offers.insert(from, (checkpoint, next));
+        self.progress_recovery();
+        true
+    }
+
+    fn repairing(&self) -> bool {
+        matches!(
+            self.recovery,
+            Some(Recovery {
+                audit: AuditStage::Repairing,
+                ..
+            })
+        )
     }
 }
 
@@ -2924,14 +3183,20 @@ impl Replica {
 
     /// A durable checkpoint of this replica is written (the runtime reports each one): it is
     /// offered to replicas that need state from now on.
+    /// A checkpoint of the same instance as the newest replaces it (a state repaired after
+    /// the hash vote, see [`Audit`]). Ends the wait for this replica's own fresh checkpoint
+    /// during the start-up synchronisation's hash vote.
     pub fn note_checkpoint(&mut self, info: CheckpointInfo) {
-        if self.served.back().is_some_and(|c| c.cid >= info.cid) {
-            return;
+        match self.served.back_mut() {
+            Some(c) if c.cid > info.cid => return,
+            Some(c) if c.cid == info.cid => *c = info,
+            _ => self.served.push_back(info),
         }
-        self.served.push_back(info);
         while self.served.len() > 2 {
             self.served.pop_front();
         }
+        self.audit_own_checkpoint(info);
+        self.progress_recovery();
     }
 
     /// Whether a state transfer is in progress (fetching side).
@@ -2958,7 +3223,8 @@ impl Replica {
             } => {
                 let recent = std::mem::take(&mut self.installing_recent);
                 let started = self.fetch.take().map(|f| f.started_ms());
-                if last < self.instance.cid {
+                let repaired = self.repairing();
+                if last < self.instance.cid && !(repaired && last.next() == self.instance.cid) {
                     tracing::warn!(%last, next = %self.instance.cid, "state installed behind this replica's position: ignored");
                     // Another fetch may start if forwarding cannot take it further.
                     self.catch_up.state_transfer_signalled = false;
@@ -2972,6 +3238,10 @@ impl Replica {
                     "state transfer done"
                 );
                 self.stats.state_transfers += 1;
+                if repaired {
+                    // The checkpoints this replica held before are its disk's wrong state.
+                    self.served.retain(|c| c.cid >= last);
+                }
                 self.instance = Instance::new(last.next());
                 self.last_decided = Some(last);
                 self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(timestamp_ms);
@@ -3021,6 +3291,9 @@ impl Replica {
         let bad = |reason: &'static str| Err(Rejection::InvalidTransfer { from, reason });
         match input {
             TransferInput::Query { .. } => {
+                if let Some(r) = self.recovery.as_mut() {
+                    r.asked.insert(from);
+                }
                 self.actions.push_back(Action::Send {
                     to: from,
                     msg: PeerMessage::StateOffer {
@@ -3031,6 +3304,9 @@ impl Replica {
             }
             TransferInput::Offer { checkpoint, next } => {
                 let Some(fetch) = self.fetch.as_mut() else {
+                    if self.audit_offer(from, checkpoint, next) {
+                        return Ok(());
+                    }
                     return bad("offer while not fetching");
                 };
                 let mut out = Vec::new();
@@ -3115,7 +3391,19 @@ impl Replica {
                     Action::StoreChunk { cid, offset, data }
                 }
                 FetchOut::Install(state) => {
-                    if state.target() < self.instance.cid {
+                    // A repair replaces the state at this replica's own position.
+                    let floor = if self.repairing() {
+                        ConsensusId(self.instance.cid.0.saturating_sub(1))
+                    } else {
+                        self.instance.cid
+                    };
+                    if state.target() < floor && self.repairing() {
+                        tracing::info!(target = %state.target(), next = %self.instance.cid, "repair overtaken: fetching again");
+                        self.fetch = None;
+                        self.start_fetch(false, true);
+                        continue;
+                    }
+                    if state.target() < floor {
                         // Decided here meanwhile (forwarding overtook the fetch): installing
                         // it would only be refused by the runtime.
                         tracing::info!(target = %state.target(), next = %self.instance.cid, "fetched state overtaken: not installed");

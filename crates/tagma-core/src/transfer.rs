@@ -87,6 +87,9 @@ pub struct StateToInstall {
     pub vouchers: Vec<(ReplicaId, CheckpointInfo)>,
     /// How many of {source} ∪ vouchers must match the replayed state: f+1 (BFT) or 1 (CFT).
     pub matches_needed: usize,
+    /// It replaces a state the hash vote contradicted (its disk lied): the runtime also
+    /// drops that disk's log, whose records before the checkpoint are suspect.
+    pub repair: bool,
 }
 
 impl StateToInstall {
@@ -165,6 +168,9 @@ pub struct FetchParams {
     /// which replays from the checkpoint's view, verifies every one before the state is
     /// installed.
     pub joining: bool,
+    /// The hash vote after a restart contradicted this replica's state: the state at its
+    /// own position is fetched to replace it (see [`StateToInstall::repair`]).
+    pub repair: bool,
 }
 
 #[derive(Debug)]
@@ -562,6 +568,7 @@ impl Fetch {
                     1
                 },
                 vouchers: plan.vouchers,
+                repair: self.params.repair,
             }));
         }
     }
@@ -632,6 +639,7 @@ mod tests {
             state_bytes_max: 1 << 20,
             timeout_ms: 100,
             joining: false,
+            repair: false,
         };
         Fetch::start(params, ConsensusId(0), 0, out)
     }

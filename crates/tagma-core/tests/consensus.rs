@@ -1479,6 +1479,7 @@ impl Cluster {
                 | Action::PersistVote { .. }
                 | Action::ReadLog { .. }
                 | Action::StoreChunk { .. }
+                | Action::CheckpointNow { .. }
                 | Action::InstallState(_)) => {
                     panic!("state transfer action without durability: {a:?}")
                 }
@@ -2465,4 +2466,229 @@ fn a_leader_change_right_after_an_addition_accepts_the_previous_views_proof() {
         );
         assert_ne!(c.replicas[i].leader(), r(0));
     }
+}
+
+// ---- the hash vote after a restart (DDS's REINIT with checkpoint hashes) -----------------
+
+fn ckp_info(cid: u64, digest: u8) -> tagma_wire::CheckpointInfo {
+    tagma_wire::CheckpointInfo {
+        cid: ConsensusId(cid),
+        len: 16,
+        digest: Digest([digest; 32]),
+    }
+}
+
+fn offer(checkpoint: Option<tagma_wire::CheckpointInfo>, next: u64) -> PeerInput {
+    PeerInput::Transfer(tagma_core::transfer::TransferInput::Offer {
+        checkpoint,
+        next: ConsensusId(next),
+    })
+}
+
+/// A durable BFT replica 3 restarted at instance 3 (its checkpoint of instance 0 and the log
+/// after it) whose peers are all at 3 too: it catches up, asks for a fresh checkpoint of
+/// instance 2 and, once that is written, for its peers' checkpoints.
+fn audited_restart() -> Replica {
+    let log = decided_run(3);
+    let mut r3 = durable(Mode::Bft, 4, 3);
+    r3.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
+    r3.note_checkpoint(ckp_info(0, 0xee));
+    r3.start_recovery(100);
+    drain(&mut r3);
+    for from in [0, 1, 2] {
+        r3.handle_peer(101, r(from), position(3, true)).unwrap();
+    }
+    assert!(
+        r3.is_recovering(),
+        "the hash vote holds the synchronisation"
+    );
+    assert_eq!(
+        drain(&mut r3),
+        vec![Action::CheckpointNow {
+            cid: ConsensusId(2)
+        }]
+    );
+    // A peer's query before the fresh checkpoint is answered with the old one, and the peer
+    // gets the fresh one once written.
+    r3.handle_peer(
+        102,
+        r(1),
+        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
+            next: ConsensusId(3),
+        }),
+    )
+    .unwrap();
+    drain(&mut r3);
+    r3.note_checkpoint(ckp_info(2, 0xaa));
+    assert_eq!(
+        drain(&mut r3),
+        vec![
+            Action::Broadcast(PeerMessage::StateQuery {
+                next: ConsensusId(3)
+            }),
+            Action::Send {
+                to: r(1),
+                msg: PeerMessage::StateOffer {
+                    checkpoint: Some(ckp_info(2, 0xaa)),
+                    next: ConsensusId(3)
+                }
+            }
+        ]
+    );
+    r3
+}
+
+/// f+1 peers hold the same state at the instance: confirmed, the replica orders.
+#[test]
+fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
+    let mut r3 = audited_restart();
+    // One peer (possibly faulty) disagrees: not enough either way.
+    r3.handle_peer(103, r(0), offer(Some(ckp_info(2, 0xbb)), 3))
+        .unwrap();
+    r3.handle_peer(103, r(1), offer(Some(ckp_info(2, 0xaa)), 3))
+        .unwrap();
+    assert!(r3.is_recovering());
+    r3.handle_peer(104, r(2), offer(Some(ckp_info(2, 0xaa)), 3))
+        .unwrap();
+    assert!(!r3.is_recovering());
+    assert_eq!(r3.stats().audits_contradicted, 0);
+}
+
+/// Peers past the instance (a replica restarting alone) will never checkpoint there: the
+/// vote is inconclusive and the replica orders; until then, unsettled peers are asked again.
+#[test]
+fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
+    let mut r3 = audited_restart();
+    r3.handle_peer(103, r(0), offer(Some(ckp_info(0, 0xcc)), 9))
+        .unwrap();
+    r3.handle_peer(103, r(1), offer(Some(ckp_info(1, 0xcc)), 3))
+        .unwrap();
+    assert!(r3.is_recovering(), "replica 1 may still checkpoint there");
+    let due = r3.next_timeout_ms().unwrap();
+    r3.handle_tick(due);
+    let asked: Vec<Action> = drain(&mut r3)
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::Send {
+                    msg: PeerMessage::StateQuery { .. },
+                    ..
+                }
+            )
+        })
+        .collect();
+    assert_eq!(asked.len(), 2, "replicas 1 and 2, not 0: {asked:?}");
+    r3.handle_peer(due + 1, r(1), offer(Some(ckp_info(1, 0xcc)), 4))
+        .unwrap();
+    r3.handle_peer(due + 1, r(2), offer(None, 7)).unwrap();
+    assert!(!r3.is_recovering());
+    assert_eq!(r3.stats().audits_contradicted, 0);
+}
+
+/// f+1 peers agree on another state: this replica's disk lied. It fetches their state at its
+/// own position (a repair), installs it, and only then orders.
+#[test]
+fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
+    let mut r3 = audited_restart();
+    r3.handle_peer(103, r(0), offer(Some(ckp_info(2, 0xbb)), 3))
+        .unwrap();
+    r3.handle_peer(103, r(1), offer(Some(ckp_info(2, 0xbb)), 3))
+        .unwrap();
+    assert!(r3.is_recovering());
+    assert_eq!(r3.stats().audits_contradicted, 1);
+    assert!(r3.is_fetching_state());
+    assert_eq!(
+        drain(&mut r3),
+        vec![Action::Broadcast(PeerMessage::StateQuery {
+            next: ConsensusId(3)
+        })]
+    );
+    for from in [0, 1, 2] {
+        r3.handle_peer(104, r(from), offer(Some(ckp_info(2, 0xbb)), 3))
+            .unwrap();
+    }
+    let chunk = drain(&mut r3)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Send {
+                to,
+                msg: PeerMessage::ChunkRequest { cid, offset, len },
+            } => Some((to, cid, offset, len)),
+            _ => None,
+        })
+        .expect("the checkpoint is fetched from a source");
+    assert_eq!((chunk.1, chunk.2, chunk.3), (ConsensusId(2), 0, 16));
+    r3.handle_peer(
+        105,
+        chunk.0,
+        PeerInput::Transfer(tagma_core::transfer::TransferInput::Chunk {
+            cid: ConsensusId(2),
+            offset: 0,
+            data: Bytes::from_static(&[7; 16]),
+        }),
+    )
+    .unwrap();
+    let install = drain(&mut r3)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::InstallState(s) => Some(s),
+            _ => None,
+        })
+        .expect("the state at this replica's own position is installed");
+    assert!(install.repair);
+    assert_eq!(install.target(), ConsensusId(2));
+    assert_eq!(install.matches_needed, 2);
+    assert!(r3.is_recovering(), "not before it is installed");
+    r3.state_installed(
+        106,
+        tagma_core::transfer::InstallOutcome::Installed {
+            last: ConsensusId(2),
+            timestamp_ms: 2,
+            sessions: vec![(ClientId(9), RequestSeq(3))],
+            view: None,
+        },
+    );
+    assert!(!r3.is_recovering());
+    // The repaired checkpoint replaces the lying one it offers.
+    r3.note_checkpoint(ckp_info(2, 0xbb));
+    r3.handle_peer(
+        107,
+        r(0),
+        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
+            next: ConsensusId(0),
+        }),
+    )
+    .unwrap();
+    assert!(drain(&mut r3).contains(&Action::Send {
+        to: r(0),
+        msg: PeerMessage::StateOffer {
+            checkpoint: Some(ckp_info(2, 0xbb)),
+            next: ConsensusId(3)
+        }
+    }));
+}
+
+/// CFT replicas and replicas that decided nothing yet skip the hash vote.
+#[test]
+fn no_hash_vote_in_cft_or_before_anything_was_decided() {
+    let mut fresh = durable(Mode::Bft, 4, 3);
+    fresh.start_recovery(0);
+    for from in [0, 1, 2] {
+        fresh.handle_peer(1, r(from), position(0, true)).unwrap();
+    }
+    assert!(!fresh.is_recovering());
+    let log = decided_run(3);
+    let mut c2 = durable(Mode::Cft, 3, 2);
+    c2.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
+    c2.start_recovery(0);
+    for from in [0, 1] {
+        c2.handle_peer(1, r(from), position(3, true)).unwrap();
+    }
+    assert!(!c2.is_recovering());
+    assert!(
+        !drain(&mut c2)
+            .iter()
+            .any(|a| matches!(a, Action::CheckpointNow { .. }))
+    );
 }

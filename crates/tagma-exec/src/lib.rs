@@ -337,6 +337,10 @@ impl<S: Service> Executor<S> {
     pub fn state_digest(&self) -> Digest {
         self.service.state_digest()
     }
+    /// The service, read-only (every change goes through ordered batches).
+    pub fn service(&self) -> &S {
+        &self.service
+    }
     /// The timestamp of the last batch executed (0 before any).
     pub fn last_timestamp_ms(&self) -> u64 {
         self.last_timestamp_ms

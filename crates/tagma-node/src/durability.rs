@@ -69,6 +69,9 @@ pub(crate) enum StorageEvent {
         /// `None`: replayed from the initial state (no checkpoint installed).
         checkpoint: Option<u64>,
         entries: Vec<DecidedInstance>,
+        /// The state replaced one the hash vote contradicted: the log restarts after the
+        /// checkpoint (its records came from the same disk).
+        repair: bool,
     },
 }
 
@@ -356,8 +359,9 @@ pub(crate) fn storage_loop(
                 StorageEvent::Installed {
                     checkpoint,
                     entries,
+                    repair,
                 } => {
-                    if let Err(e) = log_installed(&mut log, checkpoint, &entries) {
+                    if let Err(e) = log_installed(&mut log, checkpoint, &entries, repair) {
                         error!(
                             "cannot log the decisions of an installed state: {e}; this replica stops replying"
                         );
@@ -811,6 +815,27 @@ impl DurableExec {
             );
             return;
         }
+        self.checkpoint(cid, executor);
+    }
+
+    /// `Action::CheckpointNow`: the fresh checkpoint of the start-up synchronisation's hash
+    /// vote, of the state after `cid` (the last instance executed), whatever the staggered
+    /// points say. Waits for a checkpoint still being written rather than skip this one.
+    pub fn checkpoint_now<S: Service>(&self, cid: u64, executor: &Executor<S>) {
+        if executor.executed_instances() != cid + 1 {
+            // Cannot happen: the core asks right after its last delivery, which this thread
+            // executed first. Without it the core's hash vote ends unaudited at its deadline.
+            warn!(
+                instance = cid,
+                executed = executor.executed_instances(),
+                "fresh checkpoint asked for another instance than the last executed: skipped"
+            );
+            return;
+        }
+        self.checkpoint(cid, executor);
+    }
+
+    fn checkpoint<S: Service>(&self, cid: u64, executor: &Executor<S>) {
         let started = std::time::Instant::now();
         let state = executor.checkpoint_deferred();
         let job = CheckpointJob {
@@ -818,9 +843,9 @@ impl DurableExec {
             state,
             taken_ms: started.elapsed().as_millis() as u64,
         };
-        // This thread is the only sender and the queue had room: an error means the
-        // checkpoint thread has ended (the replica is stopping).
-        if self.checkpoint_tx.try_send(job).is_err() {
+        // This thread is the only sender: an error means the checkpoint thread has ended
+        // (the replica is stopping). A full queue (only for `checkpoint_now`) waits.
+        if self.checkpoint_tx.send(job).is_err() {
             debug!(instance = cid, "checkpoint thread gone: checkpoint dropped");
         }
     }
@@ -903,6 +928,7 @@ impl DurableExec {
         let event = StorageEvent::Installed {
             checkpoint: state.checkpoint.map(|c| c.cid.0),
             entries: state.log.clone(),
+            repair: state.repair,
         };
         self.installed_through = Some(target.0);
         let outcome = InstallOutcome::Installed {
@@ -916,15 +942,17 @@ impl DurableExec {
 }
 
 /// Logs the decisions of a state installed by state transfer: those after what the log
-/// already holds; if the log does not reach the installed checkpoint, it restarts after it
-/// (without a checkpoint — a replay from the initial state — the log continues).
+/// already holds; if the log does not reach the installed checkpoint, or the state repairs
+/// one the hash vote contradicted, it restarts after it (without a checkpoint — a replay
+/// from the initial state — the log continues).
 fn log_installed(
     log: &mut Log,
     checkpoint: Option<u64>,
     entries: &[DecidedInstance],
+    repair: bool,
 ) -> Result<(), tagma_storage::StorageError> {
     let from = match (log.last_cid(), checkpoint) {
-        (Some(last), Some(c)) if last >= c => last + 1,
+        (Some(last), Some(c)) if last >= c && !repair => last + 1,
         (last, None) => last.map_or(0, |l| l + 1),
         (_, Some(c)) => {
             log.reset_after(c)?;

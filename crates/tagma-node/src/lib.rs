@@ -197,6 +197,10 @@ enum ExecEvent {
     Execute(RequestEnvelope),
     /// State transfer: validate and install a fetched state.
     Install(tagma_core::transfer::StateToInstall),
+    /// The start-up synchronisation's fresh checkpoint (`Action::CheckpointNow`).
+    CheckpointNow {
+        cid: u64,
+    },
 }
 
 /// Wall-clock milliseconds that never go backwards (monotonic clock offset from the wall
@@ -1447,6 +1451,14 @@ fn carry_out_round(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool 
                     return false;
                 }
             }
+            Action::CheckpointNow { cid } => {
+                if exec_tx
+                    .send(ExecEvent::CheckpointNow { cid: cid.0 })
+                    .is_err()
+                {
+                    return false;
+                }
+            }
             Action::InstallState(state) => {
                 // Through the transfer thread, after the chunks it is still writing.
                 if let Some(tx) = &links.transfer_tx
@@ -1551,6 +1563,11 @@ fn execution_loop<S: Service>(
                 }
                 send_replies(&routes, replies);
             }
+            ExecEvent::CheckpointNow { cid } => {
+                if let Some(d) = durable.as_ref() {
+                    d.checkpoint_now(cid, &executor);
+                }
+            }
             ExecEvent::Install(state) => {
                 let Some(d) = durable.as_mut() else {
                     continue;
@@ -1570,6 +1587,9 @@ fn execution_loop<S: Service>(
                     .store(executor.executed_instances(), Ordering::Relaxed);
                 if let tagma_core::transfer::InstallOutcome::Installed { .. } = &outcome {
                     sh.metrics.state_transfers.fetch_add(1, Ordering::Relaxed);
+                    if state.repair {
+                        sh.metrics.state_repaired.fetch_add(1, Ordering::Relaxed);
+                    }
                     sh.metrics
                         .state_install_ms
                         .store(started.elapsed().as_millis() as u64, Ordering::Relaxed);

@@ -53,6 +53,9 @@ pub struct Metrics {
     /// State transfer: states installed, chunk bytes served and fetched, and the duration of
     /// the last install (validation and replay, ms).
     pub state_transfers: AtomicU64,
+    /// States installed because the hash vote after a restart contradicted the recovered
+    /// one (a disk that returned wrong content under valid checksums).
+    pub state_repaired: AtomicU64,
     pub state_bytes_served: AtomicU64,
     pub state_bytes_fetched: AtomicU64,
     pub state_install_ms: AtomicU64,
@@ -80,7 +83,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 28] = [
+        let counters: [(&str, &str, &AtomicU64); 29] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -195,6 +198,11 @@ impl Metrics {
                 "tagma_state_transfers_total",
                 "States installed by state transfer",
                 &self.state_transfers,
+            ),
+            (
+                "tagma_state_repaired_total",
+                "Recovered states the hash vote after a restart contradicted, replaced by state transfer",
+                &self.state_repaired,
             ),
             (
                 "tagma_state_bytes_served_total",

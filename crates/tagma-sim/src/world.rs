@@ -870,6 +870,10 @@ impl World {
                 let ckp = node.exec.checkpoint();
                 node.core.note_checkpoint(checkpoint_info(target.0, &ckp));
                 disk.previous = disk.checkpoint.replace((target.0, ckp));
+                if state.repair {
+                    // The checkpoints it held came from its lying disk.
+                    disk.previous = None;
+                }
                 disk.log.clear();
                 disk.unsynced.clear();
                 disk.pending_checkpoint = None;
@@ -1131,6 +1135,24 @@ impl World {
                 incoming.extend_from_slice(&data);
             }
             Action::InstallState(state) => self.install_state(r, state),
+            Action::CheckpointNow { cid } => {
+                // The fresh checkpoint of the start-up synchronisation's hash vote, written
+                // with the next sync (as the node's checkpoint thread waits for the log).
+                let node = &mut self.nodes[r];
+                debug_assert_eq!(node.delivered, cid.0 + 1, "the last instance delivered");
+                let state = node.exec.checkpoint();
+                let Some(disk) = node.disk.as_mut() else {
+                    return;
+                };
+                disk.pending_checkpoint = Some((cid.0, state));
+                let schedule_sync = !disk.sync_scheduled;
+                disk.sync_scheduled = true;
+                self.count("fresh_checkpoints");
+                if schedule_sync {
+                    let at = self.now_ms + self.rng.range(0, 4);
+                    self.schedule(at, Event::DiskSync(r as u32));
+                }
+            }
             Action::StateTransferNeeded {
                 next_cid,
                 known_decided,
@@ -1194,15 +1216,23 @@ impl World {
         let last = synced.last().map(|d| d.cid);
         disk.log.extend(synced);
         let checkpoint = disk.pending_checkpoint.take();
-        if let Some((cid, state)) = &checkpoint {
-            self.nodes[r]
-                .core
-                .note_checkpoint(checkpoint_info(*cid, state));
-        }
-        let disk = self.nodes[r].disk.as_mut().expect("a durable replica");
+        let info = checkpoint
+            .as_ref()
+            .map(|(cid, state)| checkpoint_info(*cid, state));
         if let Some(checkpoint) = checkpoint {
             disk.previous = disk.checkpoint.replace(checkpoint);
         }
+        if let Some(info) = info {
+            // Through the input path: during the start-up synchronisation this checkpoint
+            // may be the hash vote's fresh one, and the core then asks its peers.
+            self.replica_input(r, |core, _| {
+                core.note_checkpoint(info);
+                Ok(())
+            });
+        }
+        let Some(disk) = self.nodes[r].disk.as_mut() else {
+            return;
+        };
         // The vote is written after the records delivered before it (as the node's storage
         // thread does), in the same sync here.
         let vote = disk.unsynced_vote.take().map(|(seq, vote)| {
