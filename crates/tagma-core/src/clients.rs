@@ -527,6 +527,14 @@ impl Clients {
         }
     }
 
+    /// Replaces the sessions outright with those of a state that repairs this replica's own
+    /// (the hash vote contradicted the state its disk returned, sessions included): sessions
+    /// the installed state lacks go, and pending requests it already delivered are dropped.
+    pub fn replace_sessions(&mut self, sessions: &[(ClientId, RequestSeq)]) {
+        self.sessions.clear();
+        self.install_sessions(sessions);
+    }
+
     /// A view change installed `view`: requests are admitted (and proposed) only in it, so
     /// pending requests issued in an older view are dropped — their clients retransmit them
     /// in the new view, with the same sequence numbers.

@@ -73,6 +73,9 @@ pub struct ReplicaParams {
     /// Whether this replica keeps durable checkpoints and a log: it then serves and runs
     /// state transfer ([`crate::transfer`]) when decision forwarding cannot help.
     pub state_transfer: bool,
+    /// With `state_transfer`, in BFT mode: end the start-up synchronisation with the hash
+    /// vote on the recovered state (see `Audit`; `[storage] hash_vote`).
+    pub hash_vote: bool,
     /// Bytes per state-transfer chunk (fits in a frame).
     pub chunk_bytes: u32,
     /// The largest checkpoint fetched by state transfer.
@@ -138,6 +141,7 @@ impl ReplicaParams {
             member_keys: cfg.replicas.iter().map(|r| r.public_key).collect(),
             decisions_kept: r.limits.decisions_kept,
             state_transfer: r.storage.durability == crate::config::Durability::Fsync,
+            hash_vote: r.storage.hash_vote,
             chunk_bytes: chunk_bytes(r.limits.frame_bytes_max),
             state_bytes_max: r.storage.state_bytes_max,
             member_addrs: cfg.replicas.iter().map(|r| r.addr.to_string()).collect(),
@@ -708,6 +712,8 @@ struct Recovery {
     /// Peers that asked for this replica's checkpoint while it synchronised: they get its
     /// fresh checkpoint once it is written (they may be auditing too).
     asked: BTreeSet<ReplicaId>,
+    /// The repair's state is installed (see [`AuditStage::Repairing`]).
+    repaired: bool,
 }
 
 /// DDS's hash vote (SPEC §5: REINIT with checkpoint hashes, install what enough replicas
@@ -760,6 +766,9 @@ enum AuditVerdict {
 /// The audit gives up after this many request timeouts (a fresh checkpoint of a large state
 /// takes a while to write on every replica).
 const AUDIT_WAIT_TIMEOUTS: u64 = 5;
+/// Once this replica's fresh checkpoint is written, the peers' are awaited this many request
+/// timeouts at most.
+const AUDIT_PEER_WAIT_TIMEOUTS: u64 = 2;
 
 /// Start-up synchronisation waits this many request timeouts for every peer's position
 /// before settling for n − f, and twice as long for catching up before giving up on it.
@@ -2597,6 +2606,10 @@ impl Replica {
 
     fn on_decision(&mut self, from: ReplicaId, decided: DecidedInstance) -> Result<(), Rejection> {
         let next = self.instance.cid;
+        if self.audit_holds() && decided.cid >= next {
+            // Asked for again once the vote ends (catch-up).
+            return Err(Rejection::Recovering);
+        }
         if decided.cid < next {
             if self.catch_up.behind_since_ms.is_some() {
                 self.catch_up.duplicates = self.catch_up.duplicates.saturating_add(1);
@@ -2650,6 +2663,7 @@ impl Replica {
             retransmit_ms: self.now_ms + timeout / 2,
             audit: AuditStage::NotStarted,
             asked: BTreeSet::new(),
+            repaired: false,
         });
         tracing::info!(next = %self.instance.cid, "start-up synchronisation: asking the others where they are");
         self.actions
@@ -2777,9 +2791,7 @@ impl Replica {
         let retransmit = (r.heard.len() < others).then(|| r.retransmit_ms.max(now + 1));
         let ahead = |t: u64| (t > now).then_some(t);
         let audit = match &r.audit {
-            AuditStage::Running(a) if a.own.is_some() => {
-                [Some(a.query_ms.max(now + 1)), ahead(a.deadline_ms)]
-            }
+            AuditStage::Running(a) if a.own.is_some() => [ahead(a.query_ms), ahead(a.deadline_ms)],
             AuditStage::Running(a) => [None, ahead(a.deadline_ms)],
             _ => [None, None],
         };
@@ -2845,6 +2857,18 @@ impl Replica {
                 .unwrap_or(ConsensusId(0)),
         };
         let give_up_at = r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
+        if self.instance.cid < vouched
+            && let Some(r) = self.recovery.as_mut()
+            && let AuditStage::Running(a) = &r.audit
+        {
+            // Correct replicas decided past the instance of the vote meanwhile: they will not
+            // checkpoint there, and this replica must catch up.
+            tracing::info!(cid = %a.cid, "hash vote inconclusive: the others moved past its instance");
+            r.audit = AuditStage::Done;
+        }
+        let Some(r) = &self.recovery else {
+            return;
+        };
         let behind = self.instance.cid < highest;
         let must_wait = self.instance.cid < vouched || self.now_ms < give_up_at;
         if behind && must_wait {
@@ -2888,7 +2912,9 @@ impl Replica {
     /// first time the synchronisation could end, it starts: a fresh checkpoint of the state
     /// after the last instance decided (unless the newest checkpoint is already there).
     fn audit_pending(&mut self) -> bool {
-        let audits = self.params.state_transfer && self.params.quorums.mode == Mode::Bft;
+        let audits = self.params.state_transfer
+            && self.params.hash_vote
+            && self.params.quorums.mode == Mode::Bft;
         let last = self.last_decided;
         let timeout = self.params.request_timeout_ms.max(1);
         let now = self.now_ms;
@@ -2898,10 +2924,18 @@ impl Replica {
         };
         match &r.audit {
             AuditStage::Done => return false,
-            AuditStage::Repairing if fetching => return true,
-            AuditStage::Repairing => {
+            AuditStage::Repairing if r.repaired => {
                 r.audit = AuditStage::Done;
                 return false;
+            }
+            AuditStage::Repairing => {
+                if !fetching {
+                    // The fetch was dropped without installing anything: the contradicted
+                    // state must not be ordered on.
+                    self.catch_up.state_transfer_signalled = true;
+                    self.start_fetch(false, true);
+                }
+                return true;
             }
             AuditStage::Running(_) => {}
             AuditStage::NotStarted => {
@@ -2945,6 +2979,9 @@ impl Replica {
         }
         a.own = Some(info.digest);
         a.query_ms = now + (timeout / 2).max(1);
+        // The peers write theirs at the same time: a peer not done within two timeouts of
+        // this one is not taking part (it did not restart, and sits at the same instance).
+        a.deadline_ms = a.deadline_ms.min(now + AUDIT_PEER_WAIT_TIMEOUTS * timeout);
         let asked = std::mem::take(asked);
         self.actions
             .push_back(Action::Broadcast(PeerMessage::StateQuery { next }));
@@ -3051,6 +3088,18 @@ impl Replica {
         a.offers.insert(from, (checkpoint, next));
         self.progress_recovery();
         true
+    }
+
+    /// Whether the hash vote is running or repairing: decisions are not committed then (the
+    /// vote is on the state at the instance it started at, and a repair replaces that one).
+    fn audit_holds(&self) -> bool {
+        matches!(
+            self.recovery,
+            Some(Recovery {
+                audit: AuditStage::Running(_) | AuditStage::Repairing,
+                ..
+            })
+        )
     }
 
     fn repairing(&self) -> bool {
@@ -3244,8 +3293,18 @@ impl Replica {
                 }
                 self.instance = Instance::new(last.next());
                 self.last_decided = Some(last);
-                self.last_decided_timestamp_ms = self.last_decided_timestamp_ms.max(timestamp_ms);
-                self.clients.install_sessions(&sessions);
+                if repaired {
+                    // Everything the lying disk said goes, its sessions and timestamp too.
+                    self.last_decided_timestamp_ms = timestamp_ms;
+                    self.clients.replace_sessions(&sessions);
+                    if let Some(r) = self.recovery.as_mut() {
+                        r.repaired = true;
+                    }
+                } else {
+                    self.last_decided_timestamp_ms =
+                        self.last_decided_timestamp_ms.max(timestamp_ms);
+                    self.clients.install_sessions(&sessions);
+                }
                 if let Some(view) = view {
                     // The state may end in a later view than this replica ordered in.
                     self.adopt_view(last, view);
@@ -3304,10 +3363,9 @@ impl Replica {
             }
             TransferInput::Offer { checkpoint, next } => {
                 let Some(fetch) = self.fetch.as_mut() else {
-                    if self.audit_offer(from, checkpoint, next) {
-                        return Ok(());
-                    }
-                    return bad("offer while not fetching");
+                    // A late answer (to a fetch or a hash vote that ended): nothing to do.
+                    self.audit_offer(from, checkpoint, next);
+                    return Ok(());
                 };
                 let mut out = Vec::new();
                 fetch.on_offer(from, checkpoint, next, self.now_ms, &mut out);

@@ -54,6 +54,7 @@ fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         member_keys: (0..n).map(|i| key(i).public()).collect(),
         decisions_kept: 64,
         state_transfer: false,
+        hash_vote: true,
         chunk_bytes: 1 << 20,
         state_bytes_max: 1 << 30,
         member_addrs: (0..n).map(addr).collect(),

@@ -799,6 +799,10 @@ pub(crate) struct DurableExec {
     /// The last instance of the newest state installed by state transfer: later `Deliver`s
     /// of instances up to it are skipped (see `Action::InstallState`).
     pub installed_through: Option<u64>,
+    /// The instance of the last checkpoint handed to the checkpoint thread: a fresh one asked
+    /// for the same instance (`checkpoint_now`) is not taken twice (a second job could land
+    /// after a repair replaced that checkpoint, and put the contradicted state back).
+    pub last_queued: std::cell::Cell<Option<u64>>,
 }
 
 impl DurableExec {
@@ -822,6 +826,10 @@ impl DurableExec {
     /// vote, of the state after `cid` (the last instance executed), whatever the staggered
     /// points say. Waits for a checkpoint still being written rather than skip this one.
     pub fn checkpoint_now<S: Service>(&self, cid: u64, executor: &Executor<S>) {
+        if self.last_queued.get() == Some(cid) {
+            // Taken at this replica's staggered point already: its report serves the vote.
+            return;
+        }
         if executor.executed_instances() != cid + 1 {
             // Cannot happen: the core asks right after its last delivery, which this thread
             // executed first. Without it the core's hash vote ends unaudited at its deadline.
@@ -836,6 +844,7 @@ impl DurableExec {
     }
 
     fn checkpoint<S: Service>(&self, cid: u64, executor: &Executor<S>) {
+        self.last_queued.set(Some(cid));
         let started = std::time::Instant::now();
         let state = executor.checkpoint_deferred();
         let job = CheckpointJob {

@@ -537,6 +537,7 @@ fn start_node<S: Service>(
                 n: stagger.1,
                 period: cfg.raw.storage.checkpoint_period,
                 installed_through: None,
+                last_queued: std::cell::Cell::new(None),
             });
             storage_tx = Some(tx);
         }

@@ -335,6 +335,7 @@ impl World {
                         100_000
                     },
                     state_transfer: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
+                    hash_vote: true,
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
                     member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),
@@ -1222,6 +1223,13 @@ impl World {
         if let Some(checkpoint) = checkpoint {
             disk.previous = disk.checkpoint.replace(checkpoint);
         }
+        // The vote is written after the records delivered before it (as the node's storage
+        // thread does), in the same sync here; taken before the core hears of the checkpoint,
+        // whose actions may persist a newer vote (not synced by this sync).
+        let vote = disk.unsynced_vote.take().map(|(seq, vote)| {
+            disk.vote = Some(vote);
+            seq
+        });
         if let Some(info) = info {
             // Through the input path: during the start-up synchronisation this checkpoint
             // may be the hash vote's fresh one, and the core then asks its peers.
@@ -1230,15 +1238,6 @@ impl World {
                 Ok(())
             });
         }
-        let Some(disk) = self.nodes[r].disk.as_mut() else {
-            return;
-        };
-        // The vote is written after the records delivered before it (as the node's storage
-        // thread does), in the same sync here.
-        let vote = disk.unsynced_vote.take().map(|(seq, vote)| {
-            disk.vote = Some(vote);
-            seq
-        });
         if let Some(cid) = last {
             self.count("log_syncs");
             self.replica_input(r, |core, _| {
