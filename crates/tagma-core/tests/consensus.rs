@@ -2693,3 +2693,20 @@ fn no_hash_vote_in_cft_or_before_anything_was_decided() {
             .any(|a| matches!(a, Action::CheckpointNow { .. }))
     );
 }
+
+/// While the vote runs, decisions are not committed (the vote is on the state at its
+/// instance); catch-up asks for them once it ends.
+#[test]
+fn no_decision_is_committed_while_the_hash_vote_runs() {
+    let mut r3 = audited_restart();
+    let next = decided_run(4).pop().unwrap();
+    assert_eq!(
+        r3.handle_peer(103, r(0), PeerInput::Decision(next)),
+        Err(Rejection::Recovering)
+    );
+    assert!(
+        !drain(&mut r3)
+            .iter()
+            .any(|a| matches!(a, Action::Deliver(_)))
+    );
+}
