@@ -77,6 +77,21 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ValidConfig> {
     std::fs::create_dir_all(dir.join("keys"))
         .with_context(|| format!("cannot create {}", dir.join("keys").display()))?;
     let mut replicas = Vec::new();
+    // A port probed free is released at once, so a later probe may find it again (seen in
+    // CI: two replicas given one port): each is taken once.
+    let mut taken = std::collections::BTreeSet::new();
+    let mut pick = || -> Result<u16> {
+        for _ in 0..1000 {
+            let port = free_port(&opts.host)?;
+            if taken.insert(port) {
+                return Ok(port);
+            }
+        }
+        bail!(
+            "no unused free port found on {} — fix: pass --base-port",
+            opts.host
+        )
+    };
     for i in 0..opts.replicas {
         let key = IdentityKey::generate();
         let path = cluster_dir::replica_key_path(dir, ReplicaId(i as u32));
@@ -84,7 +99,7 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ValidConfig> {
             .with_context(|| format!("cannot write {}", path.display()))?;
         let (port, metrics_port) = match opts.base_port {
             Some(b) => (b + i as u16, b + 100 + i as u16),
-            None => (free_port(&opts.host)?, free_port(&opts.host)?),
+            None => (pick()?, pick()?),
         };
         replicas.push(ReplicaEntry {
             id: i as u32,
