@@ -3071,23 +3071,21 @@ impl Replica {
         }
     }
 
-    /// The start-up synchronisation's hash vote: a peer's offer.
+    /// The start-up synchronisation's hash vote: a peer's offer (ignored when no vote runs).
     fn audit_offer(
         &mut self,
         from: ReplicaId,
         checkpoint: Option<CheckpointInfo>,
         next: ConsensusId,
-    ) -> bool {
-        let Some(Recovery {
+    ) {
+        if let Some(Recovery {
             audit: AuditStage::Running(a),
             ..
         }) = self.recovery.as_mut()
-        else {
-            return false;
-        };
-        a.offers.insert(from, (checkpoint, next));
-        self.progress_recovery();
-        true
+        {
+            a.offers.insert(from, (checkpoint, next));
+            self.progress_recovery();
+        }
     }
 
     /// Whether the hash vote is running or repairing: decisions are not committed then (the
@@ -3097,16 +3095,6 @@ impl Replica {
             self.recovery,
             Some(Recovery {
                 audit: AuditStage::Running(_) | AuditStage::Repairing,
-                ..
-            })
-        )
-    }
-
-    fn repairing(&self) -> bool {
-        matches!(
-            self.recovery,
-            Some(Recovery {
-                audit: AuditStage::Repairing,
                 ..
             })
         )
@@ -3271,8 +3259,9 @@ impl Replica {
                 view,
             } => {
                 let recent = std::mem::take(&mut self.installing_recent);
-                let started = self.fetch.take().map(|f| f.started_ms());
-                let repaired = self.repairing();
+                let fetch = self.fetch.take();
+                let started = fetch.as_ref().map(Fetch::started_ms);
+                let repaired = fetch.is_some_and(|f| f.is_repair());
                 if last < self.instance.cid && !(repaired && last.next() == self.instance.cid) {
                     tracing::warn!(%last, next = %self.instance.cid, "state installed behind this replica's position: ignored");
                     // Another fetch may start if forwarding cannot take it further.
@@ -3450,12 +3439,12 @@ impl Replica {
                 }
                 FetchOut::Install(state) => {
                     // A repair replaces the state at this replica's own position.
-                    let floor = if self.repairing() {
+                    let floor = if state.repair {
                         ConsensusId(self.instance.cid.0.saturating_sub(1))
                     } else {
                         self.instance.cid
                     };
-                    if state.target() < floor && self.repairing() {
+                    if state.target() < floor && state.repair {
                         tracing::info!(target = %state.target(), next = %self.instance.cid, "repair overtaken: fetching again");
                         self.fetch = None;
                         self.start_fetch(false, true);

@@ -269,6 +269,11 @@ impl Fetch {
         }
     }
 
+    /// Whether this fetch repairs a state the hash vote contradicted ([`FetchParams::repair`]).
+    pub fn is_repair(&self) -> bool {
+        self.params.repair
+    }
+
     /// Whether the fetched state is with the runtime (its verdict must be awaited).
     pub fn is_installing(&self) -> bool {
         matches!(self.phase, Phase::Installing)

@@ -2479,11 +2479,20 @@ fn ckp_info(cid: u64, digest: u8) -> tagma_wire::CheckpointInfo {
     }
 }
 
-fn offer(checkpoint: Option<tagma_wire::CheckpointInfo>, next: u64) -> PeerInput {
-    PeerInput::Transfer(tagma_core::transfer::TransferInput::Offer {
-        checkpoint,
-        next: ConsensusId(next),
-    })
+/// Replica `from`'s answer to a state query, handled by `replica` at `at`: its newest
+/// checkpoint, as (instance, digest byte), and its next instance.
+fn offer_from(replica: &mut Replica, at: u64, from: u32, checkpoint: Option<(u64, u8)>, next: u64) {
+    let checkpoint = checkpoint.map(|(cid, digest)| ckp_info(cid, digest));
+    replica
+        .handle_peer(
+            at,
+            r(from),
+            PeerInput::Transfer(tagma_core::transfer::TransferInput::Offer {
+                checkpoint,
+                next: ConsensusId(next),
+            }),
+        )
+        .unwrap();
 }
 
 /// A durable BFT replica 3 restarted at instance 3 (its checkpoint of instance 0 and the log
@@ -2544,13 +2553,10 @@ fn audited_restart() -> Replica {
 fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
     let mut r3 = audited_restart();
     // One peer (possibly faulty) disagrees: not enough either way.
-    r3.handle_peer(103, r(0), offer(Some(ckp_info(2, 0xbb)), 3))
-        .unwrap();
-    r3.handle_peer(103, r(1), offer(Some(ckp_info(2, 0xaa)), 3))
-        .unwrap();
+    offer_from(&mut r3, 103, 0, Some((2, 0xbb)), 3);
+    offer_from(&mut r3, 103, 1, Some((2, 0xaa)), 3);
     assert!(r3.is_recovering());
-    r3.handle_peer(104, r(2), offer(Some(ckp_info(2, 0xaa)), 3))
-        .unwrap();
+    offer_from(&mut r3, 104, 2, Some((2, 0xaa)), 3);
     assert!(!r3.is_recovering());
     assert_eq!(r3.stats().audits_contradicted, 0);
 }
@@ -2560,10 +2566,8 @@ fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
 #[test]
 fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
     let mut r3 = audited_restart();
-    r3.handle_peer(103, r(0), offer(Some(ckp_info(0, 0xcc)), 9))
-        .unwrap();
-    r3.handle_peer(103, r(1), offer(Some(ckp_info(1, 0xcc)), 3))
-        .unwrap();
+    offer_from(&mut r3, 103, 0, Some((0, 0xcc)), 9);
+    offer_from(&mut r3, 103, 1, Some((1, 0xcc)), 3);
     assert!(r3.is_recovering(), "replica 1 may still checkpoint there");
     let due = r3.next_timeout_ms().unwrap();
     r3.handle_tick(due);
@@ -2580,9 +2584,8 @@ fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
         })
         .collect();
     assert_eq!(asked.len(), 2, "replicas 1 and 2, not 0: {asked:?}");
-    r3.handle_peer(due + 1, r(1), offer(Some(ckp_info(1, 0xcc)), 4))
-        .unwrap();
-    r3.handle_peer(due + 1, r(2), offer(None, 7)).unwrap();
+    offer_from(&mut r3, due + 1, 1, Some((1, 0xcc)), 4);
+    offer_from(&mut r3, due + 1, 2, None, 7);
     assert!(!r3.is_recovering());
     assert_eq!(r3.stats().audits_contradicted, 0);
 }
@@ -2592,10 +2595,8 @@ fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
 #[test]
 fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     let mut r3 = audited_restart();
-    r3.handle_peer(103, r(0), offer(Some(ckp_info(2, 0xbb)), 3))
-        .unwrap();
-    r3.handle_peer(103, r(1), offer(Some(ckp_info(2, 0xbb)), 3))
-        .unwrap();
+    offer_from(&mut r3, 103, 0, Some((2, 0xbb)), 3);
+    offer_from(&mut r3, 103, 1, Some((2, 0xbb)), 3);
     assert!(r3.is_recovering());
     assert_eq!(r3.stats().audits_contradicted, 1);
     assert!(r3.is_fetching_state());
@@ -2606,8 +2607,7 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
         })]
     );
     for from in [0, 1, 2] {
-        r3.handle_peer(104, r(from), offer(Some(ckp_info(2, 0xbb)), 3))
-            .unwrap();
+        offer_from(&mut r3, 104, from, Some((2, 0xbb)), 3);
     }
     let chunk = drain(&mut r3)
         .into_iter()

@@ -1121,11 +1121,7 @@ impl World {
                     return;
                 };
                 disk.unsynced_vote = Some((seq, votes));
-                if !disk.sync_scheduled {
-                    disk.sync_scheduled = true;
-                    let at = self.now_ms + self.rng.range(0, 4);
-                    self.schedule(at, Event::DiskSync(r as u32));
-                }
+                self.schedule_sync(r);
             }
             Action::StoreChunk { offset, data, .. } => {
                 let incoming = &mut self.nodes[r].incoming;
@@ -1146,13 +1142,8 @@ impl World {
                     return;
                 };
                 disk.pending_checkpoint = Some((cid.0, state));
-                let schedule_sync = !disk.sync_scheduled;
-                disk.sync_scheduled = true;
                 self.count("fresh_checkpoints");
-                if schedule_sync {
-                    let at = self.now_ms + self.rng.range(0, 4);
-                    self.schedule(at, Event::DiskSync(r as u32));
-                }
+                self.schedule_sync(r);
             }
             Action::StateTransferNeeded {
                 next_cid,
@@ -1192,16 +1183,24 @@ impl World {
         if checkpoint {
             disk.pending_checkpoint = Some((cid.0, node.exec.checkpoint()));
         }
-        let schedule_sync = !disk.sync_scheduled;
-        disk.sync_scheduled = true;
         if checkpoint {
             self.count("checkpoints");
         }
-        if schedule_sync {
+        self.schedule_sync(r);
+        replies
+    }
+
+    /// A durable replica wrote something unsynced: its next sync comes within 0–3 ms (one
+    /// pending at a time; it syncs everything written before it runs).
+    fn schedule_sync(&mut self, r: usize) {
+        let Some(disk) = self.nodes[r].disk.as_mut() else {
+            return;
+        };
+        if !disk.sync_scheduled {
+            disk.sync_scheduled = true;
             let at = self.now_ms + self.rng.range(0, 4);
             self.schedule(at, Event::DiskSync(r as u32));
         }
-        replies
     }
 
     /// A sync completes: the unsynced records and vote are durable.
