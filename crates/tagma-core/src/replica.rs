@@ -211,6 +211,11 @@ pub enum PeerInput {
     },
     /// A state-transfer message.
     Transfer(TransferInput),
+    /// A peer's vote in the hash vote after a restart ([`PeerMessage::StateVote`]).
+    StateVote {
+        cid: ConsensusId,
+        digest: Digest,
+    },
 }
 
 impl PeerInput {
@@ -284,6 +289,7 @@ impl PeerInput {
                 PeerInput::Transfer(TransferInput::LogRequest { from, count })
             }
             PeerMessage::LogEntry(d) => PeerInput::Transfer(TransferInput::LogEntry(d)),
+            PeerMessage::StateVote { cid, digest } => PeerInput::StateVote { cid, digest },
             PeerMessage::ViewQuery | PeerMessage::ViewInfo(_) => return None,
         })
     }
@@ -370,10 +376,16 @@ pub enum Action {
     /// fetched): once a state is installed, the runtime skips the `Deliver`s of instances it
     /// covers, and logs none of them.
     InstallState(StateToInstall),
-    /// Durable replicas, at the end of the start-up synchronisation (DDS's fresh checkpoint
-    /// everywhere, for the hash vote on the recovered state): checkpoint the state after
-    /// instance `cid` — the last one delivered — now, whatever the staggered points say, and
-    /// report it with [`Replica::note_checkpoint`] once it is durable.
+    /// Durable replicas, at the end of the start-up synchronisation (the hash vote on the
+    /// recovered state): compute the digest a checkpoint of the state after instance `cid` —
+    /// the last one delivered — would have, without writing it, and report it with
+    /// [`Replica::note_state_digest`].
+    DigestState { cid: ConsensusId },
+    /// Durable replicas whose recovered state the hash vote confirmed (DDS's fresh
+    /// checkpoint everywhere): checkpoint the state after instance `cid` — the last one
+    /// delivered — now, whatever the staggered points say, and report it with
+    /// [`Replica::note_checkpoint`] once it is durable. A replica the vote contradicted
+    /// repairs its state from these.
     CheckpointNow { cid: ConsensusId },
 }
 
@@ -687,6 +699,10 @@ pub struct Replica {
     /// This replica's durable checkpoints, oldest first (at most two: the newest one is
     /// offered, the previous one still served to a fetch that started before it).
     served: VecDeque<CheckpointInfo>,
+    /// This replica's vote in its hash vote after a restart (see [`Audit`]): the digest of
+    /// its state after that instance, sent to the peers that query it. Dropped when the vote
+    /// contradicted it.
+    state_vote: Option<(ConsensusId, Digest)>,
     /// State transfer in progress.
     fetch: Option<Fetch>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
@@ -710,28 +726,33 @@ struct Recovery {
     /// The hash vote that ends it on a durable BFT replica (see [`Audit`]).
     audit: AuditStage,
     /// Peers that asked for this replica's checkpoint while it synchronised: they get its
-    /// fresh checkpoint once it is written (they may be auditing too).
+    /// vote once it has one (they may be auditing too).
     asked: BTreeSet<ReplicaId>,
+    /// The peers' votes in the hash vote (kept from before this replica's own starts).
+    votes: BTreeMap<ReplicaId, (ConsensusId, Digest)>,
     /// The repair's state is installed (see [`AuditStage::Repairing`]).
     repaired: bool,
 }
 
 /// DDS's hash vote (SPEC §5: REINIT with checkpoint hashes, install what enough replicas
 /// agree on, then a fresh checkpoint everywhere), done after the start-up synchronisation
-/// has caught up: every durable replica that restarts takes a checkpoint of the state after
-/// the last instance decided (`cid`) and compares its digest with the checkpoints its peers
-/// offer at that instance. Checksums catch a torn or corrupted disk; this catches one whose
-/// wrong content passes them (a lying disk, a bug that wrote a wrong state): a replica whose
-/// recovered state f+1 peers contradict with one digest fetches theirs by state transfer
-/// (one of them is correct), instead of serving and checkpointing a wrong state. After a
-/// restart of every replica all of them stand at the same instance and take the fresh
-/// checkpoint there; a replica restarting alone finds the others past it (nothing to compare:
-/// inconclusive, logged). BFT only: CFT assumes disks that fail detectably.
+/// has caught up: every durable replica that restarts computes the digest a checkpoint of
+/// the state after the last instance decided (`cid`) would have — streamed into the hash,
+/// nothing written (`Action::DigestState`) — and compares it with its peers' votes
+/// (`StateVote`) and the checkpoints they offer at that instance. Checksums catch a torn or
+/// corrupted disk; this catches one whose wrong content passes them (a lying disk, a bug
+/// that wrote a wrong state): a replica whose recovered state f+1 peers contradict with one
+/// digest fetches theirs by state transfer (one of them is correct), instead of serving and
+/// checkpointing a wrong state; a confirmed replica orders at once and writes the fresh
+/// checkpoint meanwhile (`Action::CheckpointNow`), which is what a contradicted one fetches.
+/// After a restart of every replica all of them stand at the same instance and vote there; a
+/// replica restarting alone finds the others past it (nothing to compare: inconclusive,
+/// logged). BFT only: CFT assumes disks that fail detectably.
 #[derive(Debug)]
 struct Audit {
-    /// The instance the fresh checkpoint covers.
+    /// The instance voted on.
     cid: ConsensusId,
-    /// This replica's fresh checkpoint, once written.
+    /// This replica's digest of its state there, once computed.
     own: Option<Digest>,
     /// What each peer offered: its newest checkpoint and its next instance.
     offers: BTreeMap<ReplicaId, (Option<CheckpointInfo>, ConsensusId)>,
@@ -763,10 +784,10 @@ enum AuditVerdict {
     Inconclusive,
 }
 
-/// The audit gives up after this many request timeouts (a fresh checkpoint of a large state
-/// takes a while to write on every replica).
+/// The audit gives up after this many request timeouts (hashing a large state takes a while
+/// on every replica).
 const AUDIT_WAIT_TIMEOUTS: u64 = 5;
-/// Once this replica's fresh checkpoint is written, the peers' are awaited this many request
+/// Once this replica's digest is computed, the peers' votes are awaited this many request
 /// timeouts at most.
 const AUDIT_PEER_WAIT_TIMEOUTS: u64 = 2;
 
@@ -857,6 +878,7 @@ impl Replica {
             recovery: None,
             left: false,
             served: VecDeque::new(),
+            state_vote: None,
             fetch: None,
             installing_recent: Vec::new(),
             now_ms: 0,
@@ -1025,6 +1047,10 @@ impl Replica {
                 Ok(())
             }
             PeerInput::Transfer(t) => self.on_transfer(from, t),
+            PeerInput::StateVote { cid, digest } => {
+                self.on_state_vote(from, cid, digest);
+                Ok(())
+            }
             consensus => self.on_consensus_input(from, consensus),
         };
         self.settle();
@@ -2663,6 +2689,7 @@ impl Replica {
             retransmit_ms: self.now_ms + timeout / 2,
             audit: AuditStage::NotStarted,
             asked: BTreeSet::new(),
+            votes: BTreeMap::new(),
             repaired: false,
         });
         tracing::info!(next = %self.instance.cid, "start-up synchronisation: asking the others where they are");
@@ -2909,8 +2936,8 @@ impl Replica {
     }
 
     /// Whether the hash vote still holds the start-up synchronisation (see [`Audit`]). The
-    /// first time the synchronisation could end, it starts: a fresh checkpoint of the state
-    /// after the last instance decided (unless the newest checkpoint is already there).
+    /// first time the synchronisation could end, it starts: the digest of the state after the
+    /// last instance decided (the newest checkpoint's, if it is there).
     fn audit_pending(&mut self) -> bool {
         let audits = self.params.state_transfer
             && self.params.hash_vote
@@ -2951,19 +2978,19 @@ impl Replica {
                     query_ms: u64::MAX,
                     deadline_ms: now + AUDIT_WAIT_TIMEOUTS * timeout,
                 });
-                tracing::info!(%cid, "start-up synchronisation caught up: fresh checkpoint for the hash vote");
+                tracing::info!(%cid, "start-up synchronisation caught up: hashing the state for the hash vote");
                 match self.served.back().copied().filter(|c| c.cid == cid) {
-                    Some(held) => self.audit_own_checkpoint(held),
-                    None => self.actions.push_back(Action::CheckpointNow { cid }),
+                    Some(held) => self.audit_own_digest(cid, held.digest),
+                    None => self.actions.push_back(Action::DigestState { cid }),
                 }
             }
         }
         self.audit_progress()
     }
 
-    /// This replica's fresh checkpoint is written: it asks every peer for theirs, and answers
-    /// the peers that asked for its own before it was there.
-    fn audit_own_checkpoint(&mut self, info: CheckpointInfo) {
+    /// This replica's digest for the hash vote is known: it asks every peer for theirs, and
+    /// answers the peers that asked for its own before it was there.
+    fn audit_own_digest(&mut self, cid: ConsensusId, digest: Digest) {
         let timeout = self.params.request_timeout_ms.max(1);
         let (now, next) = (self.now_ms, self.instance.cid);
         let Some(Recovery {
@@ -2974,25 +3001,47 @@ impl Replica {
         else {
             return;
         };
-        if a.cid != info.cid || a.own.is_some() {
+        if a.cid != cid || a.own.is_some() {
             return;
         }
-        a.own = Some(info.digest);
+        a.own = Some(digest);
         a.query_ms = now + (timeout / 2).max(1);
-        // The peers write theirs at the same time: a peer not done within two timeouts of
+        // The peers hash theirs at the same time: a peer not done within two timeouts of
         // this one is not taking part (it did not restart, and sits at the same instance).
         a.deadline_ms = a.deadline_ms.min(now + AUDIT_PEER_WAIT_TIMEOUTS * timeout);
+        self.state_vote = Some((cid, digest));
         let asked = std::mem::take(asked);
         self.actions
             .push_back(Action::Broadcast(PeerMessage::StateQuery { next }));
         for to in asked {
+            self.answer_state_query(to);
+        }
+    }
+
+    /// The answer to a `StateQuery`: this replica's vote, if it has one (first, so that a
+    /// peer auditing it never reads the offer of a position past the vote without it), then
+    /// its newest checkpoint and position.
+    fn answer_state_query(&mut self, to: ReplicaId) {
+        if let Some((cid, digest)) = self.state_vote {
             self.actions.push_back(Action::Send {
                 to,
-                msg: PeerMessage::StateOffer {
-                    checkpoint: Some(info),
-                    next,
-                },
+                msg: PeerMessage::StateVote { cid, digest },
             });
+        }
+        self.actions.push_back(Action::Send {
+            to,
+            msg: PeerMessage::StateOffer {
+                checkpoint: self.served.back().copied(),
+                next: self.instance.cid,
+            },
+        });
+    }
+
+    /// A peer's vote in the hash vote: kept while this replica synchronises (ignored after).
+    fn on_state_vote(&mut self, from: ReplicaId, cid: ConsensusId, digest: Digest) {
+        if let Some(r) = self.recovery.as_mut() {
+            r.votes.insert(from, (cid, digest));
+            self.progress_recovery();
         }
     }
 
@@ -3012,7 +3061,7 @@ impl Replica {
             if now < a.deadline_ms {
                 return true;
             }
-            tracing::warn!(cid = %a.cid, "hash vote: this replica's fresh checkpoint was not written in time; ordering unaudited");
+            tracing::warn!(cid = %a.cid, "hash vote: this replica's state was not hashed in time; ordering unaudited");
             r.audit = AuditStage::Done;
             return false;
         };
@@ -3020,12 +3069,24 @@ impl Replica {
         let mut others: BTreeMap<Digest, usize> = BTreeMap::new();
         let mut open = Vec::new();
         for peer in self.params.members.iter().filter(|m| **m != me) {
-            match a.offers.get(peer) {
-                Some((Some(c), _)) if c.cid == a.cid && c.digest == own => matches += 1,
-                Some((Some(c), _)) if c.cid == a.cid => *others.entry(c.digest).or_default() += 1,
-                // Past the instance: it will not checkpoint there.
-                Some((Some(c), _)) if c.cid > a.cid => {}
-                Some((_, peer_next)) if *peer_next > next => {}
+            // A peer's vote there, or its checkpoint there (a peer that did not restart may
+            // have checkpointed that instance).
+            let offer = a.offers.get(peer);
+            let digest = r
+                .votes
+                .get(peer)
+                .filter(|(cid, _)| *cid == a.cid)
+                .map(|(_, d)| *d)
+                .or_else(|| match offer {
+                    Some((Some(c), _)) if c.cid == a.cid => Some(c.digest),
+                    _ => None,
+                });
+            match (digest, offer) {
+                (Some(d), _) if d == own => matches += 1,
+                (Some(d), _) => *others.entry(d).or_default() += 1,
+                // Past the instance: it will not vote there.
+                (None, Some((Some(c), _))) if c.cid > a.cid => {}
+                (None, Some((_, peer_next))) if *peer_next > next => {}
                 _ => open.push(*peer),
             }
         }
@@ -3052,10 +3113,15 @@ impl Replica {
             AuditVerdict::Confirmed => {
                 tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
                 r.audit = AuditStage::Done;
+                // DDS's fresh checkpoint, written while ordering goes on: a replica the vote
+                // contradicts fetches it.
+                if self.served.back().is_none_or(|c| c.cid < cid) {
+                    self.actions.push_back(Action::CheckpointNow { cid });
+                }
                 false
             }
             AuditVerdict::Inconclusive => {
-                tracing::info!(%cid, matches, "hash vote inconclusive (too few peers checkpointed at this instance: the others are past it)");
+                tracing::info!(%cid, matches, "hash vote inconclusive (too few peers voted at this instance: the others are past it)");
                 r.audit = AuditStage::Done;
                 false
             }
@@ -3063,6 +3129,7 @@ impl Replica {
                 tracing::warn!(%cid, matches, "hash vote: f+1 replicas hold another state at this instance; this replica's disk returned a wrong state: fetching theirs");
                 r.audit = AuditStage::Repairing;
                 self.stats.audits_contradicted += 1;
+                self.state_vote = None;
                 self.catch_up.state_transfer_signalled = true;
                 self.fetch = None;
                 self.start_fetch(false, true);
@@ -3221,8 +3288,7 @@ impl Replica {
     /// A durable checkpoint of this replica is written (the runtime reports each one): it is
     /// offered to replicas that need state from now on.
     /// A checkpoint of the same instance as the newest replaces it (a state repaired after
-    /// the hash vote, see [`Audit`]). Ends the wait for this replica's own fresh checkpoint
-    /// during the start-up synchronisation's hash vote.
+    /// the hash vote, see [`Audit`]).
     pub fn note_checkpoint(&mut self, info: CheckpointInfo) {
         match self.served.back_mut() {
             Some(c) if c.cid > info.cid => return,
@@ -3232,7 +3298,13 @@ impl Replica {
         while self.served.len() > 2 {
             self.served.pop_front();
         }
-        self.audit_own_checkpoint(info);
+        self.progress_recovery();
+    }
+
+    /// The runtime's answer to [`Action::DigestState`]: the digest a checkpoint of the state
+    /// after `cid` would have. It is this replica's vote in the hash vote (see [`Audit`]).
+    pub fn note_state_digest(&mut self, cid: ConsensusId, digest: Digest) {
+        self.audit_own_digest(cid, digest);
         self.progress_recovery();
     }
 
@@ -3342,13 +3414,7 @@ impl Replica {
                 if let Some(r) = self.recovery.as_mut() {
                     r.asked.insert(from);
                 }
-                self.actions.push_back(Action::Send {
-                    to: from,
-                    msg: PeerMessage::StateOffer {
-                        checkpoint: self.served.back().copied(),
-                        next: self.instance.cid,
-                    },
-                });
+                self.answer_state_query(from);
             }
             TransferInput::Offer { checkpoint, next } => {
                 let Some(fetch) = self.fetch.as_mut() else {

@@ -1481,6 +1481,7 @@ impl Cluster {
                 | Action::ReadLog { .. }
                 | Action::StoreChunk { .. }
                 | Action::CheckpointNow { .. }
+                | Action::DigestState { .. }
                 | Action::InstallState(_)) => {
                     panic!("state transfer action without durability: {a:?}")
                 }
@@ -2495,9 +2496,24 @@ fn offer_from(replica: &mut Replica, at: u64, from: u32, checkpoint: Option<(u64
         .unwrap();
 }
 
+/// Replica `from`'s vote in the hash vote, handled by `replica` at `at`: the digest (byte)
+/// of its state after instance `cid`.
+fn vote_from(replica: &mut Replica, at: u64, from: u32, cid: u64, digest: u8) {
+    replica
+        .handle_peer(
+            at,
+            r(from),
+            PeerInput::StateVote {
+                cid: ConsensusId(cid),
+                digest: Digest([digest; 32]),
+            },
+        )
+        .unwrap();
+}
+
 /// A durable BFT replica 3 restarted at instance 3 (its checkpoint of instance 0 and the log
-/// after it) whose peers are all at 3 too: it catches up, asks for a fresh checkpoint of
-/// instance 2 and, once that is written, for its peers' checkpoints.
+/// after it) whose peers are all at 3 too: it catches up, asks for the digest of its state
+/// after instance 2 (0xaa…) and, once it has it, for its peers' votes.
 fn audited_restart() -> Replica {
     let log = decided_run(3);
     let mut r3 = durable(Mode::Bft, 4, 3);
@@ -2514,12 +2530,12 @@ fn audited_restart() -> Replica {
     );
     assert_eq!(
         drain(&mut r3),
-        vec![Action::CheckpointNow {
+        vec![Action::DigestState {
             cid: ConsensusId(2)
         }]
     );
-    // A peer's query before the fresh checkpoint is answered with the old one, and the peer
-    // gets the fresh one once written.
+    // A peer's query before the digest is known is answered without a vote, and the peer
+    // gets the vote (before a new offer) once it is.
     r3.handle_peer(
         102,
         r(1),
@@ -2528,8 +2544,17 @@ fn audited_restart() -> Replica {
         }),
     )
     .unwrap();
-    drain(&mut r3);
-    r3.note_checkpoint(ckp_info(2, 0xaa));
+    assert_eq!(
+        drain(&mut r3),
+        vec![Action::Send {
+            to: r(1),
+            msg: PeerMessage::StateOffer {
+                checkpoint: Some(ckp_info(0, 0xee)),
+                next: ConsensusId(3)
+            }
+        }]
+    );
+    r3.note_state_digest(ConsensusId(2), Digest([0xaa; 32]));
     assert_eq!(
         drain(&mut r3),
         vec![
@@ -2538,8 +2563,15 @@ fn audited_restart() -> Replica {
             }),
             Action::Send {
                 to: r(1),
+                msg: PeerMessage::StateVote {
+                    cid: ConsensusId(2),
+                    digest: Digest([0xaa; 32])
+                }
+            },
+            Action::Send {
+                to: r(1),
                 msg: PeerMessage::StateOffer {
-                    checkpoint: Some(ckp_info(2, 0xaa)),
+                    checkpoint: Some(ckp_info(0, 0xee)),
                     next: ConsensusId(3)
                 }
             }
@@ -2548,17 +2580,41 @@ fn audited_restart() -> Replica {
     r3
 }
 
-/// f+1 peers hold the same state at the instance: confirmed, the replica orders.
+/// f+1 peers hold the same state at the instance (by their votes, or a checkpoint there):
+/// confirmed, the replica orders, and writes the fresh checkpoint meanwhile.
 #[test]
 fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
     let mut r3 = audited_restart();
     // One peer (possibly faulty) disagrees: not enough either way.
-    offer_from(&mut r3, 103, 0, Some((2, 0xbb)), 3);
-    offer_from(&mut r3, 103, 1, Some((2, 0xaa)), 3);
+    vote_from(&mut r3, 103, 0, 2, 0xbb);
+    vote_from(&mut r3, 103, 1, 2, 0xaa);
+    // A vote on another instance counts for nothing.
+    vote_from(&mut r3, 103, 2, 1, 0xaa);
     assert!(r3.is_recovering());
+    drain(&mut r3);
+    // Replica 2 did not restart, and checkpointed that instance.
     offer_from(&mut r3, 104, 2, Some((2, 0xaa)), 3);
     assert!(!r3.is_recovering());
     assert_eq!(r3.stats().audits_contradicted, 0);
+    assert!(drain(&mut r3).contains(&Action::CheckpointNow {
+        cid: ConsensusId(2)
+    }));
+    // It goes on answering with its vote (a peer restarted beside it may still vote).
+    r3.handle_peer(
+        105,
+        r(0),
+        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
+            next: ConsensusId(3),
+        }),
+    )
+    .unwrap();
+    assert!(drain(&mut r3).contains(&Action::Send {
+        to: r(0),
+        msg: PeerMessage::StateVote {
+            cid: ConsensusId(2),
+            digest: Digest([0xaa; 32])
+        }
+    }));
 }
 
 /// Peers past the instance (a replica restarting alone) will never checkpoint there: the
@@ -2568,7 +2624,7 @@ fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
     let mut r3 = audited_restart();
     offer_from(&mut r3, 103, 0, Some((0, 0xcc)), 9);
     offer_from(&mut r3, 103, 1, Some((1, 0xcc)), 3);
-    assert!(r3.is_recovering(), "replica 1 may still checkpoint there");
+    assert!(r3.is_recovering(), "replica 1 may still vote there");
     let due = r3.next_timeout_ms().unwrap();
     r3.handle_tick(due);
     let asked: Vec<Action> = drain(&mut r3)
@@ -2595,8 +2651,8 @@ fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
 #[test]
 fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     let mut r3 = audited_restart();
-    offer_from(&mut r3, 103, 0, Some((2, 0xbb)), 3);
-    offer_from(&mut r3, 103, 1, Some((2, 0xbb)), 3);
+    vote_from(&mut r3, 103, 0, 2, 0xbb);
+    vote_from(&mut r3, 103, 1, 2, 0xbb);
     assert!(r3.is_recovering());
     assert_eq!(r3.stats().audits_contradicted, 1);
     assert!(r3.is_fetching_state());
@@ -2606,8 +2662,39 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
             next: ConsensusId(3)
         })]
     );
+    // Its contradicted vote is no longer given.
+    r3.handle_peer(
+        104,
+        r(2),
+        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
+            next: ConsensusId(3),
+        }),
+    )
+    .unwrap();
+    assert!(!drain(&mut r3).iter().any(|a| matches!(
+        a,
+        Action::Send {
+            msg: PeerMessage::StateVote { .. },
+            ..
+        }
+    )));
+    // The peers' fresh checkpoints, written after their own votes confirmed their state:
+    // until they are there, nothing can be fetched.
     for from in [0, 1, 2] {
-        offer_from(&mut r3, 104, from, Some((2, 0xbb)), 3);
+        offer_from(&mut r3, 104, from, Some((0, 0xee)), 3);
+    }
+    assert!(!drain(&mut r3).iter().any(|a| matches!(
+        a,
+        Action::Send {
+            msg: PeerMessage::ChunkRequest { .. },
+            ..
+        }
+    )));
+    let due = r3.next_timeout_ms().unwrap();
+    r3.handle_tick(due);
+    drain(&mut r3);
+    for from in [0, 1, 2] {
+        offer_from(&mut r3, due + 1, from, Some((2, 0xbb)), 3);
     }
     let chunk = drain(&mut r3)
         .into_iter()
@@ -2690,7 +2777,7 @@ fn no_hash_vote_in_cft_or_before_anything_was_decided() {
     assert!(
         !drain(&mut c2)
             .iter()
-            .any(|a| matches!(a, Action::CheckpointNow { .. }))
+            .any(|a| matches!(a, Action::CheckpointNow { .. } | Action::DigestState { .. }))
     );
 }
 

@@ -822,9 +822,36 @@ impl DurableExec {
         self.checkpoint(cid, executor);
     }
 
-    /// `Action::CheckpointNow`: the fresh checkpoint of the start-up synchronisation's hash
-    /// vote, of the state after `cid` (the last instance executed), whatever the staggered
-    /// points say. Waits for a checkpoint still being written rather than skip this one.
+    /// `Action::DigestState`: the hash vote's digest of the state after `cid` (the last
+    /// instance executed), streamed into the hash (no copy, nothing written), for the core.
+    pub fn digest_state<S: Service>(&self, cid: u64, executor: &Executor<S>) {
+        if executor.executed_instances() != cid + 1 {
+            // Cannot happen: the core asks right after its last delivery, which this thread
+            // executed first. Without it the core's hash vote ends unaudited at its deadline.
+            warn!(
+                instance = cid,
+                executed = executor.executed_instances(),
+                "state digest asked for another instance than the last executed: skipped"
+            );
+            return;
+        }
+        let started = std::time::Instant::now();
+        let digest = executor.checkpoint_digest();
+        info!(
+            instance = cid,
+            ms = started.elapsed().as_millis() as u64,
+            "state hashed for the hash vote"
+        );
+        // An error: the consensus thread has stopped (the replica is stopping).
+        let _ = self.consensus_tx.send(ConsensusEvent::StateDigest {
+            cid: tagma_wire::ConsensusId(cid),
+            digest,
+        });
+    }
+
+    /// `Action::CheckpointNow`: the fresh checkpoint after the hash vote confirmed the state
+    /// after `cid` (the last instance executed), whatever the staggered points say. Waits
+    /// for a checkpoint still being written rather than skip this one.
     pub fn checkpoint_now<S: Service>(&self, cid: u64, executor: &Executor<S>) {
         if self.last_queued.get() == Some(cid) {
             // Taken at this replica's staggered point already: its report serves the vote.

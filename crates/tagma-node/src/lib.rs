@@ -147,6 +147,11 @@ enum ConsensusEvent {
     },
     /// A durable checkpoint was written (offered to replicas that need state).
     Checkpointed(tagma_wire::CheckpointInfo),
+    /// The digest of the state after an instance, for the hash vote (`Action::DigestState`).
+    StateDigest {
+        cid: tagma_wire::ConsensusId,
+        digest: tagma_wire::Digest,
+    },
     /// The storage thread synced the log while the leader's next proposal waited for it (the
     /// position itself is read from `Shared::durable_below`).
     Durable,
@@ -197,8 +202,12 @@ enum ExecEvent {
     Execute(RequestEnvelope),
     /// State transfer: validate and install a fetched state.
     Install(tagma_core::transfer::StateToInstall),
-    /// The start-up synchronisation's fresh checkpoint (`Action::CheckpointNow`).
+    /// The fresh checkpoint after a hash vote confirmed the state (`Action::CheckpointNow`).
     CheckpointNow {
+        cid: u64,
+    },
+    /// The start-up synchronisation's hash vote: the state's digest (`Action::DigestState`).
+    DigestState {
         cid: u64,
     },
 }
@@ -1203,6 +1212,10 @@ fn consensus_loop(
                 core.note_checkpoint(info);
                 Ok(())
             }
+            Ok(ConsensusEvent::StateDigest { cid, digest }) => {
+                core.note_state_digest(cid, digest);
+                Ok(())
+            }
             // Handled below, after every event.
             Ok(ConsensusEvent::Durable) => Ok(()),
             Ok(ConsensusEvent::Installed { outcome, log }) => {
@@ -1460,6 +1473,11 @@ fn carry_out_round(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool 
                     return false;
                 }
             }
+            Action::DigestState { cid } => {
+                if exec_tx.send(ExecEvent::DigestState { cid: cid.0 }).is_err() {
+                    return false;
+                }
+            }
             Action::InstallState(state) => {
                 // Through the transfer thread, after the chunks it is still writing.
                 if let Some(tx) = &links.transfer_tx
@@ -1567,6 +1585,11 @@ fn execution_loop<S: Service>(
             ExecEvent::CheckpointNow { cid } => {
                 if let Some(d) = durable.as_ref() {
                     d.checkpoint_now(cid, &executor);
+                }
+            }
+            ExecEvent::DigestState { cid } => {
+                if let Some(d) = durable.as_ref() {
+                    d.digest_state(cid, &executor);
                 }
             }
             ExecEvent::Install(state) => {

@@ -251,12 +251,29 @@ impl Byzantine {
     ) -> Vec<(ReplicaId, PeerMessage)> {
         let all = |m: PeerMessage| dests.iter().map(|&d| (d, m.clone())).collect::<Vec<_>>();
         match msg {
-            PeerMessage::StateOffer { next, .. }
-                if self.has(Behaviour::LyingState) && self.state_lie.is_some() =>
-            {
+            PeerMessage::StateOffer { checkpoint, next } if self.has(Behaviour::LyingState) => {
                 bump(exercised, Behaviour::LyingState);
-                let checkpoint = self.state_lie.as_ref().map(|(info, _)| *info);
-                all(PeerMessage::StateOffer { checkpoint, next })
+                let checkpoint = self
+                    .state_lie
+                    .as_ref()
+                    .map_or(checkpoint, |(info, _)| Some(*info));
+                // And a hash vote for a state nobody holds, at the instance a peer restarted
+                // beside it votes on (at most f such votes: never a verdict).
+                let vote = next.0.checked_sub(1).map(|cid| PeerMessage::StateVote {
+                    cid: tagma_wire::ConsensusId(cid),
+                    digest: tagma_wire::Digest([0x1e; 32]),
+                });
+                vote.into_iter()
+                    .chain([PeerMessage::StateOffer { checkpoint, next }])
+                    .flat_map(all)
+                    .collect()
+            }
+            PeerMessage::StateVote { cid, .. } if self.has(Behaviour::LyingState) => {
+                bump(exercised, Behaviour::LyingState);
+                all(PeerMessage::StateVote {
+                    cid,
+                    digest: tagma_wire::Digest([0x1e; 32]),
+                })
             }
             PeerMessage::Propose(p)
                 if self.has(Behaviour::Equivocate) && dests.len() >= 2 && rng.chance(0.7) =>

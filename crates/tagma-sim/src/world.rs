@@ -1132,9 +1132,22 @@ impl World {
                 incoming.extend_from_slice(&data);
             }
             Action::InstallState(state) => self.install_state(r, state),
+            Action::DigestState { cid } => {
+                // The hash vote's digest of the recovered state (computed at once).
+                let digest = {
+                    let node = &self.nodes[r];
+                    debug_assert_eq!(node.delivered, cid.0 + 1, "the last instance delivered");
+                    node.exec.checkpoint_digest()
+                };
+                self.count("state_digests");
+                self.replica_input(r, |core, _| {
+                    core.note_state_digest(cid, digest);
+                    Ok(())
+                });
+            }
             Action::CheckpointNow { cid } => {
-                // The fresh checkpoint of the start-up synchronisation's hash vote, written
-                // with the next sync (as the node's checkpoint thread waits for the log).
+                // The fresh checkpoint after the hash vote confirmed the state, written with
+                // the next sync (as the node's checkpoint thread waits for the log).
                 let node = &mut self.nodes[r];
                 debug_assert_eq!(node.delivered, cid.0 + 1, "the last instance delivered");
                 let state = node.exec.checkpoint();
@@ -2234,6 +2247,7 @@ fn message_counter(msg: &PeerMessage) -> &'static str {
         PeerMessage::LogEntry(_) => "received_log_entry",
         PeerMessage::ViewQuery => "received_view_query",
         PeerMessage::ViewInfo(_) => "received_view_info",
+        PeerMessage::StateVote { .. } => "received_state_vote",
     }
 }
 
@@ -2288,6 +2302,7 @@ fn describe(msg: &PeerMessage) -> String {
         PeerMessage::LogEntry(d) => format!("LOG_ENTRY cid {}", d.cid),
         PeerMessage::ViewQuery => "VIEW_QUERY".into(),
         PeerMessage::ViewInfo(h) => format!("VIEW_INFO {} changes", h.len()),
+        PeerMessage::StateVote { cid, digest } => format!("STATE_VOTE cid {cid} digest {digest:?}"),
     }
 }
 

@@ -73,6 +73,7 @@
 //! | `PeerMessage::LogEntry` | 16 | `DecidedInstance` |
 //! | `PeerMessage::ViewQuery` | 17 | (nothing) |
 //! | `PeerMessage::ViewInfo` | 18 | count `u32`, count × `ViewChange` |
+//! | `PeerMessage::StateVote` | 19 | cid `u64`, digest 32 bytes |
 //! | `ClientMessage::Request` | 1 | `RequestEnvelope` |
 //! | `ClientMessage::StateQuery` | 2 | nonce `u64` |
 //! | `ClientMessage::ViewQuery` | 3 | (nothing) |
@@ -180,6 +181,7 @@ const PEER_LOG_REQUEST: u8 = 15;
 const PEER_LOG_ENTRY: u8 = 16;
 const PEER_VIEW_QUERY: u8 = 17;
 const PEER_VIEW_INFO: u8 = 18;
+const PEER_STATE_VOTE: u8 = 19;
 
 const CLIENT_REQUEST: u8 = 1;
 const CLIENT_STATE_QUERY: u8 = 2;
@@ -1245,6 +1247,11 @@ impl Encode for PeerMessage {
                 put_header(out, PEER_VIEW_INFO);
                 put_view_history(out, history);
             }
+            PeerMessage::StateVote { cid, digest } => {
+                put_header(out, PEER_STATE_VOTE);
+                out.put_u64_le(cid.0);
+                out.put_slice(&digest.0);
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -1270,6 +1277,7 @@ impl Encode for PeerMessage {
                 PeerMessage::LogEntry(decided) => decided_len(decided),
                 PeerMessage::ViewQuery => 0,
                 PeerMessage::ViewInfo(history) => view_history_len(history),
+                PeerMessage::StateVote { .. } => 8 + 32,
             }
     }
 }
@@ -1343,6 +1351,10 @@ impl Decode for PeerMessage {
             PEER_LOG_ENTRY => Ok(PeerMessage::LogEntry(read_decided(r)?)),
             PEER_VIEW_QUERY => Ok(PeerMessage::ViewQuery),
             PEER_VIEW_INFO => Ok(PeerMessage::ViewInfo(read_view_history(r)?)),
+            PEER_STATE_VOTE => Ok(PeerMessage::StateVote {
+                cid: ConsensusId(r.u64()?),
+                digest: Digest(r.array()?),
+            }),
             tag => Err(WireError::UnknownTag {
                 what: "peer message",
                 tag,

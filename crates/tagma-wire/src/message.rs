@@ -264,6 +264,13 @@ pub enum PeerMessage {
         checkpoint: Option<CheckpointInfo>,
         next: ConsensusId,
     },
+    /// The hash vote after a restart (SPEC §5, DDS's REINIT): the digest the sender's
+    /// checkpoint of the state after instance `cid` would have (computed, not written).
+    /// Sent with the answer to a `StateQuery`, before the `StateOffer`.
+    StateVote {
+        cid: ConsensusId,
+        digest: Digest,
+    },
     /// "Send me `len` bytes at `offset` of your checkpoint of instance `cid`."
     ChunkRequest {
         cid: ConsensusId,

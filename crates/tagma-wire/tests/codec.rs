@@ -469,7 +469,7 @@ fn wrong_version_is_rejected() {
 #[test]
 fn unknown_message_tags_are_rejected() {
     for (name, bytes, decode) in all_top_level() {
-        for tag in [0u8, 19, 0x80, 0xff] {
+        for tag in [0u8, 20, 0x80, 0xff] {
             let r = decode(&with_byte(&bytes, 1, tag));
             assert!(
                 matches!(r, Err(WireError::UnknownTag { tag: t, .. }) if t == tag),
@@ -764,6 +764,10 @@ fn arb_peer() -> impl Strategy<Value = PeerMessage> {
                 }),
                 next: ConsensusId(next),
             }),
+        (any::<u64>(), any::<[u8; 32]>()).prop_map(|(cid, digest)| PeerMessage::StateVote {
+            cid: ConsensusId(cid),
+            digest: Digest(digest),
+        }),
         (any::<u64>(), any::<u64>(), any::<u32>()).prop_map(|(cid, offset, len)| {
             PeerMessage::ChunkRequest {
                 cid: ConsensusId(cid),

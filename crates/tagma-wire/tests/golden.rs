@@ -40,6 +40,8 @@ const PEER_DECISION_REQUEST: &str = "01 08 0500000000000000";
 const PEER_POSITION: &str = "01 0a 0500000000000000 01";
 const PEER_STATE_QUERY: &str = "01 0b 0900000000000000";
 const PEER_STATE_OFFER: &str = "01 0c 01 0700000000000000 0300000000000000 cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd 0c00000000000000";
+const PEER_STATE_VOTE: &str =
+    "01 13 0700000000000000 cdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcdcd";
 const PEER_CHUNK_REQUEST: &str = "01 0d 0700000000000000 0010000000000000 00040000";
 const PEER_CHUNK: &str = "01 0e 0700000000000000 0200000000000000 03000000 78797a";
 const PEER_LOG_REQUEST: &str = "01 0f 0800000000000000 40000000";
@@ -174,6 +176,7 @@ fn golden_peer() {
     golden("position", &find(p(), "position"), PEER_POSITION);
     golden("state_query", &find(p(), "state_query"), PEER_STATE_QUERY);
     golden("state_offer", &find(p(), "state_offer"), PEER_STATE_OFFER);
+    golden("state_vote", &find(p(), "state_vote"), PEER_STATE_VOTE);
     golden(
         "chunk_request",
         &find(p(), "chunk_request"),

@@ -234,6 +234,13 @@ pub fn peer_messages() -> Vec<(&'static str, PeerMessage)> {
             },
         ),
         (
+            "state_vote",
+            PeerMessage::StateVote {
+                cid: ConsensusId(7),
+                digest: Digest([0xcd; 32]),
+            },
+        ),
+        (
             "state_offer_empty",
             PeerMessage::StateOffer {
                 checkpoint: None,
