@@ -3365,6 +3365,15 @@ impl Replica {
                     self.last_decided_timestamp_ms =
                         self.last_decided_timestamp_ms.max(timestamp_ms);
                     self.clients.install_sessions(&sessions);
+                    // A state fetched while synchronising did not come from this replica's
+                    // disk, and f+1 digests vouched for it: there is nothing for the hash
+                    // vote to check (it would only hold ordering while the others move on).
+                    if let Some(r) = self.recovery.as_mut()
+                        && matches!(r.audit, AuditStage::NotStarted | AuditStage::Running(_))
+                    {
+                        tracing::info!(%last, "state fetched while synchronising: no hash vote");
+                        r.audit = AuditStage::Done;
+                    }
                 }
                 if let Some(view) = view {
                     // The state may end in a later view than this replica ordered in.

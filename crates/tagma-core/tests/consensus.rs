@@ -2797,3 +2797,68 @@ fn no_decision_is_committed_while_the_hash_vote_runs() {
             .any(|a| matches!(a, Action::Deliver(_)))
     );
 }
+
+/// A replica that fetches its state by state transfer while it synchronises (the others are
+/// too far ahead) holds a state f+1 digests vouched for, not its disk's: no hash vote.
+#[test]
+fn a_state_fetched_while_synchronising_is_not_voted_on() {
+    let log = decided_run(3);
+    let mut r3 = durable(Mode::Bft, 4, 3);
+    r3.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
+    r3.note_checkpoint(ckp_info(0, 0xee));
+    r3.start_recovery(100);
+    drain(&mut r3);
+    for from in [0, 1, 2] {
+        r3.handle_peer(101, r(from), position(500, true)).unwrap();
+    }
+    assert!(
+        r3.is_fetching_state(),
+        "500 is too far ahead for decision forwarding"
+    );
+    for from in [0, 1, 2] {
+        offer_from(&mut r3, 102, from, Some((499, 0xbb)), 500);
+    }
+    let chunk = drain(&mut r3)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::Send {
+                to,
+                msg: PeerMessage::ChunkRequest { .. },
+            } => Some(to),
+            _ => None,
+        })
+        .expect("the checkpoint is fetched");
+    r3.handle_peer(
+        103,
+        chunk,
+        PeerInput::Transfer(tagma_core::transfer::TransferInput::Chunk {
+            cid: ConsensusId(499),
+            offset: 0,
+            data: Bytes::from_static(&[7; 16]),
+        }),
+    )
+    .unwrap();
+    let install = drain(&mut r3)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::InstallState(s) => Some(s),
+            _ => None,
+        })
+        .expect("the fetched state is installed");
+    assert!(!install.repair);
+    r3.state_installed(
+        104,
+        tagma_core::transfer::InstallOutcome::Installed {
+            last: ConsensusId(499),
+            timestamp_ms: 2,
+            sessions: vec![(ClientId(9), RequestSeq(3))],
+            view: None,
+        },
+    );
+    assert!(!r3.is_recovering(), "ordering at once");
+    assert!(
+        !drain(&mut r3)
+            .iter()
+            .any(|a| matches!(a, Action::DigestState { .. } | Action::CheckpointNow { .. }))
+    );
+}
