@@ -381,11 +381,10 @@ pub enum Action {
     /// the last one delivered — would have, without writing it, and report it with
     /// [`Replica::note_state_digest`].
     DigestState { cid: ConsensusId },
-    /// Durable replicas whose recovered state the hash vote confirmed (DDS's fresh
-    /// checkpoint everywhere): checkpoint the state after instance `cid` — the last one
-    /// delivered — now, whatever the staggered points say, and report it with
-    /// [`Replica::note_checkpoint`] once it is durable. A replica the vote contradicted
-    /// repairs its state from these.
+    /// Durable replicas whose recovered state the hash vote confirmed, once a peer's vote
+    /// contradicted it (DDS's fresh checkpoint, for that peer's repair): checkpoint the state
+    /// after instance `cid` — the last one delivered — now, whatever the staggered points
+    /// say, and report it with [`Replica::note_checkpoint`] once it is durable.
     CheckpointNow { cid: ConsensusId },
 }
 
@@ -703,6 +702,9 @@ pub struct Replica {
     /// its state after that instance, sent to the peers that query it. Dropped when the vote
     /// contradicted it.
     state_vote: Option<(ConsensusId, Digest)>,
+    /// The hash vote confirmed this replica's state after this instance; `true` once the
+    /// fresh checkpoint a peer the vote contradicted repairs from was asked for.
+    confirmed_vote: Option<(ConsensusId, bool)>,
     /// State transfer in progress.
     fetch: Option<Fetch>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
@@ -743,8 +745,9 @@ struct Recovery {
 /// corrupted disk; this catches one whose wrong content passes them (a lying disk, a bug
 /// that wrote a wrong state): a replica whose recovered state f+1 peers contradict with one
 /// digest fetches theirs by state transfer (one of them is correct), instead of serving and
-/// checkpointing a wrong state; a confirmed replica orders at once and writes the fresh
-/// checkpoint meanwhile (`Action::CheckpointNow`), which is what a contradicted one fetches.
+/// checkpointing a wrong state; a confirmed replica orders at once and, if a peer's vote
+/// contradicted it, writes DDS's fresh checkpoint meanwhile (`Action::CheckpointNow`), which
+/// is what that peer fetches.
 /// After a restart of every replica all of them stand at the same instance and vote there; a
 /// replica restarting alone finds the others past it (nothing to compare: inconclusive,
 /// logged). BFT only: CFT assumes disks that fail detectably.
@@ -879,6 +882,7 @@ impl Replica {
             left: false,
             served: VecDeque::new(),
             state_vote: None,
+            confirmed_vote: None,
             fetch: None,
             installing_recent: Vec::new(),
             now_ms: 0,
@@ -3037,12 +3041,44 @@ impl Replica {
         });
     }
 
-    /// A peer's vote in the hash vote: kept while this replica synchronises (ignored after).
+    /// A peer's vote in the hash vote: kept while this replica synchronises. One that
+    /// contradicts this replica's confirmed state (also after the synchronisation) asks for
+    /// the fresh checkpoint that peer will repair from.
     fn on_state_vote(&mut self, from: ReplicaId, cid: ConsensusId, digest: Digest) {
+        if self
+            .state_vote
+            .is_some_and(|(own_cid, own)| own_cid == cid && own != digest)
+        {
+            self.fresh_checkpoint_for_repair(from);
+        }
         if let Some(r) = self.recovery.as_mut() {
             r.votes.insert(from, (cid, digest));
             self.progress_recovery();
         }
+    }
+
+    /// DDS's fresh checkpoint after the hash vote, taken only when a peer needs it: once this
+    /// replica's vote is confirmed and a peer's vote contradicts it (that peer fetches the
+    /// state from f+1 replicas' checkpoints at or past the vote's instance). Once per vote;
+    /// not when a checkpoint at or past that instance is already offered. Without a
+    /// contradiction each replica's own checkpoint and log already hold its state.
+    fn fresh_checkpoint_for_repair(&mut self, peer: ReplicaId) {
+        let Some((cid, asked)) = self.confirmed_vote.as_mut() else {
+            return;
+        };
+        if *asked {
+            return;
+        }
+        *asked = true;
+        let cid = *cid;
+        if self.served.back().is_some_and(|c| c.cid >= cid) {
+            return;
+        }
+        let Some(last) = self.last_decided else {
+            return;
+        };
+        tracing::info!(%peer, vote = %cid, checkpoint = %last, "a peer's hash vote contradicts this replica's confirmed state: fresh checkpoint for its repair");
+        self.actions.push_back(Action::CheckpointNow { cid: last });
     }
 
     /// Weighs the offers (see [`Audit`]); true while the audit goes on. A contradicted state
@@ -3113,10 +3149,14 @@ impl Replica {
             AuditVerdict::Confirmed => {
                 tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
                 r.audit = AuditStage::Done;
-                // DDS's fresh checkpoint, written while ordering goes on: a replica the vote
-                // contradicts fetches it.
-                if self.served.back().is_none_or(|c| c.cid < cid) {
-                    self.actions.push_back(Action::CheckpointNow { cid });
+                let contradicted_by = r
+                    .votes
+                    .iter()
+                    .find(|(_, (c, d))| *c == cid && *d != own)
+                    .map(|(peer, _)| *peer);
+                self.confirmed_vote = Some((cid, false));
+                if let Some(peer) = contradicted_by {
+                    self.fresh_checkpoint_for_repair(peer);
                 }
                 false
             }
@@ -3129,6 +3169,13 @@ impl Replica {
                 tracing::warn!(%cid, matches, "hash vote: f+1 replicas hold another state at this instance; this replica's disk returned a wrong state: fetching theirs");
                 r.audit = AuditStage::Repairing;
                 self.stats.audits_contradicted += 1;
+                // The peers learn of it (they answered its query, so the links are up): the
+                // confirmed ones write the fresh checkpoint it repairs from.
+                self.actions
+                    .push_back(Action::Broadcast(PeerMessage::StateVote {
+                        cid,
+                        digest: own,
+                    }));
                 self.state_vote = None;
                 self.catch_up.state_transfer_signalled = true;
                 self.fetch = None;

@@ -2581,7 +2581,8 @@ fn audited_restart() -> Replica {
 }
 
 /// f+1 peers hold the same state at the instance (by their votes, or a checkpoint there):
-/// confirmed, the replica orders, and writes the fresh checkpoint meanwhile.
+/// confirmed, the replica orders; a peer voted for another state, so it writes the fresh
+/// checkpoint that peer will repair from meanwhile.
 #[test]
 fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
     let mut r3 = audited_restart();
@@ -2658,9 +2659,16 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     assert!(r3.is_fetching_state());
     assert_eq!(
         drain(&mut r3),
-        vec![Action::Broadcast(PeerMessage::StateQuery {
-            next: ConsensusId(3)
-        })]
+        vec![
+            // Its vote goes to every peer: the confirmed ones write the checkpoint it fetches.
+            Action::Broadcast(PeerMessage::StateVote {
+                cid: ConsensusId(2),
+                digest: Digest([0xaa; 32])
+            }),
+            Action::Broadcast(PeerMessage::StateQuery {
+                next: ConsensusId(3)
+            })
+        ]
     );
     // Its contradicted vote is no longer given.
     r3.handle_peer(
@@ -2861,4 +2869,37 @@ fn a_state_fetched_while_synchronising_is_not_voted_on() {
             .iter()
             .any(|a| matches!(a, Action::DigestState { .. } | Action::CheckpointNow { .. }))
     );
+}
+
+/// Without a contradicting vote no fresh checkpoint is written (each replica's own checkpoint
+/// and log hold its state); a contradicting vote that arrives after the vote ended asks for
+/// one at the current position, once.
+#[test]
+fn the_fresh_checkpoint_is_written_only_for_a_peer_the_vote_contradicts() {
+    let mut r3 = audited_restart();
+    vote_from(&mut r3, 103, 0, 2, 0xaa);
+    vote_from(&mut r3, 103, 1, 2, 0xaa);
+    assert!(!r3.is_recovering());
+    assert!(
+        !drain(&mut r3)
+            .iter()
+            .any(|a| matches!(a, Action::CheckpointNow { .. }))
+    );
+    // A vote on another instance, or for the same state: nothing.
+    vote_from(&mut r3, 104, 2, 1, 0xbb);
+    vote_from(&mut r3, 104, 2, 2, 0xaa);
+    assert!(
+        !drain(&mut r3)
+            .iter()
+            .any(|a| matches!(a, Action::CheckpointNow { .. }))
+    );
+    vote_from(&mut r3, 105, 2, 2, 0xbb);
+    assert_eq!(
+        drain(&mut r3),
+        vec![Action::CheckpointNow {
+            cid: ConsensusId(2)
+        }]
+    );
+    vote_from(&mut r3, 106, 0, 2, 0xbb);
+    assert!(drain(&mut r3).is_empty(), "once per vote");
 }
