@@ -2496,6 +2496,41 @@ fn offer_from(replica: &mut Replica, at: u64, from: u32, checkpoint: Option<(u64
         .unwrap();
 }
 
+/// The one 16-byte chunk of checkpoint `cid` from `from`, completing a fetch: what the
+/// replica hands over to install.
+fn deliver_checkpoint(
+    replica: &mut Replica,
+    at: u64,
+    from: ReplicaId,
+    cid: u64,
+) -> tagma_core::transfer::StateToInstall {
+    replica
+        .handle_peer(
+            at,
+            from,
+            PeerInput::Transfer(tagma_core::transfer::TransferInput::Chunk {
+                cid: ConsensusId(cid),
+                offset: 0,
+                data: Bytes::from_static(&[7; 16]),
+            }),
+        )
+        .unwrap();
+    drain(replica)
+        .into_iter()
+        .find_map(|a| match a {
+            Action::InstallState(s) => Some(s),
+            _ => None,
+        })
+        .expect("the fetched state is handed over to install")
+}
+
+/// Whether the replica asked (since the last drain) for its state's digest or a checkpoint.
+fn hashes_or_checkpoints(replica: &mut Replica) -> bool {
+    drain(replica)
+        .iter()
+        .any(|a| matches!(a, Action::CheckpointNow { .. } | Action::DigestState { .. }))
+}
+
 /// Replica `from`'s vote in the hash vote, handled by `replica` at `at`: the digest (byte)
 /// of its state after instance `cid`.
 fn vote_from(replica: &mut Replica, at: u64, from: u32, cid: u64, digest: u8) {
@@ -2512,9 +2547,8 @@ fn vote_from(replica: &mut Replica, at: u64, from: u32, cid: u64, digest: u8) {
 }
 
 /// A durable BFT replica 3 restarted at instance 3 (its checkpoint of instance 0 and the log
-/// after it) whose peers are all at 3 too: it catches up, asks for the digest of its state
-/// after instance 2 (0xaa…) and, once it has it, for its peers' votes.
-fn audited_restart() -> Replica {
+/// after it), once its peers told it their position `next`.
+fn restarted_at_3_with_peers_at(next: u64) -> Replica {
     let log = decided_run(3);
     let mut r3 = durable(Mode::Bft, 4, 3);
     r3.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
@@ -2522,8 +2556,16 @@ fn audited_restart() -> Replica {
     r3.start_recovery(100);
     drain(&mut r3);
     for from in [0, 1, 2] {
-        r3.handle_peer(101, r(from), position(3, true)).unwrap();
+        r3.handle_peer(101, r(from), position(next, true)).unwrap();
     }
+    r3
+}
+
+/// A durable BFT replica 3 restarted at instance 3 (its checkpoint of instance 0 and the log
+/// after it) whose peers are all at 3 too: it catches up, asks for the digest of its state
+/// after instance 2 (0xaa…) and, once it has it, for its peers' votes.
+fn audited_restart() -> Replica {
+    let mut r3 = restarted_at_3_with_peers_at(3);
     assert!(
         r3.is_recovering(),
         "the hash vote holds the synchronisation"
@@ -2715,23 +2757,7 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
         })
         .expect("the checkpoint is fetched from a source");
     assert_eq!((chunk.1, chunk.2, chunk.3), (ConsensusId(2), 0, 16));
-    r3.handle_peer(
-        105,
-        chunk.0,
-        PeerInput::Transfer(tagma_core::transfer::TransferInput::Chunk {
-            cid: ConsensusId(2),
-            offset: 0,
-            data: Bytes::from_static(&[7; 16]),
-        }),
-    )
-    .unwrap();
-    let install = drain(&mut r3)
-        .into_iter()
-        .find_map(|a| match a {
-            Action::InstallState(s) => Some(s),
-            _ => None,
-        })
-        .expect("the state at this replica's own position is installed");
+    let install = deliver_checkpoint(&mut r3, 105, chunk.0, 2);
     assert!(install.repair);
     assert_eq!(install.target(), ConsensusId(2));
     assert_eq!(install.matches_needed, 2);
@@ -2782,11 +2808,7 @@ fn no_hash_vote_in_cft_or_before_anything_was_decided() {
         c2.handle_peer(1, r(from), position(3, true)).unwrap();
     }
     assert!(!c2.is_recovering());
-    assert!(
-        !drain(&mut c2)
-            .iter()
-            .any(|a| matches!(a, Action::CheckpointNow { .. } | Action::DigestState { .. }))
-    );
+    assert!(!hashes_or_checkpoints(&mut c2));
 }
 
 /// While the vote runs, decisions are not committed (the vote is on the state at its
@@ -2810,15 +2832,7 @@ fn no_decision_is_committed_while_the_hash_vote_runs() {
 /// too far ahead) holds a state f+1 digests vouched for, not its disk's: no hash vote.
 #[test]
 fn a_state_fetched_while_synchronising_is_not_voted_on() {
-    let log = decided_run(3);
-    let mut r3 = durable(Mode::Bft, 4, 3);
-    r3.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
-    r3.note_checkpoint(ckp_info(0, 0xee));
-    r3.start_recovery(100);
-    drain(&mut r3);
-    for from in [0, 1, 2] {
-        r3.handle_peer(101, r(from), position(500, true)).unwrap();
-    }
+    let mut r3 = restarted_at_3_with_peers_at(500);
     assert!(
         r3.is_fetching_state(),
         "500 is too far ahead for decision forwarding"
@@ -2836,23 +2850,7 @@ fn a_state_fetched_while_synchronising_is_not_voted_on() {
             _ => None,
         })
         .expect("the checkpoint is fetched");
-    r3.handle_peer(
-        103,
-        chunk,
-        PeerInput::Transfer(tagma_core::transfer::TransferInput::Chunk {
-            cid: ConsensusId(499),
-            offset: 0,
-            data: Bytes::from_static(&[7; 16]),
-        }),
-    )
-    .unwrap();
-    let install = drain(&mut r3)
-        .into_iter()
-        .find_map(|a| match a {
-            Action::InstallState(s) => Some(s),
-            _ => None,
-        })
-        .expect("the fetched state is installed");
+    let install = deliver_checkpoint(&mut r3, 103, chunk, 499);
     assert!(!install.repair);
     r3.state_installed(
         104,
@@ -2864,11 +2862,7 @@ fn a_state_fetched_while_synchronising_is_not_voted_on() {
         },
     );
     assert!(!r3.is_recovering(), "ordering at once");
-    assert!(
-        !drain(&mut r3)
-            .iter()
-            .any(|a| matches!(a, Action::DigestState { .. } | Action::CheckpointNow { .. }))
-    );
+    assert!(!hashes_or_checkpoints(&mut r3));
 }
 
 /// Without a contradicting vote no fresh checkpoint is written (each replica's own checkpoint
@@ -2880,19 +2874,11 @@ fn the_fresh_checkpoint_is_written_only_for_a_peer_the_vote_contradicts() {
     vote_from(&mut r3, 103, 0, 2, 0xaa);
     vote_from(&mut r3, 103, 1, 2, 0xaa);
     assert!(!r3.is_recovering());
-    assert!(
-        !drain(&mut r3)
-            .iter()
-            .any(|a| matches!(a, Action::CheckpointNow { .. }))
-    );
+    assert!(!hashes_or_checkpoints(&mut r3));
     // A vote on another instance, or for the same state: nothing.
     vote_from(&mut r3, 104, 2, 1, 0xbb);
     vote_from(&mut r3, 104, 2, 2, 0xaa);
-    assert!(
-        !drain(&mut r3)
-            .iter()
-            .any(|a| matches!(a, Action::CheckpointNow { .. }))
-    );
+    assert!(!hashes_or_checkpoints(&mut r3));
     vote_from(&mut r3, 105, 2, 2, 0xbb);
     assert_eq!(
         drain(&mut r3),
