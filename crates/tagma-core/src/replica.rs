@@ -381,10 +381,11 @@ pub enum Action {
     /// the last one delivered — would have, without writing it, and report it with
     /// [`Replica::note_state_digest`].
     DigestState { cid: ConsensusId },
-    /// Durable replicas whose recovered state the hash vote confirmed, once a peer's vote
-    /// contradicted it (DDS's fresh checkpoint, for that peer's repair): checkpoint the state
-    /// after instance `cid` — the last one delivered — now, whatever the staggered points
-    /// say, and report it with [`Replica::note_checkpoint`] once it is durable.
+    /// Durable replicas whose vote in the hash vote stands, once a peer's vote contradicted
+    /// it (DDS's fresh checkpoint, for that peer's repair): checkpoint the state after
+    /// instance `cid` — the last one delivered, or a later one if the runtime executed more
+    /// meanwhile — now, whatever the staggered points say, and report it with
+    /// [`Replica::note_checkpoint`] once it is durable.
     CheckpointNow { cid: ConsensusId },
 }
 
@@ -702,9 +703,13 @@ pub struct Replica {
     /// its state after that instance, sent to the peers that query it. Dropped when the vote
     /// contradicted it.
     state_vote: Option<(ConsensusId, Digest)>,
-    /// The hash vote confirmed this replica's state after this instance; `true` once the
-    /// fresh checkpoint a peer the vote contradicted repairs from was asked for.
+    /// This replica's vote stands (the hash vote on its state after this instance was
+    /// confirmed, or inconclusive); `true` once the fresh checkpoint a peer the vote
+    /// contradicted repairs from was asked for.
     confirmed_vote: Option<(ConsensusId, bool)>,
+    /// This replica's vote the hash vote contradicted: sent again with each query of its
+    /// repair fetch (a peer that missed it would not write the checkpoint it fetches).
+    contradicted_vote: Option<(ConsensusId, Digest)>,
     /// State transfer in progress.
     fetch: Option<Fetch>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
@@ -776,7 +781,7 @@ enum AuditStage {
     Done,
 }
 
-/// What the offers say about this replica's fresh checkpoint.
+/// What the peers' votes (and checkpoints) say about this replica's digest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum AuditVerdict {
     /// f+1 peers hold the same state: one of them is correct.
@@ -883,6 +888,7 @@ impl Replica {
             served: VecDeque::new(),
             state_vote: None,
             confirmed_vote: None,
+            contradicted_vote: None,
             fetch: None,
             installing_recent: Vec::new(),
             now_ms: 0,
@@ -2896,6 +2902,7 @@ impl Replica {
             // checkpoint there, and this replica must catch up.
             tracing::info!(cid = %a.cid, "hash vote inconclusive: the others moved past its instance");
             r.audit = AuditStage::Done;
+            self.state_vote = None;
         }
         let Some(r) = &self.recovery else {
             return;
@@ -3163,20 +3170,27 @@ impl Replica {
             AuditVerdict::Inconclusive => {
                 tracing::info!(%cid, matches, "hash vote inconclusive (too few peers voted at this instance: the others are past it)");
                 r.audit = AuditStage::Done;
+                // Its vote stands: f+1 peers that outvote another one may each end
+                // inconclusive, and that one repairs from their fresh checkpoints.
+                let contradicted_by = r
+                    .votes
+                    .iter()
+                    .find(|(_, (c, d))| *c == cid && *d != own)
+                    .map(|(peer, _)| *peer);
+                self.confirmed_vote = Some((cid, false));
+                if let Some(peer) = contradicted_by {
+                    self.fresh_checkpoint_for_repair(peer);
+                }
                 false
             }
             AuditVerdict::Contradicted => {
                 tracing::warn!(%cid, matches, "hash vote: f+1 replicas hold another state at this instance; this replica's disk returned a wrong state: fetching theirs");
                 r.audit = AuditStage::Repairing;
                 self.stats.audits_contradicted += 1;
-                // The peers learn of it (they answered its query, so the links are up): the
-                // confirmed ones write the fresh checkpoint it repairs from.
-                self.actions
-                    .push_back(Action::Broadcast(PeerMessage::StateVote {
-                        cid,
-                        digest: own,
-                    }));
+                // The peers learn of it with every query of the repair fetch (`fetch_actions`):
+                // those whose vote stands write the fresh checkpoint it repairs from.
                 self.state_vote = None;
+                self.contradicted_vote = Some((cid, own));
                 self.catch_up.state_transfer_signalled = true;
                 self.fetch = None;
                 self.start_fetch(false, true);
@@ -3420,6 +3434,7 @@ impl Replica {
                     {
                         tracing::info!(%last, "state fetched while synchronising: no hash vote");
                         r.audit = AuditStage::Done;
+                        self.state_vote = None;
                     }
                 }
                 if let Some(view) = view {
@@ -3554,7 +3569,16 @@ impl Replica {
     fn fetch_actions(&mut self, out: Vec<FetchOut>) {
         for o in out {
             let action = match o {
-                FetchOut::Broadcast(msg) => Action::Broadcast(msg),
+                FetchOut::Broadcast(msg) => {
+                    if let (Some((cid, digest)), PeerMessage::StateQuery { .. }) =
+                        (self.contradicted_vote, &msg)
+                        && self.fetch.as_ref().is_some_and(Fetch::is_repair)
+                    {
+                        self.actions
+                            .push_back(Action::Broadcast(PeerMessage::StateVote { cid, digest }));
+                    }
+                    Action::Broadcast(msg)
+                }
                 FetchOut::Send { to, msg } => Action::Send { to, msg },
                 FetchOut::StoreChunk { cid, offset, data } => {
                     Action::StoreChunk { cid, offset, data }

@@ -2889,3 +2889,24 @@ fn the_fresh_checkpoint_is_written_only_for_a_peer_the_vote_contradicts() {
     vote_from(&mut r3, 106, 0, 2, 0xbb);
     assert!(drain(&mut r3).is_empty(), "once per vote");
 }
+
+/// A vote that ends inconclusive still stands: f+1 peers that outvote another replica may
+/// each end inconclusive (here replica 2 did not restart and never votes), and that replica
+/// repairs from their fresh checkpoints.
+#[test]
+fn an_inconclusive_vote_still_writes_the_checkpoint_a_contradicted_peer_needs() {
+    let mut r3 = audited_restart();
+    vote_from(&mut r3, 103, 0, 2, 0xbb);
+    vote_from(&mut r3, 103, 1, 2, 0xaa);
+    offer_from(&mut r3, 103, 2, Some((0, 0xee)), 3);
+    assert!(r3.is_recovering());
+    drain(&mut r3);
+    while r3.is_recovering() {
+        let now = r3.next_timeout_ms().unwrap();
+        r3.handle_tick(now);
+        assert!(now < 100_000, "the vote ends");
+    }
+    assert!(drain(&mut r3).contains(&Action::CheckpointNow {
+        cid: ConsensusId(2)
+    }));
+}

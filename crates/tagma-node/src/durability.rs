@@ -826,8 +826,8 @@ impl DurableExec {
     /// instance executed), streamed into the hash (no copy, nothing written), for the core.
     pub fn digest_state<S: Service>(&self, cid: u64, executor: &Executor<S>) {
         if executor.executed_instances() != cid + 1 {
-            // Cannot happen: the core asks right after its last delivery, which this thread
-            // executed first. Without it the core's hash vote ends unaudited at its deadline.
+            // A fetched state installed after the vote started (which ends the vote), or a
+            // runtime bug: without the digest the vote ends unaudited at its deadline.
             warn!(
                 instance = cid,
                 executed = executor.executed_instances(),
@@ -849,25 +849,30 @@ impl DurableExec {
         });
     }
 
-    /// `Action::CheckpointNow`: the fresh checkpoint after the hash vote confirmed the state
-    /// after `cid` (the last instance executed), whatever the staggered points say. Waits
-    /// for a checkpoint still being written rather than skip this one.
+    /// `Action::CheckpointNow`: the fresh checkpoint a peer the hash vote contradicted
+    /// repairs from, of the state after `cid` or, if this thread executed further meanwhile
+    /// (a state installed before the request reached it), after the last instance executed;
+    /// whatever the staggered points say. Waits for a checkpoint still being written rather
+    /// than skip this one.
     pub fn checkpoint_now<S: Service>(&self, cid: u64, executor: &Executor<S>) {
-        if self.last_queued.get() == Some(cid) {
-            // Taken at this replica's staggered point already: its report serves the vote.
+        let Some(last) = executor.executed_instances().checked_sub(1) else {
             return;
-        }
-        if executor.executed_instances() != cid + 1 {
-            // Cannot happen: the core asks right after its last delivery, which this thread
-            // executed first. Without it the core's hash vote ends unaudited at its deadline.
+        };
+        if last < cid {
+            // Cannot happen: the core asks after its last delivery, which this thread
+            // executed first. The peer's repair then waits for a staggered checkpoint.
             warn!(
                 instance = cid,
                 executed = executor.executed_instances(),
-                "fresh checkpoint asked for another instance than the last executed: skipped"
+                "fresh checkpoint asked for an instance not executed yet: skipped"
             );
             return;
         }
-        self.checkpoint(cid, executor);
+        if self.last_queued.get() == Some(last) {
+            // Taken at this replica's staggered point already.
+            return;
+        }
+        self.checkpoint(last, executor);
     }
 
     fn checkpoint<S: Service>(&self, cid: u64, executor: &Executor<S>) {

@@ -202,7 +202,7 @@ enum ExecEvent {
     Execute(RequestEnvelope),
     /// State transfer: validate and install a fetched state.
     Install(tagma_core::transfer::StateToInstall),
-    /// The fresh checkpoint after a hash vote confirmed the state (`Action::CheckpointNow`).
+    /// The fresh checkpoint a peer the hash vote contradicted repairs from (`Action::CheckpointNow`).
     CheckpointNow {
         cid: u64,
     },
