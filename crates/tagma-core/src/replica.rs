@@ -706,7 +706,7 @@ pub struct Replica {
     /// This replica's vote stands (the hash vote on its state after this instance was
     /// confirmed, or inconclusive); `true` once the fresh checkpoint a peer the vote
     /// contradicted repairs from was asked for.
-    confirmed_vote: Option<(ConsensusId, bool)>,
+    standing_vote: Option<(ConsensusId, bool)>,
     /// This replica's vote the hash vote contradicted: sent again with each query of its
     /// repair fetch (a peer that missed it would not write the checkpoint it fetches).
     contradicted_vote: Option<(ConsensusId, Digest)>,
@@ -887,7 +887,7 @@ impl Replica {
             left: false,
             served: VecDeque::new(),
             state_vote: None,
-            confirmed_vote: None,
+            standing_vote: None,
             contradicted_vote: None,
             fetch: None,
             installing_recent: Vec::new(),
@@ -3070,7 +3070,7 @@ impl Replica {
     /// not when a checkpoint at or past that instance is already offered. Without a
     /// contradiction each replica's own checkpoint and log already hold its state.
     fn fresh_checkpoint_for_repair(&mut self, peer: ReplicaId) {
-        let Some((cid, asked)) = self.confirmed_vote.as_mut() else {
+        let Some((cid, asked)) = self.standing_vote.as_mut() else {
             return;
         };
         if *asked {
@@ -3153,31 +3153,21 @@ impl Replica {
         };
         let cid = a.cid;
         match verdict {
-            AuditVerdict::Confirmed => {
-                tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
-                r.audit = AuditStage::Done;
-                let contradicted_by = r
-                    .votes
-                    .iter()
-                    .find(|(_, (c, d))| *c == cid && *d != own)
-                    .map(|(peer, _)| *peer);
-                self.confirmed_vote = Some((cid, false));
-                if let Some(peer) = contradicted_by {
-                    self.fresh_checkpoint_for_repair(peer);
+            AuditVerdict::Confirmed | AuditVerdict::Inconclusive => {
+                if verdict == AuditVerdict::Confirmed {
+                    tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
+                } else {
+                    tracing::info!(%cid, matches, "hash vote inconclusive (too few peers voted at this instance: the others are past it)");
                 }
-                false
-            }
-            AuditVerdict::Inconclusive => {
-                tracing::info!(%cid, matches, "hash vote inconclusive (too few peers voted at this instance: the others are past it)");
                 r.audit = AuditStage::Done;
-                // Its vote stands: f+1 peers that outvote another one may each end
-                // inconclusive, and that one repairs from their fresh checkpoints.
+                // Its vote stands, inconclusive too: f+1 peers that outvote another one may
+                // each end inconclusive, and that one repairs from their fresh checkpoints.
                 let contradicted_by = r
                     .votes
                     .iter()
                     .find(|(_, (c, d))| *c == cid && *d != own)
                     .map(|(peer, _)| *peer);
-                self.confirmed_vote = Some((cid, false));
+                self.standing_vote = Some((cid, false));
                 if let Some(peer) = contradicted_by {
                     self.fresh_checkpoint_for_repair(peer);
                 }
