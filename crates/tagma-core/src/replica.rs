@@ -699,17 +699,9 @@ pub struct Replica {
     /// This replica's durable checkpoints, oldest first (at most two: the newest one is
     /// offered, the previous one still served to a fetch that started before it).
     served: VecDeque<CheckpointInfo>,
-    /// This replica's vote in its hash vote after a restart (see [`Audit`]): the digest of
-    /// its state after that instance, sent to the peers that query it. Dropped when the vote
-    /// contradicted it.
-    state_vote: Option<(ConsensusId, Digest)>,
-    /// This replica's vote stands (the hash vote on its state after this instance was
-    /// confirmed, or inconclusive); `true` once the fresh checkpoint a peer the vote
-    /// contradicted repairs from was asked for.
-    standing_vote: Option<(ConsensusId, bool)>,
-    /// This replica's vote the hash vote contradicted: sent again with each query of its
-    /// repair fetch (a peer that missed it would not write the checkpoint it fetches).
-    contradicted_vote: Option<(ConsensusId, Digest)>,
+    /// This replica's vote in its hash vote after a restart (see [`Audit`]); `None` before
+    /// one, or once withdrawn (its state was replaced, or the others moved past it).
+    vote: Option<OwnVote>,
     /// State transfer in progress.
     fetch: Option<Fetch>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
@@ -779,6 +771,26 @@ enum AuditStage {
     Repairing,
     /// Concluded (or not needed): the synchronisation may end.
     Done,
+}
+
+/// This replica's vote in the hash vote: the digest of its state after instance `cid`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct OwnVote {
+    cid: ConsensusId,
+    digest: Digest,
+    stage: VoteStage,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum VoteStage {
+    /// Cast, the verdict pending: sent to the peers that query this replica.
+    Cast,
+    /// Confirmed or inconclusive: still sent; a peer's vote that contradicts it asks for the
+    /// fresh checkpoint that peer repairs from (`true` once asked: once per vote).
+    Stands { checkpoint_asked: bool },
+    /// f+1 peers contradicted it: no longer offered, but sent with each query of the repair
+    /// fetch (a peer that missed it would not write the checkpoint the fetch needs).
+    Contradicted,
 }
 
 /// What the peers' votes (and checkpoints) say about this replica's digest.
@@ -886,9 +898,7 @@ impl Replica {
             recovery: None,
             left: false,
             served: VecDeque::new(),
-            state_vote: None,
-            standing_vote: None,
-            contradicted_vote: None,
+            vote: None,
             fetch: None,
             installing_recent: Vec::new(),
             now_ms: 0,
@@ -2902,7 +2912,7 @@ impl Replica {
             // checkpoint there, and this replica must catch up.
             tracing::info!(cid = %a.cid, "hash vote inconclusive: the others moved past its instance");
             r.audit = AuditStage::Done;
-            self.state_vote = None;
+            self.vote = None;
         }
         let Some(r) = &self.recovery else {
             return;
@@ -3020,7 +3030,11 @@ impl Replica {
         // The peers hash theirs at the same time: a peer not done within two timeouts of
         // this one is not taking part (it did not restart, and sits at the same instance).
         a.deadline_ms = a.deadline_ms.min(now + AUDIT_PEER_WAIT_TIMEOUTS * timeout);
-        self.state_vote = Some((cid, digest));
+        self.vote = Some(OwnVote {
+            cid,
+            digest,
+            stage: VoteStage::Cast,
+        });
         let asked = std::mem::take(asked);
         self.actions
             .push_back(Action::Broadcast(PeerMessage::StateQuery { next }));
@@ -3033,7 +3047,12 @@ impl Replica {
     /// peer auditing it never reads the offer of a position past the vote without it), then
     /// its newest checkpoint and position.
     fn answer_state_query(&mut self, to: ReplicaId) {
-        if let Some((cid, digest)) = self.state_vote {
+        if let Some(OwnVote {
+            cid,
+            digest,
+            stage: VoteStage::Cast | VoteStage::Stands { .. },
+        }) = self.vote
+        {
             self.actions.push_back(Action::Send {
                 to,
                 msg: PeerMessage::StateVote { cid, digest },
@@ -3049,12 +3068,12 @@ impl Replica {
     }
 
     /// A peer's vote in the hash vote: kept while this replica synchronises. One that
-    /// contradicts this replica's confirmed state (also after the synchronisation) asks for
+    /// contradicts this replica's standing vote (also after the synchronisation) asks for
     /// the fresh checkpoint that peer will repair from.
     fn on_state_vote(&mut self, from: ReplicaId, cid: ConsensusId, digest: Digest) {
         if self
-            .state_vote
-            .is_some_and(|(own_cid, own)| own_cid == cid && own != digest)
+            .vote
+            .is_some_and(|v| v.cid == cid && v.digest != digest)
         {
             self.fresh_checkpoint_for_repair(from);
         }
@@ -3065,18 +3084,23 @@ impl Replica {
     }
 
     /// DDS's fresh checkpoint after the hash vote, taken only when a peer needs it: once this
-    /// replica's vote is confirmed and a peer's vote contradicts it (that peer fetches the
-    /// state from f+1 replicas' checkpoints at or past the vote's instance). Once per vote;
-    /// not when a checkpoint at or past that instance is already offered. Without a
+    /// replica's vote stands and a peer's vote contradicts it (that peer fetches the state
+    /// from f+1 replicas' checkpoints at or past the vote's instance). Once per vote; not
+    /// when a checkpoint at or past that instance is already offered. Without a
     /// contradiction each replica's own checkpoint and log already hold its state.
     fn fresh_checkpoint_for_repair(&mut self, peer: ReplicaId) {
-        let Some((cid, asked)) = self.standing_vote.as_mut() else {
+        let Some(OwnVote {
+            cid,
+            stage: VoteStage::Stands { checkpoint_asked },
+            ..
+        }) = self.vote.as_mut()
+        else {
             return;
         };
-        if *asked {
+        if *checkpoint_asked {
             return;
         }
-        *asked = true;
+        *checkpoint_asked = true;
         let cid = *cid;
         if self.served.back().is_some_and(|c| c.cid >= cid) {
             return;
@@ -3084,7 +3108,7 @@ impl Replica {
         let Some(last) = self.last_decided else {
             return;
         };
-        tracing::info!(%peer, vote = %cid, checkpoint = %last, "a peer's hash vote contradicts this replica's confirmed state: fresh checkpoint for its repair");
+        tracing::info!(%peer, vote = %cid, checkpoint = %last, "a peer's hash vote contradicts this replica's standing vote: fresh checkpoint for its repair");
         self.actions.push_back(Action::CheckpointNow { cid: last });
     }
 
@@ -3167,7 +3191,13 @@ impl Replica {
                     .iter()
                     .find(|(_, (c, d))| *c == cid && *d != own)
                     .map(|(peer, _)| *peer);
-                self.standing_vote = Some((cid, false));
+                self.vote = Some(OwnVote {
+                    cid,
+                    digest: own,
+                    stage: VoteStage::Stands {
+                        checkpoint_asked: false,
+                    },
+                });
                 if let Some(peer) = contradicted_by {
                     self.fresh_checkpoint_for_repair(peer);
                 }
@@ -3179,8 +3209,11 @@ impl Replica {
                 self.stats.audits_contradicted += 1;
                 // The peers learn of it with every query of the repair fetch (`fetch_actions`):
                 // those whose vote stands write the fresh checkpoint it repairs from.
-                self.state_vote = None;
-                self.contradicted_vote = Some((cid, own));
+                self.vote = Some(OwnVote {
+                    cid,
+                    digest: own,
+                    stage: VoteStage::Contradicted,
+                });
                 self.catch_up.state_transfer_signalled = true;
                 self.fetch = None;
                 self.start_fetch(false, true);
@@ -3424,7 +3457,7 @@ impl Replica {
                     {
                         tracing::info!(%last, "state fetched while synchronising: no hash vote");
                         r.audit = AuditStage::Done;
-                        self.state_vote = None;
+                        self.vote = None;
                     }
                 }
                 if let Some(view) = view {
@@ -3560,8 +3593,14 @@ impl Replica {
         for o in out {
             let action = match o {
                 FetchOut::Broadcast(msg) => {
-                    if let (Some((cid, digest)), PeerMessage::StateQuery { .. }) =
-                        (self.contradicted_vote, &msg)
+                    if let (
+                        Some(OwnVote {
+                            cid,
+                            digest,
+                            stage: VoteStage::Contradicted,
+                        }),
+                        PeerMessage::StateQuery { .. },
+                    ) = (self.vote, &msg)
                         && self.fetch.as_ref().is_some_and(Fetch::is_repair)
                     {
                         self.actions

@@ -258,7 +258,8 @@ impl Byzantine {
                     .as_ref()
                     .map_or(checkpoint, |(info, _)| Some(*info));
                 // And a hash vote for a state nobody holds, at the instance a peer restarted
-                // beside it votes on (at most f such votes: never a verdict).
+                // beside it votes on (at most f such votes: never a verdict). Its own core
+                // never votes (a Byzantine replica keeps no disk, so it never runs the vote).
                 let vote = next.0.checked_sub(1).map(|cid| PeerMessage::StateVote {
                     cid: tagma_wire::ConsensusId(cid),
                     digest: tagma_wire::Digest([0x1e; 32]),
@@ -267,13 +268,6 @@ impl Byzantine {
                     .chain([PeerMessage::StateOffer { checkpoint, next }])
                     .flat_map(all)
                     .collect()
-            }
-            PeerMessage::StateVote { cid, .. } if self.has(Behaviour::LyingState) => {
-                bump(exercised, Behaviour::LyingState);
-                all(PeerMessage::StateVote {
-                    cid,
-                    digest: tagma_wire::Digest([0x1e; 32]),
-                })
             }
             PeerMessage::Propose(p)
                 if self.has(Behaviour::Equivocate) && dests.len() >= 2 && rng.chance(0.7) =>
