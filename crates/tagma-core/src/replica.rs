@@ -3522,7 +3522,17 @@ impl Replica {
             }
             TransferInput::ChunkRequest { cid, offset, len } => {
                 let Some(ckp) = self.served.iter().find(|c| c.cid == cid) else {
-                    return bad("chunk of a checkpoint not held");
+                    // Released since it was offered (two newer ones were written): an empty
+                    // chunk tells the fetcher at once, which then asks for fresh offers.
+                    self.actions.push_back(Action::Send {
+                        to: from,
+                        msg: PeerMessage::Chunk {
+                            cid,
+                            offset,
+                            data: Bytes::new(),
+                        },
+                    });
+                    return Ok(());
                 };
                 if len == 0
                     || len > self.params.chunk_bytes

@@ -189,6 +189,8 @@ struct Plan {
     written: u64,
     /// Checkpoint bytes asked for.
     requested: u64,
+    /// Where a gap in the chunks was last asked for again (once per gap, see `on_chunk`).
+    gap_asked: Option<u64>,
     /// Decisions after the checkpoint: verified with this replica's proof checker, or held
     /// after one that changes the view (verified at install, see `on_log_entry`).
     log: BTreeMap<ConsensusId, DecidedInstance>,
@@ -329,8 +331,28 @@ impl Fetch {
             // fetch alive with empty chunks).
             return Err("checkpoint already complete");
         }
+        if data.is_empty() {
+            // The source's refusal: it no longer holds the checkpoint (it wrote two newer
+            // ones meanwhile). Waiting out the stall timeouts would only lose time: fresh
+            // offers now, and the next source. Not progress either.
+            tracing::info!(source = %from, checkpoint = %cid, "the source no longer holds the checkpoint: asking for fresh offers");
+            self.retry(out);
+            return Ok(());
+        }
+        if offset > plan.written {
+            // The source answers in order over one connection, so the chunk at `written`
+            // was lost (a full queue dropped the request or the chunk): ask again from
+            // there now rather than at the next stall, once per gap (the chunks already in
+            // flight behind the lost one land here too).
+            if plan.gap_asked != Some(plan.written) {
+                plan.gap_asked = Some(plan.written);
+                plan.requested = plan.written;
+                self.pump(out);
+            }
+            return Err("chunk out of order");
+        }
         if offset != plan.written {
-            // A duplicate or a chunk after a lost one (re-requested on the next stall).
+            // A duplicate (a chunk asked for again after a stall or a gap).
             return Err("chunk out of order");
         }
         let expected = (checkpoint.len - offset).min(u64::from(self.params.chunk_bytes));
@@ -403,6 +425,7 @@ impl Fetch {
                 }
                 // Ask again for what is missing (a message was lost), rotating the log peers.
                 plan.requested = plan.written;
+                plan.gap_asked = None;
                 plan.log_requested = plan.first_missing();
                 plan.rotation += 1;
                 self.pump(out);
@@ -513,6 +536,7 @@ impl Fetch {
             log_peers,
             written: 0,
             requested: 0,
+            gap_asked: None,
             log: BTreeMap::new(),
             log_requested: first,
             rotation: self.attempt,
@@ -958,6 +982,102 @@ mod tests {
             [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
         ));
         assert!(!f.is_installing());
+    }
+
+    /// A plan fetching `ckp(50, 25)` from replica 0 (chunks of 10 bytes at 0, 10, 20).
+    fn fetching_from_0(out: &mut Vec<FetchOut>) -> Fetch {
+        let mut f = fetch(out);
+        for r in 0..3 {
+            f.on_offer(ReplicaId(r), Some(ckp(50, 25)), ConsensusId(51), 1, out);
+        }
+        out.clear();
+        f
+    }
+
+    fn chunk_requests(out: &[FetchOut]) -> Vec<(ReplicaId, u64)> {
+        sends(out)
+            .into_iter()
+            .filter_map(|(to, m)| match m {
+                PeerMessage::ChunkRequest { offset, .. } => Some((to, offset)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lost_chunk_is_asked_for_again_at_once_and_once_per_gap() {
+        let mut out = Vec::new();
+        let mut f = fetching_from_0(&mut out);
+        let data = |n: usize| Bytes::from(vec![7u8; n]);
+        // The chunk at 0 was lost: the next one shows the gap.
+        assert_eq!(
+            f.on_chunk(ReplicaId(0), ConsensusId(50), 10, data(10), 2, &mut out),
+            Err("chunk out of order")
+        );
+        let zero = ReplicaId(0);
+        assert_eq!(
+            chunk_requests(&out),
+            vec![(zero, 0), (zero, 10), (zero, 20)]
+        );
+        out.clear();
+        // The chunks in flight behind the lost one do not ask again.
+        assert_eq!(
+            f.on_chunk(ReplicaId(0), ConsensusId(50), 20, data(5), 2, &mut out),
+            Err("chunk out of order")
+        );
+        assert!(out.is_empty());
+        // The answers to the new requests complete the fetch, without waiting for a stall.
+        for (offset, len) in [(0, 10), (10, 10), (20, 5)] {
+            f.on_chunk(zero, ConsensusId(50), offset, data(len), 3, &mut out)
+                .unwrap();
+        }
+        assert!(f.is_installing());
+        // A duplicate asks for nothing.
+        out.clear();
+        let mut g = fetching_from_0(&mut out);
+        g.on_chunk(zero, ConsensusId(50), 0, data(10), 2, &mut out)
+            .unwrap();
+        out.clear();
+        assert_eq!(
+            g.on_chunk(zero, ConsensusId(50), 0, data(10), 2, &mut out),
+            Err("chunk out of order")
+        );
+        assert!(chunk_requests(&out).is_empty());
+    }
+
+    #[test]
+    fn an_empty_chunk_from_the_source_asks_for_fresh_offers_at_once() {
+        let mut out = Vec::new();
+        let mut f = fetching_from_0(&mut out);
+        // From another replica it is nothing.
+        assert_eq!(
+            f.on_chunk(ReplicaId(1), ConsensusId(50), 0, Bytes::new(), 2, &mut out),
+            Err("chunk of another checkpoint")
+        );
+        assert!(out.is_empty());
+        // From the source: it released the checkpoint. Fresh offers now, not after
+        // STALL_TIMEOUTS request timeouts.
+        f.on_chunk(ReplicaId(0), ConsensusId(50), 0, Bytes::new(), 2, &mut out)
+            .unwrap();
+        assert!(matches!(
+            &out[..],
+            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
+        ));
+        out.clear();
+        for r in 0..3 {
+            f.on_offer(
+                ReplicaId(r),
+                Some(ckp(50, 25)),
+                ConsensusId(51),
+                3,
+                &mut out,
+            );
+        }
+        assert_eq!(
+            chunk_requests(&out).first(),
+            Some(&(ReplicaId(1), 0)),
+            "the next attempt takes the next source"
+        );
     }
 
     #[test]

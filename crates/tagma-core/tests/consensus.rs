@@ -2791,6 +2791,53 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     }));
 }
 
+/// A chunk request for a checkpoint released since it was offered (two newer ones were
+/// written) is answered with an empty chunk, which sends the fetcher to fresh offers at once
+/// instead of waiting out its stall timeouts; a chunk of a checkpoint held is read.
+#[test]
+fn a_chunk_of_a_released_checkpoint_is_answered_with_an_empty_chunk() {
+    let mut r0 = durable(Mode::Bft, 4, 0);
+    for cid in [10, 20, 30] {
+        r0.note_checkpoint(ckp_info(cid, cid as u8));
+    }
+    drain(&mut r0);
+    let ask = |r0: &mut Replica, cid: u64| {
+        r0.handle_peer(
+            1,
+            r(3),
+            PeerInput::Transfer(tagma_core::transfer::TransferInput::ChunkRequest {
+                cid: ConsensusId(cid),
+                offset: 0,
+                len: 16,
+            }),
+        )
+    };
+    ask(&mut r0, 10).unwrap();
+    assert_eq!(
+        drain(&mut r0),
+        vec![Action::Send {
+            to: r(3),
+            msg: PeerMessage::Chunk {
+                cid: ConsensusId(10),
+                offset: 0,
+                data: Bytes::new(),
+            },
+        }]
+    );
+    for held in [20, 30] {
+        ask(&mut r0, held).unwrap();
+        assert_eq!(
+            drain(&mut r0),
+            vec![Action::ReadChunk {
+                to: r(3),
+                cid: ConsensusId(held),
+                offset: 0,
+                len: 16,
+            }]
+        );
+    }
+}
+
 /// CFT replicas and replicas that decided nothing yet skip the hash vote.
 #[test]
 fn no_hash_vote_in_cft_or_before_anything_was_decided() {

@@ -762,8 +762,17 @@ pub(crate) fn transfer_loop(
                         };
                         send_peer(sh, &tx, msg.to_bytes());
                     }
-                    // Replaced by a newer checkpoint meanwhile: the fetcher starts over.
-                    Err(e) => warn!("cannot read a chunk of checkpoint {cid}: {e}"),
+                    // Replaced by newer checkpoints meanwhile: an empty chunk tells the
+                    // fetcher, which asks for fresh offers at once.
+                    Err(e) => {
+                        warn!("cannot read a chunk of checkpoint {cid}: {e}");
+                        let msg = PeerMessage::Chunk {
+                            cid: ConsensusId(cid),
+                            offset,
+                            data: Bytes::new(),
+                        };
+                        send_peer(sh, &tx, msg.to_bytes());
+                    }
                 }
             }
             TransferJob::StoreChunk { offset, data } => {

@@ -1090,7 +1090,10 @@ impl World {
                     .chain(&disk.previous)
                     .find(|(c, _)| *c == cid.0);
                 let Some((_, state)) = held else {
+                    // As the node's transfer thread: an empty chunk says it is gone.
                     self.count("chunk_of_dropped_checkpoint");
+                    let data = Bytes::new();
+                    self.send_peer(r, &[to], PeerMessage::Chunk { cid, offset, data });
                     return;
                 };
                 let data = state.slice(offset as usize..offset as usize + len as usize);

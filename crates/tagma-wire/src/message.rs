@@ -277,7 +277,8 @@ pub enum PeerMessage {
         offset: u64,
         len: u32,
     },
-    /// Part of a checkpoint.
+    /// Part of a checkpoint; empty: the sender no longer holds that checkpoint (its answer
+    /// to a `ChunkRequest` for one it released).
     Chunk {
         cid: ConsensusId,
         offset: u64,
