@@ -648,6 +648,10 @@ struct CatchUp {
     /// a replica that processes decisions slower than the gap stops re-requesting runs it
     /// is still working through.
     duplicates: u32,
+    /// The wait before the next request is the long one for peers merely early on the next
+    /// instance (`note_ahead`): shortened to the catch-up gap once f+1 peers show they
+    /// decided further.
+    waiting_early: bool,
 }
 
 /// The replica core. See the module documentation for the calling protocol.
@@ -2474,19 +2478,31 @@ impl Replica {
         if self.peers_beyond(next.0) >= one_correct {
             self.maybe_start_state_transfer();
         }
-        if self.peers_beyond(next.0) >= one_correct && self.catch_up.behind_since_ms.is_none() {
-            // Messages for the next instance routinely arrive a little early; wait a quarter
-            // period before asking. Enough peers (one of them correct) at least two instances
-            // ahead have decided one this replica has not even seen proposed: ask after a
-            // short gap (a restarted replica stalled 0.5 s after its state transfer when it
-            // waited the quarter period here).
-            let wait = if self.peers_beyond(next.0.saturating_add(1)) >= one_correct {
+        if self.peers_beyond(next.0) < one_correct {
+            return;
+        }
+        // Messages for the next instance routinely arrive a little early; wait a quarter
+        // period before asking. Enough peers (one of them correct) at least two instances
+        // ahead have decided one this replica has not even seen proposed: ask after a short
+        // gap (a restarted replica stalled 0.5 s after its state transfer when it waited the
+        // quarter period here), also when the quarter period already runs (a replica that
+        // had just caught up waited it out while the others ran on: stop 23).
+        let decided_further = self.peers_beyond(next.0.saturating_add(1)) >= one_correct;
+        if self.catch_up.behind_since_ms.is_none() {
+            let wait = if decided_further {
                 self.catch_up_gap_ms()
             } else {
                 self.catch_up_wait_max_ms()
             };
             self.catch_up.behind_since_ms = Some(self.now_ms);
             self.catch_up.next_request_ms = self.now_ms + wait;
+            self.catch_up.waiting_early = !decided_further;
+        } else if self.catch_up.waiting_early && decided_further {
+            self.catch_up.waiting_early = false;
+            self.catch_up.next_request_ms = self
+                .catch_up
+                .next_request_ms
+                .min(self.now_ms + self.catch_up_gap_ms());
         }
     }
 
@@ -2529,6 +2545,7 @@ impl Replica {
     fn request_decisions(&mut self, broadcast: bool) {
         let cid = self.instance.cid;
         self.catch_up.behind_since_ms.get_or_insert(self.now_ms);
+        self.catch_up.waiting_early = false;
         self.catch_up.next_request_ms = self.now_ms + (self.params.request_timeout_ms / 2).max(1);
         self.catch_up.requested_until = ConsensusId(cid.0 + FUTURE_DECISIONS_MAX as u64);
         let ahead: Vec<ReplicaId> = self

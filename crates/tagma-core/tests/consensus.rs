@@ -1875,6 +1875,29 @@ fn a_replica_far_behind_asks_for_decisions_at_once_and_one_just_behind_waits() {
     assert_eq!(one.next_timeout_ms(), Some(100 + 1000 / 4));
 }
 
+/// A replica waiting the quarter period because f+1 peers are on its next instance (maybe
+/// merely early) asks after the short gap as soon as f+1 peers show they decided further: a
+/// replica that had just caught up after its state transfer waited the quarter period out
+/// while the others ran on (0.5 s in `tagma bench state-transfer`, stop 23).
+#[test]
+fn the_quarter_wait_shortens_once_f_plus_1_peers_show_they_decided_further() {
+    let hash = tagma_crypto::digest(b"v");
+    let mut early = bft(3);
+    for from in [0, 1] {
+        let _ = early.handle_peer(100, r(from), PeerInput::Write(vote(1, hash)));
+    }
+    assert_eq!(early.next_timeout_ms(), Some(100 + 1000 / 4));
+    // One peer further is not enough (it may lie).
+    let _ = early.handle_peer(110, r(0), PeerInput::Write(vote(2, hash)));
+    assert_eq!(early.next_timeout_ms(), Some(100 + 1000 / 4));
+    // The second one is: the short gap from now.
+    let _ = early.handle_peer(120, r(1), PeerInput::Write(vote(3, hash)));
+    assert_eq!(early.next_timeout_ms(), Some(120 + 1000 / 50));
+    // Later messages do not push it further out.
+    let _ = early.handle_peer(130, r(0), PeerInput::Write(vote(4, hash)));
+    assert_eq!(early.next_timeout_ms(), Some(120 + 1000 / 50));
+}
+
 #[test]
 fn a_run_that_ends_short_is_asked_again_after_the_gap_which_duplicates_lengthen() {
     let log = decided_run(3);
