@@ -564,6 +564,8 @@ pub struct CoreStats {
     pub decisions_forwarded_in: u64,
     /// States installed by state transfer.
     pub state_transfers: u64,
+    /// Hash votes after a restart that confirmed the recovered state (see `Audit`).
+    pub audits_confirmed: u64,
     /// Hash votes after a restart that contradicted the recovered state (see `Audit`).
     pub audits_contradicted: u64,
     /// Views installed by view changes.
@@ -3196,6 +3198,7 @@ impl Replica {
         match verdict {
             AuditVerdict::Confirmed | AuditVerdict::Inconclusive => {
                 if verdict == AuditVerdict::Confirmed {
+                    self.stats.audits_confirmed += 1;
                     tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
                 } else {
                     tracing::info!(%cid, matches, "hash vote inconclusive (too few peers voted at this instance: the others are past it)");

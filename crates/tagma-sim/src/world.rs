@@ -140,6 +140,10 @@ struct Node {
     /// until a correct replica installed the view with it.
     joiner: bool,
     dormant: bool,
+    /// Its disk lied at its last restart (the newest checkpoint rewritten with a state nobody
+    /// ordered, under a valid digest and checksum): one of the f faulty until a state
+    /// transfer replaces its state (the hash vote's repair, or a later fetch).
+    lying_disk: bool,
 }
 
 impl Node {
@@ -157,8 +161,8 @@ impl Node {
 /// hold it meanwhile), and an ACCEPT waits for the sync of its vote. A crash loses everything
 /// in memory (consensus state, regency, pending requests); of the unsynced records, a prefix
 /// may survive, ending in a torn one, and an unsynced vote may survive too. In BFT runs it may also damage the
-/// disk (a corrupt checkpoint, or one flipped byte in a synced record), for at most f replicas
-/// counting the Byzantine ones. What survives is decided by the real segment reader on the
+/// disk (a corrupt checkpoint, one flipped byte in a synced record, or a checkpoint that lies
+/// under valid checksums), for at most f replicas counting the Byzantine ones. What survives is decided by the real segment reader on the
 /// log's real bytes (see [`World::crash_disk`]).
 #[derive(Default)]
 struct Disk {
@@ -378,6 +382,7 @@ impl World {
                     byz_decided: BTreeMap::new(),
                     joiner: is_joiner,
                     dormant: is_joiner,
+                    lying_disk: false,
                 }
             })
             .collect();
@@ -842,6 +847,10 @@ impl World {
         };
         if let InstallOutcome::Installed { .. } = &outcome {
             self.count("state_transfers");
+            if std::mem::take(&mut self.nodes[r].lying_disk) {
+                // The state its disk lied about is replaced by one f+1 replicas vouched for.
+                self.count("lying_disks_replaced");
+            }
             if self.nodes[r].joiner {
                 self.count("joiner_states_installed");
             }
@@ -911,6 +920,10 @@ impl World {
             if !self.violations.is_empty() {
                 return;
             }
+        }
+        if self.nodes[r].lying_disk && self.nodes[r].core.stats().audits_confirmed > 0 {
+            let msg = format!("replica {r}'s hash vote confirmed the state its disk lied about");
+            return self.violation("hash_vote", msg);
         }
         self.arm_timer(r);
     }
@@ -1297,8 +1310,20 @@ impl World {
             0
         };
         let flip = (flip_record && !disk.log.is_empty()).then(|| self.rng.index(disk.log.len()));
+        // Half of the whole-disk damage is a lying disk instead (a coin of its own, so that
+        // the main stream, and with it every other seed, stays as it was): the newest
+        // checkpoint holds a state nobody ordered under a valid digest and checksum, which
+        // no check of the disk can catch; the hash vote after the restart has to.
+        let lie = (damage && !flip_record && self.disk_coin(r))
+            .then(|| disk.checkpoint.clone())
+            .flatten()
+            .and_then(|(cid, truth)| Some((cid, self.with_a_lie(&truth)?)));
         let image = self.disk_image(r, survivors, tear, flip);
         let disk = self.nodes[r].disk.as_mut().expect("checked above");
+        let lied = lie.is_some();
+        if let Some(lie) = lie {
+            disk.checkpoint = Some(lie);
+        }
         disk.pending_checkpoint = None;
         disk.sync_scheduled = false;
         // An unsynced vote may have reached the disk anyway: then the restarted replica
@@ -1335,7 +1360,7 @@ impl World {
         let unsynced_lost = disk.unsynced.len().saturating_sub(survivors);
         disk.unsynced.clear();
         disk.log = kept;
-        let disk_damaged = damage && !flip_record;
+        let disk_damaged = damage && !flip_record && !lied;
         let newly_damaged = (disk_damaged || corrupt) && !disk.damaged;
         disk.damaged |= disk_damaged || corrupt;
         let cut_synced = disk.log.len() < synced && !corrupt;
@@ -1358,12 +1383,22 @@ impl World {
             // A damaged last record reads as a torn tail: a synced instance is gone.
             self.count("synced_records_cut");
         }
-        if flip.is_some() || newly_damaged {
+        if lied {
+            self.nodes[r].lying_disk = true;
+            self.count("lying_disks");
+        }
+        if flip.is_some() || newly_damaged || lied {
             self.disk_damage_count += 1;
         }
         if newly_damaged {
             self.count("disks_damaged");
         }
+    }
+
+    /// An even coin for replica `r`'s crash now, outside the main random stream.
+    fn disk_coin(&self, r: usize) -> bool {
+        let mut state = self.sc.seed ^ self.step.rotate_left(17) ^ (r as u64).rotate_left(41);
+        crate::rng::splitmix64(&mut state) & 1 == 0
     }
 
     /// The bytes of replica `r`'s log as a crash leaves them: its synced records, the first
@@ -1545,6 +1580,28 @@ impl World {
         self.replica_input(r, |core, now| core.handle_peer(now, ReplicaId(from), input));
     }
 
+    /// The checkpoint `truth` plus a write nobody ordered: well-formed, with the same
+    /// instance, sessions and timestamp (what a lying source serves, and a lying disk holds).
+    fn with_a_lie(&self, truth: &Bytes) -> Option<Bytes> {
+        let mut liar = new_executor(&self.membership, 0);
+        liar.restore(truth).ok()?;
+        liar.service.execute_ordered(
+            &KvOp::Put {
+                key: Bytes::from_static(b"lie"),
+                value: Bytes::from_static(b"never ordered"),
+            }
+            .encode(),
+            &tagma_exec::Context {
+                client: ClientId(0),
+                seq: RequestSeq(0),
+                cid: None,
+                timestamp_ms: 0,
+                seed: 0,
+            },
+        );
+        Some(liar.checkpoint())
+    }
+
     /// [`Behaviour::LyingState`]: asked for state, replica `r` prepares a wrong checkpoint —
     /// its own state plus a write nobody ordered, well-formed and under its true digest, at
     /// an instance it has executed — and serves its chunks when asked.
@@ -1559,25 +1616,9 @@ impl World {
                 else {
                     return;
                 };
-                let mut liar = new_executor(&self.membership, 0);
-                if liar.restore(&truth).is_err() {
+                let Some(state) = self.with_a_lie(&truth) else {
                     return;
-                }
-                liar.service.execute_ordered(
-                    &KvOp::Put {
-                        key: Bytes::from_static(b"lie"),
-                        value: Bytes::from_static(b"never ordered"),
-                    }
-                    .encode(),
-                    &tagma_exec::Context {
-                        client: ClientId(0),
-                        seq: RequestSeq(0),
-                        cid: None,
-                        timestamp_ms: 0,
-                        seed: 0,
-                    },
-                );
-                let state = liar.checkpoint();
+                };
                 let info = checkpoint_info(cid, &state);
                 if let Some(byz) = self.nodes[r].byz.as_mut() {
                     byz.set_state_lie(info, state);
@@ -2192,7 +2233,7 @@ impl World {
         // Correct replicas at the same execution position hold the same state.
         let mut by_position: BTreeMap<u64, (usize, Digest)> = BTreeMap::new();
         for r in 0..self.nodes.len() {
-            if self.nodes[r].byz.is_some() {
+            if self.nodes[r].byz.is_some() || self.nodes[r].lying_disk {
                 continue;
             }
             let pos = self.nodes[r].exec.executed_instances();
