@@ -236,6 +236,13 @@ pub struct Fetch {
     progress_ms: u64,
     stalls: u32,
     started_ms: u64,
+    /// The newest checkpoint each source refused (an empty chunk: it released it): its
+    /// offers of that one or an older one are not taken as the source again in this fetch.
+    refused: BTreeMap<ReplicaId, ConsensusId>,
+    /// Before this, a refusal does not start the next attempt at once but at the next tick:
+    /// a faulty source's refusals cost the others one round of offers and requests per
+    /// request timeout at most.
+    quick_retry_ms: u64,
 }
 
 impl Fetch {
@@ -258,6 +265,8 @@ impl Fetch {
             progress_ms: now_ms,
             stalls: 0,
             started_ms: now_ms,
+            refused: BTreeMap::new(),
+            quick_retry_ms: now_ms,
         }
     }
 
@@ -317,6 +326,14 @@ impl Fetch {
         now_ms: u64,
         out: &mut Vec<FetchOut>,
     ) -> Result<(), &'static str> {
+        let current = match &self.phase {
+            Phase::Fetching(plan) => plan.checkpoint.map(|c| (plan.source, c.cid)),
+            _ => None,
+        };
+        if data.is_empty() && current != Some((from, cid)) {
+            // A refusal of a request from an earlier attempt (the rest of its window).
+            return Ok(());
+        }
         let Phase::Fetching(plan) = &mut self.phase else {
             return Err("no checkpoint being fetched");
         };
@@ -333,10 +350,20 @@ impl Fetch {
         }
         if data.is_empty() {
             // The source's refusal: it no longer holds the checkpoint (it wrote two newer
-            // ones meanwhile). Waiting out the stall timeouts would only lose time: fresh
-            // offers now, and the next source. Not progress either.
-            tracing::info!(source = %from, checkpoint = %cid, "the source no longer holds the checkpoint: asking for fresh offers");
-            self.retry(out);
+            // ones meanwhile, and offers the newest from now on). Waiting out the stall
+            // timeouts would only lose time: fresh offers now, without that checkpoint as
+            // the source. Not progress either.
+            let refused = self.refused.entry(from).or_insert(cid);
+            *refused = (*refused).max(cid);
+            if now_ms >= self.quick_retry_ms {
+                tracing::info!(source = %from, checkpoint = %cid, "the source no longer holds the checkpoint: asking for fresh offers");
+                self.quick_retry_ms = now_ms + self.params.timeout_ms;
+                self.progress_ms = now_ms;
+                self.retry(out);
+            } else {
+                // Refused again within a timeout: the next tick moves on.
+                self.stalls = self.stalls.max(STALL_TIMEOUTS);
+            }
             return Ok(());
         }
         if offset > plan.written {
@@ -494,8 +521,13 @@ impl Fetch {
             })
             .collect();
         candidates.sort_by_key(|(r, c)| (c.cid, *r));
+        let refused = |(r, c): &(ReplicaId, CheckpointInfo)| {
+            self.refused.get(r).is_some_and(|max| c.cid <= *max)
+        };
         let eligible: Vec<usize> = (0..candidates.len())
-            .filter(|i| candidates.len() - i >= self.params.one_correct)
+            .filter(|&i| {
+                candidates.len() - i >= self.params.one_correct && !refused(&candidates[i])
+            })
             .collect();
         // Without enough checkpoints to vouch for one, a joining replica (its executor still
         // in the initial state) replays the whole history instead, from the replicas that
@@ -1049,11 +1081,9 @@ mod tests {
     fn an_empty_chunk_from_the_source_asks_for_fresh_offers_at_once() {
         let mut out = Vec::new();
         let mut f = fetching_from_0(&mut out);
-        // From another replica it is nothing.
-        assert_eq!(
-            f.on_chunk(ReplicaId(1), ConsensusId(50), 0, Bytes::new(), 2, &mut out),
-            Err("chunk of another checkpoint")
-        );
+        // From another replica it is nothing (a late refusal of an earlier attempt's request).
+        f.on_chunk(ReplicaId(1), ConsensusId(50), 0, Bytes::new(), 2, &mut out)
+            .unwrap();
         assert!(out.is_empty());
         // From the source: it released the checkpoint. Fresh offers now, not after
         // STALL_TIMEOUTS request timeouts.
@@ -1078,6 +1108,46 @@ mod tests {
             Some(&(ReplicaId(1), 0)),
             "the next attempt takes the next source"
         );
+        // A second refusal within a request timeout waits for the tick (a faulty source's
+        // refusals must not make every replica answer a round of offers per round trip).
+        out.clear();
+        f.on_chunk(ReplicaId(1), ConsensusId(50), 0, Bytes::new(), 4, &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        // The rest of the window's refusals are nothing.
+        f.on_chunk(ReplicaId(1), ConsensusId(50), 10, Bytes::new(), 4, &mut out)
+            .unwrap();
+        assert!(out.is_empty());
+        f.tick(3 + 100, &mut out);
+        assert!(matches!(
+            &out[..],
+            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
+        ));
+        out.clear();
+        // Offers of the refused checkpoints again: neither is taken as the source; replica
+        // 0's newer one is.
+        f.on_offer(
+            ReplicaId(0),
+            Some(ckp(56, 25)),
+            ConsensusId(60),
+            104,
+            &mut out,
+        );
+        f.on_offer(
+            ReplicaId(1),
+            Some(ckp(50, 25)),
+            ConsensusId(60),
+            104,
+            &mut out,
+        );
+        f.on_offer(
+            ReplicaId(2),
+            Some(ckp(58, 25)),
+            ConsensusId(60),
+            104,
+            &mut out,
+        );
+        assert_eq!(chunk_requests(&out).first(), Some(&(ReplicaId(0), 0)));
     }
 
     #[test]

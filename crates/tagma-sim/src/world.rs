@@ -1289,7 +1289,9 @@ impl World {
     /// A durable replica crashes: its unsynced records are lost — except that the kernel may have written some of them out already: a
     /// prefix of the unsynced bytes may survive, ending in a torn record. In BFT runs, within
     /// the f budget shared with the Byzantine replicas, the crash may also damage the disk:
-    /// all of it (a checkpoint that fails its checksum), or one byte of one synced log record.
+    /// all of it (a checkpoint that fails its checksum), one byte of one synced log record, or
+    /// the newest checkpoint, rewritten with a state nobody ordered under a valid digest (a
+    /// lying disk, which only the hash vote can catch).
     /// What survives is what the real segment reader (`tagma_storage::read_segment`) makes of
     /// the resulting bytes: a torn tail is cut off, a bad record followed by good ones is
     /// corruption and sets the whole disk aside.
