@@ -705,6 +705,11 @@ mod tests {
         Fetch::start(params, ConsensusId(0), 0, out)
     }
 
+    /// `out` is exactly a new round of offers asked for.
+    fn asks_for_offers(out: &[FetchOut]) -> bool {
+        matches!(out, [FetchOut::Broadcast(PeerMessage::StateQuery { .. })])
+    }
+
     fn sends(out: &[FetchOut]) -> Vec<(ReplicaId, PeerMessage)> {
         out.iter()
             .filter_map(|o| match o {
@@ -718,10 +723,7 @@ mod tests {
     fn the_plan_takes_the_lowest_checkpoint_and_ignores_one_inflated_position() {
         let mut out = Vec::new();
         let mut f = fetch(&mut out);
-        assert!(matches!(
-            &out[..],
-            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
-        ));
+        assert!(asks_for_offers(&out));
         out.clear();
         f.on_offer(
             ReplicaId(0),
@@ -964,10 +966,7 @@ mod tests {
         // ...then the attempt is abandoned for fresh offers and the next source.
         out.clear();
         f.tick(1 + (STALL_TIMEOUTS as u64 + 1) * 100, &mut out);
-        assert!(matches!(
-            &out[..],
-            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
-        ));
+        assert!(asks_for_offers(&out));
         out.clear();
         for r in 0..3 {
             f.on_offer(
@@ -1009,10 +1008,7 @@ mod tests {
         assert!(f.is_installing());
         out.clear();
         f.rejected(&mut out);
-        assert!(matches!(
-            &out[..],
-            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
-        ));
+        assert!(asks_for_offers(&out));
         assert!(!f.is_installing());
     }
 
@@ -1089,10 +1085,7 @@ mod tests {
         // STALL_TIMEOUTS request timeouts.
         f.on_chunk(ReplicaId(0), ConsensusId(50), 0, Bytes::new(), 2, &mut out)
             .unwrap();
-        assert!(matches!(
-            &out[..],
-            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
-        ));
+        assert!(asks_for_offers(&out));
         out.clear();
         for r in 0..3 {
             f.on_offer(
@@ -1119,10 +1112,7 @@ mod tests {
             .unwrap();
         assert!(out.is_empty());
         f.tick(3 + 100, &mut out);
-        assert!(matches!(
-            &out[..],
-            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
-        ));
+        assert!(asks_for_offers(&out));
         out.clear();
         // Offers of the refused checkpoints again: neither is taken as the source; replica
         // 0's newer one is.
@@ -1212,9 +1202,6 @@ mod tests {
         f.on_offer(ReplicaId(2), None, ConsensusId(40), 1, &mut out);
         assert!(sends(&out).is_empty());
         f.tick(200, &mut out);
-        assert!(matches!(
-            &out[..],
-            [FetchOut::Broadcast(PeerMessage::StateQuery { .. })]
-        ));
+        assert!(asks_for_offers(&out));
     }
 }
