@@ -3514,7 +3514,7 @@ impl Replica {
                 tracing::warn!(%reason, "fetched state rejected: trying another source");
                 if let Some(fetch) = self.fetch.as_mut() {
                     let mut out = Vec::new();
-                    fetch.rejected(&mut out);
+                    fetch.rejected(now_ms, &mut out);
                     self.fetch_actions(out);
                 }
             }

@@ -462,8 +462,10 @@ impl Fetch {
     }
 
     /// The runtime rejected the fetched state: try another source with fresh offers.
-    pub fn rejected(&mut self, out: &mut Vec<FetchOut>) {
+    pub fn rejected(&mut self, now_ms: u64, out: &mut Vec<FetchOut>) {
         if matches!(self.phase, Phase::Installing) {
+            // The offers' deadline runs from now, not from the last chunk.
+            self.progress_ms = now_ms;
             self.retry(out);
         }
     }
@@ -1007,7 +1009,8 @@ mod tests {
         }
         assert!(f.is_installing());
         out.clear();
-        f.rejected(&mut out);
+        f.rejected(703, &mut out);
+        assert_eq!(f.deadline_ms(), Some(703 + 100));
         assert!(asks_for_offers(&out));
         assert!(!f.is_installing());
     }
