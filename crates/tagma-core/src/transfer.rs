@@ -776,17 +776,7 @@ mod tests {
     #[test]
     fn chunks_are_taken_in_order_from_the_source_only_and_complete_the_fetch() {
         let mut out = Vec::new();
-        let mut f = fetch(&mut out);
-        for r in 0..3 {
-            f.on_offer(
-                ReplicaId(r),
-                Some(ckp(50, 25)),
-                ConsensusId(51),
-                1,
-                &mut out,
-            );
-        }
-        out.clear();
+        let mut f = fetching_from_0(&mut out);
         let data = |n: usize| Bytes::from(vec![7u8; n]);
         assert_eq!(
             f.on_chunk(ReplicaId(1), ConsensusId(50), 0, data(10), 2, &mut out),
@@ -949,11 +939,7 @@ mod tests {
                 &mut out,
             );
         }
-        let source = |out: &[FetchOut]| {
-            sends(out)
-                .iter()
-                .find_map(|(to, m)| matches!(m, PeerMessage::ChunkRequest { .. }).then_some(*to))
-        };
+        let source = |out: &[FetchOut]| chunk_requests(out).first().map(|(to, _)| *to);
         assert_eq!(source(&out), Some(ReplicaId(0)));
         // The source stays silent: chunks are asked for again on each timeout...
         for t in 1..=STALL_TIMEOUTS as u64 {
@@ -1110,7 +1096,7 @@ mod tests {
         f.on_chunk(ReplicaId(1), ConsensusId(50), 0, Bytes::new(), 4, &mut out)
             .unwrap();
         assert!(out.is_empty());
-        // The rest of the window's refusals are nothing.
+        // The refusals of the rest of the window add nothing either.
         f.on_chunk(ReplicaId(1), ConsensusId(50), 10, Bytes::new(), 4, &mut out)
             .unwrap();
         assert!(out.is_empty());

@@ -2519,6 +2519,19 @@ fn offer_from(replica: &mut Replica, at: u64, from: u32, checkpoint: Option<(u64
         .unwrap();
 }
 
+/// Replica `from`'s state query (`next`: its next instance), handled by `replica` at `at`.
+fn query_from(replica: &mut Replica, at: u64, from: u32, next: u64) {
+    replica
+        .handle_peer(
+            at,
+            r(from),
+            PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
+                next: ConsensusId(next),
+            }),
+        )
+        .unwrap();
+}
+
 /// The one 16-byte chunk of checkpoint `cid` from `from`, completing a fetch: what the
 /// replica hands over to install.
 fn deliver_checkpoint(
@@ -2601,14 +2614,7 @@ fn audited_restart() -> Replica {
     );
     // A peer's query before the digest is known is answered without a vote, and the peer
     // gets the vote (before a new offer) once it is.
-    r3.handle_peer(
-        102,
-        r(1),
-        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
-            next: ConsensusId(3),
-        }),
-    )
-    .unwrap();
+    query_from(&mut r3, 102, 1, 3);
     assert_eq!(
         drain(&mut r3),
         vec![Action::Send {
@@ -2666,14 +2672,7 @@ fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
         cid: ConsensusId(2)
     }));
     // It goes on answering with its vote (a peer restarted beside it may still vote).
-    r3.handle_peer(
-        105,
-        r(0),
-        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
-            next: ConsensusId(3),
-        }),
-    )
-    .unwrap();
+    query_from(&mut r3, 105, 0, 3);
     assert!(drain(&mut r3).contains(&Action::Send {
         to: r(0),
         msg: PeerMessage::StateVote {
@@ -2736,14 +2735,7 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
         ]
     );
     // Its contradicted vote is no longer given.
-    r3.handle_peer(
-        104,
-        r(2),
-        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
-            next: ConsensusId(3),
-        }),
-    )
-    .unwrap();
+    query_from(&mut r3, 104, 2, 3);
     assert!(!drain(&mut r3).iter().any(|a| matches!(
         a,
         Action::Send {
@@ -2797,14 +2789,7 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     assert!(!r3.is_recovering());
     // The repaired checkpoint replaces the lying one it offers.
     r3.note_checkpoint(ckp_info(2, 0xbb));
-    r3.handle_peer(
-        107,
-        r(0),
-        PeerInput::Transfer(tagma_core::transfer::TransferInput::Query {
-            next: ConsensusId(0),
-        }),
-    )
-    .unwrap();
+    query_from(&mut r3, 107, 0, 0);
     assert!(drain(&mut r3).contains(&Action::Send {
         to: r(0),
         msg: PeerMessage::StateOffer {
