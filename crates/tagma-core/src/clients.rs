@@ -22,7 +22,7 @@ use std::ops::Bound;
 
 use tagma_wire::{Batch, ClientId, ConsensusId, RequestAuth, RequestEnvelope, RequestSeq, ViewId};
 
-use crate::replica::{ProposalFault, Rejection};
+use crate::error::{ProposalFault, Rejection};
 
 /// Conservative bound on the encoded bytes a request adds to a batch beyond its payload and
 /// its authenticator's tags/signature: framing, the header fields (client, seq, kind, view),

@@ -11,6 +11,7 @@
 
 pub mod clients;
 pub mod config;
+pub mod error;
 pub mod proof;
 pub mod quorum;
 pub mod replica;

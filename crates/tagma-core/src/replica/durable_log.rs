@@ -1,0 +1,34 @@
+//! Log back-pressure: a durable leader proposes an instance only once the previous one is on
+//! its disk.
+
+use tagma_wire::ConsensusId;
+
+use super::Replica;
+
+impl Replica {
+    /// A durable replica's runtime reports that every instance up to `cid` it delivered is on
+    /// its disk (after the sync; instances a fetched state covers count too).
+    pub fn note_durable(&mut self, cid: ConsensusId) {
+        if self.durable_through.is_some_and(|d| d >= cid) {
+            return;
+        }
+        self.durable_through = Some(cid);
+        self.try_propose();
+    }
+
+    /// Storage back-pressure: a durable leader proposes instance c only once c−1 is on its
+    /// own disk, so ordering never runs ahead of the log, and the requests that arrive while
+    /// the log syncs join the next batch instead of making one more instance (one more sync,
+    /// one more round of messages on every replica). `Some(c−1)` while a proposal waits for
+    /// it (requests are pending); the runtime then calls [`Replica::note_durable`] when the
+    /// sync completes.
+    pub fn awaits_durable(&self) -> Option<ConsensusId> {
+        let previous = ConsensusId(self.instance.cid.0.checked_sub(1)?);
+        (self.params.state_transfer
+            && self.is_leader()
+            && self.durable_through.is_none_or(|d| d < previous)
+            && self.last_decided.is_some_and(|d| d >= previous)
+            && self.clients.pending_total() > 0)
+            .then_some(previous)
+    }
+}

@@ -1,0 +1,150 @@
+//! What the network stage hands the core for a peer's message: [`PeerInput`], with PROPOSE batches
+//! decoded, hashed and authenticated ([`VerifiedBatch`]).
+
+use bytes::Bytes;
+use tagma_wire::{
+    Accept, Batch, ConsensusId, DecidedInstance, Decode, Digest, Epoch, PeerMessage,
+    RequestEnvelope, Stop, StopData, Sync, Vote,
+};
+
+use crate::transfer::TransferInput;
+
+/// A PROPOSE's batch as prepared by the network stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VerifiedBatch {
+    /// The encoded batch exactly as received.
+    pub bytes: Bytes,
+    /// BLAKE3 of `bytes`.
+    pub hash: Digest,
+    /// `bytes` decoded.
+    pub batch: Batch,
+    /// Whether every request's authentication (this replica's MAC entry, or the signature)
+    /// verified.
+    pub authentic: bool,
+}
+
+/// A consensus input from an authenticated peer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PeerInput {
+    Propose {
+        cid: ConsensusId,
+        epoch: Epoch,
+        batch: VerifiedBatch,
+    },
+    /// A PROPOSE whose batch could not be decoded.
+    UndecodablePropose {
+        cid: ConsensusId,
+        epoch: Epoch,
+    },
+    Write(Vote),
+    /// A signed ACCEPT; its signature is checked by the core only when a decision rests on
+    /// it (2f per instance in BFT, never per request), so ACCEPTs beyond the quorum cost no
+    /// verification.
+    Accept(Accept),
+    /// STOP; the network stage has dropped requests whose authentication failed.
+    Stop(Stop),
+    StopData(StopData),
+    /// SYNC, with whether every request of its fresh proposal authenticated.
+    Sync {
+        sync: Sync,
+        proposal_authentic: bool,
+    },
+    DecisionRequest {
+        cid: ConsensusId,
+    },
+    Decision(DecidedInstance),
+    /// A peer's start-up position ([`PeerMessage::Position`]).
+    Position {
+        next: ConsensusId,
+        reply: bool,
+    },
+    /// A forwarded request, with whether its authentication verified.
+    Forward {
+        request: RequestEnvelope,
+        authentic: bool,
+    },
+    /// A state-transfer message.
+    Transfer(TransferInput),
+    /// A peer's vote in the hash vote after a restart ([`PeerMessage::StateVote`]).
+    StateVote {
+        cid: ConsensusId,
+        digest: Digest,
+    },
+}
+
+impl PeerInput {
+    /// Maps a received message to the core's input the way the network stage must:
+    /// PROPOSE batches are decoded and hashed, and `authentic` is asked about the requests
+    /// that need checking (a PROPOSE's batch, a forwarded request, each request of a STOP —
+    /// unauthentic ones are dropped —, and a SYNC's fresh proposal). `None` for the view
+    /// exchange of joining replicas ([`PeerMessage::ViewQuery`], [`PeerMessage::ViewInfo`]),
+    /// which the runtime answers on the connection it came on, without the core.
+    pub fn from_message(
+        msg: PeerMessage,
+        authentic: impl Fn(&[RequestEnvelope]) -> bool,
+    ) -> Option<PeerInput> {
+        Some(match msg {
+            PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
+                Ok(batch) => {
+                    let hash = tagma_crypto::digest(&p.batch);
+                    let ok = authentic(&batch.requests);
+                    PeerInput::Propose {
+                        cid: p.cid,
+                        epoch: p.epoch,
+                        batch: VerifiedBatch {
+                            bytes: p.batch,
+                            hash,
+                            batch,
+                            authentic: ok,
+                        },
+                    }
+                }
+                Err(_) => PeerInput::UndecodablePropose {
+                    cid: p.cid,
+                    epoch: p.epoch,
+                },
+            },
+            PeerMessage::Write(v) => PeerInput::Write(v),
+            PeerMessage::Accept(a) => PeerInput::Accept(a),
+            PeerMessage::Forward(request) => {
+                let ok = authentic(std::slice::from_ref(&request));
+                PeerInput::Forward {
+                    request,
+                    authentic: ok,
+                }
+            }
+            PeerMessage::Stop(mut stop) => {
+                stop.requests.retain(|r| authentic(std::slice::from_ref(r)));
+                PeerInput::Stop(stop)
+            }
+            PeerMessage::StopData(data) => PeerInput::StopData(data),
+            PeerMessage::Sync(sync) => {
+                let proposal_authentic = sync.proposal.is_empty()
+                    || Batch::decode(&sync.proposal).is_ok_and(|b| authentic(&b.requests));
+                PeerInput::Sync {
+                    sync,
+                    proposal_authentic,
+                }
+            }
+            PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
+            PeerMessage::Decision(d) => PeerInput::Decision(d),
+            PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
+            PeerMessage::StateQuery { next } => PeerInput::Transfer(TransferInput::Query { next }),
+            PeerMessage::StateOffer { checkpoint, next } => {
+                PeerInput::Transfer(TransferInput::Offer { checkpoint, next })
+            }
+            PeerMessage::ChunkRequest { cid, offset, len } => {
+                PeerInput::Transfer(TransferInput::ChunkRequest { cid, offset, len })
+            }
+            PeerMessage::Chunk { cid, offset, data } => {
+                PeerInput::Transfer(TransferInput::Chunk { cid, offset, data })
+            }
+            PeerMessage::LogRequest { from, count } => {
+                PeerInput::Transfer(TransferInput::LogRequest { from, count })
+            }
+            PeerMessage::LogEntry(d) => PeerInput::Transfer(TransferInput::LogEntry(d)),
+            PeerMessage::StateVote { cid, digest } => PeerInput::StateVote { cid, digest },
+            PeerMessage::ViewQuery | PeerMessage::ViewInfo(_) => return None,
+        })
+    }
+}

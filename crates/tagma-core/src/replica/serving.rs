@@ -1,0 +1,52 @@
+//! The serving side of state transfer: this replica's durable checkpoints and its answers to
+//! state queries.
+
+use tagma_wire::{CheckpointInfo, PeerMessage, ReplicaId};
+
+use super::{
+    Replica,
+    action::Action,
+    state_vote::{OwnVote, VoteStage},
+};
+
+impl Replica {
+    /// The answer to a `StateQuery`: this replica's vote, if it has one (first, so that a
+    /// peer auditing it never reads the offer of a position past the vote without it), then
+    /// its newest checkpoint and position.
+    pub(super) fn answer_state_query(&mut self, to: ReplicaId) {
+        if let Some(OwnVote {
+            cid,
+            digest,
+            stage: VoteStage::Cast | VoteStage::Stands { .. },
+        }) = self.vote
+        {
+            self.actions.push_back(Action::Send {
+                to,
+                msg: PeerMessage::StateVote { cid, digest },
+            });
+        }
+        self.actions.push_back(Action::Send {
+            to,
+            msg: PeerMessage::StateOffer {
+                checkpoint: self.served.back().copied(),
+                next: self.instance.cid,
+            },
+        });
+    }
+
+    /// A durable checkpoint of this replica is written (the runtime reports each one): it is
+    /// offered to replicas that need state from now on.
+    /// A checkpoint of the same instance as the newest replaces it (a state repaired after
+    /// the hash vote, see [`Audit`]).
+    pub fn note_checkpoint(&mut self, info: CheckpointInfo) {
+        match self.served.back_mut() {
+            Some(c) if c.cid > info.cid => return,
+            Some(c) if c.cid == info.cid => *c = info,
+            _ => self.served.push_back(info),
+        }
+        while self.served.len() > 2 {
+            self.served.pop_front();
+        }
+        self.progress_recovery();
+    }
+}

@@ -1,0 +1,321 @@
+//! The fetching side of state transfer, as the replica drives it ([`crate::transfer`] holds
+//! the plan): starting a fetch, routing its messages, installing the fetched state.
+
+use bytes::Bytes;
+use tagma_wire::{ConsensusId, DecidedInstance, PeerMessage, ReplicaId};
+
+use super::{
+    Replica,
+    action::Action,
+    instance::Instance,
+    state_vote::{AuditStage, OwnVote, VoteStage},
+};
+use crate::{
+    error::Rejection,
+    transfer::{Fetch, FetchOut, FetchParams, InstallOutcome, LOG_RUN, TransferInput},
+};
+
+impl Replica {
+    /// `repair`: the hash vote contradicted this replica's state (see [`Audit`]): the state
+    /// at its own position is fetched and replaces it.
+    pub(super) fn start_fetch(&mut self, joining: bool, repair: bool) {
+        let mut out = Vec::new();
+        let params = FetchParams {
+            me: self.params.me,
+            peers: self.params.members.len() - 1,
+            one_correct: self.params.quorums.one_correct(),
+            chunk_bytes: self.params.chunk_bytes,
+            state_bytes_max: self.params.state_bytes_max,
+            timeout_ms: self.params.request_timeout_ms.max(1),
+            joining,
+            repair,
+        };
+        let next = self.instance.cid;
+        self.fetch = Some(Fetch::start(params, next, self.now_ms, &mut out));
+        self.fetch_actions(out);
+    }
+
+    /// Starts a replica that a view change added (its parameters carry that view) and that
+    /// has no state: it fetches a checkpoint and the decisions after it by state transfer
+    /// before taking part, because the history before it joined was decided in views it
+    /// does not know (the executor, started in the configuration's initial view, replays
+    /// and verifies it). Needs durable state (`state_transfer`).
+    pub fn start_joining(&mut self, now_ms: u64) {
+        assert!(
+            self.params.state_transfer,
+            "a joining replica needs durable state"
+        );
+        self.set_now(now_ms);
+        self.catch_up.state_transfer_signalled = true;
+        tracing::info!(
+            view = self.params.view.0,
+            "joining: fetching the state by state transfer"
+        );
+        self.start_fetch(true, false);
+    }
+
+    /// Whether a state transfer is in progress (fetching side).
+    pub fn is_fetching_state(&self) -> bool {
+        self.fetch.is_some()
+    }
+
+    /// How long the state transfer in progress has been running.
+    pub fn state_transfer_elapsed_ms(&self, now_ms: u64) -> Option<u64> {
+        self.fetch
+            .as_ref()
+            .map(|f| now_ms.saturating_sub(f.started_ms()))
+    }
+
+    /// The runtime's verdict on [`Action::InstallState`].
+    pub fn state_installed(&mut self, now_ms: u64, outcome: InstallOutcome) {
+        self.set_now(now_ms);
+        match outcome {
+            InstallOutcome::Installed {
+                last,
+                timestamp_ms,
+                sessions,
+                view,
+            } => {
+                let recent = std::mem::take(&mut self.installing_recent);
+                let fetch = self.fetch.take();
+                let started = fetch.as_ref().map(Fetch::started_ms);
+                let repaired = fetch.is_some_and(|f| f.is_repair());
+                if last < self.instance.cid && !(repaired && last.next() == self.instance.cid) {
+                    tracing::warn!(%last, next = %self.instance.cid, "state installed behind this replica's position: ignored");
+                    // Another fetch may start if forwarding cannot take it further.
+                    self.catch_up.state_transfer_signalled = false;
+                    self.maybe_start_state_transfer();
+                    return;
+                }
+                tracing::info!(
+                    %last,
+                    from = %self.instance.cid,
+                    ms = started.map(|s| now_ms.saturating_sub(s)),
+                    "state transfer done"
+                );
+                self.stats.state_transfers += 1;
+                if repaired {
+                    // The checkpoints this replica held before are its disk's wrong state.
+                    self.served.retain(|c| c.cid >= last);
+                }
+                self.instance = Instance::new(last.next());
+                self.last_decided = Some(last);
+                if repaired {
+                    // Everything the lying disk said goes, its sessions and timestamp too.
+                    self.last_decided_timestamp_ms = timestamp_ms;
+                    self.clients.replace_sessions(&sessions);
+                    if let Some(r) = self.recovery.as_mut() {
+                        r.repaired = true;
+                    }
+                } else {
+                    self.last_decided_timestamp_ms =
+                        self.last_decided_timestamp_ms.max(timestamp_ms);
+                    self.clients.install_sessions(&sessions);
+                    // A state fetched while synchronising did not come from this replica's
+                    // disk, and f+1 digests vouched for it: there is nothing for the hash
+                    // vote to check (it would only hold ordering while the others move on).
+                    if let Some(r) = self.recovery.as_mut()
+                        && matches!(r.audit, AuditStage::NotStarted | AuditStage::Running(_))
+                    {
+                        tracing::info!(%last, "state fetched while synchronising: no hash vote");
+                        r.audit = AuditStage::Done;
+                        self.vote = None;
+                    }
+                }
+                if let Some(view) = view {
+                    // The state may end in a later view than this replica ordered in.
+                    self.adopt_view(last, view);
+                    if self.left {
+                        return;
+                    }
+                }
+                self.future.discard_below(last.next());
+                self.catch_up.future.retain(|c, _| *c > last);
+                for decided in recent {
+                    if self.decisions.last_cid().is_none_or(|n| n < decided.cid) {
+                        self.record_proven(decided);
+                    }
+                }
+                self.catch_up.behind_since_ms = None;
+                self.catch_up.duplicates = 0;
+                self.catch_up.state_transfer_signalled = false;
+                self.catch_up.requested_until = last.next();
+                // The others went on deciding while the state was fetched: ask for what
+                // follows at once (decision forwarding) rather than wait to notice the lag.
+                self.request_decisions(false);
+                self.progress_recovery();
+                self.settle();
+            }
+            InstallOutcome::Rejected { reason } => {
+                self.installing_recent.clear();
+                if !self.catch_up.state_transfer_signalled {
+                    tracing::info!(%reason, "fetched state not installed, and no longer needed");
+                    self.fetch = None;
+                    return;
+                }
+                tracing::warn!(%reason, "fetched state rejected: trying another source");
+                if let Some(fetch) = self.fetch.as_mut() {
+                    let mut out = Vec::new();
+                    fetch.rejected(now_ms, &mut out);
+                    self.fetch_actions(out);
+                }
+            }
+        }
+    }
+
+    pub(super) fn on_transfer(
+        &mut self,
+        from: ReplicaId,
+        input: TransferInput,
+    ) -> Result<(), Rejection> {
+        let bad = |reason: &'static str| Err(Rejection::InvalidTransfer { from, reason });
+        match input {
+            TransferInput::Query { .. } => {
+                if let Some(r) = self.recovery.as_mut() {
+                    r.asked.insert(from);
+                }
+                self.answer_state_query(from);
+            }
+            TransferInput::Offer { checkpoint, next } => {
+                let Some(fetch) = self.fetch.as_mut() else {
+                    // A late answer (to a fetch or a hash vote that ended): nothing to do.
+                    self.audit_offer(from, checkpoint, next);
+                    return Ok(());
+                };
+                let mut out = Vec::new();
+                fetch.on_offer(from, checkpoint, next, self.now_ms, &mut out);
+                self.fetch_actions(out);
+            }
+            TransferInput::ChunkRequest { cid, offset, len } => {
+                let Some(ckp) = self.served.iter().find(|c| c.cid == cid) else {
+                    // Released since it was offered (two newer ones were written): an empty
+                    // chunk tells the fetcher at once, which then asks for fresh offers.
+                    self.actions.push_back(Action::Send {
+                        to: from,
+                        msg: PeerMessage::Chunk {
+                            cid,
+                            offset,
+                            data: Bytes::new(),
+                        },
+                    });
+                    return Ok(());
+                };
+                if len == 0
+                    || len > self.params.chunk_bytes
+                    || offset
+                        .checked_add(u64::from(len))
+                        .is_none_or(|end| end > ckp.len)
+                {
+                    return bad("chunk outside the checkpoint");
+                }
+                self.actions.push_back(Action::ReadChunk {
+                    to: from,
+                    cid,
+                    offset,
+                    len,
+                });
+            }
+            TransferInput::Chunk { cid, offset, data } => {
+                let Some(fetch) = self.fetch.as_mut() else {
+                    return bad("chunk while not fetching");
+                };
+                let mut out = Vec::new();
+                let r = fetch.on_chunk(from, cid, offset, data, self.now_ms, &mut out);
+                self.fetch_actions(out);
+                if let Err(reason) = r {
+                    return bad(reason);
+                }
+            }
+            TransferInput::LogRequest { from: first, count } => {
+                if count == 0 || count > LOG_RUN {
+                    return bad("log request of a bad length");
+                }
+                // From memory when every decision asked for is kept there; else from disk.
+                let run: Vec<DecidedInstance> = (first.0..first.0.saturating_add(u64::from(count)))
+                    .map_while(|c| self.decisions.proven(ConsensusId(c), &self.checker))
+                    .collect();
+                if run.len() == count as usize || !self.params.state_transfer {
+                    for d in run {
+                        self.actions.push_back(Action::Send {
+                            to: from,
+                            msg: PeerMessage::LogEntry(d),
+                        });
+                    }
+                } else {
+                    self.actions.push_back(Action::ReadLog {
+                        to: from,
+                        from: first,
+                        count,
+                    });
+                }
+            }
+            TransferInput::LogEntry(decided) => {
+                let Some(fetch) = self.fetch.as_mut().filter(|f| f.wants(decided.cid)) else {
+                    // Read from a peer's disk for catch-up (or no longer needed by a fetch).
+                    return self.on_decision(from, decided);
+                };
+                let mut out = Vec::new();
+                let r = fetch.on_log_entry(decided, &self.checker, self.now_ms, &mut out);
+                self.fetch_actions(out);
+                if let Err(reason) = r {
+                    return bad(reason);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn fetch_actions(&mut self, out: Vec<FetchOut>) {
+        for o in out {
+            let action = match o {
+                FetchOut::Broadcast(msg) => {
+                    if let (
+                        Some(OwnVote {
+                            cid,
+                            digest,
+                            stage: VoteStage::Contradicted,
+                        }),
+                        PeerMessage::StateQuery { .. },
+                    ) = (self.vote, &msg)
+                        && self.fetch.as_ref().is_some_and(Fetch::is_repair)
+                    {
+                        self.actions
+                            .push_back(Action::Broadcast(PeerMessage::StateVote { cid, digest }));
+                    }
+                    Action::Broadcast(msg)
+                }
+                FetchOut::Send { to, msg } => Action::Send { to, msg },
+                FetchOut::StoreChunk { cid, offset, data } => {
+                    Action::StoreChunk { cid, offset, data }
+                }
+                FetchOut::Install(state) => {
+                    // A repair replaces the state at this replica's own position.
+                    let floor = if state.repair {
+                        ConsensusId(self.instance.cid.0.saturating_sub(1))
+                    } else {
+                        self.instance.cid
+                    };
+                    if state.target() < floor && state.repair {
+                        tracing::info!(target = %state.target(), next = %self.instance.cid, "repair overtaken: fetching again");
+                        self.fetch = None;
+                        self.start_fetch(false, true);
+                        continue;
+                    }
+                    if state.target() < floor {
+                        // Decided here meanwhile (forwarding overtook the fetch): installing
+                        // it would only be refused by the runtime.
+                        tracing::info!(target = %state.target(), next = %self.instance.cid, "fetched state overtaken: not installed");
+                        self.fetch = None;
+                        self.catch_up.state_transfer_signalled = false;
+                        continue;
+                    }
+                    let kept = self.params.decisions_kept;
+                    let skip = state.log.len().saturating_sub(kept);
+                    self.installing_recent = state.log[skip..].to_vec();
+                    Action::InstallState(state)
+                }
+            };
+            self.actions.push_back(action);
+        }
+    }
+}

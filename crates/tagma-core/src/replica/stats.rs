@@ -1,0 +1,23 @@
+//! Counters the runtime exports as metrics ([`CoreStats`]).
+
+/// Counters the runtime exports as metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    pub decided_instances: u64,
+    pub decided_requests: u64,
+    pub pending_requests: u64,
+    pub proposals_sent: u64,
+    pub future_messages_buffered: u64,
+    /// Regencies installed (leader changes).
+    pub leader_changes: u64,
+    /// Instances decided from a forwarded proof (catch-up) rather than by voting.
+    pub decisions_forwarded_in: u64,
+    /// States installed by state transfer.
+    pub state_transfers: u64,
+    /// Hash votes after a restart that confirmed the recovered state (see `Audit`).
+    pub audits_confirmed: u64,
+    /// Hash votes after a restart that contradicted the recovered state (see `Audit`).
+    pub audits_contradicted: u64,
+    /// Views installed by view changes.
+    pub views_installed: u64,
+}

@@ -1,0 +1,99 @@
+//! Timers: what the core does when [`Replica::next_timeout_ms`] passes.
+
+use tagma_wire::{PeerMessage, Regency};
+
+use super::{Replica, action::Action, leader_change::STOP_REQUESTS_MAX};
+use crate::transfer::Fetch;
+
+impl Replica {
+    /// Timers whose deadline passed: request timers (first expiry forwards the request to
+    /// all replicas, the second suspects the leader), STOP retransmission, the SYNC timeout,
+    /// and catch-up requests.
+    pub fn handle_tick(&mut self, now_ms: u64) {
+        if self.left {
+            return;
+        }
+        self.set_now(now_ms);
+        let mut expired = self.clients.take_expired(now_ms);
+        if self.recovery.is_some() {
+            // Not ordering yet: no request timer may forward or suspect meanwhile (they
+            // restart when recovery ends).
+            expired.clear();
+            self.retransmit_position();
+            self.progress_recovery();
+        } else if self.idle_probe_ms.is_some_and(|t| t <= now_ms) {
+            self.arm_idle_probe();
+            self.actions
+                .push_back(Action::Broadcast(PeerMessage::Position {
+                    next: self.instance.cid,
+                    reply: false,
+                }));
+        }
+        let mut suspect = Vec::new();
+        for e in expired {
+            if e.forwarded_before {
+                suspect.push(e.request);
+            } else {
+                // SPEC §3: first expiry → forward to all (the client may have skipped some).
+                self.actions
+                    .push_back(Action::Broadcast(PeerMessage::Forward(e.request)));
+            }
+        }
+        if !suspect.is_empty() {
+            tracing::debug!(leader = %self.leader(), requests = suspect.len(), "request timers expired twice: suspecting the leader");
+            self.suspect(suspect);
+            // This replica may simply have fallen behind while the others went quiet (nothing
+            // it receives then names a later instance): ask everyone for the next decision.
+            self.request_decisions(true);
+        }
+        if self.sync.stop_retransmit_ms.is_some_and(|t| t <= now_ms)
+            && let Some(stop) = self.sync.own_stop.clone()
+        {
+            self.actions
+                .push_back(Action::Broadcast(PeerMessage::Stop(stop)));
+            self.sync.stop_retransmit_ms = Some(now_ms + self.params.request_timeout_ms);
+        }
+        if self.sync.sync_deadline_ms.is_some_and(|t| t <= now_ms) {
+            // The new leader did not synchronise in time: move on to the next one.
+            tracing::debug!(regency = %self.regency, "no SYNC in time: suspecting the new leader");
+            self.sync.sync_deadline_ms = None;
+            self.sync.failed_regencies += 1;
+            self.start_stop(
+                Regency(self.regency.0.saturating_add(1)),
+                self.clients.head_requests(STOP_REQUESTS_MAX),
+            );
+        }
+        self.maybe_request_decisions();
+        if let Some(fetch) = self.fetch.as_mut() {
+            let mut out = Vec::new();
+            fetch.tick(now_ms, &mut out);
+            self.fetch_actions(out);
+        }
+        self.settle();
+    }
+
+    /// The earliest time at which `handle_tick` must be called, if any timer is armed.
+    pub fn next_timeout_ms(&self) -> Option<u64> {
+        if self.left {
+            return None;
+        }
+        let catch_up = self
+            .catch_up
+            .behind_since_ms
+            .map(|_| self.catch_up.next_request_ms);
+        let recovery = self.recovery_timer();
+        let fetch = self.fetch.as_ref().and_then(Fetch::deadline_ms);
+        [
+            self.idle_probe_ms.filter(|_| self.recovery.is_none()),
+            self.clients.next_deadline_ms(),
+            self.sync.stop_retransmit_ms,
+            self.sync.sync_deadline_ms,
+            catch_up,
+            recovery,
+            fetch,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+    }
+}
