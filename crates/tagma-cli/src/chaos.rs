@@ -55,7 +55,7 @@ pub enum Scenario {
     /// Stop all, delete the data directories of --damaged replicas, restart all.
     WipeDisk,
     /// Stop all, rewrite the newest checkpoint of --damaged replicas with a state that never
-    /// existed (one more key) under valid checksums — a lying disk, which only the hash vote
+    /// existed (one more key) under valid checksums — a lying disk, which only the state vote
     /// after the restart catches — restart all. BFT only.
     LyingDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
@@ -192,7 +192,7 @@ pub struct ChaosReport {
     /// for the other scenarios, which damage no file).
     pub damaged_state_discarded: Option<bool>,
     /// lying-disk: whether every damaged replica's recovered state was contradicted by the
-    /// hash vote and replaced (`None` for the other scenarios).
+    /// state vote and replaced (`None` for the other scenarios).
     pub repaired_by_hash_vote: Option<bool>,
     /// States the restarted (lagging or damaged) replicas installed by state transfer, and
     /// how long the last one took (the longest over the damaged replicas).
@@ -581,7 +581,7 @@ const LIE_KEY: &[u8] = b"chaos/lie";
 
 /// Rewrites the newest checkpoint with a state that was never ordered — the key-value map
 /// gains [`LIE_KEY`] — with a valid digest and checksum, as a disk that returns wrong content
-/// would: recovery reads it without complaint, and only the hash vote after the restart
+/// would: recovery reads it without complaint, and only the state vote after the restart
 /// (the replica's state against its peers') can tell.
 pub fn lie_in_checkpoint(dir: &Path) -> Result<()> {
     use tagma_exec::Service;

@@ -286,9 +286,9 @@ fn chaos_two_of_five_cft_replicas_with_wiped_disks_get_the_state_back() {
     assert!(report["damaged_state_discarded"].is_null(), "{report}");
 }
 
-/// A lying disk (DDS's hash vote): the newest checkpoint of replica 3 is rewritten, while
+/// A lying disk (DDS's state vote): the newest checkpoint of replica 3 is rewritten, while
 /// every replica is stopped, with a state that was never ordered under valid checksums.
-/// Recovery reads it without complaint; the hash vote at the end of the start-up
+/// Recovery reads it without complaint; the state vote at the end of the start-up
 /// synchronisation finds f+1 peers holding another state, and the replica fetches theirs.
 /// Without the vote its digest differs at the end (checked by disabling it).
 #[test]

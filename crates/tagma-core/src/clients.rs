@@ -528,7 +528,7 @@ impl Clients {
     }
 
     /// Replaces the sessions outright with those of a state that repairs this replica's own
-    /// (the hash vote contradicted the state its disk returned, sessions included): sessions
+    /// (the state vote contradicted the state its disk returned, sessions included): sessions
     /// the installed state lacks go, and pending requests it already delivered are dropped.
     pub fn replace_sessions(&mut self, sessions: &[(ClientId, RequestSeq)]) {
         self.sessions.clear();

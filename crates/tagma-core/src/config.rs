@@ -224,10 +224,11 @@ pub struct StorageSection {
     /// make it fetch more).
     pub state_bytes_max: u64,
     /// BFT with `durability = "fsync"`: a restarted replica checks its recovered state
-    /// against its peers' before ordering (DDS's hash vote; each replica hashes its state
+    /// against its peers' before ordering (DDS's state vote; each replica hashes its state
     /// once per restart), and fetches theirs if f+1 contradict it. Catches a disk whose wrong
     /// content passes its checksums.
-    pub hash_vote: bool,
+    #[serde(alias = "hash_vote")]
+    pub state_vote: bool,
 }
 
 impl Default for StorageSection {
@@ -238,7 +239,7 @@ impl Default for StorageSection {
             checkpoint_period: 1000,
             log_segment_bytes: 64 << 20,
             state_bytes_max: 16 << 30,
-            hash_vote: true,
+            state_vote: true,
         }
     }
 }
@@ -747,7 +748,7 @@ impl Config {
         s.push_str(&format!("# Instances between two checkpoints of a replica (staggered across replicas; at least n). Default 1000.\ncheckpoint_period = {}\n", st.checkpoint_period));
         s.push_str(&format!("# Bytes each log segment file is preallocated to. Default 67108864 (64 MiB).\nlog_segment_bytes = {}\n", st.log_segment_bytes));
         s.push_str(&format!("# The largest checkpoint accepted by state transfer. Default 17179869184 (16 GiB).\nstate_bytes_max = {}\n", st.state_bytes_max));
-        s.push_str(&format!("# BFT with durability: a restarted replica compares its recovered state with its peers'\n# (its state hashed once per restart) and fetches theirs if f+1 contradict it. Default true.\nhash_vote = {}\n", st.hash_vote));
+        s.push_str(&format!("# BFT with durability: a restarted replica compares its recovered state with its peers'\n# (its state hashed once per restart) and fetches theirs if f+1 contradict it. Default true.\nstate_vote = {}\n", st.state_vote));
         s
     }
 }

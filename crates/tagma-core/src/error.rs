@@ -120,11 +120,11 @@ pub enum Rejection {
     },
     /// A forwarded request whose authentication failed.
     Unauthentic,
-    /// A vote or leader-change message while this replica recovers from its disk: it
+    /// A vote or leader-change message during the start-up synchronisation: the replica
     /// neither votes nor reports a collect until the start-up synchronisation is over (it
     /// first catches up to the others' positions; the votes it persisted before the crash are
     /// restored, the WRITEs it did not persist are lost).
-    Recovering,
+    StartingUp,
     /// This replica left the view (a view without it was installed): it takes no input.
     NotMember,
     /// A state-transfer message that does not fit (out of range, unexpected, unproven).
@@ -157,7 +157,7 @@ impl Rejection {
             Rejection::InvalidSync { .. } => "invalid_sync",
             Rejection::InvalidProof { .. } => "invalid_proof",
             Rejection::Unauthentic => "unauthentic",
-            Rejection::Recovering => "recovering",
+            Rejection::StartingUp => "starting_up",
             Rejection::NotMember => "not_member",
             Rejection::InvalidTransfer { .. } => "invalid_transfer",
         }

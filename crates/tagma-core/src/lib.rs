@@ -15,13 +15,13 @@ pub mod error;
 pub mod proof;
 pub mod quorum;
 pub mod replica;
-pub mod sync;
 pub mod transfer;
+pub mod value_choice;
 pub mod view;
 
 pub use config::{Config, ConfigError, ValidConfig};
 pub use quorum::{Mode, Quorums};
 pub use replica::{
-    Action, CoreStats, Decision, PeerInput, ProposalFault, Rejection, Replica, ReplicaParams,
-    VerifiedBatch,
+    Action, CoreStats, Decision, Input, PeerInput, PreparedBatch, ProposalFault, Recovered,
+    Rejection, Replica, ReplicaParams, Resume, Start,
 };

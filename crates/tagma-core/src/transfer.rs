@@ -87,7 +87,7 @@ pub struct StateToInstall {
     pub vouchers: Vec<(ReplicaId, CheckpointInfo)>,
     /// How many of {source} ∪ vouchers must match the replayed state: f+1 (BFT) or 1 (CFT).
     pub matches_needed: usize,
-    /// It replaces a state the hash vote contradicted (its disk lied): the runtime also
+    /// It replaces a state the state vote contradicted (its disk lied): the runtime also
     /// drops that disk's log, whose records before the checkpoint are suspect.
     pub repair: bool,
 }
@@ -168,7 +168,7 @@ pub struct FetchParams {
     /// which replays from the checkpoint's view, verifies every one before the state is
     /// installed.
     pub joining: bool,
-    /// The hash vote after a restart contradicted this replica's state: the state at its
+    /// The state vote after a restart contradicted this replica's state: the state at its
     /// own position is fetched to replace it (see [`StateToInstall::repair`]).
     pub repair: bool,
 }
@@ -280,7 +280,7 @@ impl Fetch {
         }
     }
 
-    /// Whether this fetch repairs a state the hash vote contradicted ([`FetchParams::repair`]).
+    /// Whether this fetch repairs a state the state vote contradicted ([`FetchParams::repair`]).
     pub fn is_repair(&self) -> bool {
         self.params.repair
     }

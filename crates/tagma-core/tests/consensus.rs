@@ -10,8 +10,8 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use bytes::Bytes;
 use tagma_core::view::sign_change;
 use tagma_core::{
-    Action, Decision, Mode, PeerInput, ProposalFault, Quorums, Rejection, Replica, ReplicaParams,
-    VerifiedBatch,
+    Action, Decision, Mode, PeerInput, PreparedBatch, ProposalFault, Quorums, Rejection, Replica,
+    ReplicaParams,
 };
 use tagma_wire::{
     Accept, Batch, ClientId, Collect, ConsensusId, Decode, Digest, Encode, Epoch, PeerMessage,
@@ -54,7 +54,7 @@ fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         member_keys: (0..n).map(|i| key(i).public()).collect(),
         decisions_kept: 64,
         state_transfer: false,
-        hash_vote: true,
+        state_vote: true,
         chunk_bytes: 1 << 20,
         state_bytes_max: 1 << 30,
         member_addrs: (0..n).map(addr).collect(),
@@ -134,8 +134,8 @@ fn req_sized(client: u64, seq: u64, payload_bytes: usize) -> RequestEnvelope {
 }
 
 /// What the network stage hands the core for a received PROPOSE.
-fn verified(bytes: &Bytes) -> VerifiedBatch {
-    VerifiedBatch {
+fn verified(bytes: &Bytes) -> PreparedBatch {
+    PreparedBatch {
         bytes: bytes.clone(),
         hash: tagma_crypto::digest(bytes),
         batch: Batch::decode(bytes).expect("a leader's batch decodes"),
@@ -2132,8 +2132,8 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
     let log = decided_run(3);
     let mut r0 = bft(0);
     r0.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
-    r0.start_recovery(100);
-    assert!(r0.is_recovering());
+    r0.start_startup_sync(100);
+    assert!(r0.is_starting_up());
     assert_eq!(
         drain(&mut r0),
         vec![Action::Broadcast(PeerMessage::Position {
@@ -2157,7 +2157,7 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
         }
     }));
     r0.handle_peer(103, r(3), position(3, true)).unwrap();
-    assert!(!r0.is_recovering());
+    assert!(!r0.is_starting_up());
     let mut actions = drain(&mut r0);
     // Done: it asks and announces its position (peers on instance 3 resend what it
     // refused), then proposes.
@@ -2215,7 +2215,7 @@ fn a_recovering_leader_catches_up_to_the_highest_position_first() {
         &[(ClientId(9), RequestSeq(2))],
         log[..2].to_vec(),
     );
-    r0.start_recovery(100);
+    r0.start_startup_sync(100);
     drain(&mut r0);
     r0.handle_client_request(101, req(1, 1)).unwrap();
     r0.handle_peer(102, r(1), position(3, false)).unwrap();
@@ -2232,12 +2232,12 @@ fn a_recovering_leader_catches_up_to_the_highest_position_first() {
     for from in [2, 3] {
         r0.handle_peer(103, r(from), position(2, true)).unwrap();
     }
-    assert!(r0.is_recovering(), "still behind replica 1");
+    assert!(r0.is_starting_up(), "still behind replica 1");
     assert!(!proposes(&drain(&mut r0)));
     r0.handle_peer(104, r(1), PeerInput::Decision(log[2].clone()))
         .unwrap();
     let actions = drain(&mut r0);
-    assert!(!r0.is_recovering());
+    assert!(!r0.is_starting_up());
     assert!(
         actions
             .iter()
@@ -2258,13 +2258,13 @@ fn a_recovering_leader_catches_up_to_the_highest_position_first() {
 #[test]
 fn recovery_settles_for_n_minus_f_positions_after_the_deadline() {
     let mut r0 = bft(0);
-    r0.start_recovery(0);
+    r0.start_startup_sync(0);
     drain(&mut r0);
     r0.handle_client_request(1, req(1, 1)).unwrap();
     for from in [1, 2] {
         r0.handle_peer(2, r(from), position(0, true)).unwrap();
     }
-    assert!(r0.is_recovering());
+    assert!(r0.is_starting_up());
     // Retransmissions go to the silent peer only.
     r0.handle_tick(600);
     assert_eq!(
@@ -2279,7 +2279,7 @@ fn recovery_settles_for_n_minus_f_positions_after_the_deadline() {
     );
     let deadline = r0.next_timeout_ms().unwrap().max(5 * 1000);
     r0.handle_tick(deadline);
-    assert!(!r0.is_recovering());
+    assert!(!r0.is_starting_up());
     assert!(proposes(&drain(&mut r0)));
 }
 
@@ -2289,13 +2289,13 @@ fn recovery_settles_for_n_minus_f_positions_after_the_deadline() {
 #[test]
 fn a_recovering_replica_does_not_vote_and_settles_for_n_minus_f_after_the_deadline() {
     let mut r1 = cft(1);
-    r1.start_recovery(0);
+    r1.start_startup_sync(0);
     drain(&mut r1);
     let batch = batch_of(1, vec![req(1, 1)]);
     let (input, _) = propose(0, &batch);
     assert_eq!(
         r1.handle_peer(1, r(0), input).unwrap_err(),
-        Rejection::Recovering
+        Rejection::StartingUp
     );
     let stop = Stop {
         regency: Regency(1),
@@ -2303,7 +2303,7 @@ fn a_recovering_replica_does_not_vote_and_settles_for_n_minus_f_after_the_deadli
     };
     assert_eq!(
         r1.handle_peer(1, r(2), PeerInput::Stop(stop)).unwrap_err(),
-        Rejection::Recovering
+        Rejection::StartingUp
     );
     assert!(drain(&mut r1).is_empty(), "no vote, no STOP, no STOPDATA");
     r1.handle_peer(2, r(0), position(0, true)).unwrap();
@@ -2311,9 +2311,9 @@ fn a_recovering_replica_does_not_vote_and_settles_for_n_minus_f_after_the_deadli
     // replica 0's) are enough, in CFT too: the votes persisted by the replicas that accepted
     // an instance hold it for a leader change.
     r1.handle_tick(100);
-    assert!(r1.is_recovering());
+    assert!(r1.is_starting_up());
     r1.handle_tick(60_000);
-    assert!(!r1.is_recovering());
+    assert!(!r1.is_starting_up());
     // It announces that it is done, so that peers on its instance resend what it refused.
     assert!(
         drain(&mut r1).contains(&Action::Broadcast(PeerMessage::Position {
@@ -2493,7 +2493,7 @@ fn a_leader_change_right_after_an_addition_accepts_the_previous_views_proof() {
     }
 }
 
-// ---- the hash vote after a restart (DDS's REINIT with checkpoint hashes) -----------------
+// ---- the state vote after a restart (DDS's REINIT with checkpoint hashes) -----------------
 
 fn ckp_info(cid: u64, digest: u8) -> tagma_wire::CheckpointInfo {
     tagma_wire::CheckpointInfo {
@@ -2567,7 +2567,7 @@ fn hashes_or_checkpoints(replica: &mut Replica) -> bool {
         .any(|a| matches!(a, Action::CheckpointNow { .. } | Action::DigestState { .. }))
 }
 
-/// Replica `from`'s vote in the hash vote, handled by `replica` at `at`: the digest (byte)
+/// Replica `from`'s vote in the state vote, handled by `replica` at `at`: the digest (byte)
 /// of its state after instance `cid`.
 fn vote_from(replica: &mut Replica, at: u64, from: u32, cid: u64, digest: u8) {
     replica
@@ -2589,7 +2589,7 @@ fn restarted_at_3_with_peers_at(next: u64) -> Replica {
     let mut r3 = durable(Mode::Bft, 4, 3);
     r3.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
     r3.note_checkpoint(ckp_info(0, 0xee));
-    r3.start_recovery(100);
+    r3.start_startup_sync(100);
     drain(&mut r3);
     for from in [0, 1, 2] {
         r3.handle_peer(101, r(from), position(next, true)).unwrap();
@@ -2603,8 +2603,8 @@ fn restarted_at_3_with_peers_at(next: u64) -> Replica {
 fn audited_restart() -> Replica {
     let mut r3 = restarted_at_3_with_peers_at(3);
     assert!(
-        r3.is_recovering(),
-        "the hash vote holds the synchronisation"
+        r3.is_starting_up(),
+        "the state vote holds the synchronisation"
     );
     assert_eq!(
         drain(&mut r3),
@@ -2662,12 +2662,12 @@ fn the_hash_vote_confirms_a_state_that_f_plus_one_peers_hold() {
     vote_from(&mut r3, 103, 1, 2, 0xaa);
     // A vote on another instance counts for nothing.
     vote_from(&mut r3, 103, 2, 1, 0xaa);
-    assert!(r3.is_recovering());
+    assert!(r3.is_starting_up());
     drain(&mut r3);
     // Replica 2 did not restart, and checkpointed that instance.
     offer_from(&mut r3, 104, 2, Some((2, 0xaa)), 3);
-    assert!(!r3.is_recovering());
-    assert_eq!(r3.stats().audits_contradicted, 0);
+    assert!(!r3.is_starting_up());
+    assert_eq!(r3.stats().state_votes_contradicted, 0);
     assert!(drain(&mut r3).contains(&Action::CheckpointNow {
         cid: ConsensusId(2)
     }));
@@ -2689,7 +2689,7 @@ fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
     let mut r3 = audited_restart();
     offer_from(&mut r3, 103, 0, Some((0, 0xcc)), 9);
     offer_from(&mut r3, 103, 1, Some((1, 0xcc)), 3);
-    assert!(r3.is_recovering(), "replica 1 may still vote there");
+    assert!(r3.is_starting_up(), "replica 1 may still vote there");
     let due = r3.next_timeout_ms().unwrap();
     r3.handle_tick(due);
     let asked: Vec<Action> = drain(&mut r3)
@@ -2707,8 +2707,8 @@ fn the_hash_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
     assert_eq!(asked.len(), 2, "replicas 1 and 2, not 0: {asked:?}");
     offer_from(&mut r3, due + 1, 1, Some((1, 0xcc)), 4);
     offer_from(&mut r3, due + 1, 2, None, 7);
-    assert!(!r3.is_recovering());
-    assert_eq!(r3.stats().audits_contradicted, 0);
+    assert!(!r3.is_starting_up());
+    assert_eq!(r3.stats().state_votes_contradicted, 0);
 }
 
 /// f+1 peers agree on another state: this replica's disk lied. It fetches their state at its
@@ -2718,8 +2718,8 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     let mut r3 = audited_restart();
     vote_from(&mut r3, 103, 0, 2, 0xbb);
     vote_from(&mut r3, 103, 1, 2, 0xbb);
-    assert!(r3.is_recovering());
-    assert_eq!(r3.stats().audits_contradicted, 1);
+    assert!(r3.is_starting_up());
+    assert_eq!(r3.stats().state_votes_contradicted, 1);
     assert!(r3.is_fetching_state());
     assert_eq!(
         drain(&mut r3),
@@ -2776,7 +2776,7 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
     assert!(install.repair);
     assert_eq!(install.target(), ConsensusId(2));
     assert_eq!(install.matches_needed, 2);
-    assert!(r3.is_recovering(), "not before it is installed");
+    assert!(r3.is_starting_up(), "not before it is installed");
     r3.state_installed(
         106,
         tagma_core::transfer::InstallOutcome::Installed {
@@ -2786,7 +2786,7 @@ fn a_state_that_f_plus_one_peers_contradict_is_fetched_again() {
             view: None,
         },
     );
-    assert!(!r3.is_recovering());
+    assert!(!r3.is_starting_up());
     // The repaired checkpoint replaces the lying one it offers.
     r3.note_checkpoint(ckp_info(2, 0xbb));
     query_from(&mut r3, 107, 0, 0);
@@ -2846,23 +2846,23 @@ fn a_chunk_of_a_released_checkpoint_is_answered_with_an_empty_chunk() {
     }
 }
 
-/// CFT replicas and replicas that decided nothing yet skip the hash vote.
+/// CFT replicas and replicas that decided nothing yet skip the state vote.
 #[test]
 fn no_hash_vote_in_cft_or_before_anything_was_decided() {
     let mut fresh = durable(Mode::Bft, 4, 3);
-    fresh.start_recovery(0);
+    fresh.start_startup_sync(0);
     for from in [0, 1, 2] {
         fresh.handle_peer(1, r(from), position(0, true)).unwrap();
     }
-    assert!(!fresh.is_recovering());
+    assert!(!fresh.is_starting_up());
     let log = decided_run(3);
     let mut c2 = durable(Mode::Cft, 3, 2);
     c2.resume(ConsensusId(2), 2, &[(ClientId(9), RequestSeq(3))], log);
-    c2.start_recovery(0);
+    c2.start_startup_sync(0);
     for from in [0, 1] {
         c2.handle_peer(1, r(from), position(3, true)).unwrap();
     }
-    assert!(!c2.is_recovering());
+    assert!(!c2.is_starting_up());
     assert!(!hashes_or_checkpoints(&mut c2));
 }
 
@@ -2874,7 +2874,7 @@ fn no_decision_is_committed_while_the_hash_vote_runs() {
     let next = decided_run(4).pop().unwrap();
     assert_eq!(
         r3.handle_peer(103, r(0), PeerInput::Decision(next)),
-        Err(Rejection::Recovering)
+        Err(Rejection::StartingUp)
     );
     assert!(
         !drain(&mut r3)
@@ -2884,7 +2884,7 @@ fn no_decision_is_committed_while_the_hash_vote_runs() {
 }
 
 /// A replica that fetches its state by state transfer while it synchronises (the others are
-/// too far ahead) holds a state f+1 digests vouched for, not its disk's: no hash vote.
+/// too far ahead) holds a state f+1 digests vouched for, not its disk's: no state vote.
 #[test]
 fn a_state_fetched_while_synchronising_is_not_voted_on() {
     let mut r3 = restarted_at_3_with_peers_at(500);
@@ -2916,7 +2916,7 @@ fn a_state_fetched_while_synchronising_is_not_voted_on() {
             view: None,
         },
     );
-    assert!(!r3.is_recovering(), "ordering at once");
+    assert!(!r3.is_starting_up(), "ordering at once");
     assert!(!hashes_or_checkpoints(&mut r3));
 }
 
@@ -2928,7 +2928,7 @@ fn the_fresh_checkpoint_is_written_only_for_a_peer_the_vote_contradicts() {
     let mut r3 = audited_restart();
     vote_from(&mut r3, 103, 0, 2, 0xaa);
     vote_from(&mut r3, 103, 1, 2, 0xaa);
-    assert!(!r3.is_recovering());
+    assert!(!r3.is_starting_up());
     assert!(!hashes_or_checkpoints(&mut r3));
     // A vote on another instance, or for the same state: nothing.
     vote_from(&mut r3, 104, 2, 1, 0xbb);
@@ -2954,9 +2954,9 @@ fn an_inconclusive_vote_still_writes_the_checkpoint_a_contradicted_peer_needs() 
     vote_from(&mut r3, 103, 0, 2, 0xbb);
     vote_from(&mut r3, 103, 1, 2, 0xaa);
     offer_from(&mut r3, 103, 2, Some((0, 0xee)), 3);
-    assert!(r3.is_recovering());
+    assert!(r3.is_starting_up());
     drain(&mut r3);
-    while r3.is_recovering() {
+    while r3.is_starting_up() {
         let now = r3.next_timeout_ms().unwrap();
         r3.handle_tick(now);
         assert!(now < 100_000, "the vote ends");

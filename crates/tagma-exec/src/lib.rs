@@ -145,6 +145,10 @@ pub struct Executor<S: Service> {
     /// The replica set and the rules for changing it ([`Executor::with_membership`]); without
     /// it, every view change is refused.
     membership: Option<Membership>,
+    /// The last instance of the newest state installed by state transfer
+    /// ([`Executor::install_fetched`]): deliveries of instances up to it were decided while
+    /// the state was fetched, and [`Executor::execute_decided`] skips them.
+    installed_through: Option<ConsensusId>,
 }
 
 /// Version byte of [`Executor::checkpoint`]'s encoding (3: with the view's members and the
@@ -168,6 +172,7 @@ impl<S: Service> Executor<S> {
             last_executed: HashMap::new(),
             last_timestamp_ms: 0,
             membership: None,
+            installed_through: None,
         }
     }
 
@@ -190,6 +195,16 @@ impl<S: Service> Executor<S> {
     pub fn view_history(&self) -> &[tagma_wire::ViewChange] {
         self.membership.as_ref().map_or(&[], |m| &m.history)
     }
+    /// A decided batch, as the core delivers it: `None` if a state installed by state
+    /// transfer already covers instance `cid` (the core delivered it while the state was
+    /// being fetched), else [`Executor::execute_batch`]'s replies.
+    pub fn execute_decided(&mut self, cid: ConsensusId, batch: &Batch) -> Option<Vec<Reply>> {
+        if self.installed_through.is_some_and(|t| cid <= t) {
+            return None;
+        }
+        Some(self.execute_batch(cid, batch))
+    }
+
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
     /// instance: asserted), caches the replies and returns them in batch order.
     ///
@@ -605,9 +620,11 @@ impl<S: Service> Executor<S> {
         }
         let backup = self.checkpoint();
         let result = self.replay_fetched(state, checkpoint, log, vouchers, needed);
-        if result.is_err() {
-            self.restore(&backup)
-                .expect("a checkpoint of this executor restores");
+        match result {
+            Ok(_) => self.installed_through = Some(through),
+            Err(_) => self
+                .restore(&backup)
+                .expect("a checkpoint of this executor restores"),
         }
         result
     }

@@ -69,7 +69,7 @@ pub(crate) enum StorageEvent {
         /// `None`: replayed from the initial state (no checkpoint installed).
         checkpoint: Option<u64>,
         entries: Vec<DecidedInstance>,
-        /// The state replaced one the hash vote contradicted: the log restarts after the
+        /// The state replaced one the state vote contradicted: the log restarts after the
         /// checkpoint (its records came from the same disk).
         repair: bool,
     },
@@ -155,7 +155,7 @@ pub(crate) fn recover_or_quarantine<S: Service>(
     executor: &mut Executor<S>,
     metrics: &Metrics,
 ) -> Result<Recovered, NodeError> {
-    let fail = |reason: String| NodeError::Recovery {
+    let fail = |reason: String| NodeError::StartupSync {
         dir: data_dir.to_path_buf(),
         reason,
     };
@@ -497,11 +497,6 @@ impl VoteWriter {
         self.dirty = true;
     }
 
-    /// Whether the newest record was written unsynced (a WRITE's votes).
-    pub(crate) fn unsynced(&self) -> bool {
-        self.unsynced
-    }
-
     /// Writes a record of every vote added, synced if `sync` (if no vote was added since
     /// the last record, only to sync an unsynced one). Returns the newest `PersistVote`
     /// sequence number now durable, if this record is synced. `decided_below`: the instances
@@ -805,9 +800,6 @@ pub(crate) struct DurableExec {
     pub index: usize,
     pub n: usize,
     pub period: u64,
-    /// The last instance of the newest state installed by state transfer: later `Deliver`s
-    /// of instances up to it are skipped (see `Action::InstallState`).
-    pub installed_through: Option<u64>,
     /// The instance of the last checkpoint handed to the checkpoint thread: a fresh one asked
     /// for the same instance (`checkpoint_now`) is not taken twice (a second job could land
     /// after a repair replaced that checkpoint, and put the contradicted state back).
@@ -831,7 +823,7 @@ impl DurableExec {
         self.checkpoint(cid, executor);
     }
 
-    /// `Action::DigestState`: the hash vote's digest of the state after `cid` (the last
+    /// `Action::DigestState`: the state vote's digest of the state after `cid` (the last
     /// instance executed), streamed into the hash (no copy, nothing written), for the core.
     pub fn digest_state<S: Service>(&self, cid: u64, executor: &Executor<S>) {
         if executor.executed_instances() != cid + 1 {
@@ -849,7 +841,7 @@ impl DurableExec {
         info!(
             instance = cid,
             ms = started.elapsed().as_millis() as u64,
-            "state hashed for the hash vote"
+            "state hashed for the state vote"
         );
         // An error: the consensus thread has stopped (the replica is stopping).
         let _ = self.consensus_tx.send(ConsensusEvent::StateDigest {
@@ -858,7 +850,7 @@ impl DurableExec {
         });
     }
 
-    /// `Action::CheckpointNow`: the fresh checkpoint a peer the hash vote contradicted
+    /// `Action::CheckpointNow`: the fresh checkpoint a peer the state vote contradicted
     /// repairs from, of the state after `cid` or, if this thread executed further meanwhile
     /// (a state installed before the request reached it), after the last instance executed;
     /// whatever the staggered points say. Waits for a checkpoint still being written rather
@@ -980,7 +972,6 @@ impl DurableExec {
             entries: state.log.clone(),
             repair: state.repair,
         };
-        self.installed_through = Some(target.0);
         let outcome = InstallOutcome::Installed {
             last: target,
             timestamp_ms: executor.last_timestamp_ms(),
@@ -993,7 +984,7 @@ impl DurableExec {
 
 /// Logs the decisions of a state installed by state transfer: those after what the log
 /// already holds; if the log does not reach the installed checkpoint, or the state repairs
-/// one the hash vote contradicted, it restarts after it (without a checkpoint — a replay
+/// one the state vote contradicted, it restarts after it (without a checkpoint — a replay
 /// from the initial state — the log continues).
 fn log_installed(
     log: &mut Log,

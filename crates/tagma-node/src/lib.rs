@@ -37,7 +37,7 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender, TrySendError, bounded};
 use tagma_core::config::Durability;
 use tagma_core::config::ReplicaInfo;
-use tagma_core::{Action, Decision, PeerInput, Replica, ReplicaParams, ValidConfig};
+use tagma_core::{Action, Decision, Input, PeerInput, Replica, ReplicaParams, Start, ValidConfig};
 use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
 use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError, NetLimits};
@@ -98,7 +98,7 @@ pub enum NodeError {
     #[error(
         "cannot recover the durable state in {dir}: {reason} — fix: move that directory away; the replica then starts empty and catches up from the others (decision forwarding, within limits.decisions_kept instances)"
     )]
-    Recovery { dir: PathBuf, reason: String },
+    StartupSync { dir: PathBuf, reason: String },
 }
 
 /// A running replica.
@@ -147,7 +147,7 @@ enum ConsensusEvent {
     },
     /// A durable checkpoint was written (offered to replicas that need state).
     Checkpointed(tagma_wire::CheckpointInfo),
-    /// The digest of the state after an instance, for the hash vote (`Action::DigestState`).
+    /// The digest of the state after an instance, for the state vote (`Action::DigestState`).
     StateDigest {
         cid: tagma_wire::ConsensusId,
         digest: tagma_wire::Digest,
@@ -202,11 +202,11 @@ enum ExecEvent {
     Execute(RequestEnvelope),
     /// State transfer: validate and install a fetched state.
     Install(tagma_core::transfer::StateToInstall),
-    /// The fresh checkpoint a peer the hash vote contradicted repairs from (`Action::CheckpointNow`).
+    /// The fresh checkpoint a peer the state vote contradicted repairs from (`Action::CheckpointNow`).
     CheckpointNow {
         cid: u64,
     },
-    /// The start-up synchronisation's hash vote: the state's digest (`Action::DigestState`).
+    /// The start-up synchronisation's state vote: the state's digest (`Action::DigestState`).
     DigestState {
         cid: u64,
     },
@@ -491,35 +491,35 @@ fn start_node<S: Service>(
     let mut votes = None;
     let mut transfer_tx = None;
     let mut core = None;
-    let mut joining = false;
+    let clock = Clock::new();
     if !unreplicated {
-        let mut replica = Replica::new(params, (*shared.key).clone());
+        let mut start = Start::Fresh;
         if let Some(rec) = recovered {
             // A replica that was added and has nothing yet fetches everything first.
-            joining = join.is_some() && rec.last.is_none() && rec.checkpoint.is_none();
-            if let Some(last) = rec.last {
-                replica.resume(
-                    last,
-                    executor.last_timestamp_ms(),
-                    &executor.sessions(),
-                    rec.recent,
-                );
-                // Views changed before the crash are in the recovered state.
-                if let Some(view) = executor.members() {
-                    replica.adopt_view(last, view.clone());
-                }
-            }
-            if let Some(info) = rec.checkpoint {
-                replica.note_checkpoint(info);
-            }
+            let joining = join.is_some() && rec.last.is_none() && rec.checkpoint.is_none();
             let logged_below = rec.last.map_or(0, |c| c.0 + 1);
             let writer = durability::VoteWriter::new(rec.vote_store, &rec.votes, logged_below)
-                .map_err(|reason| NodeError::Recovery {
+                .map_err(|reason| NodeError::StartupSync {
                     dir: data_dir.clone().unwrap_or_default(),
                     reason,
                 })?;
             votes = Some(std::cell::RefCell::new(writer));
-            replica.restore_votes(rec.votes);
+            start = if joining {
+                Start::Joining
+            } else {
+                Start::Recovered(tagma_core::Recovered {
+                    resume: rec.last.map(|last| tagma_core::Resume {
+                        last,
+                        timestamp_ms: executor.last_timestamp_ms(),
+                        sessions: executor.sessions(),
+                        recent: rec.recent,
+                        // Views changed before the crash are in the recovered state.
+                        view: executor.members().cloned(),
+                    }),
+                    checkpoints: rec.checkpoint.into_iter().collect(),
+                    votes: rec.votes,
+                })
+            };
             let (tx, rx) = bounded(lim.execution_queue_max);
             let (ckp_tx, ckp_rx) = bounded(1);
             let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
@@ -545,12 +545,16 @@ fn start_node<S: Service>(
                 index: stagger.0,
                 n: stagger.1,
                 period: cfg.raw.storage.checkpoint_period,
-                installed_through: None,
                 last_queued: std::cell::Cell::new(None),
             });
             storage_tx = Some(tx);
         }
-        core = Some(replica);
+        core = Some(Replica::new(
+            params,
+            (*shared.key).clone(),
+            start,
+            clock.now_ms(),
+        ));
     }
     if let Some(core) = core {
         let sh = shared.clone();
@@ -562,7 +566,7 @@ fn start_node<S: Service>(
                 votes,
                 transfer_tx,
             };
-            consensus_loop(&sh, core, consensus_rx, internal_rx, &links, joining)
+            consensus_loop(&sh, core, consensus_rx, internal_rx, &links, &clock)
         }));
     }
     let sh = shared.clone();
@@ -1141,83 +1145,32 @@ fn consensus_loop(
     rx: Receiver<ConsensusEvent>,
     internal_rx: Receiver<ConsensusEvent>,
     links: &Links,
-    joining: bool,
+    clock: &Clock,
 ) {
-    let clock = Clock::new();
     const IDLE_WAKE_MS: u64 = 100;
-    const VOTE_IDLE_SYNC_MS: u64 = 10;
-    if joining {
-        core.start_joining(clock.now_ms());
-        if !carry_out_actions(sh, &mut core, links) {
-            return;
-        }
-    } else if links.storage_tx.is_some() {
-        // Durable replicas synchronise with the others before ordering (SPEC §5).
-        core.start_recovery(clock.now_ms());
-        if !carry_out_actions(sh, &mut core, links) {
-            return;
-        }
+    // What the core asked for when it started (a recovered or joining replica talks at once).
+    if !carry_out_actions(sh, &mut core, links, clock) {
+        return;
     }
     loop {
-        // A WRITE's votes are written unsynced; they are synced when the wait for the next
-        // event times out (after `VOTE_IDLE_SYNC_MS`, or sooner if a core timer is due). Not
-        // as soon as the queue is empty: under load the next event is usually the WRITEs
-        // completing the quorum, whose ACCEPT syncs a record covering them anyway, and a sync
-        // in between delayed them (measured: two vote syncs per instance, now one).
-        let unsynced = links.votes.as_ref().is_some_and(|v| v.borrow().unsynced());
         let now = clock.now_ms();
         let wait_ms = core
             .next_timeout_ms()
-            .map(|t| t.saturating_sub(now))
-            .unwrap_or(IDLE_WAKE_MS)
-            .min(if unsynced {
-                VOTE_IDLE_SYNC_MS
-            } else {
-                IDLE_WAKE_MS
-            });
+            .map_or(IDLE_WAKE_MS, |t| t.saturating_sub(now))
+            .min(IDLE_WAKE_MS);
         let event = crossbeam_channel::select! {
             recv(internal_rx) -> e => e.map_err(|_| RecvTimeoutError::Disconnected),
             recv(rx) -> e => e.map_err(|_| RecvTimeoutError::Disconnected),
             default(Duration::from_millis(wait_ms)) => Err(RecvTimeoutError::Timeout),
         };
-        if matches!(event, Err(RecvTimeoutError::Timeout))
-            && unsynced
-            && !sync_votes(sh, &mut core, links)
-        {
-            return;
-        }
-        let result = match event {
-            Ok(ConsensusEvent::Request(request)) => {
-                let client = request.request.client;
-                let result = core.handle_client_request(clock.now_ms(), request);
-                if let Err(tagma_core::Rejection::WrongView { view }) = &result
-                    && *view < core.view_id()
-                {
-                    // A request of an older view: tell its client the installed one.
-                    let view = core.view();
-                    if links
-                        .exec_tx
-                        .send(ExecEvent::CurrentView { client, view })
-                        .is_err()
-                    {
-                        return;
-                    }
-                }
-                result
-            }
-            Ok(ConsensusEvent::Peer { from, input }) => {
-                core.handle_peer(clock.now_ms(), from, input)
-            }
-            Ok(ConsensusEvent::Checkpointed(info)) => {
-                core.note_checkpoint(info);
-                Ok(())
-            }
+        let input = match event {
+            Ok(ConsensusEvent::Request(request)) => Some(Input::ClientRequest(request)),
+            Ok(ConsensusEvent::Peer { from, input }) => Some(Input::Peer { from, input }),
+            Ok(ConsensusEvent::Checkpointed(info)) => Some(Input::CheckpointWritten(info)),
             Ok(ConsensusEvent::StateDigest { cid, digest }) => {
-                core.note_state_digest(cid, digest);
-                Ok(())
+                Some(Input::StateDigest { cid, digest })
             }
-            // Handled below, after every event.
-            Ok(ConsensusEvent::Durable) => Ok(()),
+            Ok(ConsensusEvent::Durable) => log_durable(sh),
             Ok(ConsensusEvent::Installed { outcome, log }) => {
                 // The installed state's decisions go to the log before any later instance's
                 // (sent from here, in order with the appends, never from execution).
@@ -1226,116 +1179,64 @@ fn consensus_loop(
                 {
                     return;
                 }
-                if core.is_fetching_state()
-                    && matches!(
-                        outcome,
-                        tagma_core::transfer::InstallOutcome::Installed { .. }
-                    )
-                    && let Some(ms) = core.state_transfer_elapsed_ms(clock.now_ms())
-                {
+                let installed = matches!(
+                    outcome,
+                    tagma_core::transfer::InstallOutcome::Installed { .. }
+                );
+                if !feed(sh, &mut core, links, clock, Input::StateInstalled(outcome)) {
+                    return;
+                }
+                if installed {
+                    let ms = core.stats().last_state_transfer_ms;
                     sh.metrics.state_transfer_ms.store(ms, Ordering::Relaxed);
                 }
-                core.state_installed(clock.now_ms(), outcome);
-                Ok(())
+                None
             }
-            Err(RecvTimeoutError::Timeout) => Ok(()),
+            Err(RecvTimeoutError::Timeout) => None,
             Err(RecvTimeoutError::Disconnected) => return,
         };
-        if let Err(rejection) = result {
-            // Stale messages are the normal tail of every instance: count, don't log.
-            if matches!(rejection, tagma_core::Rejection::Stale { .. }) {
-                sh.metrics.reject(rejection.reason());
-            } else {
-                sh.reject(rejection.reason(), format_args!("{rejection:?}"));
-            }
-        }
-        if !carry_out_actions(sh, &mut core, links) {
-            return;
-        }
-        if !feed_durable(sh, &mut core, links) {
+        if let Some(input) = input
+            && !feed(sh, &mut core, links, clock, input)
+        {
             return;
         }
         // Timers are checked after every event, not only when the queue is idle: a steady
         // stream of messages must not starve the request timers (leader failure detection).
-        let now = clock.now_ms();
-        if core.next_timeout_ms().is_some_and(|t| t <= now) {
-            core.handle_tick(now);
-            if !carry_out_actions(sh, &mut core, links) || !feed_durable(sh, &mut core, links) {
-                return;
-            }
+        if core.next_timeout_ms().is_some_and(|t| t <= clock.now_ms())
+            && !feed(sh, &mut core, links, clock, Input::Tick)
+        {
+            return;
         }
     }
 }
 
-/// Storage back-pressure ([`Replica::awaits_durable`]): while the leader's next proposal
-/// waits for its log, tell the storage thread to wake this thread after its next sync. The
-/// flag is raised before the position is read, and the storage thread publishes the position
-/// before it looks at the flag, so no sync goes unnoticed.
-fn feed_durable(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
-    while let Some(waited) = core.awaits_durable() {
-        sh.wake_on_durable.store(true, Ordering::SeqCst);
-        let below = sh.durable_below.load(Ordering::SeqCst);
-        if below <= waited.0 {
-            return true;
-        }
-        sh.wake_on_durable.store(false, Ordering::SeqCst);
-        core.note_durable(tagma_wire::ConsensusId(below - 1));
-        if !carry_out_actions(sh, core, links) {
-            return false;
+/// Gives the core one input and carries out what it asks for; false when the replica is
+/// shutting down or cannot write its votes.
+fn feed(sh: &Arc<Shared>, core: &mut Replica, links: &Links, clock: &Clock, input: Input) -> bool {
+    if let Err(rejection) = core.handle(clock.now_ms(), input) {
+        // Stale messages are the normal tail of every instance: count, don't log.
+        if matches!(rejection, tagma_core::Rejection::Stale { .. }) {
+            sh.metrics.reject(rejection.reason());
+        } else {
+            sh.reject(rejection.reason(), format_args!("{rejection:?}"));
         }
     }
-    true
+    carry_out_actions(sh, core, links, clock)
 }
 
-/// Carries out the core's actions in order, then writes the votes they persist (synced if
-/// an ACCEPT or an installed regency waits for them, and then carries out what that
-/// releases); false when the replica is shutting down or cannot write its votes.
-fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
-    loop {
-        if !carry_out_round(sh, core, links) {
-            return false;
-        }
-        let sync = core.awaits_vote().is_some();
-        match write_votes(sh, core, links, sync) {
-            Some(true) => {}
-            Some(false) => return true,
-            None => return false,
-        }
-    }
+/// The log position the storage thread published, as the core's input (`None` before the
+/// first instance is durable).
+fn log_durable(sh: &Shared) -> Option<Input> {
+    let below = sh.durable_below.load(Ordering::SeqCst);
+    below
+        .checked_sub(1)
+        .map(|last| Input::LogDurable(tagma_wire::ConsensusId(last)))
 }
 
-/// Syncs this replica's newest vote record (a WRITE's, written unsynced) and carries out
-/// what that releases; false when it cannot.
-fn sync_votes(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
-    match write_votes(sh, core, links, true) {
-        Some(true) => carry_out_actions(sh, core, links),
-        Some(false) => true,
-        None => false,
-    }
-}
-
-/// Writes the votes collected (`VoteWriter::flush`) and tells the core what became durable:
-/// `Some(true)` if a record was synced, `None` if the votes cannot be written.
-fn write_votes(sh: &Arc<Shared>, core: &mut Replica, links: &Links, sync: bool) -> Option<bool> {
-    let Some(votes) = &links.votes else {
-        return Some(false);
-    };
-    let flushed = votes.borrow_mut().flush(sh, sync, core.next_cid().0);
-    match flushed {
-        Ok(Some(seq)) => {
-            core.note_votes_durable(seq);
-            Some(true)
-        }
-        Ok(None) => Some(false),
-        Err(e) => {
-            tracing::error!("{e}; this replica stops");
-            None
-        }
-    }
-}
-
-/// Carries out the core's actions queued now, in order (votes are only collected).
-fn carry_out_round(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool {
+/// Carries out the core's actions in order, giving it back the answers to those that wait
+/// for the runtime (votes flushed, the log durable); false when the replica is shutting down
+/// or cannot write its votes.
+fn carry_out_actions(sh: &Arc<Shared>, core: &mut Replica, links: &Links, clock: &Clock) -> bool {
     let (peers, exec_tx) = (&links.peers, &links.exec_tx);
     let storage_tx = links.storage_tx.as_ref();
     while let Some(action) = core.poll_action() {
@@ -1374,6 +1275,48 @@ fn carry_out_round(sh: &Arc<Shared>, core: &mut Replica, links: &Links) -> bool 
                     unreachable!("only durable replicas persist votes");
                 };
                 writer.borrow_mut().add(seq, &votes);
+            }
+            Action::WriteVotes { flush, next } => {
+                let Some(writer) = &links.votes else {
+                    unreachable!("only durable replicas write votes");
+                };
+                let flushed = writer.borrow_mut().flush(sh, flush, next.0);
+                match flushed {
+                    Ok(Some(seq)) => {
+                        let input = Input::VotesDurable { seq };
+                        if let Err(rejection) = core.handle(clock.now_ms(), input) {
+                            sh.reject(rejection.reason(), format_args!("{rejection:?}"));
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(e) => {
+                        tracing::error!("{e}; this replica stops");
+                        return false;
+                    }
+                }
+            }
+            Action::AwaitLogDurable { cid } => {
+                // The storage thread wakes this thread after its next flush (`Durable`). The
+                // flag is raised before the position is read, and the storage thread
+                // publishes the position before it looks at the flag, so no flush goes
+                // unnoticed.
+                sh.wake_on_durable.store(true, Ordering::SeqCst);
+                if sh.durable_below.load(Ordering::SeqCst) > cid.0 {
+                    sh.wake_on_durable.store(false, Ordering::SeqCst);
+                    if let Some(input) = log_durable(sh)
+                        && let Err(rejection) = core.handle(clock.now_ms(), input)
+                    {
+                        sh.reject(rejection.reason(), format_args!("{rejection:?}"));
+                    }
+                }
+            }
+            Action::SendCurrentView { client, view } => {
+                if exec_tx
+                    .send(ExecEvent::CurrentView { client, view })
+                    .is_err()
+                {
+                    return false;
+                }
             }
             Action::ResendReply { client, seq } => {
                 if exec_tx.send(ExecEvent::Resend { client, seq }).is_err() {
@@ -1562,14 +1505,10 @@ fn execution_loop<S: Service>(
             ExecEvent::Unroute { conn_id } => routes.retain(|_, c| c.id != conn_id),
             ExecEvent::Deliver(decision) => {
                 let cid = decision.cid.0;
-                if durable
-                    .as_ref()
-                    .is_some_and(|d| d.installed_through.is_some_and(|t| cid <= t))
-                {
+                let Some(replies) = executor.execute_decided(decision.cid, &decision.batch) else {
                     // Decided while this replica fetched state; the state covers it.
                     continue;
-                }
-                let replies = executor.execute_batch(decision.cid, &decision.batch);
+                };
                 sh.metrics
                     .executed_instances
                     .store(executor.executed_instances(), Ordering::Relaxed);

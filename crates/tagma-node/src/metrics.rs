@@ -53,7 +53,7 @@ pub struct Metrics {
     /// State transfer: states installed, chunk bytes served and fetched, and the duration of
     /// the last install (validation and replay, ms).
     pub state_transfers: AtomicU64,
-    /// States installed because the hash vote after a restart contradicted the recovered
+    /// States installed because the state vote after a restart contradicted the recovered
     /// one (a disk that returned wrong content under valid checksums).
     pub state_repaired: AtomicU64,
     pub state_bytes_served: AtomicU64,
@@ -201,7 +201,7 @@ impl Metrics {
             ),
             (
                 "tagma_state_repaired_total",
-                "Recovered states the hash vote after a restart contradicted, replaced by state transfer",
+                "Recovered states the state vote after a restart contradicted, replaced by state transfer",
                 &self.state_repaired,
             ),
             (

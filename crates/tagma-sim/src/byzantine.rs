@@ -257,7 +257,7 @@ impl Byzantine {
                     .state_lie
                     .as_ref()
                     .map_or(checkpoint, |(info, _)| Some(*info));
-                // And a hash vote for a state nobody holds, at the instance a peer restarted
+                // And a state vote for a state nobody holds, at the instance a peer restarted
                 // beside it votes on (at most f such votes: never a verdict). Its own core
                 // never votes (a Byzantine replica keeps no disk, so it never runs the vote).
                 let vote = next.0.checked_sub(1).map(|cid| PeerMessage::StateVote {

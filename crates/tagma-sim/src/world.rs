@@ -17,7 +17,7 @@ use tagma_client::{ViewFollower, Voter};
 use tagma_core::transfer::{InstallOutcome, StateToInstall};
 use tagma_core::view::{Membership, sign_change};
 use tagma_core::{
-    Action, Mode, PeerInput, Quorums, Rejection, Replica, ReplicaParams, VerifiedBatch,
+    Action, Input, Mode, PeerInput, Quorums, Recovered, Replica, ReplicaParams, Resume, Start,
 };
 use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
@@ -86,8 +86,10 @@ enum Event {
     PartitionEnd(usize),
     Crash(u32),
     Restart(u32),
-    /// A durable replica's sync completes: its unsynced log records and vote become durable.
+    /// A durable replica's log flush completes: its unsynced log records become durable.
     DiskSync(u32),
+    /// A durable replica's vote flush completes: the vote it wrote becomes durable.
+    VoteFlush(u32),
     Heal,
     /// The administrator sends (or resends) the scenario's view change.
     Reconfigure,
@@ -131,9 +133,9 @@ struct Node {
     disk: Option<Disk>,
     /// A checkpoint being fetched by state transfer (memory only: lost on crash).
     incoming: Vec<u8>,
-    /// The last instance of the newest state installed by state transfer (later deliveries
-    /// up to it are skipped, as the node skips them).
-    installed_through: Option<u64>,
+    /// The newest `PersistVote` sequence number (a replica without a disk reports it durable
+    /// when asked to flush).
+    last_vote_seq: u64,
     /// Byzantine replicas: what their honest core decided, by instance.
     byz_decided: BTreeMap<u64, Digest>,
     /// The replica a join plan adds: outside the initial view, and `dormant` (down, deaf)
@@ -142,7 +144,7 @@ struct Node {
     dormant: bool,
     /// Its disk lied at its last restart (the newest checkpoint rewritten with a state nobody
     /// ordered, under a valid digest and checksum): one of the f faulty until a state
-    /// transfer replaces its state (the hash vote's repair, or a later fetch).
+    /// transfer replaces its state (the state vote's repair, or a later fetch).
     lying_disk: bool,
 }
 
@@ -176,12 +178,15 @@ struct Disk {
     /// thread waits for the log). A checkpoint durable before its instance's record would
     /// leave the replica, after a crash of all, ahead of every proof (regression seed 2095).
     pending_checkpoint: Option<(u64, Bytes)>,
-    /// The newest vote synced (the node keeps the one before it too, which it supersedes).
-    vote: Option<Collect>,
-    /// A vote written but not synced yet: it becomes durable (and its ACCEPT may leave) at
-    /// the next sync; a crash before that may or may not leave it on disk.
-    unsynced_vote: Option<(u64, Collect)>,
+    /// The votes flushed, by instance: the newest of every instance not in the log when they
+    /// were flushed (as the node's vote records hold them), with the highest regency always.
+    votes: BTreeMap<u64, Collect>,
+    /// Votes written but not flushed yet (the newest per instance): they become durable (and
+    /// an ACCEPT behind them may leave) with the vote flush the core asks for
+    /// (`Action::WriteVotes`); a crash before that may or may not leave them on disk.
+    unsynced_votes: BTreeMap<u64, Collect>,
     sync_scheduled: bool,
+    vote_flush_scheduled: bool,
     damaged: bool,
 }
 
@@ -338,8 +343,8 @@ impl World {
                     } else {
                         100_000
                     },
-                    state_transfer: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
-                    hash_vote: true,
+                    durable: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
+                    state_vote: true,
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
                     member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),
@@ -365,7 +370,7 @@ impl World {
                     .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
                 let disk = (sc.durable && byz.is_none()).then(Disk::default);
                 Node {
-                    core: Replica::new(params.clone(), keys[i].clone()),
+                    core: Replica::new(params.clone(), keys[i].clone(), Start::Fresh, 0),
                     params,
                     key: keys[i].clone(),
                     disk,
@@ -378,7 +383,7 @@ impl World {
                     delivered: 0,
                     executed: BTreeMap::new(),
                     incoming: Vec::new(),
-                    installed_through: None,
+                    last_vote_seq: 0,
                     byz_decided: BTreeMap::new(),
                     joiner: is_joiner,
                     dormant: is_joiner,
@@ -643,10 +648,7 @@ impl World {
         self.note(b'J', j as u64, 0, &[], || {
             format!("replica {j} starts joining")
         });
-        self.replica_input(j, |core, now| {
-            core.start_joining(now);
-            Ok(())
-        });
+        self.start_core(j, Start::Joining);
     }
 
     /// A replica reports the installed view to client `c`: once one correct replica must be
@@ -720,6 +722,7 @@ impl World {
             }
             Event::Restart(r) => self.restart(r as usize),
             Event::DiskSync(r) => self.disk_sync(r as usize),
+            Event::VoteFlush(r) => self.vote_flush(r as usize),
             Event::Heal => self.heal(),
             Event::Reconfigure => self.send_view_change(),
             Event::StartJoiner(j) => self.start_joiner(j as usize),
@@ -746,10 +749,9 @@ impl World {
             self.nodes[r].disk = Some(Disk::default());
         }
         if self.nodes[r].disk.is_some() {
-            self.recover_from_disk(r);
-            if !self.violations.is_empty() {
+            let Some(recovered) = self.recover_from_disk(r) else {
                 return;
-            }
+            };
             self.count("durable_restarts");
             let node = &self.nodes[r];
             let empty = node
@@ -759,23 +761,18 @@ impl World {
             if node.joiner && empty {
                 // A joiner that crashed before it had any state joins again.
                 self.count("joiners_restarted_empty");
-                self.replica_input(r, |core, now| {
-                    core.start_joining(now);
-                    Ok(())
-                });
+                self.start_core(r, Start::Joining);
             } else {
-                self.replica_input(r, |core, now| {
-                    core.start_recovery(now);
-                    Ok(())
-                });
+                self.start_core(r, Start::Recovered(recovered));
             }
         }
         self.arm_timer(r);
     }
 
-    /// A durable restart: the replica's memory is gone; it is rebuilt from its disk exactly
-    /// as the node does (checkpoint, log replay, `resume`).
-    fn recover_from_disk(&mut self, r: usize) {
+    /// A durable restart: the replica's memory is gone; its executor is rebuilt from its disk
+    /// exactly as the node does (checkpoint, log replay), and what the core resumes with is
+    /// returned (`None` after a violation).
+    fn recover_from_disk(&mut self, r: usize) -> Option<Recovered> {
         let node = &mut self.nodes[r];
         let disk = node.disk.as_ref().expect("a durable replica");
         let mut exec = new_executor(&self.membership, order_seed(self.sc.seed, r));
@@ -784,43 +781,41 @@ impl World {
         {
             let msg = format!("replica {r}: its checkpoint of cid {cid} does not restore: {e}");
             self.violation("recovery", msg);
-            return;
+            return None;
         }
         let after = disk.checkpoint.as_ref().map_or(0, |(cid, _)| cid + 1);
         for decided in disk.log.iter().filter(|d| d.cid.0 >= after) {
             let batch = Batch::decode(&decided.batch).expect("a logged batch decodes");
             exec.execute_batch(decided.cid, &batch);
         }
-        let mut core = Replica::new(node.params.clone(), node.key.clone());
         let next = exec.executed_instances();
-        if next > 0 {
+        let resume = next.checked_sub(1).map(|last| {
             let kept = node.params.decisions_kept;
-            let recent = disk.log[disk.log.len().saturating_sub(kept)..].to_vec();
-            core.resume(
-                ConsensusId(next - 1),
-                exec.last_timestamp_ms(),
-                &exec.sessions(),
-                recent,
-            );
-            // A view change on the disk (checkpointed or replayed) is the one to order in.
-            if let Some(view) = exec.members() {
-                core.adopt_view(ConsensusId(next - 1), view.clone());
+            Resume {
+                last: ConsensusId(last),
+                timestamp_ms: exec.last_timestamp_ms(),
+                sessions: exec.sessions(),
+                recent: disk.log[disk.log.len().saturating_sub(kept)..].to_vec(),
+                // A view change on the disk (checkpointed or replayed) is the one to order in.
+                view: exec.members().cloned(),
             }
-        }
+        });
         debug_assert!(node.delivered >= next, "the disk holds no future");
         // Instances lost with the unsynced tail (or the whole damaged disk) are decided again:
         // forget that they were executed.
         node.delivered = next;
         node.executed.retain(|_, cid| *cid < next);
-        for (cid, state) in disk.previous.iter().chain(&disk.checkpoint) {
-            core.note_checkpoint(checkpoint_info(*cid, state));
-        }
-        core.restore_votes(disk.vote.clone());
-        node.core = core;
+        let recovered = Recovered {
+            resume,
+            checkpoints: (disk.previous.iter().chain(&disk.checkpoint))
+                .map(|(cid, state)| checkpoint_info(*cid, state))
+                .collect(),
+            votes: disk.votes.values().cloned().collect(),
+        };
         node.exec = exec;
         node.regency = 0;
         node.incoming.clear();
-        node.installed_through = None;
+        Some(recovered)
     }
 
     /// State transfer: validates and installs a fetched state as the node does (digest of
@@ -864,7 +859,6 @@ impl World {
             });
             // The checkpointed instances are checked as the state's; the replayed ones as
             // deliveries (agreement, validity, exactly once).
-            self.nodes[r].installed_through = Some(target.0);
             let delivered = self.nodes[r].delivered;
             self.nodes[r].delivered = delivered.max(state.checkpoint.map_or(0, |c| c.cid.0 + 1));
             for decided in state.log.iter().filter(|d| d.cid.0 >= delivered) {
@@ -878,7 +872,7 @@ impl World {
             let node = &mut self.nodes[r];
             if let Some(disk) = node.disk.as_mut() {
                 let ckp = node.exec.checkpoint();
-                node.core.note_checkpoint(checkpoint_info(target.0, &ckp));
+                let info = checkpoint_info(target.0, &ckp);
                 disk.previous = disk.checkpoint.replace((target.0, ckp));
                 if state.repair {
                     // The checkpoints it held came from its lying disk.
@@ -887,43 +881,52 @@ impl World {
                 disk.log.clear();
                 disk.unsynced.clear();
                 disk.pending_checkpoint = None;
+                // As the node: the installed state is the durable checkpoint before the core
+                // hears the verdict.
+                self.replica_input(r, Input::CheckpointWritten(info));
             }
         } else {
             self.count("state_transfers_rejected");
         }
         let durable = matches!(outcome, InstallOutcome::Installed { .. });
-        self.replica_input(r, |core, now| {
-            core.state_installed(now, outcome);
-            if durable {
-                // The simulated disk holds the installed state at once.
-                core.note_durable(target);
-            }
-            Ok(())
-        });
+        self.replica_input(r, Input::StateInstalled(outcome));
+        if durable {
+            // The simulated disk holds the installed state at once.
+            self.replica_input(r, Input::LogDurable(target));
+        }
     }
 
     /// Gives replica `r` one input, then carries out every action it produced.
-    fn replica_input(
-        &mut self,
-        r: usize,
-        input: impl FnOnce(&mut Replica, u64) -> Result<(), Rejection>,
-    ) {
+    fn replica_input(&mut self, r: usize, input: Input) {
         let now = self.now_ms;
-        if let Err(rejection) = input(&mut self.nodes[r].core, now) {
+        if let Err(rejection) = self.nodes[r].core.handle(now, input) {
             self.count(&format!("rejected_{}", rejection.reason()));
             self.note(b'X', r as u64, 0, rejection.reason().as_bytes(), || {
                 format!("replica {r} rejects: {rejection:?}")
             });
         }
+        self.carry_out_actions(r);
+    }
+
+    /// Builds replica `r`'s core anew (a restart or a joiner's start), then carries out what
+    /// it asks for at once.
+    fn start_core(&mut self, r: usize, start: Start) {
+        let node = &mut self.nodes[r];
+        node.core = Replica::new(node.params.clone(), node.key.clone(), start, self.now_ms);
+        self.carry_out_actions(r);
+    }
+
+    /// Carries out every action replica `r` queued, then re-arms its timer.
+    fn carry_out_actions(&mut self, r: usize) {
         while let Some(action) = self.nodes[r].core.poll_action() {
             self.carry_out(r, action);
             if !self.violations.is_empty() {
                 return;
             }
         }
-        if self.nodes[r].lying_disk && self.nodes[r].core.stats().audits_confirmed > 0 {
-            let msg = format!("replica {r}'s hash vote confirmed the state its disk lied about");
-            return self.violation("hash_vote", msg);
+        if self.nodes[r].lying_disk && self.nodes[r].core.stats().state_votes_confirmed > 0 {
+            let msg = format!("replica {r}'s state vote confirmed the state its disk lied about");
+            return self.violation("state_vote", msg);
         }
         self.arm_timer(r);
     }
@@ -959,10 +962,7 @@ impl World {
             return;
         }
         self.note(b'T', r as u64, 0, &[], || format!("replica {r} tick"));
-        self.replica_input(r, |core, now| {
-            core.handle_tick(now);
-            Ok(())
-        });
+        self.replica_input(r, Input::Tick);
         // A timer that is still due right after its tick would spin at one instant.
         if self.nodes[r]
             .core
@@ -987,10 +987,10 @@ impl World {
             Action::Send { to, msg } => self.send_peer(r, &[to], msg),
             Action::Deliver(decision) => {
                 let (cid, hash) = (decision.cid, decision.hash);
-                if self.nodes[r].installed_through.is_some_and(|t| cid.0 <= t) {
+                let Some(replies) = self.nodes[r].exec.execute_decided(cid, &decision.batch) else {
                     self.count("deliveries_covered_by_installed_state");
                     return;
-                }
+                };
                 self.note(b'D', r as u64, cid.0, &hash.0, || {
                     format!(
                         "replica {r} delivers cid {cid} epoch {} ({} requests, {hash:?})",
@@ -1017,7 +1017,6 @@ impl World {
                         byz.on_decided(&decision.batch);
                     }
                 }
-                let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
                 let node = &mut self.nodes[r];
                 if let Some(byz) = node.byz.as_mut()
                     && byz.has(Behaviour::LyingState)
@@ -1127,18 +1126,34 @@ impl World {
                     self.send_peer(r, &[to], PeerMessage::LogEntry(d));
                 }
             }
-            Action::PersistVote { seq, votes, .. } => {
+            Action::PersistVote { seq, votes } => {
+                self.nodes[r].last_vote_seq = seq;
+                if let Some(disk) = self.nodes[r].disk.as_mut() {
+                    // Written (a process crash keeps it) with the `WriteVotes` that follows.
+                    disk.unsynced_votes.insert(votes.cid.0, votes);
+                }
+            }
+            Action::WriteVotes { flush, .. } => {
+                if !flush {
+                    return;
+                }
                 let Some(disk) = self.nodes[r].disk.as_mut() else {
                     // Byzantine replicas keep no disk: their votes are durable at once.
-                    self.replica_input(r, |core, _| {
-                        core.note_votes_durable(seq);
-                        Ok(())
-                    });
-                    return;
+                    let seq = self.nodes[r].last_vote_seq;
+                    return self.replica_input(r, Input::VotesDurable { seq });
                 };
-                disk.unsynced_vote = Some((seq, votes));
-                self.schedule_sync(r);
+                if !disk.vote_flush_scheduled {
+                    disk.vote_flush_scheduled = true;
+                    let at = self.now_ms + self.rng.range(0, 4);
+                    self.schedule(at, Event::VoteFlush(r as u32));
+                }
             }
+            Action::AwaitLogDurable { .. } => {
+                // The log's flushes are scheduled as records are written, and each reports
+                // `LogDurable`.
+                self.count("log_waits");
+            }
+            Action::SendCurrentView { client, view } => self.send_current_view(r, client, view),
             Action::StoreChunk { offset, data, .. } => {
                 let incoming = &mut self.nodes[r].incoming;
                 if offset == 0 {
@@ -1149,20 +1164,17 @@ impl World {
             }
             Action::InstallState(state) => self.install_state(r, state),
             Action::DigestState { cid } => {
-                // The hash vote's digest of the recovered state (computed at once).
+                // The state vote's digest of the recovered state (computed at once).
                 let digest = {
                     let node = &self.nodes[r];
                     debug_assert_eq!(node.delivered, cid.0 + 1, "the last instance delivered");
                     node.exec.checkpoint_digest()
                 };
                 self.count("state_digests");
-                self.replica_input(r, |core, _| {
-                    core.note_state_digest(cid, digest);
-                    Ok(())
-                });
+                self.replica_input(r, Input::StateDigest { cid, digest });
             }
             Action::CheckpointNow { cid } => {
-                // The fresh checkpoint a peer the hash vote contradicted repairs from, of the
+                // The fresh checkpoint a peer the state vote contradicted repairs from, of the
                 // state now, written with the next sync (as the node's checkpoint thread waits
                 // for the log).
                 let node = &mut self.nodes[r];
@@ -1255,35 +1267,43 @@ impl World {
         if let Some(checkpoint) = checkpoint {
             disk.previous = disk.checkpoint.replace(checkpoint);
         }
-        // The vote is written after the records delivered before it (as the node's storage
-        // thread does), in the same sync here; taken before the core hears of the checkpoint,
-        // whose actions may persist a newer vote (not synced by this sync).
-        let vote = disk.unsynced_vote.take().map(|(seq, vote)| {
-            disk.vote = Some(vote);
-            seq
-        });
         if let Some(info) = info {
             // Through the input path: during the start-up synchronisation this checkpoint
-            // may be the hash vote's fresh one, and the core then asks its peers.
-            self.replica_input(r, |core, _| {
-                core.note_checkpoint(info);
-                Ok(())
-            });
+            // may be the state vote's fresh one, and the core then asks its peers.
+            self.replica_input(r, Input::CheckpointWritten(info));
         }
         if let Some(cid) = last {
             self.count("log_syncs");
-            self.replica_input(r, |core, _| {
-                core.note_durable(cid);
-                Ok(())
-            });
+            self.replica_input(r, Input::LogDurable(cid));
         }
-        if let Some(seq) = vote {
-            self.count("vote_syncs");
-            self.replica_input(r, |core, _| {
-                core.note_votes_durable(seq);
-                Ok(())
-            });
+    }
+
+    /// A vote flush completes: the votes written become durable. A record keeps the votes of
+    /// the instances not in the log yet, and the highest regency (as the node's records do).
+    fn vote_flush(&mut self, r: usize) {
+        if self.nodes[r].crashed {
+            return;
         }
+        let seq = self.nodes[r].last_vote_seq;
+        let Some(disk) = self.nodes[r].disk.as_mut() else {
+            return;
+        };
+        disk.vote_flush_scheduled = false;
+        let logged_below = disk.log.last().map_or(0, |d| d.cid.0 + 1);
+        disk.votes.append(&mut disk.unsynced_votes);
+        let newest = disk
+            .votes
+            .values()
+            .max_by_key(|c| (c.regency, c.cid))
+            .cloned();
+        disk.votes.retain(|cid, _| *cid >= logged_below);
+        if let Some(newest) = newest
+            && disk.votes.values().all(|c| c.regency < newest.regency)
+        {
+            disk.votes.insert(newest.cid.0, newest);
+        }
+        self.count("vote_syncs");
+        self.replica_input(r, Input::VotesDurable { seq });
     }
 
     /// A durable replica crashes: its unsynced records are lost — except that the kernel may have written some of them out already: a
@@ -1291,7 +1311,7 @@ impl World {
     /// the f budget shared with the Byzantine replicas, the crash may also damage the disk:
     /// all of it (a checkpoint that fails its checksum), one byte of one synced log record, or
     /// the newest checkpoint, rewritten with a state nobody ordered under a valid digest (a
-    /// lying disk, which only the hash vote can catch).
+    /// lying disk, which only the state vote can catch).
     /// What survives is what the real segment reader (`tagma_storage::read_segment`) makes of
     /// the resulting bytes: a torn tail is cut off, a bad record followed by good ones is
     /// corruption and sets the whole disk aside.
@@ -1315,7 +1335,7 @@ impl World {
         // Half of the whole-disk damage is a lying disk instead (a coin of its own, so that
         // the main stream, and with it every other seed, stays as it was): the newest
         // checkpoint holds a state nobody ordered under a valid digest and checksum, which
-        // no check of the disk can catch; the hash vote after the restart has to.
+        // no check of the disk can catch; the state vote after the restart has to.
         let lie = (damage && !flip_record && self.disk_coin(r))
             .then(|| disk.checkpoint.clone())
             .flatten()
@@ -1328,15 +1348,14 @@ impl World {
         }
         disk.pending_checkpoint = None;
         disk.sync_scheduled = false;
-        // An unsynced vote may have reached the disk anyway: then the restarted replica
-        // claims a vote whose ACCEPT it never sent, which must be harmless.
-        let vote_survived = match disk.unsynced_vote.take() {
-            Some((_, vote)) if tear => {
-                disk.vote = Some(vote);
-                true
-            }
-            _ => false,
-        };
+        disk.vote_flush_scheduled = false;
+        // Unflushed votes may have reached the disk anyway: then the restarted replica claims
+        // a vote whose ACCEPT it never sent, which must be harmless.
+        let vote_survived = tear && !disk.unsynced_votes.is_empty();
+        let mut unsynced_votes = std::mem::take(&mut disk.unsynced_votes);
+        if tear {
+            disk.votes.append(&mut unsynced_votes);
+        }
         let first_cid = disk
             .log
             .first()
@@ -1579,7 +1598,8 @@ impl World {
         let Some(input) = self.network_stage(msg) else {
             return;
         };
-        self.replica_input(r, |core, now| core.handle_peer(now, ReplicaId(from), input));
+        let from = ReplicaId(from);
+        self.replica_input(r, Input::Peer { from, input });
     }
 
     /// The checkpoint `truth` plus a write nobody ordered: well-formed, with the same
@@ -1653,54 +1673,11 @@ impl World {
         requests.iter().all(|r| self.authentic(r))
     }
 
-    /// What a replica's network stage hands the core for a decoded peer message: batches
-    /// decoded and hashed, request authentication decided against the requests the clients
+    /// What a replica's network stage hands the core for a decoded peer message: the core's
+    /// own conversion, with request authentication decided against the requests the clients
     /// really issued.
     fn network_stage(&self, msg: PeerMessage) -> Option<PeerInput> {
-        Some(match msg {
-            PeerMessage::Propose(p) => match Batch::decode(&p.batch) {
-                Ok(batch) => PeerInput::Propose {
-                    cid: p.cid,
-                    epoch: p.epoch,
-                    batch: VerifiedBatch {
-                        hash: tagma_crypto::digest(&p.batch),
-                        authentic: self.all_authentic(&batch.requests),
-                        bytes: p.batch,
-                        batch,
-                    },
-                },
-                Err(_) => PeerInput::UndecodablePropose {
-                    cid: p.cid,
-                    epoch: p.epoch,
-                },
-            },
-            PeerMessage::Write(v) => PeerInput::Write(v),
-            PeerMessage::Accept(a) => PeerInput::Accept(a),
-            PeerMessage::Forward(request) => PeerInput::Forward {
-                authentic: self.authentic(&request),
-                request,
-            },
-            PeerMessage::Stop(mut stop) => {
-                stop.requests.retain(|r| self.authentic(r));
-                PeerInput::Stop(stop)
-            }
-            PeerMessage::StopData(sd) => PeerInput::StopData(sd),
-            PeerMessage::Sync(sync) => {
-                let proposal_authentic = sync.proposal.is_empty()
-                    || Batch::decode(&sync.proposal)
-                        .map(|b| self.all_authentic(&b.requests))
-                        .unwrap_or(true);
-                PeerInput::Sync {
-                    sync,
-                    proposal_authentic,
-                }
-            }
-            PeerMessage::DecisionRequest { cid } => PeerInput::DecisionRequest { cid },
-            PeerMessage::Decision(d) => PeerInput::Decision(d),
-            PeerMessage::Position { next, reply } => PeerInput::Position { next, reply },
-            // No requests to authenticate in state-transfer messages.
-            transfer => return PeerInput::from_message(transfer, |_| true),
-        })
+        PeerInput::from_message(msg, |requests| self.all_authentic(requests))
     }
 
     fn send_peer(&mut self, from: usize, dests: &[ReplicaId], msg: PeerMessage) {
@@ -1828,23 +1805,26 @@ impl World {
             self.send_reply(r, reply);
             return;
         }
-        let installed = self.nodes[r].core.view_id();
-        if req.view < installed && client < self.clients.len() && !self.nodes[r].left() {
-            // The node answers a request of an older view with the installed one.
-            let view = self.nodes[r].core.view();
-            if !self.client_link_cut(r as u32) && !self.rng.chance(self.net.drop_p) {
-                let at = self.now_ms + self.delay();
-                self.schedule(
-                    at,
-                    Event::ClientView {
-                        client,
-                        from: r as u32,
-                        view,
-                    },
-                );
-            }
+        self.replica_input(r, Input::ClientRequest(envelope));
+    }
+
+    /// `Action::SendCurrentView`: replica `r` tells a client the installed view.
+    fn send_current_view(&mut self, r: usize, client: ClientId, view: tagma_wire::View) {
+        let Some(c) = self.client_index(client) else {
+            return; // the administrator's client does not follow views
+        };
+        if !self.client_link_cut(r as u32) && !self.rng.chance(self.net.drop_p) {
+            let at = self.now_ms + self.delay();
+            let from = r as u32;
+            self.schedule(
+                at,
+                Event::ClientView {
+                    client: c,
+                    from,
+                    view,
+                },
+            );
         }
-        self.replica_input(r, |core, now| core.handle_client_request(now, envelope));
     }
 
     fn send_reply(&mut self, r: usize, mut reply: Reply) {

@@ -20,14 +20,18 @@ pub struct Decision {
     pub logged: Option<DecidedInstance>,
 }
 
-/// What the caller must do. Carry actions out in the order they are polled.
+/// What the driver must do. Carry actions out in the order they are polled; an action that
+/// names an [`Input`](super::Input) expects the driver to give it back once done.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Action {
     /// Send to every other member of the view.
     Broadcast(PeerMessage),
     /// Send to one member.
     Send { to: ReplicaId, msg: PeerMessage },
-    /// Execute a decided batch. Emitted exactly once per instance, in instance order.
+    /// Execute a decided batch. Emitted exactly once per instance, in instance order. Once a
+    /// fetched state is installed ([`Action::InstallState`]), the executor skips the
+    /// deliveries it covers (they were decided while the state was fetched); a durable
+    /// replica logs `logged` meanwhile (the decision with its proof).
     Deliver(Decision),
     /// A view change ordered in instance `cid` (delivered just before) installed `view`:
     /// instance `cid + 1` runs in it. The runtime connects to new members and persists the
@@ -40,18 +44,21 @@ pub enum Action {
     },
     /// A client retransmitted a request that is already ordered: resend its cached reply.
     ResendReply { client: ClientId, seq: RequestSeq },
+    /// A client sent a request of an older view: tell it the installed `view` (public, so
+    /// nothing needs authenticating first).
+    SendCurrentView { client: ClientId, view: View },
     /// A new regency was installed (observability: logs, metrics, failover measurements).
     RegencyInstalled { regency: Regency, leader: ReplicaId },
     /// This replica is behind by instances that no peer keeps in memory any more; it needs
-    /// a checkpoint and log from the others. With `state_transfer` on, the core starts
-    /// fetching them at once (the actions below); otherwise this is only reported.
+    /// a checkpoint and log from the others. With `durable` on, the core starts fetching
+    /// them at once (the actions below); otherwise this is only reported.
     StateTransferNeeded {
         next_cid: ConsensusId,
         known_decided: ConsensusId,
     },
     /// State transfer, serving side: send `to` the `len` bytes at `offset` of the durable
     /// checkpoint of `cid` as a [`PeerMessage::Chunk`] (the core checked the range against
-    /// the checkpoint it announced).
+    /// the checkpoint it announced; an empty chunk says the checkpoint is gone).
     ReadChunk {
         to: ReplicaId,
         cid: ConsensusId,
@@ -72,32 +79,51 @@ pub enum Action {
         offset: u64,
         data: Bytes,
     },
-    /// Durable replicas: write this replica's votes on the instance in progress to disk
-    /// (the collect it would report in a leader change, unsigned: the values it wrote and
-    /// the highest epoch in which it saw a write quorum), then report them with
-    /// [`Replica::note_votes_durable`]`(seq)`. The core sends an ACCEPT only once the votes
-    /// that include it are durable, so a replica that crashes and restarts never forgets a
-    /// value it may have helped decide (it reads its votes back with
-    /// [`Replica::restore_votes`]); WRITEs do not wait. A `PersistVote` supersedes the earlier
-    /// ones of the same instance (lower `seq`); the runtime keeps each instance's newest until
-    /// that instance's decision is durable in its log, and the highest `regency` seen always
-    /// (a regency is recorded when installed, before this replica says anything in it).
+    /// Durable replicas: add this replica's votes on instance `votes.cid` (the collect it
+    /// would report in a leader change, unsigned: the values it wrote and the highest epoch
+    /// in which it saw a write quorum) to the next vote record. A `PersistVote` supersedes
+    /// the earlier ones of the same instance (lower `seq`); the record keeps each instance's
+    /// newest until that instance's decision is durable in the log, and the highest
+    /// `regency` seen always (a regency is recorded when installed, before this replica says
+    /// anything in it). [`Action::WriteVotes`] writes the record.
     PersistVote { seq: u64, votes: Collect },
+    /// Durable replicas: write the vote record of everything persisted so far; with `flush`,
+    /// flush it to the disk and give back [`Input::VotesDurable`](super::Input::VotesDurable)
+    /// with the newest `PersistVote` `seq`. The core asks for a flush when an ACCEPT (or an
+    /// installed regency's STOPDATA) waits for the votes behind it: an ACCEPT never leaves
+    /// before they are durable, so a replica that crashes and restarts never forgets a value
+    /// it may have helped decide (it reads its votes back: [`Recovered::votes`]). Votes
+    /// written without a flush (a WRITE's: a process crash keeps them, a power cut may not)
+    /// are flushed once the replica has had no input for [`VOTE_IDLE_FLUSH_MS`].
+    ///
+    /// [`Recovered::votes`]: super::Recovered::votes
+    /// [`VOTE_IDLE_FLUSH_MS`]: super::VOTE_IDLE_FLUSH_MS
+    ///
+    /// The instances before `next` are decided: the record may leave out the votes of those
+    /// already in the log, and a driver may hold the write back (bounded) while the log
+    /// catches up with them.
+    WriteVotes { flush: bool, next: ConsensusId },
+    /// Durable leaders: the next proposal waits until instance `cid` is in the log, flushed
+    /// (so ordering never runs ahead of the log, and requests arriving meanwhile join the next
+    /// batch). Give [`Input::LogDurable`](super::Input::LogDurable) once it is; a report
+    /// that falls short is answered by this action again.
+    AwaitLogDurable { cid: ConsensusId },
     /// State transfer, fetching side: every part arrived; validate and install it (see
-    /// [`crate::transfer`]), then report with [`Replica::state_installed`]. The core may
-    /// still deliver instances meanwhile (decided by the others while the state was
-    /// fetched): once a state is installed, the runtime skips the `Deliver`s of instances it
-    /// covers, and logs none of them.
+    /// [`crate::transfer`]), then give back
+    /// [`Input::StateInstalled`](super::Input::StateInstalled). The core may still deliver
+    /// instances meanwhile (decided by the others while the state was fetched): once a state
+    /// is installed, the executor skips the `Deliver`s of instances it covers, and the log
+    /// takes none of them.
     InstallState(StateToInstall),
-    /// Durable replicas, at the end of the start-up synchronisation (the hash vote on the
+    /// Durable replicas, at the end of the start-up synchronisation (the state vote on the
     /// recovered state): compute the digest a checkpoint of the state after instance `cid` —
-    /// the last one delivered — would have, without writing it, and report it with
-    /// [`Replica::note_state_digest`].
+    /// the last one delivered — would have, without writing it, and give it back as
+    /// [`Input::StateDigest`](super::Input::StateDigest).
     DigestState { cid: ConsensusId },
-    /// Durable replicas whose vote in the hash vote stands, once a peer's vote contradicted
-    /// it (DDS's fresh checkpoint, for that peer's repair): checkpoint the state after
-    /// instance `cid` — the last one delivered, or a later one if the runtime executed more
-    /// meanwhile — now, whatever the staggered points say, and report it with
-    /// [`Replica::note_checkpoint`] once it is durable.
+    /// Durable replicas whose state vote stands, once a peer's vote contradicted it (the
+    /// fresh checkpoint that peer repairs from): checkpoint the state after instance `cid` —
+    /// the last one delivered, or a later one if the runtime executed more meanwhile — now,
+    /// whatever the staggered points say, and give back
+    /// [`Input::CheckpointWritten`](super::Input::CheckpointWritten) once it is durable.
     CheckpointNow { cid: ConsensusId },
 }

@@ -108,7 +108,7 @@ impl Replica {
     }
 
     pub(super) fn maybe_request_decisions(&mut self) {
-        if (self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some())
+        if (self.catch_up.behind_since_ms.is_some() || self.leader_change.pending.is_some())
             && self.now_ms >= self.catch_up.next_request_ms
         {
             self.request_decisions(false);
@@ -162,7 +162,7 @@ impl Replica {
                 next_cid: cid,
                 known_decided,
             });
-            if self.params.state_transfer && self.fetch.is_none() {
+            if self.params.durable && self.fetch.is_none() {
                 tracing::info!(next = %cid, decided_elsewhere = %known_decided, "too far behind for decision forwarding: starting state transfer");
                 self.start_fetch(false, false);
             }
@@ -182,7 +182,7 @@ impl Replica {
     /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`); a durable replica reads
     /// those no longer in memory from its log.
     pub(super) fn on_decision_request(&mut self, from: ReplicaId, cid: ConsensusId) {
-        if self.params.state_transfer
+        if self.params.durable
             && cid < self.instance.cid
             && self.decisions.first_cid().is_none_or(|first| cid < first)
         {
@@ -211,9 +211,9 @@ impl Replica {
         decided: DecidedInstance,
     ) -> Result<(), Rejection> {
         let next = self.instance.cid;
-        if self.audit_holds() && decided.cid >= next {
+        if self.state_vote_holds() && decided.cid >= next {
             // Asked for again once the vote ends (catch-up).
-            return Err(Rejection::Recovering);
+            return Err(Rejection::StartingUp);
         }
         if decided.cid < next {
             if self.catch_up.behind_since_ms.is_some() {
@@ -232,7 +232,7 @@ impl Replica {
         } else if self.catch_up.future.len() < FUTURE_DECISIONS_MAX {
             self.catch_up.future.insert(decided.cid, decided);
         }
-        if self.catch_up.behind_since_ms.is_some() || self.sync.pending.is_some() {
+        if self.catch_up.behind_since_ms.is_some() || self.leader_change.pending.is_some() {
             if self.instance.cid >= self.catch_up.requested_until {
                 // Still behind and the requested run is used up: ask for the next one.
                 self.request_decisions(false);
@@ -247,7 +247,7 @@ impl Replica {
                 self.catch_up.next_request_ms = self.now_ms + self.catch_up_gap_ms();
             }
         }
-        self.progress_recovery();
+        self.progress_startup_sync();
         Ok(())
     }
 

@@ -1,10 +1,17 @@
-//! Durable consensus votes: the collect a durable replica writes before its ACCEPT leaves, and
-//! the votes it reads back after a restart.
+//! Durable consensus votes: the collect a durable replica writes before its ACCEPT leaves, when
+//! its vote records are written and flushed, and the votes it reads back after a restart.
 
 use bytes::Bytes;
 use tagma_wire::{Collect, Digest, Epoch};
 
 use super::{Replica, action::Action};
+
+/// Votes written without a flush (a WRITE's: the WRITE does not wait for them) are flushed
+/// once the replica has had no input for this long, or sooner with a timer that is due. Not
+/// as soon as nothing else is queued: under load the next input is usually the WRITE that
+/// completes the quorum, whose ACCEPT flushes a record covering them anyway, and a flush in
+/// between delays that ACCEPT (two vote flushes per instance instead of one).
+pub const VOTE_IDLE_FLUSH_MS: u64 = 10;
 
 /// A replica's votes on one instance, read back from its disk after a crash.
 ///
@@ -69,6 +76,43 @@ impl RecoveredVotes {
 }
 
 impl Replica {
+    /// The vote-flush policy, after every input: the votes persisted by it go into one
+    /// record ([`Action::WriteVotes`]), flushed if an ACCEPT or an installed regency waits for
+    /// them; a record written without a flush is flushed once no input came for
+    /// [`VOTE_IDLE_FLUSH_MS`] (the timer moves with every input).
+    pub(super) fn write_votes_after_input(&mut self) {
+        if !self.params.durable {
+            return;
+        }
+        let flush = self
+            .awaits_vote()
+            .is_some_and(|seq| seq > self.votes_flush_asked);
+        if self.votes_issued > self.votes_written || flush {
+            self.actions.push_back(Action::WriteVotes {
+                flush,
+                next: self.instance.cid,
+            });
+            self.votes_written = self.votes_issued;
+            if flush {
+                self.votes_flush_asked = self.votes_written;
+            }
+        }
+        self.votes_idle_flush_ms =
+            (self.votes_written > self.votes_flush_asked).then(|| self.now_ms + VOTE_IDLE_FLUSH_MS);
+    }
+
+    /// The idle flush of [`Replica::write_votes_after_input`], when its time has come.
+    pub(super) fn flush_idle_votes(&mut self) {
+        if self.votes_idle_flush_ms.is_some_and(|t| t <= self.now_ms) {
+            self.votes_idle_flush_ms = None;
+            self.votes_flush_asked = self.votes_written;
+            self.actions.push_back(Action::WriteVotes {
+                flush: true,
+                next: self.instance.cid,
+            });
+        }
+    }
+
     /// Issues an [`Action::PersistVote`] of this replica's votes on the instance in progress;
     /// returns its sequence number.
     pub(super) fn persist_votes(&mut self) -> u64 {
@@ -83,7 +127,7 @@ impl Replica {
 
     /// A durable replica's runtime reports that its votes up to [`Action::PersistVote`]
     /// `seq` are on disk: the ACCEPTs waiting for them may go.
-    pub fn note_votes_durable(&mut self, seq: u64) {
+    pub(super) fn on_votes_durable(&mut self, seq: u64) {
         if seq <= self.votes_durable {
             return;
         }
@@ -92,11 +136,11 @@ impl Replica {
             "a vote reported durable before it was issued"
         );
         self.votes_durable = seq;
-        if let Some((held, regency)) = self.sync.held_install
+        if let Some((held, regency)) = self.leader_change.held_install
             && held <= seq
         {
-            self.sync.held_install = None;
-            if regency == self.regency && self.sync.waiting_sync {
+            self.leader_change.held_install = None;
+            if regency == self.regency && self.leader_change.waiting_sync {
                 self.finish_install(regency);
             }
         }
@@ -106,8 +150,8 @@ impl Replica {
 
     /// `Some(seq)` while an ACCEPT waits for the vote [`Action::PersistVote`] `seq`; the
     /// runtime then calls [`Replica::note_votes_durable`] when it is on disk.
-    pub fn awaits_vote(&self) -> Option<u64> {
-        if let Some((seq, _)) = self.sync.held_install {
+    pub(super) fn awaits_vote(&self) -> Option<u64> {
+        if let Some((seq, _)) = self.leader_change.held_install {
             return Some(seq);
         }
         let state = self.instance.epochs.get(&self.epoch())?;
@@ -116,11 +160,11 @@ impl Replica {
 
     /// Restart: the votes read back from this replica's disk ([`Action::PersistVote`]), after
     /// [`Replica::resume`] (if anything was recovered) and before
-    /// [`Replica::start_recovery`]. Votes on instances already decided are ignored. On the
+    /// [`Replica::start_startup_sync`]. Votes on instances already decided are ignored. On the
     /// others this replica writes no other value in an epoch where it wrote one, votes for
     /// no other value in an epoch up to one where it saw a write quorum, reports them in its
     /// collects, and as leader proposes that value again.
-    pub fn restore_votes(&mut self, votes: impl IntoIterator<Item = Collect>) {
+    pub(super) fn restore_votes(&mut self, votes: impl IntoIterator<Item = Collect>) {
         let votes: Vec<Collect> = votes.into_iter().collect();
         // The regency it had installed (and voted in) before the crash: it goes on from
         // there, never voting again in an earlier epoch. As after adopting a regency whose
@@ -139,8 +183,8 @@ impl Replica {
             tracing::info!(%regency, synchronised, "regency from before the restart restored");
             self.enter_regency(regency);
             if !synchronised {
-                self.sync.waiting_sync = true;
-                self.sync.sync_deadline_ms = None;
+                self.leader_change.waiting_sync = true;
+                self.leader_change.sync_deadline_ms = None;
             }
         }
         for collect in votes {

@@ -1,17 +1,54 @@
-//! What the network stage hands the core for a peer's message: [`PeerInput`], with PROPOSE batches
-//! decoded, hashed and authenticated ([`VerifiedBatch`]).
+//! Everything the core learns: [`Input`], the one argument of [`Replica::handle`]; and what the
+//! network stage hands it for a peer's message ([`PeerInput`], with PROPOSE batches decoded,
+//! hashed and authenticated: [`PreparedBatch`]).
 
 use bytes::Bytes;
 use tagma_wire::{
-    Accept, Batch, ConsensusId, DecidedInstance, Decode, Digest, Epoch, PeerMessage,
-    RequestEnvelope, Stop, StopData, Sync, Vote,
+    Accept, Batch, CheckpointInfo, ConsensusId, DecidedInstance, Decode, Digest, Epoch,
+    PeerMessage, ReplicaId, RequestEnvelope, Stop, StopData, Sync, Vote,
 };
 
-use crate::transfer::TransferInput;
+use crate::transfer::{InstallOutcome, TransferInput};
+
+/// One input to the core, given with the current time to [`Replica::handle`]. Inputs the
+/// driver reports in answer to an [`Action`] name that action.
+///
+/// [`Replica::handle`]: super::Replica::handle
+/// [`Action`]: super::Action
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// An ordered request that arrived on an authenticated client connection (its
+    /// authentication already checked).
+    ClientRequest(RequestEnvelope),
+    /// A message from the authenticated peer `from`, as the network stage prepared it
+    /// ([`PeerInput::from_message`]).
+    Peer { from: ReplicaId, input: PeerInput },
+    /// Timers may be due: given once [`Replica::next_timeout_ms`] has passed (an early tick
+    /// fires nothing).
+    ///
+    /// [`Replica::next_timeout_ms`]: super::Replica::next_timeout_ms
+    Tick,
+    /// Durable replicas: every delivered instance up to `cid` is in the log, flushed
+    /// (instances a fetched state covers count too). Awaited after
+    /// [`Action::AwaitLogDurable`](super::Action::AwaitLogDurable); may be given at any time.
+    LogDurable(ConsensusId),
+    /// Durable replicas: the votes of every [`Action::PersistVote`](super::Action::PersistVote)
+    /// up to `seq` are flushed (the answer to
+    /// [`Action::WriteVotes`](super::Action::WriteVotes)` { flush: true }`).
+    VotesDurable { seq: u64 },
+    /// A checkpoint of this replica was written durably: it is offered to replicas that
+    /// fetch state from now on.
+    CheckpointWritten(CheckpointInfo),
+    /// The answer to [`Action::DigestState`](super::Action::DigestState): the digest a
+    /// checkpoint of the state after `cid` would have.
+    StateDigest { cid: ConsensusId, digest: Digest },
+    /// The verdict on [`Action::InstallState`](super::Action::InstallState).
+    StateInstalled(InstallOutcome),
+}
 
 /// A PROPOSE's batch as prepared by the network stage.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VerifiedBatch {
+pub struct PreparedBatch {
     /// The encoded batch exactly as received.
     pub bytes: Bytes,
     /// BLAKE3 of `bytes`.
@@ -29,7 +66,7 @@ pub enum PeerInput {
     Propose {
         cid: ConsensusId,
         epoch: Epoch,
-        batch: VerifiedBatch,
+        batch: PreparedBatch,
     },
     /// A PROPOSE whose batch could not be decoded.
     UndecodablePropose {
@@ -65,7 +102,7 @@ pub enum PeerInput {
     },
     /// A state-transfer message.
     Transfer(TransferInput),
-    /// A peer's vote in the hash vote after a restart ([`PeerMessage::StateVote`]).
+    /// A peer's vote in the state vote after a restart ([`PeerMessage::StateVote`]).
     StateVote {
         cid: ConsensusId,
         digest: Digest,
@@ -91,7 +128,7 @@ impl PeerInput {
                     PeerInput::Propose {
                         cid: p.cid,
                         epoch: p.epoch,
-                        batch: VerifiedBatch {
+                        batch: PreparedBatch {
                             bytes: p.batch,
                             hash,
                             batch,

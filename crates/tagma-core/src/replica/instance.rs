@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use tagma_wire::{ConsensusId, Digest, Epoch, ReplicaId, Signature};
 
-use super::input::VerifiedBatch;
+use super::input::PreparedBatch;
 
 /// The state of one consensus instance, per epoch.
 pub(super) struct Instance {
@@ -50,12 +50,12 @@ pub(super) struct EpochState {
 pub(super) enum ProposalSlot {
     #[default]
     Empty,
-    Valid(VerifiedBatch),
+    Valid(PreparedBatch),
     /// Valid except that this replica could not verify a request's authentication (its MAC
     /// entry may have been corrupted by a faulty client). It is not voted for until f+1
     /// other replicas vouch for it (then a correct one verified it), and is decided if a
     /// quorum accepts it.
-    Unverified(VerifiedBatch),
+    Unauthenticated(PreparedBatch),
     /// Rejected; the hash of its batch (`None`: undecodable).
     Invalid(Option<Digest>),
 }
@@ -68,7 +68,7 @@ impl ProposalSlot {
     pub(super) fn hash(&self) -> Option<Option<Digest>> {
         match self {
             ProposalSlot::Empty => None,
-            ProposalSlot::Valid(b) | ProposalSlot::Unverified(b) => Some(Some(b.hash)),
+            ProposalSlot::Valid(b) | ProposalSlot::Unauthenticated(b) => Some(Some(b.hash)),
             ProposalSlot::Invalid(h) => Some(*h),
         }
     }

@@ -9,11 +9,11 @@ use tagma_wire::{
     ReplicaId, RequestEnvelope, SignedCollect, Stop, StopData, Sync, collect_signing_bytes,
 };
 
-use super::{Replica, action::Action, input::VerifiedBatch, instance::ProposalSlot};
+use super::{Replica, action::Action, input::PreparedBatch, instance::ProposalSlot};
 use crate::{
     error::{ProposalFault, Rejection},
-    sync,
-    sync::{Choice, Normalized},
+    value_choice,
+    value_choice::{Choice, Normalized},
 };
 
 /// Requests carried in one STOP, at most.
@@ -26,7 +26,7 @@ pub(super) const WRITE_SET_MAX: usize = 2;
 
 /// Leader-change state (SPEC §3 synchronization phase, reference §1.4).
 #[derive(Default)]
-pub(super) struct SyncState {
+pub(super) struct LeaderChange {
     /// The regency this replica asked for (`> regency` while a change is in progress).
     pub(super) next_regency: Regency,
     /// The highest regency each replica sent a STOP for (this replica included).
@@ -78,7 +78,7 @@ impl Replica {
 
     /// This replica suspects the current leader: ask for the next regency (once per change).
     pub(super) fn suspect(&mut self, requests: Vec<RequestEnvelope>) {
-        if self.sync.next_regency > self.regency {
+        if self.leader_change.next_regency > self.regency {
             return; // a change is already under way; its STOP is being retransmitted
         }
         self.start_stop(Regency(self.regency.0.saturating_add(1)), requests);
@@ -87,16 +87,18 @@ impl Replica {
     /// Sends STOP(`regency`) to all and records it (SPEC §3: STOP(next regency, requests)).
     pub(super) fn start_stop(&mut self, regency: Regency, requests: Vec<RequestEnvelope>) {
         debug_assert!(regency > self.regency);
-        if regency <= self.sync.next_regency && self.sync.next_regency > self.regency {
+        if regency <= self.leader_change.next_regency
+            && self.leader_change.next_regency > self.regency
+        {
             return;
         }
-        self.sync.next_regency = regency;
+        self.leader_change.next_regency = regency;
         let stop = Stop { regency, requests };
         self.actions
             .push_back(Action::Broadcast(PeerMessage::Stop(stop.clone())));
-        self.sync.own_stop = Some(stop);
-        self.sync.stop_retransmit_ms = Some(self.now_ms + self.params.request_timeout_ms);
-        self.sync.stops.insert(self.params.me, regency);
+        self.leader_change.own_stop = Some(stop);
+        self.leader_change.stop_retransmit_ms = Some(self.now_ms + self.params.request_timeout_ms);
+        self.leader_change.stops.insert(self.params.me, regency);
         self.check_stops();
     }
 
@@ -111,7 +113,7 @@ impl Replica {
                 cid: self.instance.cid,
             });
         }
-        let entry = self.sync.stops.entry(from).or_insert(stop.regency);
+        let entry = self.leader_change.stops.entry(from).or_insert(stop.regency);
         *entry = (*entry).max(stop.regency);
         self.check_stops();
         Ok(())
@@ -119,16 +121,20 @@ impl Replica {
 
     /// Replicas that asked for regency `regency` or a later one.
     pub(super) fn stops_at_least(&self, regency: Regency) -> usize {
-        self.sync.stops.values().filter(|r| **r >= regency).count()
+        self.leader_change
+            .stops
+            .values()
+            .filter(|r| **r >= regency)
+            .count()
     }
 
     /// STOP thresholds: join a change that f+1 replicas want (one faulty replica cannot force
     /// one); install it once n−f replicas want it.
     pub(super) fn check_stops(&mut self) {
         let q = self.params.quorums;
-        let floor = self.sync.next_regency.max(self.regency);
+        let floor = self.leader_change.next_regency.max(self.regency);
         let wanted: Vec<Regency> = self
-            .sync
+            .leader_change
             .stops
             .values()
             .copied()
@@ -144,7 +150,7 @@ impl Replica {
             self.start_stop(join, requests);
             return; // start_stop re-checks
         }
-        let next = self.sync.next_regency;
+        let next = self.leader_change.next_regency;
         if next > self.regency && self.stops_at_least(next) >= q.stop_install() {
             self.install(next);
         }
@@ -154,17 +160,18 @@ impl Replica {
     /// waits for its SYNC.
     pub(super) fn install(&mut self, regency: Regency) {
         self.enter_regency(regency);
-        self.sync.waiting_sync = true;
-        let backoff = 1u64 << self.sync.failed_regencies.min(6);
-        self.sync.sync_deadline_ms = Some(self.now_ms + self.params.request_timeout_ms * backoff);
-        if self.params.state_transfer {
+        self.leader_change.waiting_sync = true;
+        let backoff = 1u64 << self.leader_change.failed_regencies.min(6);
+        self.leader_change.sync_deadline_ms =
+            Some(self.now_ms + self.params.request_timeout_ms * backoff);
+        if self.params.durable {
             // Durable: the regency goes to disk (in the collect's `regency`) before this
             // replica says anything in it, so that after a crash it never votes in an
             // earlier epoch than one whose synchronisation counted it (epochs are compared
             // across restarts).
             let seq = self.persist_votes();
             if seq > self.votes_durable {
-                self.sync.held_install = Some((seq, regency));
+                self.leader_change.held_install = Some((seq, regency));
                 return;
             }
         }
@@ -181,13 +188,13 @@ impl Replica {
             collect: self.signed_collect(),
         };
         if leader == self.params.me {
-            self.sync.stopdata.insert(leader, data);
-            let early = std::mem::take(&mut self.sync.early_stopdata);
+            self.leader_change.stopdata.insert(leader, data);
+            let early = std::mem::take(&mut self.leader_change.early_stopdata);
             for (from, d) in early {
                 if d.regency == regency {
                     let _ = self.on_stopdata(from, d);
                 } else if d.regency > regency {
-                    self.sync.early_stopdata.insert(from, d);
+                    self.leader_change.early_stopdata.insert(from, d);
                 }
             }
             self.try_sync();
@@ -273,16 +280,16 @@ impl Replica {
     ) -> Result<(), Rejection> {
         if data.regency > self.regency && self.leader_of(data.regency) == self.params.me {
             let keep = self
-                .sync
+                .leader_change
                 .early_stopdata
                 .get(&from)
                 .is_none_or(|d| d.regency < data.regency);
             if keep {
-                self.sync.early_stopdata.insert(from, data);
+                self.leader_change.early_stopdata.insert(from, data);
             }
             return Ok(());
         }
-        if data.regency != self.regency || !self.is_leader() || !self.sync.waiting_sync {
+        if data.regency != self.regency || !self.is_leader() || !self.leader_change.waiting_sync {
             return Err(Rejection::Stale {
                 cid: self.instance.cid,
             });
@@ -298,8 +305,8 @@ impl Replica {
         {
             data.last_decided = None; // an unproven claim is ignored
         }
-        self.sync.stopdata.insert(from, data);
-        if self.sync.held_install.is_none() {
+        self.leader_change.stopdata.insert(from, data);
+        if self.leader_change.held_install.is_none() {
             // (Otherwise `finish_install` tries once this replica's regency is durable.)
             self.try_sync();
         }
@@ -348,17 +355,17 @@ impl Replica {
     /// New leader: once n−f STOPDATAs are in and the value choice is sound, send SYNC.
     pub(super) fn try_sync(&mut self) {
         let q = self.params.quorums;
-        if self.sync.stopdata.len() < q.stop_install() {
+        if self.leader_change.stopdata.len() < q.stop_install() {
             return;
         }
         let collects: Vec<SignedCollect> = self
-            .sync
+            .leader_change
             .stopdata
             .values()
             .map(|d| d.collect.clone())
             .collect();
         let lasts: Vec<DecidedInstance> = self
-            .sync
+            .leader_change
             .stopdata
             .values()
             .filter_map(|d| d.last_decided.clone())
@@ -375,7 +382,7 @@ impl Replica {
             return;
         }
         let (last_decided, current, normalized) = self.sync_inputs(lasts.iter(), &collects);
-        let choice = sync::choose(&q, &normalized);
+        let choice = value_choice::choose(&q, &normalized);
         if choice == Choice::Unsound {
             tracing::debug!(regency = %self.regency, "value choice not sound yet; waiting for more STOPDATA");
             return;
@@ -395,7 +402,7 @@ impl Replica {
         tracing::info!(regency = %self.regency, cid = %current, bound = matches!(choice, Choice::Bound { .. }), "sending SYNC");
         self.actions
             .push_back(Action::Broadcast(PeerMessage::Sync(sync.clone())));
-        self.sync.stopdata.clear();
+        self.leader_change.stopdata.clear();
         let me = self.params.me;
         if let Err(r) = self.on_sync(me, sync, true) {
             tracing::error!(reason = r.reason(), "own SYNC rejected");
@@ -413,7 +420,8 @@ impl Replica {
         if from != self.leader_of(sync.regency) {
             return Err(Rejection::NotFromLeader { from });
         }
-        if sync.regency < self.regency || (sync.regency == self.regency && !self.sync.waiting_sync)
+        if sync.regency < self.regency
+            || (sync.regency == self.regency && !self.leader_change.waiting_sync)
         {
             return Err(Rejection::Stale {
                 cid: self.instance.cid,
@@ -453,7 +461,7 @@ impl Replica {
             return invalid(self, "a collect is ahead of the synchronised instance");
         }
         debug_assert_eq!(last_decided.is_some(), last_hash.is_some());
-        let value = match sync::choose(&q, &normalized) {
+        let value = match value_choice::choose(&q, &normalized) {
             Choice::Unsound => return invalid(self, "value choice not sound"),
             Choice::Bound { value, .. } => Some((value, false)),
             Choice::Unbound if sync.proposal.is_empty() => None,
@@ -463,8 +471,8 @@ impl Replica {
             // n−f valid collects prove that n−f replicas installed this regency.
             self.enter_regency(sync.regency);
         }
-        self.sync.waiting_sync = false;
-        self.sync.sync_deadline_ms = None;
+        self.leader_change.waiting_sync = false;
+        self.leader_change.sync_deadline_ms = None;
         let me = self.params.me;
         let own_collect_counted = valid
             .iter()
@@ -486,16 +494,23 @@ impl Replica {
         if epoch <= self.epoch() {
             return;
         }
-        let seen = self.sync.epochs_seen.entry(from).or_insert(epoch);
+        let seen = self.leader_change.epochs_seen.entry(from).or_insert(epoch);
         *seen = (*seen).max(epoch);
         let one_correct = self.params.quorums.one_correct();
         let adopt = self
-            .sync
+            .leader_change
             .epochs_seen
             .values()
             .copied()
             .filter(|e| *e > self.epoch())
-            .filter(|e| self.sync.epochs_seen.values().filter(|x| **x >= *e).count() >= one_correct)
+            .filter(|e| {
+                self.leader_change
+                    .epochs_seen
+                    .values()
+                    .filter(|x| **x >= *e)
+                    .count()
+                    >= one_correct
+            })
             .max();
         if let Some(e) = adopt {
             tracing::info!(
@@ -506,8 +521,8 @@ impl Replica {
             // The SYNC of that regency was not seen here: take no PROPOSE for the instance it
             // synchronised (its value may differ from what the SYNC justified) until a
             // decision made in this regency arrives by forwarding.
-            self.sync.waiting_sync = true;
-            self.sync.sync_deadline_ms = None;
+            self.leader_change.waiting_sync = true;
+            self.leader_change.sync_deadline_ms = None;
         }
     }
 
@@ -518,13 +533,15 @@ impl Replica {
     pub(super) fn enter_regency(&mut self, regency: Regency) {
         debug_assert!(regency > self.regency, "regencies only grow");
         self.regency = regency;
-        self.sync.next_regency = regency;
-        self.sync.stops.retain(|_, r| *r > regency);
-        self.sync.epochs_seen.retain(|_, e| e.0 > regency.0);
-        self.sync.own_stop = None;
-        self.sync.stop_retransmit_ms = None;
-        self.sync.stopdata.clear();
-        self.sync.pending = None;
+        self.leader_change.next_regency = regency;
+        self.leader_change.stops.retain(|_, r| *r > regency);
+        self.leader_change
+            .epochs_seen
+            .retain(|_, e| e.0 > regency.0);
+        self.leader_change.own_stop = None;
+        self.leader_change.stop_retransmit_ms = None;
+        self.leader_change.stopdata.clear();
+        self.leader_change.pending = None;
         self.clients.restart_timers(self.now_ms);
         self.stats.leader_changes += 1;
         let leader = self.leader();
@@ -542,7 +559,7 @@ impl Replica {
             if d.cid > self.instance.cid {
                 // Behind by more than one: fetch the missing decisions first.
                 tracing::debug!(next = %self.instance.cid, target = %d.cid, "behind the SYNC: catching up");
-                self.sync.pending = Some(f);
+                self.leader_change.pending = Some(f);
                 self.request_decisions_if_due();
                 return;
             }
@@ -595,7 +612,7 @@ impl Replica {
         // The SYNC's value plays the role of the PROPOSE of the new epoch.
         self.take_proposal(
             epoch,
-            VerifiedBatch {
+            PreparedBatch {
                 bytes,
                 hash,
                 batch,

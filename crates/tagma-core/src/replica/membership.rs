@@ -7,7 +7,7 @@ use tagma_wire::{
 
 use super::{
     Replica, action::Action, future_buffer::FutureBuffer, input::PeerInput,
-    leader_change::SyncState,
+    leader_change::LeaderChange,
 };
 use crate::{error::Rejection, proof::ProofChecker, transfer::TransferInput};
 
@@ -78,7 +78,7 @@ impl Replica {
     /// change: after recovery from disk ([`Replica::resume`]) or a state installed by state
     /// transfer, the executor's view (checkpointed and replayed) is the one to order in from
     /// instance `cid + 1` on. An older or equal view is ignored.
-    pub fn adopt_view(&mut self, cid: ConsensusId, view: View) {
+    pub(super) fn adopt_view(&mut self, cid: ConsensusId, view: View) {
         if view.id > self.params.view {
             self.install_view(cid, view);
         }
@@ -114,13 +114,13 @@ impl Replica {
         // Verified against the old members' keys and quorums: fetched again when needed.
         self.catch_up.future.clear();
         self.catch_up.highest_seen.retain(|r, _| keep(r));
-        self.sync.stops.retain(|r, _| keep(r));
-        self.sync.stopdata.retain(|r, _| keep(r));
-        self.sync.early_stopdata.retain(|r, _| keep(r));
-        self.sync.epochs_seen.retain(|r, _| keep(r));
-        self.sync.pending = None;
-        if let Some(recovery) = self.recovery.as_mut() {
-            recovery.heard.retain(|r, _| keep(r));
+        self.leader_change.stops.retain(|r, _| keep(r));
+        self.leader_change.stopdata.retain(|r, _| keep(r));
+        self.leader_change.early_stopdata.retain(|r, _| keep(r));
+        self.leader_change.epochs_seen.retain(|r, _| keep(r));
+        self.leader_change.pending = None;
+        if let Some(startup) = self.startup.as_mut() {
+            startup.heard.retain(|r, _| keep(r));
         }
         self.clients.set_view(view.id);
         // A fetch planned with the old members' offers, vouchers and f starts again if needed.
@@ -132,8 +132,8 @@ impl Replica {
             self.future =
                 FutureBuffer::new(self.params.future_messages_max, self.params.members.len());
             self.catch_up.highest_seen.clear();
-            self.sync = SyncState::default();
-            self.recovery = None;
+            self.leader_change = LeaderChange::default();
+            self.startup = None;
             self.clients.drop_pending();
         }
         self.stats.views_installed += 1;

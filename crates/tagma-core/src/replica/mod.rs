@@ -1,29 +1,35 @@
-//! The Mod-SMaRt replica state machine (normal case; leader change comes later but the
-//! state is already keyed by regency/epoch).
+//! The Mod-SMaRt replica: a deterministic state machine with no IO.
 //!
-//! # Calling protocol
-//! 1. Feed inputs: [`Replica::handle_client_request`] for requests that arrived on an
-//!    authenticated client connection, [`Replica::handle_peer`] for consensus messages from
-//!    authenticated peers (the network stage has already decoded the batch, hashed it and
-//!    checked the requests' authenticators), [`Replica::handle_tick`] when
-//!    [`Replica::next_timeout_ms`] has passed.
-//! 2. After each input, drain [`Replica::poll_action`] until `None` and carry the actions out
-//!    in order.
+//! # Calling contract
+//! - [`Replica::new`] builds the core from its parameters, identity key and [`Start`] (fresh,
+//!   recovered from a disk, or joining), at the current time.
+//! - Every input goes through one entry point, [`Replica::handle`]`(now_ms, `[`Input`]`)`:
+//!   client requests, peer messages (prepared by the network stage:
+//!   [`PeerInput::from_message`]), timer ticks, and the driver's answers to earlier actions
+//!   (log and votes durable, checkpoint written, state digest, fetched state installed).
+//!   `now_ms` is the only clock the core knows.
+//! - Every output comes out of [`Replica::poll_action`]: after each input, drain it until
+//!   `None` and carry the [`Action`]s out in order. An action that waits for the driver
+//!   ([`Action::WriteVotes`] with a flush, [`Action::AwaitLogDurable`],
+//!   [`Action::DigestState`], [`Action::InstallState`], [`Action::CheckpointNow`]) names the
+//!   input that answers it; the driver may give that input while still draining.
+//! - [`Replica::next_timeout_ms`] says when to give [`Input::Tick`] next.
+//! - Getters ([`Replica::stats`], [`Replica::regency`], …) are for observability only: no
+//!   protocol decision of the driver depends on them.
 //!
-//! Every input carries `now_ms`; the core has no other notion of time.
+//! The production runtime (`tagma-node`) and the deterministic simulator (`tagma-sim`) drive
+//! exactly this API, so the simulator tests what runs.
 //!
-//! # Normal case (SPEC §3, reference §1.2)
-//! Instances run one at a time. The leader of the regency (the first member for regency 0)
-//! proposes instance `next_cid` only when the previous one has decided, sends PROPOSE to the
-//! others and handles its proposal as if received. BFT: a valid PROPOSE → WRITE; a write
-//! quorum of matching WRITEs → ACCEPT; an accept quorum of matching ACCEPTs, with the PROPOSE
-//! value at hand → decide. CFT: a valid PROPOSE → ACCEPT; an accept quorum → decide.
-//! Votes may arrive before the PROPOSE: they are counted per hash and re-checked when the
-//! PROPOSE arrives. Messages for later instances are buffered (bounded) and replayed, in
-//! arrival order, when their instance becomes current.
-//!
-//! The state of an instance is keyed by epoch (= regency) so that leader change can be added
-//! without reshaping it.
+//! # Where each protocol lives
+//! - [`normal_case`](self): PROPOSE → WRITE → ACCEPT → decide (CFT skips WRITE), one instance at
+//!   a time; messages for later instances wait in the bounded `future_buffer`.
+//! - `leader_change`: STOP, STOPDATA, SYNC and the value choice.
+//! - `catch_up`: decision forwarding to a replica that fell behind.
+//! - `startup_sync`, `state_vote`, `durable_votes`, `durable_log`: what a durable replica does
+//!   to never forget a vote and to rejoin after a crash.
+//! - `serving`, `state_transfer`: checkpoints offered to, and fetched from, other replicas.
+//! - `membership`: views installed by ordered view changes.
+//! - `timers`: what a tick fires.
 
 mod action;
 mod catch_up;
@@ -37,6 +43,7 @@ mod membership;
 mod normal_case;
 mod params;
 mod serving;
+mod start;
 mod startup_sync;
 mod state_transfer;
 mod state_vote;
@@ -53,13 +60,16 @@ use tagma_wire::{
 
 pub use self::{
     action::{Action, Decision},
-    input::{PeerInput, VerifiedBatch},
+    durable_votes::VOTE_IDLE_FLUSH_MS,
+    input::{Input, PeerInput, PreparedBatch},
     params::{ReplicaParams, chunk_bytes},
+    start::{Recovered, Resume, Start},
     stats::CoreStats,
 };
 use self::{
     catch_up::CatchUp, durable_votes::RecoveredVotes, future_buffer::FutureBuffer,
-    instance::Instance, leader_change::SyncState, startup_sync::Recovery, state_vote::OwnVote,
+    instance::Instance, leader_change::LeaderChange, startup_sync::StartupSync,
+    state_vote::OwnStateVote,
 };
 pub use crate::error::{ProposalFault, Rejection};
 use crate::{
@@ -80,6 +90,16 @@ pub struct Replica {
     /// of the newest one the runtime reported on disk ([`Replica::note_votes_durable`]).
     votes_issued: u64,
     votes_durable: u64,
+    /// Durable replicas: the newest `PersistVote` written ([`Action::WriteVotes`]), and the
+    /// newest whose flush was asked for.
+    votes_written: u64,
+    votes_flush_asked: u64,
+    /// When votes written without a flush are flushed if no input comes first
+    /// ([`VOTE_IDLE_FLUSH_MS`]).
+    votes_idle_flush_ms: Option<u64>,
+    /// The instance the leader's next proposal waits to see in the log, once announced
+    /// ([`Action::AwaitLogDurable`]).
+    log_wait_announced: Option<ConsensusId>,
     /// The (instance, epoch) whose messages were last resent to each peer
     /// (`resend_own_messages`).
     resent_to: BTreeMap<ReplicaId, (ConsensusId, Epoch)>,
@@ -102,7 +122,7 @@ pub struct Replica {
     last_decided: Option<ConsensusId>,
     decisions: DecisionLog,
     future: FutureBuffer,
-    sync: SyncState,
+    leader_change: LeaderChange,
     catch_up: CatchUp,
     /// The leader's source of per-batch seeds.
     rng: SplitMix64,
@@ -110,16 +130,16 @@ pub struct Replica {
     stats: CoreStats,
     /// The last fault a leader committed, recorded by [`Replica::suspect_leader`].
     leader_fault: Option<(ConsensusId, ProposalFault)>,
-    /// Start-up synchronisation in progress ([`Replica::start_recovery`]).
-    recovery: Option<Recovery>,
+    /// Start-up synchronisation in progress ([`Replica::start_startup_sync`]).
+    startup: Option<StartupSync>,
     /// A view without this replica was installed: it only serves (`serve_after_leaving`).
     left: bool,
     /// This replica's durable checkpoints, oldest first (at most two: the newest one is
     /// offered, the previous one still served to a fetch that started before it).
     served: VecDeque<CheckpointInfo>,
-    /// This replica's vote in its hash vote after a restart (see [`Audit`]); `None` before
+    /// This replica's vote in its state vote after a restart (see [`StateVoteRound`]); `None` before
     /// one, or once withdrawn (its state was replaced, or the others moved past it).
-    vote: Option<OwnVote>,
+    own_state_vote: Option<OwnStateVote>,
     /// State transfer in progress.
     fetch: Option<Fetch>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
@@ -141,7 +161,7 @@ impl SplitMix64 {
 }
 
 impl Replica {
-    pub fn new(params: ReplicaParams, key: IdentityKey) -> Self {
+    fn build(params: ReplicaParams, key: IdentityKey) -> Self {
         assert!(
             !params.members.is_empty() && params.members.windows(2).all(|w| w[0] < w[1]),
             "members must be non-empty and ascending"
@@ -197,6 +217,10 @@ impl Replica {
             durable_through: None,
             votes_issued: 0,
             votes_durable: 0,
+            votes_written: 0,
+            votes_flush_asked: 0,
+            votes_idle_flush_ms: None,
+            log_wait_announced: None,
             resent_to: BTreeMap::new(),
             recovered_votes: BTreeMap::new(),
             rng: SplitMix64(params.seed),
@@ -210,15 +234,15 @@ impl Replica {
             last_decided: None,
             decisions: DecisionLog::new(params.decisions_kept),
             future,
-            sync: SyncState::default(),
+            leader_change: LeaderChange::default(),
             catch_up: CatchUp::default(),
             actions: VecDeque::new(),
             stats: CoreStats::default(),
             leader_fault: None,
-            recovery: None,
+            startup: None,
             left: false,
             served: VecDeque::new(),
-            vote: None,
+            own_state_vote: None,
             fetch: None,
             installing_recent: Vec::new(),
             now_ms: 0,
@@ -284,9 +308,42 @@ impl Replica {
         self.decisions.as_decided(cid)
     }
 
+    /// The one entry point: takes `input` at `now_ms` (the core has no other notion of
+    /// time), runs the protocol, and queues the actions it calls for ([`Replica::poll_action`]).
+    /// An input the core refuses comes back as a [`Rejection`] (for the driver to count and
+    /// log); it changes nothing, and never panics, whatever the bytes behind it.
+    pub fn handle(&mut self, now_ms: u64, input: Input) -> Result<(), Rejection> {
+        let result = match input {
+            Input::ClientRequest(request) => self.on_client_request(now_ms, request),
+            Input::Peer { from, input } => self.on_peer(now_ms, from, input),
+            Input::Tick => {
+                self.on_tick(now_ms);
+                Ok(())
+            }
+            other => {
+                self.set_now(now_ms);
+                match other {
+                    Input::LogDurable(cid) => self.on_log_durable(cid),
+                    Input::VotesDurable { seq } => self.on_votes_durable(seq),
+                    Input::CheckpointWritten(info) => self.on_checkpoint_written(info),
+                    Input::StateDigest { cid, digest } => self.on_state_digest(cid, digest),
+                    Input::StateInstalled(outcome) => self.on_state_installed(outcome),
+                    Input::ClientRequest(_) | Input::Peer { .. } | Input::Tick => {
+                        unreachable!("matched above")
+                    }
+                }
+                Ok(())
+            }
+        };
+        self.write_votes_after_input();
+        self.announce_log_wait();
+        result
+    }
+
     /// An ordered request that arrived on an authenticated client connection (authentication
-    /// already checked). A retransmission of an ordered request yields `ResendReply`.
-    pub fn handle_client_request(
+    /// already checked). A retransmission of an ordered request yields `ResendReply`; a
+    /// request of an older view, `SendCurrentView`.
+    fn on_client_request(
         &mut self,
         now_ms: u64,
         request: RequestEnvelope,
@@ -296,6 +353,12 @@ impl Replica {
         }
         self.set_now(now_ms);
         let (client, seq) = (request.request.client, request.request.seq);
+        if request.request.view < self.params.view {
+            self.actions.push_back(Action::SendCurrentView {
+                client,
+                view: self.view(),
+            });
+        }
         match self.clients.admit(request)? {
             Admission::AlreadyDelivered => {
                 self.actions.push_back(Action::ResendReply { client, seq });
@@ -306,12 +369,7 @@ impl Replica {
     }
 
     /// A message from authenticated peer `from`.
-    pub fn handle_peer(
-        &mut self,
-        now_ms: u64,
-        from: ReplicaId,
-        input: PeerInput,
-    ) -> Result<(), Rejection> {
+    fn on_peer(&mut self, now_ms: u64, from: ReplicaId, input: PeerInput) -> Result<(), Rejection> {
         if self.left {
             return self.serve_after_leaving(now_ms, from, input);
         }
@@ -322,7 +380,7 @@ impl Replica {
         if !self.params.members.contains(&from) {
             return Err(Rejection::NotAMember { from });
         }
-        if self.recovery.is_some()
+        if self.startup.is_some()
             && matches!(
                 input,
                 PeerInput::Propose { .. }
@@ -337,7 +395,7 @@ impl Replica {
             // Not buffered either: after a restart of the sender, its earlier incarnation's
             // votes could be replayed against what it votes now (found in review: with them
             // buffered, `tagma sim --seed 6563 --reconfig 2` decided two values).
-            return Err(Rejection::Recovering);
+            return Err(Rejection::StartingUp);
         }
         let result = match input {
             PeerInput::Forward { request, authentic } => self.on_forward(request, authentic),

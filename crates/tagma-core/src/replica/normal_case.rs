@@ -1,5 +1,15 @@
 //! The Mod-SMaRt normal case: PROPOSE → WRITE → ACCEPT → decide, the leader's batches, and
 //! the commit of every decision.
+//!
+//! Instances run one at a time. The leader of the regency (the first member for regency 0)
+//! proposes instance `next_cid` only when the previous one has decided, sends PROPOSE to the
+//! others and handles its proposal as if received. BFT: a valid PROPOSE → WRITE; a write
+//! quorum of matching WRITEs → ACCEPT; an accept quorum of matching ACCEPTs, with the PROPOSE
+//! value at hand → decide. CFT: a valid PROPOSE → ACCEPT; an accept quorum → decide. Votes
+//! may arrive before the PROPOSE: they are counted per hash and re-checked when the PROPOSE
+//! arrives. Messages for later instances are buffered (bounded) and replayed, in arrival
+//! order, when their instance becomes current. The state of an instance is kept per epoch
+//! (= regency), so a leader change starts a new epoch of the same instance.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +22,7 @@ use tagma_wire::{
 use super::{
     Replica,
     action::{Action, Decision},
-    input::{PeerInput, VerifiedBatch},
+    input::{PeerInput, PreparedBatch},
     instance::{Instance, ProposalSlot},
 };
 use crate::{
@@ -112,13 +122,13 @@ impl Replica {
         &mut self,
         from: ReplicaId,
         epoch: Epoch,
-        batch: Option<VerifiedBatch>,
+        batch: Option<PreparedBatch>,
     ) -> Result<(), Rejection> {
         let cid = self.instance.cid;
         if from != self.leader() {
             return Err(Rejection::NotFromLeader { from });
         }
-        if self.sync.waiting_sync {
+        if self.leader_change.waiting_sync {
             // The new leader's SYNC comes first on the same link; a PROPOSE before it is stale.
             return Err(Rejection::Stale { cid });
         }
@@ -149,7 +159,7 @@ impl Replica {
                 // Mod-SMaRt with MAC authenticators: a request this replica cannot
                 // authenticate may still be genuine (a faulty client can corrupt one entry of
                 // its authenticator). Wait for f+1 vouchers instead of blaming the leader.
-                self.instance.epoch_mut(epoch).proposal = ProposalSlot::Unverified(b);
+                self.instance.epoch_mut(epoch).proposal = ProposalSlot::Unauthenticated(b);
                 self.check_quorums(epoch);
                 Err(Rejection::InvalidProposal {
                     from,
@@ -168,11 +178,11 @@ impl Replica {
 
     /// A valid proposal becomes the value of the epoch: vote for it (WRITE in BFT, ACCEPT in
     /// CFT), then check whether votes that came before it complete a quorum.
-    pub(super) fn take_proposal(&mut self, epoch: Epoch, batch: VerifiedBatch) {
+    pub(super) fn take_proposal(&mut self, epoch: Epoch, batch: PreparedBatch) {
         let state = self.instance.epoch_mut(epoch);
         debug_assert!(matches!(
             state.proposal,
-            ProposalSlot::Empty | ProposalSlot::Unverified(_)
+            ProposalSlot::Empty | ProposalSlot::Unauthenticated(_)
         ));
         state.proposal = ProposalSlot::Valid(batch);
         self.vote_for_proposal(epoch);
@@ -205,7 +215,7 @@ impl Replica {
             Mode::Bft => {
                 let fresh = state.writes.add(me, hash);
                 debug_assert!(fresh, "own WRITE counted twice");
-                if self.params.state_transfer {
+                if self.params.durable {
                     // Durable: the value written goes to disk too (the WRITE does not wait),
                     // so that after a crash this replica still vouches for it.
                     self.persist_votes();
@@ -283,7 +293,7 @@ impl Replica {
         let state = self.instance.epoch_mut(epoch);
         let (hash, unverified) = match &state.proposal {
             ProposalSlot::Valid(b) => (b.hash, false),
-            ProposalSlot::Unverified(b) => (b.hash, true),
+            ProposalSlot::Unauthenticated(b) => (b.hash, true),
             _ => return,
         };
         if unverified {
@@ -295,13 +305,13 @@ impl Replica {
             if vouchers < quorums.one_correct() && !decided {
                 return;
             }
-            let ProposalSlot::Unverified(b) = std::mem::take(&mut state.proposal) else {
+            let ProposalSlot::Unauthenticated(b) = std::mem::take(&mut state.proposal) else {
                 unreachable!()
             };
             state.proposal = ProposalSlot::Valid(b);
             self.vote_for_proposal(epoch);
         }
-        let durable = self.params.state_transfer;
+        let durable = self.params.durable;
         let state = self.instance.epoch_mut(epoch);
         let quorum_step = match quorums.mode {
             // Mod-SMaRt: quorum of WRITEs → ACCEPT.
@@ -428,12 +438,12 @@ impl Replica {
             .record(cid, epoch, hash, bytes, signatures, proof);
         self.stats.decided_instances += 1;
         self.stats.decided_requests += batch.requests.len() as u64;
-        self.sync.failed_regencies = 0;
-        if self.sync.waiting_sync && epoch >= self.epoch() {
+        self.leader_change.failed_regencies = 0;
+        if self.leader_change.waiting_sync && epoch >= self.epoch() {
             // Decided in the installed regency: its SYNC completed elsewhere (this replica
             // missed it); later instances are proposed normally.
-            self.sync.waiting_sync = false;
-            self.sync.sync_deadline_ms = None;
+            self.leader_change.waiting_sync = false;
+            self.leader_change.sync_deadline_ms = None;
         }
         // Peers working on the next instance are not ahead; peers beyond it are.
         if self
@@ -456,7 +466,7 @@ impl Replica {
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), "decided");
         // Taken now: by the time the runtime logs it, more decisions may have pushed it out
         // of the bounded decision log.
-        let logged = if self.params.state_transfer {
+        let logged = if self.params.durable {
             self.decisions.as_decided(cid)
         } else {
             None
@@ -519,7 +529,7 @@ impl Replica {
             if self.instance.cid != cid {
                 continue;
             }
-            if let Some(pending) = self.sync.pending.take() {
+            if let Some(pending) = self.leader_change.pending.take() {
                 self.finalise(pending);
                 if self.instance.cid != cid {
                     continue;
@@ -537,9 +547,9 @@ impl Replica {
     pub(super) fn try_propose(&mut self) {
         let epoch = self.epoch();
         if !self.is_leader()
-            || self.recovery.is_some()
-            || self.sync.waiting_sync
-            || self.sync.pending.is_some()
+            || self.startup.is_some()
+            || self.leader_change.waiting_sync
+            || self.leader_change.pending.is_some()
             || !self.instance.epoch_mut(epoch).proposal.is_empty()
             || self.awaits_durable().is_some()
         {
@@ -573,7 +583,7 @@ impl Replica {
         // The leader handles its own PROPOSE as received (it does not send it to itself).
         self.take_proposal(
             epoch,
-            VerifiedBatch {
+            PreparedBatch {
                 bytes,
                 hash,
                 batch,

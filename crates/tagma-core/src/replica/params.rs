@@ -30,10 +30,10 @@ pub struct ReplicaParams {
     pub decisions_kept: usize,
     /// Whether this replica keeps durable checkpoints and a log: it then serves and runs
     /// state transfer ([`crate::transfer`]) when decision forwarding cannot help.
-    pub state_transfer: bool,
+    pub durable: bool,
     /// With `state_transfer`, in BFT mode: end the start-up synchronisation with the hash
-    /// vote on the recovered state (see `Audit`; `[storage] hash_vote`).
-    pub hash_vote: bool,
+    /// vote on the recovered state (see `StateVoteRound`; `[storage] state_vote`).
+    pub state_vote: bool,
     /// Bytes per state-transfer chunk (fits in a frame).
     pub chunk_bytes: u32,
     /// The largest checkpoint fetched by state transfer.
@@ -98,8 +98,8 @@ impl ReplicaParams {
             seed: 0x7461_676d_6100_0000 ^ me.0 as u64,
             member_keys: cfg.replicas.iter().map(|r| r.public_key).collect(),
             decisions_kept: r.limits.decisions_kept,
-            state_transfer: r.storage.durability == crate::config::Durability::Fsync,
-            hash_vote: r.storage.hash_vote,
+            durable: r.storage.durability == crate::config::Durability::Fsync,
+            state_vote: r.storage.state_vote,
             chunk_bytes: chunk_bytes(r.limits.frame_bytes_max),
             state_bytes_max: r.storage.state_bytes_max,
             member_addrs: cfg.replicas.iter().map(|r| r.addr.to_string()).collect(),

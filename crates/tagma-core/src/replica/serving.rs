@@ -6,19 +6,19 @@ use tagma_wire::{CheckpointInfo, PeerMessage, ReplicaId};
 use super::{
     Replica,
     action::Action,
-    state_vote::{OwnVote, VoteStage},
+    state_vote::{OwnStateVote, OwnVoteStage},
 };
 
 impl Replica {
     /// The answer to a `StateQuery`: this replica's vote, if it has one (first, so that a
-    /// peer auditing it never reads the offer of a position past the vote without it), then
+    /// peer weighing its vote never reads the offer of a position past the vote without it), then
     /// its newest checkpoint and position.
     pub(super) fn answer_state_query(&mut self, to: ReplicaId) {
-        if let Some(OwnVote {
+        if let Some(OwnStateVote {
             cid,
             digest,
-            stage: VoteStage::Cast | VoteStage::Stands { .. },
-        }) = self.vote
+            stage: OwnVoteStage::Cast | OwnVoteStage::Stands { .. },
+        }) = self.own_state_vote
         {
             self.actions.push_back(Action::Send {
                 to,
@@ -37,8 +37,8 @@ impl Replica {
     /// A durable checkpoint of this replica is written (the runtime reports each one): it is
     /// offered to replicas that need state from now on.
     /// A checkpoint of the same instance as the newest replaces it (a state repaired after
-    /// the hash vote, see [`Audit`]).
-    pub fn note_checkpoint(&mut self, info: CheckpointInfo) {
+    /// the state vote, see [`StateVoteRound`]).
+    pub(super) fn on_checkpoint_written(&mut self, info: CheckpointInfo) {
         match self.served.back_mut() {
             Some(c) if c.cid > info.cid => return,
             Some(c) if c.cid == info.cid => *c = info,
@@ -47,6 +47,6 @@ impl Replica {
         while self.served.len() > 2 {
             self.served.pop_front();
         }
-        self.progress_recovery();
+        self.progress_startup_sync();
     }
 }

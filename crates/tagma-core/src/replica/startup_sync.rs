@@ -3,16 +3,14 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tagma_wire::{
-    Accept, ClientId, ConsensusId, DecidedInstance, Digest, PeerMessage, Propose, ReplicaId,
-    RequestSeq, Vote,
-};
+use tagma_wire::{Accept, ConsensusId, Digest, PeerMessage, Propose, ReplicaId, Vote};
 
 use super::{
     Replica,
     action::Action,
     instance::{Instance, ProposalSlot},
-    state_vote::AuditStage,
+    start::Resume,
+    state_vote::StateVoteStage,
 };
 use crate::quorum::Mode;
 
@@ -21,7 +19,7 @@ use crate::quorum::Mode;
 /// the highest position it heard, so replicas that all restarted converge on the highest
 /// durable instance instead of deciding it again differently.
 #[derive(Debug)]
-pub(super) struct Recovery {
+pub(super) struct StartupSync {
     /// The `next` instance each peer reported.
     pub(super) heard: BTreeMap<ReplicaId, ConsensusId>,
     /// Until then every peer's position is awaited; after it, n − f (this replica's own
@@ -29,35 +27,32 @@ pub(super) struct Recovery {
     pub(super) deadline_ms: u64,
     /// When the position goes again to the peers not heard from.
     pub(super) retransmit_ms: u64,
-    /// The hash vote that ends it on a durable BFT replica (see [`Audit`]).
-    pub(super) audit: AuditStage,
+    /// The state vote that ends it on a durable BFT replica (see [`StateVoteRound`]).
+    pub(super) state_vote: StateVoteStage,
     /// Peers that asked for this replica's checkpoint while it synchronised: they get its
-    /// vote once it has one (they may be auditing too).
+    /// vote once it has one (they may be voting too).
     pub(super) asked: BTreeSet<ReplicaId>,
-    /// The peers' votes in the hash vote (kept from before this replica's own starts).
+    /// The peers' votes in the state vote (kept from before this replica's own starts).
     pub(super) votes: BTreeMap<ReplicaId, (ConsensusId, Digest)>,
-    /// The repair's state is installed (see [`AuditStage::Repairing`]).
+    /// The repair's state is installed (see [`StateVoteStage::Repairing`]).
     pub(super) repaired: bool,
 }
 
 /// Start-up synchronisation waits this many request timeouts for every peer's position
 /// before settling for n − f, and twice as long for catching up before giving up on it.
-pub(super) const RECOVERY_WAIT_TIMEOUTS: u64 = 5;
+pub(super) const STARTUP_WAIT_TIMEOUTS: u64 = 5;
 
 impl Replica {
-    /// Recovery from durable storage, before any input: this replica has executed every
-    /// instance up to `last` (its checkpoint and log), whose batch timestamp was
-    /// `timestamp_ms`, leaving the client sessions `sessions`. `recent` are the newest
-    /// logged decisions with their proofs, oldest first, kept for decision forwarding. The
-    /// next instance it orders is `last + 1`; peers ahead of it are caught up with as after
-    /// any lag.
-    pub fn resume(
-        &mut self,
-        last: ConsensusId,
-        timestamp_ms: u64,
-        sessions: &[(ClientId, RequestSeq)],
-        recent: impl IntoIterator<Item = DecidedInstance>,
-    ) {
+    /// Recovery from durable storage, before any input (see [`Resume`]). The next instance it
+    /// orders is `last + 1`; peers ahead of it are caught up with as after any lag.
+    pub(super) fn resume(&mut self, resume: Resume) {
+        let Resume {
+            last,
+            timestamp_ms,
+            sessions,
+            recent,
+            ..
+        } = resume;
         debug_assert!(
             self.last_decided.is_none() && self.instance.cid == ConsensusId(0),
             "resume before any decision"
@@ -67,7 +62,7 @@ impl Replica {
         self.arm_idle_probe();
         self.durable_through = Some(last);
         self.last_decided_timestamp_ms = timestamp_ms;
-        self.clients.restore_sessions(sessions);
+        self.clients.restore_sessions(&sessions);
         for decided in recent {
             self.record_proven(decided);
         }
@@ -75,20 +70,20 @@ impl Replica {
 
     /// Starts the start-up synchronisation (after [`Replica::resume`], or on a replica that
     /// keeps durable state and starts empty): tells every peer where this replica is and
-    /// orders nothing until [`Replica::is_recovering`] turns false.
-    pub fn start_recovery(&mut self, now_ms: u64) {
+    /// orders nothing until [`Replica::is_starting_up`] turns false.
+    pub(super) fn start_startup_sync(&mut self) {
         if self.left {
             // Recovered into a view without this replica: it only serves (see
             // `serve_after_leaving`).
             return;
         }
-        self.set_now(now_ms);
+
         let timeout = self.params.request_timeout_ms.max(1);
-        self.recovery = Some(Recovery {
+        self.startup = Some(StartupSync {
             heard: BTreeMap::new(),
-            deadline_ms: self.now_ms + RECOVERY_WAIT_TIMEOUTS * timeout,
+            deadline_ms: self.now_ms + STARTUP_WAIT_TIMEOUTS * timeout,
             retransmit_ms: self.now_ms + timeout / 2,
-            audit: AuditStage::NotStarted,
+            state_vote: StateVoteStage::NotStarted,
             asked: BTreeSet::new(),
             votes: BTreeMap::new(),
             repaired: false,
@@ -99,12 +94,12 @@ impl Replica {
                 next: self.instance.cid,
                 reply: false,
             }));
-        self.progress_recovery();
+        self.progress_startup_sync();
     }
 
     /// Whether the start-up synchronisation is still running (nothing is ordered then).
-    pub fn is_recovering(&self) -> bool {
-        self.recovery.is_some()
+    pub fn is_starting_up(&self) -> bool {
+        self.startup.is_some()
     }
 
     pub(super) fn on_position(&mut self, from: ReplicaId, next: ConsensusId, reply: bool) {
@@ -121,7 +116,7 @@ impl Replica {
             // The peer asks (it is starting, or probing): what it refused before it answers
             // again may be resent.
             self.resent_to.remove(&from);
-        } else if next == self.instance.cid && self.recovery.is_none() {
+        } else if next == self.instance.cid && self.startup.is_none() {
             // The peer works on this instance too, and may have missed what this replica
             // sent for it (it refused consensus messages while it synchronised after a
             // restart, and announces its position when done).
@@ -140,16 +135,16 @@ impl Replica {
                 .values()
                 .filter(|c| **c > self.instance.cid)
                 .count();
-            if self.recovery.is_none()
+            if self.startup.is_none()
                 && self.fetch.is_none()
                 && ahead >= self.params.quorums.one_correct()
             {
                 self.request_decisions_if_due();
             }
         }
-        if let Some(r) = self.recovery.as_mut() {
+        if let Some(r) = self.startup.as_mut() {
             r.heard.insert(from, next);
-            self.progress_recovery();
+            self.progress_startup_sync();
         }
     }
 
@@ -158,7 +153,7 @@ impl Replica {
     /// of this incarnation (never anything a crash made it forget), so nothing changes for a
     /// peer that already has them.
     pub(super) fn resend_own_messages(&mut self, to: ReplicaId) {
-        if self.sync.waiting_sync || self.left {
+        if self.leader_change.waiting_sync || self.left {
             return;
         }
         let (cid, epoch, me) = (self.instance.cid, self.epoch(), self.params.me);
@@ -209,29 +204,31 @@ impl Replica {
     /// The next time the start-up synchronisation has something to do on its own: resend
     /// the position to peers not heard from, settle for n − f at the deadline, give up
     /// catching up after twice that. Only future times (a past one would spin the timer).
-    pub(super) fn recovery_timer(&self) -> Option<u64> {
-        let r = self.recovery.as_ref()?;
+    pub(super) fn startup_sync_timer(&self) -> Option<u64> {
+        let r = self.startup.as_ref()?;
         let now = self.now_ms;
         let others = self.params.members.len() - 1;
-        let give_up = r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
+        let give_up = r.deadline_ms + STARTUP_WAIT_TIMEOUTS * self.params.request_timeout_ms;
         // Retransmissions go on while a peer is unheard (never in the past: a due one is
         // sent at the next tick); the deadlines matter only until they pass.
         let retransmit = (r.heard.len() < others).then(|| r.retransmit_ms.max(now + 1));
         let ahead = |t: u64| (t > now).then_some(t);
-        let audit = match &r.audit {
-            AuditStage::Running(a) if a.own.is_some() => [ahead(a.query_ms), ahead(a.deadline_ms)],
-            AuditStage::Running(a) => [None, ahead(a.deadline_ms)],
+        let state_vote = match &r.state_vote {
+            StateVoteStage::Running(a) if a.own.is_some() => {
+                [ahead(a.query_ms), ahead(a.deadline_ms)]
+            }
+            StateVoteStage::Running(a) => [None, ahead(a.deadline_ms)],
             _ => [None, None],
         };
         [retransmit, ahead(r.deadline_ms), ahead(give_up)]
             .into_iter()
-            .chain(audit)
+            .chain(state_vote)
             .flatten()
             .min()
     }
 
     pub(super) fn retransmit_position(&mut self) {
-        let Some(r) = self.recovery.as_mut() else {
+        let Some(r) = self.startup.as_mut() else {
             return;
         };
         if self.now_ms < r.retransmit_ms {
@@ -259,8 +256,8 @@ impl Replica {
     /// Ends the start-up synchronisation once every peer's position is known (n − f after
     /// the deadline) and this replica has caught up to the highest of them; asks for the
     /// decisions it misses meanwhile.
-    pub(super) fn progress_recovery(&mut self) {
-        let Some(r) = &self.recovery else {
+    pub(super) fn progress_startup_sync(&mut self) {
+        let Some(r) = &self.startup else {
             return;
         };
         let others = self.params.members.len() - 1;
@@ -284,18 +281,18 @@ impl Replica {
                 .copied()
                 .unwrap_or(ConsensusId(0)),
         };
-        let give_up_at = r.deadline_ms + RECOVERY_WAIT_TIMEOUTS * self.params.request_timeout_ms;
+        let give_up_at = r.deadline_ms + STARTUP_WAIT_TIMEOUTS * self.params.request_timeout_ms;
         if self.instance.cid < vouched
-            && let Some(r) = self.recovery.as_mut()
-            && let AuditStage::Running(a) = &r.audit
+            && let Some(r) = self.startup.as_mut()
+            && let StateVoteStage::Running(a) = &r.state_vote
         {
             // Correct replicas decided past the instance of the vote meanwhile: they will not
             // checkpoint there, and this replica must catch up.
-            tracing::info!(cid = %a.cid, "hash vote inconclusive: the others moved past its instance");
-            r.audit = AuditStage::Done;
-            self.vote = None;
+            tracing::info!(cid = %a.cid, "state vote inconclusive: the others moved past its instance");
+            r.state_vote = StateVoteStage::Done;
+            self.own_state_vote = None;
         }
-        let Some(r) = &self.recovery else {
+        let Some(r) = &self.startup else {
             return;
         };
         let behind = self.instance.cid < highest;
@@ -312,14 +309,14 @@ impl Replica {
             return;
         }
         let heard = r.heard.len();
-        if self.audit_pending() {
+        if self.state_vote_pending() {
             return;
         }
         if behind {
             tracing::warn!(next = %self.instance.cid, highest_heard = %highest, "start-up synchronisation: no replica proved the highest position claimed (at most f replicas claim it); ordering anyway");
         }
         tracing::info!(next = %self.instance.cid, heard, "start-up synchronisation done: ordering");
-        self.recovery = None;
+        self.startup = None;
         // Peers on the same instance resend what this replica refused meanwhile. First a
         // query, which lifts their once-per-instance limit on resends to this replica: a
         // resend they made while it still refused (answering its answer to their own

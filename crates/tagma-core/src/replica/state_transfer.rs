@@ -8,7 +8,7 @@ use super::{
     Replica,
     action::Action,
     instance::Instance,
-    state_vote::{AuditStage, OwnVote, VoteStage},
+    state_vote::{OwnStateVote, OwnVoteStage, StateVoteStage},
 };
 use crate::{
     error::Rejection,
@@ -16,7 +16,7 @@ use crate::{
 };
 
 impl Replica {
-    /// `repair`: the hash vote contradicted this replica's state (see [`Audit`]): the state
+    /// `repair`: the state vote contradicted this replica's state (see [`StateVoteRound`]): the state
     /// at its own position is fetched and replaces it.
     pub(super) fn start_fetch(&mut self, joining: bool, repair: bool) {
         let mut out = Vec::new();
@@ -40,12 +40,9 @@ impl Replica {
     /// before taking part, because the history before it joined was decided in views it
     /// does not know (the executor, started in the configuration's initial view, replays
     /// and verifies it). Needs durable state (`state_transfer`).
-    pub fn start_joining(&mut self, now_ms: u64) {
-        assert!(
-            self.params.state_transfer,
-            "a joining replica needs durable state"
-        );
-        self.set_now(now_ms);
+    pub(super) fn start_joining(&mut self) {
+        assert!(self.params.durable, "a joining replica needs durable state");
+
         self.catch_up.state_transfer_signalled = true;
         tracing::info!(
             view = self.params.view.0,
@@ -54,21 +51,9 @@ impl Replica {
         self.start_fetch(true, false);
     }
 
-    /// Whether a state transfer is in progress (fetching side).
-    pub fn is_fetching_state(&self) -> bool {
-        self.fetch.is_some()
-    }
-
-    /// How long the state transfer in progress has been running.
-    pub fn state_transfer_elapsed_ms(&self, now_ms: u64) -> Option<u64> {
-        self.fetch
-            .as_ref()
-            .map(|f| now_ms.saturating_sub(f.started_ms()))
-    }
-
     /// The runtime's verdict on [`Action::InstallState`].
-    pub fn state_installed(&mut self, now_ms: u64, outcome: InstallOutcome) {
-        self.set_now(now_ms);
+    pub(super) fn on_state_installed(&mut self, outcome: InstallOutcome) {
+        let now_ms = self.now_ms;
         match outcome {
             InstallOutcome::Installed {
                 last,
@@ -94,6 +79,9 @@ impl Replica {
                     "state transfer done"
                 );
                 self.stats.state_transfers += 1;
+                if let Some(started) = started {
+                    self.stats.last_state_transfer_ms = now_ms.saturating_sub(started);
+                }
                 if repaired {
                     // The checkpoints this replica held before are its disk's wrong state.
                     self.served.retain(|c| c.cid >= last);
@@ -104,7 +92,7 @@ impl Replica {
                     // Everything the lying disk said goes, its sessions and timestamp too.
                     self.last_decided_timestamp_ms = timestamp_ms;
                     self.clients.replace_sessions(&sessions);
-                    if let Some(r) = self.recovery.as_mut() {
+                    if let Some(r) = self.startup.as_mut() {
                         r.repaired = true;
                     }
                 } else {
@@ -114,12 +102,15 @@ impl Replica {
                     // A state fetched while synchronising did not come from this replica's
                     // disk, and f+1 digests vouched for it: there is nothing for the hash
                     // vote to check (it would only hold ordering while the others move on).
-                    if let Some(r) = self.recovery.as_mut()
-                        && matches!(r.audit, AuditStage::NotStarted | AuditStage::Running(_))
+                    if let Some(r) = self.startup.as_mut()
+                        && matches!(
+                            r.state_vote,
+                            StateVoteStage::NotStarted | StateVoteStage::Running(_)
+                        )
                     {
-                        tracing::info!(%last, "state fetched while synchronising: no hash vote");
-                        r.audit = AuditStage::Done;
-                        self.vote = None;
+                        tracing::info!(%last, "state fetched while synchronising: no state vote");
+                        r.state_vote = StateVoteStage::Done;
+                        self.own_state_vote = None;
                     }
                 }
                 if let Some(view) = view {
@@ -143,7 +134,7 @@ impl Replica {
                 // The others went on deciding while the state was fetched: ask for what
                 // follows at once (decision forwarding) rather than wait to notice the lag.
                 self.request_decisions(false);
-                self.progress_recovery();
+                self.progress_startup_sync();
                 self.settle();
             }
             InstallOutcome::Rejected { reason } => {
@@ -171,15 +162,15 @@ impl Replica {
         let bad = |reason: &'static str| Err(Rejection::InvalidTransfer { from, reason });
         match input {
             TransferInput::Query { .. } => {
-                if let Some(r) = self.recovery.as_mut() {
+                if let Some(r) = self.startup.as_mut() {
                     r.asked.insert(from);
                 }
                 self.answer_state_query(from);
             }
             TransferInput::Offer { checkpoint, next } => {
                 let Some(fetch) = self.fetch.as_mut() else {
-                    // A late answer (to a fetch or a hash vote that ended): nothing to do.
-                    self.audit_offer(from, checkpoint, next);
+                    // A late answer (to a fetch or a state vote that ended): nothing to do.
+                    self.note_state_offer(from, checkpoint, next);
                     return Ok(());
                 };
                 let mut out = Vec::new();
@@ -234,7 +225,7 @@ impl Replica {
                 let run: Vec<DecidedInstance> = (first.0..first.0.saturating_add(u64::from(count)))
                     .map_while(|c| self.decisions.proven(ConsensusId(c), &self.checker))
                     .collect();
-                if run.len() == count as usize || !self.params.state_transfer {
+                if run.len() == count as usize || !self.params.durable {
                     for d in run {
                         self.actions.push_back(Action::Send {
                             to: from,
@@ -270,13 +261,13 @@ impl Replica {
             let action = match o {
                 FetchOut::Broadcast(msg) => {
                     if let (
-                        Some(OwnVote {
+                        Some(OwnStateVote {
                             cid,
                             digest,
-                            stage: VoteStage::Contradicted,
+                            stage: OwnVoteStage::Contradicted,
                         }),
                         PeerMessage::StateQuery { .. },
-                    ) = (self.vote, &msg)
+                    ) = (self.own_state_vote, &msg)
                         && self.fetch.as_ref().is_some_and(Fetch::is_repair)
                     {
                         self.actions

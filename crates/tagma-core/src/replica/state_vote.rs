@@ -5,10 +5,10 @@ use std::collections::BTreeMap;
 
 use tagma_wire::{CheckpointInfo, ConsensusId, Digest, PeerMessage, ReplicaId};
 
-use super::{Replica, action::Action, startup_sync::Recovery};
+use super::{Replica, action::Action, startup_sync::StartupSync};
 use crate::quorum::Mode;
 
-/// DDS's hash vote (SPEC §5: REINIT with checkpoint hashes, install what enough replicas
+/// DDS's state vote (SPEC §5: REINIT with checkpoint hashes, install what enough replicas
 /// agree on, then a fresh checkpoint everywhere), done after the start-up synchronisation
 /// has caught up: every durable replica that restarts computes the digest a checkpoint of
 /// the state after the last instance decided (`cid`) would have — streamed into the hash,
@@ -24,7 +24,7 @@ use crate::quorum::Mode;
 /// replica restarting alone finds the others past it (nothing to compare: inconclusive,
 /// logged). BFT only: CFT assumes disks that fail detectably.
 #[derive(Debug)]
-pub(super) struct Audit {
+pub(super) struct StateVoteRound {
     /// The instance voted on.
     pub(super) cid: ConsensusId,
     /// This replica's digest of its state there, once computed.
@@ -33,14 +33,14 @@ pub(super) struct Audit {
     pub(super) offers: BTreeMap<ReplicaId, (Option<CheckpointInfo>, ConsensusId)>,
     /// When the query goes again to the peers whose answer settles nothing yet.
     pub(super) query_ms: u64,
-    /// When the audit gives up (inconclusive).
+    /// When the vote gives up (inconclusive).
     pub(super) deadline_ms: u64,
 }
 
 #[derive(Debug)]
-pub(super) enum AuditStage {
+pub(super) enum StateVoteStage {
     NotStarted,
-    Running(Audit),
+    Running(StateVoteRound),
     /// Contradicted: the state is being fetched (the synchronisation ends once it is
     /// installed).
     Repairing,
@@ -48,16 +48,16 @@ pub(super) enum AuditStage {
     Done,
 }
 
-/// This replica's vote in the hash vote: the digest of its state after instance `cid`.
+/// This replica's vote in the state vote: the digest of its state after instance `cid`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct OwnVote {
+pub(super) struct OwnStateVote {
     pub(super) cid: ConsensusId,
     pub(super) digest: Digest,
-    pub(super) stage: VoteStage,
+    pub(super) stage: OwnVoteStage,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum VoteStage {
+pub(super) enum OwnVoteStage {
     /// Cast, the verdict pending: sent to the peers that query this replica.
     Cast,
     /// Confirmed or inconclusive: still sent; a peer's vote that contradicts it asks for the
@@ -70,7 +70,7 @@ pub(super) enum VoteStage {
 
 /// What the peers' votes (and checkpoints) say about this replica's digest.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum AuditVerdict {
+pub(super) enum StateVoteVerdict {
     /// f+1 peers hold the same state: one of them is correct.
     Confirmed,
     /// f+1 peers hold one other state: this replica's is wrong.
@@ -79,36 +79,35 @@ pub(super) enum AuditVerdict {
     Inconclusive,
 }
 
-/// The audit gives up after this many request timeouts (hashing a large state takes a while
+/// The state vote gives up after this many request timeouts (hashing a large state takes a while
 /// on every replica).
-pub(super) const AUDIT_WAIT_TIMEOUTS: u64 = 5;
+pub(super) const STATE_VOTE_WAIT_TIMEOUTS: u64 = 5;
 
 /// Once this replica's digest is computed, the peers' votes are awaited this many request
 /// timeouts at most.
-pub(super) const AUDIT_PEER_WAIT_TIMEOUTS: u64 = 2;
+pub(super) const STATE_VOTE_PEER_WAIT_TIMEOUTS: u64 = 2;
 
 impl Replica {
-    /// Whether the hash vote still holds the start-up synchronisation (see [`Audit`]). The
+    /// Whether the state vote still holds the start-up synchronisation (see [`StateVoteRound`]). The
     /// first time the synchronisation could end, it starts: the digest of the state after the
     /// last instance decided (the newest checkpoint's, if it is there).
-    pub(super) fn audit_pending(&mut self) -> bool {
-        let audits = self.params.state_transfer
-            && self.params.hash_vote
-            && self.params.quorums.mode == Mode::Bft;
+    pub(super) fn state_vote_pending(&mut self) -> bool {
+        let votes_on_state =
+            self.params.durable && self.params.state_vote && self.params.quorums.mode == Mode::Bft;
         let last = self.last_decided;
         let timeout = self.params.request_timeout_ms.max(1);
         let now = self.now_ms;
         let fetching = self.fetch.is_some();
-        let Some(r) = self.recovery.as_mut() else {
+        let Some(r) = self.startup.as_mut() else {
             return false;
         };
-        match &r.audit {
-            AuditStage::Done => return false,
-            AuditStage::Repairing if r.repaired => {
-                r.audit = AuditStage::Done;
+        match &r.state_vote {
+            StateVoteStage::Done => return false,
+            StateVoteStage::Repairing if r.repaired => {
+                r.state_vote = StateVoteStage::Done;
                 return false;
             }
-            AuditStage::Repairing => {
+            StateVoteStage::Repairing => {
                 if !fetching {
                     // The fetch was dropped without installing anything: the contradicted
                     // state must not be ordered on.
@@ -117,40 +116,40 @@ impl Replica {
                 }
                 return true;
             }
-            AuditStage::Running(_) => {}
-            AuditStage::NotStarted => {
-                let Some(cid) = last.filter(|_| audits) else {
-                    // Nothing decided yet (a new cluster) or not audited (CFT, no disk).
-                    r.audit = AuditStage::Done;
+            StateVoteStage::Running(_) => {}
+            StateVoteStage::NotStarted => {
+                let Some(cid) = last.filter(|_| votes_on_state) else {
+                    // Nothing decided yet (a new cluster) or no state vote (CFT, no disk).
+                    r.state_vote = StateVoteStage::Done;
                     return false;
                 };
-                r.audit = AuditStage::Running(Audit {
+                r.state_vote = StateVoteStage::Running(StateVoteRound {
                     cid,
                     own: None,
                     offers: BTreeMap::new(),
                     query_ms: u64::MAX,
-                    deadline_ms: now + AUDIT_WAIT_TIMEOUTS * timeout,
+                    deadline_ms: now + STATE_VOTE_WAIT_TIMEOUTS * timeout,
                 });
-                tracing::info!(%cid, "start-up synchronisation caught up: hashing the state for the hash vote");
+                tracing::info!(%cid, "start-up synchronisation caught up: hashing the state for the state vote");
                 match self.served.back().copied().filter(|c| c.cid == cid) {
-                    Some(held) => self.audit_own_digest(cid, held.digest),
+                    Some(held) => self.cast_state_vote(cid, held.digest),
                     None => self.actions.push_back(Action::DigestState { cid }),
                 }
             }
         }
-        self.audit_progress()
+        self.weigh_state_votes()
     }
 
-    /// This replica's digest for the hash vote is known: it asks every peer for theirs, and
+    /// This replica's digest for the state vote is known: it asks every peer for theirs, and
     /// answers the peers that asked for its own before it was there.
-    pub(super) fn audit_own_digest(&mut self, cid: ConsensusId, digest: Digest) {
+    pub(super) fn cast_state_vote(&mut self, cid: ConsensusId, digest: Digest) {
         let timeout = self.params.request_timeout_ms.max(1);
         let (now, next) = (self.now_ms, self.instance.cid);
-        let Some(Recovery {
-            audit: AuditStage::Running(a),
+        let Some(StartupSync {
+            state_vote: StateVoteStage::Running(a),
             asked,
             ..
-        }) = self.recovery.as_mut()
+        }) = self.startup.as_mut()
         else {
             return;
         };
@@ -161,11 +160,13 @@ impl Replica {
         a.query_ms = now + (timeout / 2).max(1);
         // The peers hash theirs at the same time: a peer not done within two timeouts of
         // this one is not taking part (it did not restart, and sits at the same instance).
-        a.deadline_ms = a.deadline_ms.min(now + AUDIT_PEER_WAIT_TIMEOUTS * timeout);
-        self.vote = Some(OwnVote {
+        a.deadline_ms = a
+            .deadline_ms
+            .min(now + STATE_VOTE_PEER_WAIT_TIMEOUTS * timeout);
+        self.own_state_vote = Some(OwnStateVote {
             cid,
             digest,
-            stage: VoteStage::Cast,
+            stage: OwnVoteStage::Cast,
         });
         let asked = std::mem::take(asked);
         self.actions
@@ -175,33 +176,33 @@ impl Replica {
         }
     }
 
-    /// A peer's vote in the hash vote: kept while this replica synchronises. One that
+    /// A peer's vote in the state vote: kept while this replica synchronises. One that
     /// contradicts this replica's standing vote (also after the synchronisation) asks for
     /// the fresh checkpoint that peer will repair from.
     pub(super) fn on_state_vote(&mut self, from: ReplicaId, cid: ConsensusId, digest: Digest) {
         if self
-            .vote
+            .own_state_vote
             .is_some_and(|v| v.cid == cid && v.digest != digest)
         {
             self.fresh_checkpoint_for_repair(from);
         }
-        if let Some(r) = self.recovery.as_mut() {
+        if let Some(r) = self.startup.as_mut() {
             r.votes.insert(from, (cid, digest));
-            self.progress_recovery();
+            self.progress_startup_sync();
         }
     }
 
-    /// DDS's fresh checkpoint after the hash vote, taken only when a peer needs it: once this
+    /// DDS's fresh checkpoint after the state vote, taken only when a peer needs it: once this
     /// replica's vote stands and a peer's vote contradicts it (that peer fetches the state
     /// from f+1 replicas' checkpoints at or past the vote's instance). Once per vote; not
     /// when a checkpoint at or past that instance is already offered. Without a
     /// contradiction each replica's own checkpoint and log already hold its state.
     pub(super) fn fresh_checkpoint_for_repair(&mut self, peer: ReplicaId) {
-        let Some(OwnVote {
+        let Some(OwnStateVote {
             cid,
-            stage: VoteStage::Stands { checkpoint_asked },
+            stage: OwnVoteStage::Stands { checkpoint_asked },
             ..
-        }) = self.vote.as_mut()
+        }) = self.own_state_vote.as_mut()
         else {
             return;
         };
@@ -216,28 +217,28 @@ impl Replica {
         let Some(last) = self.last_decided else {
             return;
         };
-        tracing::info!(%peer, vote = %cid, checkpoint = %last, "a peer's hash vote contradicts this replica's standing vote: fresh checkpoint for its repair");
+        tracing::info!(%peer, vote = %cid, checkpoint = %last, "a peer's state vote contradicts this replica's standing vote: fresh checkpoint for its repair");
         self.actions.push_back(Action::CheckpointNow { cid: last });
     }
 
-    /// Weighs the offers (see [`Audit`]); true while the audit goes on. A contradicted state
+    /// Weighs the offers (see [`StateVoteRound`]); true while the vote goes on. A contradicted state
     /// is fetched from the others (state transfer in repair mode).
-    pub(super) fn audit_progress(&mut self) -> bool {
+    pub(super) fn weigh_state_votes(&mut self) -> bool {
         let one_correct = self.params.quorums.one_correct();
         let (now, next, me) = (self.now_ms, self.instance.cid, self.params.me);
         let timeout = self.params.request_timeout_ms.max(1);
-        let Some(r) = self.recovery.as_mut() else {
+        let Some(r) = self.startup.as_mut() else {
             return false;
         };
-        let AuditStage::Running(a) = &mut r.audit else {
+        let StateVoteStage::Running(a) = &mut r.state_vote else {
             return false;
         };
         let Some(own) = a.own else {
             if now < a.deadline_ms {
                 return true;
             }
-            tracing::warn!(cid = %a.cid, "hash vote: this replica's state was not hashed in time; ordering unaudited");
-            r.audit = AuditStage::Done;
+            tracing::warn!(cid = %a.cid, "state vote: this replica's state was not hashed in time; ordering without it");
+            r.state_vote = StateVoteStage::Done;
             return false;
         };
         let mut matches = 0;
@@ -266,11 +267,11 @@ impl Replica {
             }
         }
         let verdict = if matches >= one_correct {
-            AuditVerdict::Confirmed
+            StateVoteVerdict::Confirmed
         } else if others.values().any(|n| *n >= one_correct) {
-            AuditVerdict::Contradicted
+            StateVoteVerdict::Contradicted
         } else if open.is_empty() || now >= a.deadline_ms {
-            AuditVerdict::Inconclusive
+            StateVoteVerdict::Inconclusive
         } else {
             if now >= a.query_ms {
                 a.query_ms = now + (timeout / 2).max(1);
@@ -285,14 +286,14 @@ impl Replica {
         };
         let cid = a.cid;
         match verdict {
-            AuditVerdict::Confirmed | AuditVerdict::Inconclusive => {
-                if verdict == AuditVerdict::Confirmed {
-                    self.stats.audits_confirmed += 1;
-                    tracing::info!(%cid, matches, "hash vote: the recovered state is confirmed");
+            StateVoteVerdict::Confirmed | StateVoteVerdict::Inconclusive => {
+                if verdict == StateVoteVerdict::Confirmed {
+                    self.stats.state_votes_confirmed += 1;
+                    tracing::info!(%cid, matches, "state vote: the recovered state is confirmed");
                 } else {
-                    tracing::info!(%cid, matches, "hash vote inconclusive (too few peers voted at this instance: the others are past it)");
+                    tracing::info!(%cid, matches, "state vote inconclusive (too few peers voted at this instance: the others are past it)");
                 }
-                r.audit = AuditStage::Done;
+                r.state_vote = StateVoteStage::Done;
                 // Its vote stands, inconclusive too: f+1 peers that outvote another one may
                 // each end inconclusive, and that one repairs from their fresh checkpoints.
                 let contradicted_by = r
@@ -300,10 +301,10 @@ impl Replica {
                     .iter()
                     .find(|(_, (c, d))| *c == cid && *d != own)
                     .map(|(peer, _)| *peer);
-                self.vote = Some(OwnVote {
+                self.own_state_vote = Some(OwnStateVote {
                     cid,
                     digest: own,
-                    stage: VoteStage::Stands {
+                    stage: OwnVoteStage::Stands {
                         checkpoint_asked: false,
                     },
                 });
@@ -312,16 +313,16 @@ impl Replica {
                 }
                 false
             }
-            AuditVerdict::Contradicted => {
-                tracing::warn!(%cid, matches, "hash vote: f+1 replicas hold another state at this instance; this replica's disk returned a wrong state: fetching theirs");
-                r.audit = AuditStage::Repairing;
-                self.stats.audits_contradicted += 1;
+            StateVoteVerdict::Contradicted => {
+                tracing::warn!(%cid, matches, "state vote: f+1 replicas hold another state at this instance; this replica's disk returned a wrong state: fetching theirs");
+                r.state_vote = StateVoteStage::Repairing;
+                self.stats.state_votes_contradicted += 1;
                 // The peers learn of it with every query of the repair fetch (`fetch_actions`):
                 // those whose vote stands write the fresh checkpoint it repairs from.
-                self.vote = Some(OwnVote {
+                self.own_state_vote = Some(OwnStateVote {
                     cid,
                     digest: own,
-                    stage: VoteStage::Contradicted,
+                    stage: OwnVoteStage::Contradicted,
                 });
                 self.catch_up.state_transfer_signalled = true;
                 self.fetch = None;
@@ -331,39 +332,39 @@ impl Replica {
         }
     }
 
-    /// The start-up synchronisation's hash vote: a peer's offer (ignored when no vote runs).
-    pub(super) fn audit_offer(
+    /// The start-up synchronisation's state vote: a peer's offer (ignored when no vote runs).
+    pub(super) fn note_state_offer(
         &mut self,
         from: ReplicaId,
         checkpoint: Option<CheckpointInfo>,
         next: ConsensusId,
     ) {
-        if let Some(Recovery {
-            audit: AuditStage::Running(a),
+        if let Some(StartupSync {
+            state_vote: StateVoteStage::Running(a),
             ..
-        }) = self.recovery.as_mut()
+        }) = self.startup.as_mut()
         {
             a.offers.insert(from, (checkpoint, next));
-            self.progress_recovery();
+            self.progress_startup_sync();
         }
     }
 
-    /// Whether the hash vote is running or repairing: decisions are not committed then (the
+    /// Whether the state vote is running or repairing: decisions are not committed then (the
     /// vote is on the state at the instance it started at, and a repair replaces that one).
-    pub(super) fn audit_holds(&self) -> bool {
+    pub(super) fn state_vote_holds(&self) -> bool {
         matches!(
-            self.recovery,
-            Some(Recovery {
-                audit: AuditStage::Running(_) | AuditStage::Repairing,
+            self.startup,
+            Some(StartupSync {
+                state_vote: StateVoteStage::Running(_) | StateVoteStage::Repairing,
                 ..
             })
         )
     }
 
     /// The runtime's answer to [`Action::DigestState`]: the digest a checkpoint of the state
-    /// after `cid` would have. It is this replica's vote in the hash vote (see [`Audit`]).
-    pub fn note_state_digest(&mut self, cid: ConsensusId, digest: Digest) {
-        self.audit_own_digest(cid, digest);
-        self.progress_recovery();
+    /// after `cid` would have. It is this replica's vote in the state vote (see [`StateVoteRound`]).
+    pub(super) fn on_state_digest(&mut self, cid: ConsensusId, digest: Digest) {
+        self.cast_state_vote(cid, digest);
+        self.progress_startup_sync();
     }
 }

@@ -14,10 +14,13 @@ pub struct CoreStats {
     pub decisions_forwarded_in: u64,
     /// States installed by state transfer.
     pub state_transfers: u64,
-    /// Hash votes after a restart that confirmed the recovered state (see `Audit`).
-    pub audits_confirmed: u64,
-    /// Hash votes after a restart that contradicted the recovered state (see `Audit`).
-    pub audits_contradicted: u64,
+    /// How long the last state transfer took, from its start to the installed state (0:
+    /// none yet).
+    pub last_state_transfer_ms: u64,
+    /// Hash votes after a restart that confirmed the recovered state (see `StateVoteRound`).
+    pub state_votes_confirmed: u64,
+    /// Hash votes after a restart that contradicted the recovered state (see `StateVoteRound`).
+    pub state_votes_contradicted: u64,
     /// Views installed by view changes.
     pub views_installed: u64,
 }

@@ -6,21 +6,23 @@ use super::{Replica, action::Action, leader_change::STOP_REQUESTS_MAX};
 use crate::transfer::Fetch;
 
 impl Replica {
-    /// Timers whose deadline passed: request timers (first expiry forwards the request to
-    /// all replicas, the second suspects the leader), STOP retransmission, the SYNC timeout,
-    /// and catch-up requests.
-    pub fn handle_tick(&mut self, now_ms: u64) {
+    /// Timers whose deadline passed: the idle flush of votes, request timers (first expiry
+    /// forwards the request to all replicas, the second suspects the leader), STOP
+    /// retransmission, the SYNC timeout, catch-up requests, the start-up synchronisation's and
+    /// state transfer's retries.
+    pub(super) fn on_tick(&mut self, now_ms: u64) {
         if self.left {
             return;
         }
         self.set_now(now_ms);
+        self.flush_idle_votes();
         let mut expired = self.clients.take_expired(now_ms);
-        if self.recovery.is_some() {
+        if self.startup.is_some() {
             // Not ordering yet: no request timer may forward or suspect meanwhile (they
             // restart when recovery ends).
             expired.clear();
             self.retransmit_position();
-            self.progress_recovery();
+            self.progress_startup_sync();
         } else if self.idle_probe_ms.is_some_and(|t| t <= now_ms) {
             self.arm_idle_probe();
             self.actions
@@ -46,18 +48,25 @@ impl Replica {
             // it receives then names a later instance): ask everyone for the next decision.
             self.request_decisions(true);
         }
-        if self.sync.stop_retransmit_ms.is_some_and(|t| t <= now_ms)
-            && let Some(stop) = self.sync.own_stop.clone()
+        if self
+            .leader_change
+            .stop_retransmit_ms
+            .is_some_and(|t| t <= now_ms)
+            && let Some(stop) = self.leader_change.own_stop.clone()
         {
             self.actions
                 .push_back(Action::Broadcast(PeerMessage::Stop(stop)));
-            self.sync.stop_retransmit_ms = Some(now_ms + self.params.request_timeout_ms);
+            self.leader_change.stop_retransmit_ms = Some(now_ms + self.params.request_timeout_ms);
         }
-        if self.sync.sync_deadline_ms.is_some_and(|t| t <= now_ms) {
+        if self
+            .leader_change
+            .sync_deadline_ms
+            .is_some_and(|t| t <= now_ms)
+        {
             // The new leader did not synchronise in time: move on to the next one.
             tracing::debug!(regency = %self.regency, "no SYNC in time: suspecting the new leader");
-            self.sync.sync_deadline_ms = None;
-            self.sync.failed_regencies += 1;
+            self.leader_change.sync_deadline_ms = None;
+            self.leader_change.failed_regencies += 1;
             self.start_stop(
                 Regency(self.regency.0.saturating_add(1)),
                 self.clients.head_requests(STOP_REQUESTS_MAX),
@@ -72,7 +81,8 @@ impl Replica {
         self.settle();
     }
 
-    /// The earliest time at which `handle_tick` must be called, if any timer is armed.
+    /// The earliest time at which [`Input::Tick`](super::Input::Tick) must be given, if any
+    /// timer is armed.
     pub fn next_timeout_ms(&self) -> Option<u64> {
         if self.left {
             return None;
@@ -81,16 +91,17 @@ impl Replica {
             .catch_up
             .behind_since_ms
             .map(|_| self.catch_up.next_request_ms);
-        let recovery = self.recovery_timer();
+        let startup = self.startup_sync_timer();
         let fetch = self.fetch.as_ref().and_then(Fetch::deadline_ms);
         [
-            self.idle_probe_ms.filter(|_| self.recovery.is_none()),
+            self.idle_probe_ms.filter(|_| self.startup.is_none()),
             self.clients.next_deadline_ms(),
-            self.sync.stop_retransmit_ms,
-            self.sync.sync_deadline_ms,
+            self.leader_change.stop_retransmit_ms,
+            self.leader_change.sync_deadline_ms,
             catch_up,
-            recovery,
+            startup,
             fetch,
+            self.votes_idle_flush_ms,
         ]
         .into_iter()
         .flatten()
