@@ -6,9 +6,11 @@
 //! with the static key it shares with the client principal) or, when `signed_requests = true`, with an Ed25519 signature. Signature checks
 //! run on a pool of `signature_threads` threads so they scale with cores.
 
-use std::collections::BTreeMap;
-use std::sync::{PoisonError, RwLock};
-use std::thread;
+use std::{
+    collections::BTreeMap,
+    sync::{PoisonError, RwLock},
+    thread,
+};
 
 use crossbeam_channel::{Receiver, Sender, bounded};
 use tagma_core::ValidConfig;

@@ -6,10 +6,12 @@
 //! keys. Keys are never forgotten: a removed replica still serves lagging peers for a while
 //! (`NodeHandle::run_until_left`), and the installed view alone decides who takes part.
 
-use std::collections::HashMap;
-use std::net::SocketAddr;
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::{Duration, Instant};
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Arc, PoisonError, RwLock},
+    time::{Duration, Instant},
+};
 
 use bytes::Bytes;
 use crossbeam_channel::Sender;

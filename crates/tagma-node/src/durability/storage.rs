@@ -1,0 +1,124 @@
+//! The storage thread: appends decided instances to the log with one flush per group (group
+//! commit), publishes the flushed position, serves runs of logged decisions to peers, and drops
+//! the log segments a checkpoint covers.
+
+use std::sync::atomic::Ordering;
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender};
+use tagma_storage::Log;
+use tagma_wire::{DecidedInstance, Decode, Encode, PeerMessage};
+use tracing::{error, warn};
+
+use crate::{
+    durability::{StorageEvent, transfer::log_installed},
+    peer_link::send_peer,
+    shared::{ConsensusEvent, Shared},
+};
+
+/// The storage thread: appends every record queued, syncs once, tells the execution thread.
+/// A checkpoint releases the log up to `keep` instances before it (kept for forwarding).
+pub(crate) fn storage_loop(
+    sh: &Shared,
+    mut log: Log,
+    rx: Receiver<StorageEvent>,
+    peers: crate::membership::PeerLinks,
+) {
+    let keep = sh.cfg.raw.limits.decisions_kept as u64;
+    let metrics = &sh.metrics;
+    // Instances up to this one are covered by a state installed by state transfer.
+    let mut covered: Option<u64> = None;
+    // Bounds one group: the replies of its first batch wait for all of it.
+    const GROUP_MAX: usize = 1024;
+    while let Ok(first) = rx.recv() {
+        let mut last = None;
+        let mut release = None;
+        for event in std::iter::once(first).chain(rx.try_iter().take(GROUP_MAX)) {
+            match event {
+                StorageEvent::Append { cid, decided } => {
+                    if covered.is_some_and(|c| cid <= c) {
+                        continue;
+                    }
+                    if let Err(e) = log.append(cid, &decided.to_bytes()) {
+                        error!("cannot log instance {cid}: {e}; this replica stops replying");
+                        return;
+                    }
+                    metrics.log_records.fetch_add(1, Ordering::Relaxed);
+                    last = Some(cid);
+                }
+                StorageEvent::Release { cid } => release = release.max(Some(cid)),
+                StorageEvent::ReadLog { to, from, count } => {
+                    if let Some(tx) = peers.get(to) {
+                        serve_log(sh, &log, &tx, from, count);
+                    }
+                }
+                StorageEvent::Installed {
+                    checkpoint,
+                    entries,
+                    repair,
+                } => {
+                    if let Err(e) = log_installed(&mut log, checkpoint, &entries, repair) {
+                        error!(
+                            "cannot log the decisions of an installed state: {e}; this replica stops replying"
+                        );
+                        return;
+                    }
+                    let through = entries.last().map(|d| d.cid.0).or(checkpoint);
+                    covered = covered.max(through);
+                    last = last.max(through);
+                }
+            }
+        }
+        if let Some(cid) = last {
+            let syncing = std::time::Instant::now();
+            if let Err(e) = log.sync() {
+                error!("cannot sync the log: {e}; this replica stops replying");
+                return;
+            }
+            let us = syncing.elapsed().as_micros() as u64;
+            metrics.log_syncs.fetch_add(1, Ordering::Relaxed);
+            metrics.log_sync_us.fetch_add(us, Ordering::Relaxed);
+            // Published first (a full execution queue must not hold the leader's next
+            // proposal), and never backwards: an installed state's `through` can be below
+            // instances synced before it.
+            sh.durable_below.fetch_max(cid + 1, Ordering::SeqCst);
+            // The internal channel is only full when the consensus thread has events to
+            // handle, after each of which it looks at `durable_below` again.
+            if sh.wake_on_durable.swap(false, Ordering::SeqCst) {
+                let _ = sh.internal_tx.try_send(ConsensusEvent::Durable);
+            }
+        }
+        if let Some(cid) = release
+            && let Err(e) = log.release_through(cid.saturating_sub(keep))
+        {
+            warn!("cannot release the log up to checkpoint {cid}: {e}");
+        }
+    }
+}
+
+/// Sends `to` the logged decisions `from ..` (at most `count`), stopping at the first the
+/// log does not hold.
+pub(crate) fn serve_log(sh: &Shared, log: &Log, tx: &Sender<Bytes>, from: u64, count: u32) {
+    let first = log.first_cid().unwrap_or(u64::MAX);
+    let last = log.last_cid().unwrap_or(0);
+    if from < first || from > last {
+        return;
+    }
+    let end = from.saturating_add(u64::from(count)).min(last + 1);
+    let mut entries = Vec::new();
+    let read = log.replay_range(
+        from..end,
+        |_, payload| -> Result<(), tagma_storage::StorageError> {
+            if let Ok(d) = DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
+                entries.push(d);
+            }
+            Ok(())
+        },
+    );
+    if let Err(e) = read {
+        warn!("cannot read the log for a replica fetching state: {e}");
+    }
+    for d in entries {
+        send_peer(sh, tx, PeerMessage::LogEntry(d).to_bytes());
+    }
+}

@@ -1,0 +1,309 @@
+//! Start-up: builds a replica (or an unreplicated server) from its configuration — local
+//! recovery from its disk, the core with how it starts, the links to its peers — and spawns
+//! its threads.
+
+use std::{
+    collections::HashMap,
+    net::TcpListener,
+    path::PathBuf,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    thread,
+    time::Duration,
+};
+
+use crossbeam_channel::bounded;
+use tagma_core::{
+    Replica, ReplicaParams, Start, ValidConfig,
+    config::{Durability, ReplicaInfo},
+};
+use tagma_crypto::IdentityKey;
+use tagma_exec::{Executor, Service};
+use tagma_net::NetLimits;
+use tagma_wire::{ReplicaId, ViewId};
+use tracing::{info, info_span};
+
+use crate::{
+    Joining, NodeError, NodeHandle,
+    auth::{RequestVerifier, SignaturePool},
+    client_link::accept_loop,
+    consensus_thread::{Links, consensus_loop},
+    durability,
+    execution_thread::execution_loop,
+    membership, metrics,
+    metrics::Metrics,
+    peer_link::{add_link, start_link},
+    shared::{Clock, Shared},
+};
+
+/// `data_dir`: `None` runs the unreplicated baseline. `join`: the view that added `me`, for a
+/// replica the configuration does not list.
+pub(crate) fn start_node<S: Service>(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    service: S,
+    data_dir: Option<PathBuf>,
+    join: Option<Joining>,
+) -> Result<NodeHandle, NodeError> {
+    let unreplicated = data_dir.is_none();
+    let info = match &join {
+        None => cfg.replica(me).cloned().ok_or(NodeError::NotAMember(me))?,
+        Some(Joining { view, metrics_addr }) => {
+            let m = view
+                .members
+                .iter()
+                .find(|m| m.id == me)
+                .ok_or(NodeError::NotAMember(me))?;
+            ReplicaInfo {
+                id: me,
+                addr: membership::member_addr(m).ok_or(NodeError::BadAddress(me))?,
+                public_key: m.key,
+                metrics_addr: *metrics_addr,
+            }
+        }
+    };
+    if info.public_key != key.public() {
+        return Err(NodeError::KeyMismatch(me));
+    }
+    // The core's parameters: the configuration's, in the view that added a joining replica.
+    let mut params = ReplicaParams::from_config(&cfg, me);
+    // The executor starts in the initial view whatever the replica's: it replays (and
+    // verifies) history from there or from a checkpoint's view.
+    let genesis = params.membership();
+    if let Some(Joining { view, .. }) = &join {
+        if cfg.raw.storage.durability != Durability::Fsync {
+            return Err(NodeError::JoinNeedsDurability);
+        }
+        params.set_view(view);
+    }
+    let start_view = (params.view.0, params.members.len(), params.quorums.f);
+    // Staggered checkpoints: this replica's place among the members it starts with.
+    let stagger = (
+        params.members.iter().position(|r| *r == me).unwrap_or(0),
+        params.members.len(),
+    );
+    let cfg = Arc::new(cfg);
+    let lim = &cfg.raw.limits;
+    let mut executor = Executor::new(
+        service,
+        ViewId(0),
+        lim.reply_cache_per_client,
+        lim.clients_max,
+    );
+    if !unreplicated {
+        // The executor judges view changes exactly as the core does (and checkpoints the view).
+        executor = executor.with_membership(genesis);
+    }
+    let metrics = Arc::new(Metrics::default());
+    metrics
+        .view
+        .store(u64::from(params.view.0), Ordering::Relaxed);
+    // Durability: recover before anything else runs.
+    let recovered = match &data_dir {
+        Some(dir) if cfg.raw.storage.durability == Durability::Fsync => Some(
+            durability::recover_or_quarantine(&cfg, dir, &mut executor, &metrics)?,
+        ),
+        _ => None,
+    };
+    let limits = NetLimits {
+        frame_bytes_max: lim.frame_bytes_max,
+        handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
+    };
+    metrics
+        .recovered_instances
+        .store(executor.executed_instances(), Ordering::Relaxed);
+    metrics
+        .executed_instances
+        .store(executor.executed_instances(), Ordering::Relaxed);
+    let listener = TcpListener::bind(info.addr).map_err(|source| NodeError::Bind {
+        addr: info.addr,
+        source,
+    })?;
+    let local_addr = listener.local_addr().map_err(|source| NodeError::Bind {
+        addr: info.addr,
+        source,
+    })?;
+    // Metrics come up after the listener, so a reachable metrics endpoint means the replica
+    // accepts connections (the readiness probe of `tagma demo` and the tests).
+    if let Some(addr) = info.metrics_addr {
+        metrics::serve(addr, me, metrics.clone())
+            .map_err(|source| NodeError::Metrics { addr, source })?;
+    }
+    let verifier = Arc::new(RequestVerifier::new(&cfg, me, &key)?);
+    verifier.note_view(&params.membership().view);
+    let (consensus_tx, consensus_rx) = bounded(lim.consensus_queue_max);
+    // At most one install and a few checkpoints are ever pending.
+    let (internal_tx, internal_rx) = bounded(64);
+    let (exec_tx, exec_rx) = bounded(lim.execution_queue_max);
+    let sig_pool = verifier.signed_requests().then(|| {
+        SignaturePool::start(
+            verifier.clone(),
+            lim.signature_threads,
+            lim.consensus_queue_max,
+        )
+    });
+    let key = Arc::new(key);
+    let roster = Arc::new(std::sync::RwLock::new(membership::Roster::new(
+        &cfg,
+        &params.membership().view,
+    )));
+    let shared = Arc::new(Shared {
+        me,
+        cfg: cfg.clone(),
+        key,
+        roster,
+        limits,
+        metrics: metrics.clone(),
+        verifier,
+        sig_pool,
+        consensus_tx,
+        internal_tx,
+        exec_tx: exec_tx.clone(),
+        next_conn_id: AtomicU64::new(1),
+        handshakes: AtomicU64::new(0),
+        unreplicated,
+        // Everything recovered from the disk is durable (the vote writer drops the restored
+        // votes of instances up to it at once).
+        durable_below: AtomicU64::new(
+            recovered
+                .as_ref()
+                .and_then(|r| r.last)
+                .map_or(0, |c| c.0 + 1),
+        ),
+        wake_on_durable: std::sync::atomic::AtomicBool::new(false),
+        reconnect_now: std::sync::Mutex::new(HashMap::new()),
+    });
+
+    let mut threads = Vec::new();
+    let peer_links = membership::PeerLinks::default();
+    // Unreplicated: no peers to talk to.
+    if !unreplicated {
+        for m in &params.membership().view.members {
+            add_link(&shared, &peer_links, m);
+        }
+        for peer in &cfg.replicas {
+            if !peer_links.contains(peer.id) && peer.id != me {
+                start_link(&shared, &peer_links, peer.clone());
+            }
+        }
+    }
+    let mut durable_exec = None;
+    let mut storage_tx = None;
+    let mut votes = None;
+    let mut transfer_tx = None;
+    let mut core = None;
+    let clock = Clock::new();
+    if !unreplicated {
+        let mut start = Start::Fresh;
+        if let Some(rec) = recovered {
+            // A replica that was added and has nothing yet fetches everything first.
+            let joining = join.is_some() && rec.last.is_none() && rec.checkpoint.is_none();
+            let logged_below = rec.last.map_or(0, |c| c.0 + 1);
+            let writer = durability::VoteWriter::new(rec.vote_store, &rec.votes, logged_below)
+                .map_err(|reason| NodeError::StartupSync {
+                    dir: data_dir.clone().unwrap_or_default(),
+                    reason,
+                })?;
+            votes = Some(std::cell::RefCell::new(writer));
+            start = if joining {
+                Start::Joining
+            } else {
+                Start::Recovered(tagma_core::Recovered {
+                    resume: rec.last.map(|last| tagma_core::Resume {
+                        last,
+                        timestamp_ms: executor.last_timestamp_ms(),
+                        sessions: executor.sessions(),
+                        recent: rec.recent,
+                        // Views changed before the crash are in the recovered state.
+                        view: executor.members().cloned(),
+                    }),
+                    checkpoints: rec.checkpoint.into_iter().collect(),
+                    votes: rec.votes,
+                })
+            };
+            let (tx, rx) = bounded(lim.execution_queue_max);
+            let (ckp_tx, ckp_rx) = bounded(1);
+            let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
+            let (sh, tx2) = (shared.clone(), tx.clone());
+            let links = peer_links.clone();
+            threads.push(spawn("storage".into(), me, move || {
+                durability::storage_loop(&sh, rec.log, rx, links)
+            }));
+            let (sh, store) = (shared.clone(), rec.store.clone());
+            threads.push(spawn("checkpoint".into(), me, move || {
+                durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
+            }));
+            let (sh, store, links) = (shared.clone(), rec.store.clone(), peer_links.clone());
+            let exec_tx3 = exec_tx.clone();
+            threads.push(spawn("transfer".into(), me, move || {
+                durability::transfer_loop(&sh, store, xfer_rx, links, exec_tx3)
+            }));
+            transfer_tx = Some(xfer_tx);
+            durable_exec = Some(durability::DurableExec {
+                consensus_tx: shared.internal_tx.clone(),
+                store: rec.store,
+                checkpoint_tx: ckp_tx,
+                index: stagger.0,
+                n: stagger.1,
+                period: cfg.raw.storage.checkpoint_period,
+                last_queued: std::cell::Cell::new(None),
+            });
+            storage_tx = Some(tx);
+        }
+        core = Some(Replica::new(
+            params,
+            (*shared.key).clone(),
+            start,
+            clock.now_ms(),
+        ));
+    }
+    if let Some(core) = core {
+        let sh = shared.clone();
+        threads.push(spawn("consensus".into(), me, move || {
+            let links = Links {
+                peers: peer_links,
+                exec_tx,
+                storage_tx,
+                votes,
+                transfer_tx,
+            };
+            consensus_loop(&sh, core, consensus_rx, internal_rx, &links, &clock)
+        }));
+    }
+    let sh = shared.clone();
+    threads.push(spawn("execution".into(), me, move || {
+        execution_loop(&sh, executor, exec_rx, durable_exec)
+    }));
+    let sh = shared.clone();
+    threads.push(spawn("accept".into(), me, move || {
+        accept_loop(&sh, listener)
+    }));
+    if unreplicated {
+        info!(server = me.0, addr = %local_addr, "unreplicated server started (no consensus)");
+    } else {
+        info!(replica = me.0, addr = %local_addr, view = start_view.0, n = start_view.1, f = start_view.2, mode = %cfg.mode, "replica started");
+    }
+    Ok(NodeHandle {
+        id: me,
+        metrics,
+        local_addr,
+        threads,
+    })
+}
+
+pub(crate) fn spawn(
+    name: String,
+    me: ReplicaId,
+    f: impl FnOnce() + Send + 'static,
+) -> thread::JoinHandle<()> {
+    thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let _span = info_span!("replica", id = me.0, thread = %name).entered();
+            f()
+        })
+        .expect("spawn replica thread")
+}
