@@ -1,0 +1,204 @@
+//! The invariants checked while a seed runs (agreement, order, validity on every delivery) and
+//! at its end (liveness, per-key linearizability, equal state digests).
+
+use std::collections::BTreeMap;
+
+use tagma_wire::{Batch, Digest, Encode};
+
+use crate::{
+    linearizability::{self, LinError},
+    world::World,
+};
+
+impl World {
+    /// After a correct replica first delivered `cid` with `hash`: a Byzantine replica's
+    /// (honest) core that decided it otherwise from valid ACCEPTs breaks agreement too.
+    pub(super) fn check_byzantine_decisions(&mut self, cid: u64, hash: Digest) {
+        for r in 0..self.nodes.len() {
+            if let Some(other) = self.nodes[r].byz_decided.get(&cid).filter(|h| **h != hash) {
+                let msg = format!(
+                    "Byzantine replica {r}'s core decided {other:?} for cid {cid} from valid ACCEPTs, the correct replicas {hash:?}"
+                );
+                self.violation("agreement", msg);
+            }
+        }
+    }
+
+    /// Agreement, total order (prefix) and validity, on every delivery of a correct replica.
+    pub(super) fn check_delivery(&mut self, r: usize, cid: u64, hash: Digest, batch: &Batch) {
+        let expected = self.nodes[r].delivered;
+        if cid != expected {
+            self.violation(
+                "order",
+                format!("replica {r} delivered cid {cid}, expected cid {expected}"),
+            );
+            return;
+        }
+        let encoded_hash = tagma_crypto::digest(&batch.to_bytes());
+        if encoded_hash != hash {
+            self.violation(
+                "decision_hash",
+                format!("replica {r} cid {cid}: delivered hash {hash:?} is not the batch's hash {encoded_hash:?}"),
+            );
+            return;
+        }
+        match self.decided.get(cid as usize) {
+            Some(first) if *first != hash => {
+                let first = *first;
+                self.violation(
+                    "agreement",
+                    format!("replica {r} delivered {hash:?} for cid {cid}, another correct replica {first:?}"),
+                );
+                return;
+            }
+            Some(_) => {}
+            None => {
+                debug_assert_eq!(self.decided.len() as u64, cid);
+                self.decided.push(hash);
+                self.check_byzantine_decisions(cid, hash);
+            }
+        }
+        for envelope in &batch.requests {
+            let req = &envelope.request;
+            if !req.kind.is_ordered() {
+                self.violation(
+                    "validity",
+                    format!(
+                        "replica {r} cid {cid}: unordered request {}/{} in a batch",
+                        req.client, req.seq
+                    ),
+                );
+                return;
+            }
+            if !self.issued.contains(&tagma_crypto::request_digest(req)) {
+                self.violation(
+                    "validity",
+                    format!(
+                        "replica {r} cid {cid}: request {}/{} was never issued by its client",
+                        req.client, req.seq
+                    ),
+                );
+                return;
+            }
+            if self.nodes[r]
+                .executed
+                .insert((req.client, req.seq), cid)
+                .is_some()
+            {
+                self.violation(
+                    "validity",
+                    format!(
+                        "replica {r} cid {cid}: request {}/{} executed twice",
+                        req.client, req.seq
+                    ),
+                );
+                return;
+            }
+        }
+        self.nodes[r].delivered += 1;
+    }
+
+    pub(super) fn all_correct_done(&self) -> bool {
+        self.clients
+            .iter()
+            .filter(|c| c.is_correct())
+            .all(|c| c.liveness_left == Some(0) && c.out.is_none())
+    }
+
+    pub(super) fn fail_liveness(&mut self, why: &str) {
+        let mut detail = format!("{why} at {} ms;", self.now_ms);
+        for c in self.clients.iter().filter(|c| c.is_correct()) {
+            if let Some(out) = &c.out {
+                detail.push_str(&format!(
+                    " client {} waits for {:?} {:?} since {} ms ({} replies);",
+                    c.index,
+                    out.attempt,
+                    out.op,
+                    out.started_ms,
+                    out.voter.replies()
+                ));
+            } else if c.liveness_left != Some(0) {
+                detail.push_str(&format!(
+                    " client {} has {:?} ops left;",
+                    c.index, c.liveness_left
+                ));
+            }
+        }
+        for (r, node) in self.nodes.iter().enumerate() {
+            detail.push_str(&format!(
+                " r{r}: next_cid {} regency {}{}{};",
+                node.core.next_cid(),
+                node.regency,
+                if node.crashed { " crashed" } else { "" },
+                if node.byz.is_some() { " byzantine" } else { "" }
+            ));
+        }
+        self.note(b'L', 0, 0, detail.as_bytes(), || {
+            format!("LIVENESS FAILURE: {detail}")
+        });
+        self.liveness_failure = Some(detail);
+    }
+
+    pub(super) fn final_checks(&mut self) {
+        if !self.violations.is_empty() {
+            return;
+        }
+        let histories = std::mem::take(&mut self.histories);
+        for (key, history) in &histories {
+            match linearizability::check(history, None) {
+                Ok(()) => {}
+                Err(LinError::Inconclusive) => self.count("linearizability_inconclusive"),
+                Err(LinError::NotLinearizable) => {
+                    let key = String::from_utf8_lossy(key).into_owned();
+                    self.violation(
+                        "linearizability",
+                        format!(
+                            "key {key}: history of {} operations is not linearizable: {history:?}",
+                            history.len()
+                        ),
+                    );
+                    return;
+                }
+            }
+        }
+        self.histories = histories;
+        // The only view a correct replica may install is the administrator's.
+        if let Some(plan) = self.sc.reconfig.clone() {
+            let ops = [self.plan_op(&plan)];
+            let expected = tagma_core::view::apply(&self.membership.view, &ops, self.sc.mode)
+                .expect("the plan's change applies");
+            for view in self.views.values() {
+                if *view != expected {
+                    let msg = format!(
+                        "view {} installed is {view:?}, the administrator signed {expected:?}",
+                        view.id
+                    );
+                    self.violation("view", msg);
+                    return;
+                }
+            }
+        }
+        // Correct replicas at the same execution position hold the same state.
+        let mut by_position: BTreeMap<u64, (usize, Digest)> = BTreeMap::new();
+        for r in 0..self.nodes.len() {
+            if self.nodes[r].byz.is_some() || self.nodes[r].lying_disk {
+                continue;
+            }
+            let pos = self.nodes[r].exec.executed_instances();
+            let digest = self.nodes[r].exec.state_digest();
+            match by_position.get(&pos) {
+                Some(&(other, d)) if d != digest => {
+                    self.violation(
+                        "state",
+                        format!("replicas {other} and {r} executed {pos} instances but hold different states"),
+                    );
+                    return;
+                }
+                Some(_) => {}
+                None => {
+                    by_position.insert(pos, (r, digest));
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,686 @@
+//! The deterministic world: one thread, virtual time in milliseconds, one seeded generator,
+//! and an event queue ordered by (time, sequence number). It drives `n` honest
+//! [`tagma_core::Replica`] cores (some wrapped in a [`Byzantine`] layer) and their executors,
+//! the simulated network and the clients, and checks the invariants after every event.
+//!
+//! Phases: a **fault period** (lossy, duplicating, reordering, partitioned network; crashes
+//! and restarts; Byzantine replicas; faulty clients), then a **liveness phase**: the network
+//! heals, crashed replicas restart (at most f replicas stay faulty), and every correct
+//! client must complete its pending operation and [`LIVENESS_OPS`] more within the bound.
+
+use crate::world::{
+    disk::{DURABLE_DECISIONS_KEPT, Disk, SIM_CHUNK_BYTES},
+    reconfig::joiner_member,
+};
+mod checks;
+mod clients;
+mod disk;
+mod network;
+mod reconfig;
+mod replicas;
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    panic::{self, AssertUnwindSafe},
+};
+
+use bytes::Bytes;
+use serde::Serialize;
+use tagma_client::ViewFollower;
+use tagma_core::{Quorums, Replica, ReplicaParams, Start, view::Membership};
+use tagma_crypto::IdentityKey;
+use tagma_exec::Executor;
+use tagma_kv::parallel::ParallelKv;
+use tagma_wire::{
+    ClientId, Digest, PeerMessage, ReplicaId, Reply, RequestEnvelope, RequestSeq, ViewId,
+};
+
+use crate::{
+    byzantine::{Byzantine, Exercised},
+    client::SimClient,
+    linearizability::Entry,
+    rng::Rng,
+    scenario::{LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario},
+};
+
+/// A run stops (as a liveness failure) after this many events.
+pub const EVENTS_MAX: u64 = 500_000;
+
+/// An invariant that did not hold.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+pub struct Violation {
+    pub invariant: String,
+    pub detail: String,
+    pub time_ms: u64,
+}
+
+#[derive(Debug)]
+enum Wake {
+    Start,
+    Retransmit,
+    UnorderedTimeout,
+}
+
+#[derive(Debug)]
+enum Event {
+    Peer {
+        from: u32,
+        to: u32,
+        bytes: Bytes,
+        bad_mac: bool,
+    },
+    Request {
+        client: usize,
+        to: u32,
+        envelope: RequestEnvelope,
+    },
+    Reply {
+        client: usize,
+        from: u32,
+        reply: Reply,
+    },
+    ReplicaTimer(u32),
+    ClientWake {
+        client: usize,
+        token: u64,
+        wake: Wake,
+    },
+    ByzTick(u32),
+    PartitionStart(usize),
+    PartitionEnd(usize),
+    Crash(u32),
+    Restart(u32),
+    /// A durable replica's log flush completes: its unsynced log records become durable.
+    DiskSync(u32),
+    /// A durable replica's vote flush completes: the vote it wrote becomes durable.
+    VoteFlush(u32),
+    Heal,
+    /// The administrator sends (or resends) the scenario's view change.
+    Reconfigure,
+    /// A correct replica installed the view that adds the dormant replica: it starts.
+    StartJoiner(u32),
+    /// A replica tells a client that its request named an older view than the installed one.
+    ClientView {
+        client: usize,
+        from: u32,
+        view: tagma_wire::View,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Faults,
+    Liveness { deadline_ms: u64 },
+}
+
+struct Node {
+    core: Replica,
+    exec: Executor<ParallelKvReplica>,
+    crashed: bool,
+    /// Earliest `ReplicaTimer` event queued.
+    timer_at: Option<u64>,
+    byz: Option<Byzantine>,
+    regency: u32,
+    /// Instances delivered (= the next cid expected).
+    delivered: u64,
+    /// Requests executed, with the instance that executed them.
+    executed: BTreeMap<(ClientId, RequestSeq), u64>,
+    /// What the replica was built from (a durable restart builds it again).
+    params: ReplicaParams,
+    key: IdentityKey,
+    /// Durable runs, correct replicas: what survives a crash.
+    disk: Option<Disk>,
+    /// A checkpoint being fetched by state transfer (memory only: lost on crash).
+    incoming: Vec<u8>,
+    /// The newest `PersistVote` sequence number (a replica without a disk reports it durable
+    /// when asked to flush).
+    last_vote_seq: u64,
+    /// Byzantine replicas: what their honest core decided, by instance.
+    byz_decided: BTreeMap<u64, Digest>,
+    /// The replica a join plan adds: outside the initial view, and `dormant` (down, deaf)
+    /// until a correct replica installed the view with it.
+    joiner: bool,
+    dormant: bool,
+    /// Its disk lied at its last restart (the newest checkpoint rewritten with a state nobody
+    /// ordered, under a valid digest and checksum): one of the f faulty until a state
+    /// transfer replaces its state (the state vote's repair, or a later fetch).
+    lying_disk: bool,
+}
+
+impl Node {
+    /// A view without this replica was installed: it takes no more input.
+    fn left(&self) -> bool {
+        self.core.has_left()
+    }
+}
+
+/// A replica's executor: the key-value store as a parallel service, each decided batch run
+/// in an order of its own (a seeded random order that respects the conflicts between
+/// requests, as a parallel run could take), so that every seed also checks that parallel
+/// execution cannot make correct replicas diverge.
+fn new_executor(membership: &Membership, order_seed: u64) -> Executor<ParallelKvReplica> {
+    let scheduler = tagma_parallel::Scheduler::new(
+        tagma_parallel::Policy::Shuffled { seed: order_seed },
+        1,
+        tagma_parallel::Groups::default(),
+    );
+    let service = tagma_parallel::ParallelReplica::new(
+        ParallelKv::new(),
+        scheduler,
+        tagma_parallel::Classify::Service,
+    );
+    Executor::new(service, ViewId(0), 4, 64).with_membership(membership.clone())
+}
+
+type ParallelKvReplica = tagma_parallel::ParallelReplica<ParallelKv>;
+
+/// Replica `r`'s execution-order seed.
+fn order_seed(seed: u64, r: usize) -> u64 {
+    seed ^ (r as u64 + 1).wrapping_mul(0xa076_1d64_78bd_642f)
+}
+
+/// The outcome of a run, before the report is assembled.
+pub struct Outcome {
+    pub violations: Vec<Violation>,
+    pub liveness_failure: Option<String>,
+    pub exercised: Exercised,
+    pub counters: BTreeMap<String, u64>,
+    pub trace: Vec<String>,
+    pub trace_hash: Digest,
+    pub events: u64,
+    pub virtual_ms: u64,
+    pub decided_instances: u64,
+    pub ops_completed: u64,
+    pub regency_max: u32,
+}
+
+pub struct World {
+    sc: Scenario,
+    tracing: bool,
+    now_ms: u64,
+    step: u64,
+    next_event_seq: u64,
+    queue: BTreeMap<(u64, u64), Event>,
+    rng: Rng,
+    net: NetParams,
+    partitions_active: BTreeSet<usize>,
+    nodes: Vec<Node>,
+    clients: Vec<SimClient>,
+    /// Durable replicas whose disk a crash damaged so far.
+    disk_damage_count: usize,
+    /// The administrator's key (signs view changes) and the initial view with its rules.
+    admin: IdentityKey,
+    membership: Membership,
+    /// Per client: the view it sends requests in.
+    client_views: Vec<ViewFollower>,
+    /// Each view a correct replica installed (every other correct one must install the same).
+    views: BTreeMap<ViewId, tagma_wire::View>,
+    reconfig_sends: u32,
+    issued: BTreeSet<Digest>,
+    /// Batch hash of each decided instance (first correct replica to deliver it).
+    decided: Vec<Digest>,
+    histories: BTreeMap<Bytes, Vec<Entry>>,
+    phase: Phase,
+    violations: Vec<Violation>,
+    liveness_failure: Option<String>,
+    exercised: Exercised,
+    counters: BTreeMap<String, u64>,
+    trace: Vec<String>,
+    hasher: blake3::Hasher,
+}
+
+/// Counter name for received peer messages of `msg`'s kind.
+fn message_counter(msg: &PeerMessage) -> &'static str {
+    match msg {
+        PeerMessage::Propose(_) => "received_propose",
+        PeerMessage::Write(_) => "received_write",
+        PeerMessage::Accept(_) => "received_accept",
+        PeerMessage::Forward(_) => "received_forward",
+        PeerMessage::Stop(_) => "received_stop",
+        PeerMessage::StopData(_) => "received_stopdata",
+        PeerMessage::Sync(_) => "received_sync",
+        PeerMessage::DecisionRequest { .. } => "received_decision_request",
+        PeerMessage::Decision(_) => "received_decision",
+        PeerMessage::Position { .. } => "received_position",
+        PeerMessage::StateQuery { .. } => "received_state_query",
+        PeerMessage::StateOffer { .. } => "received_state_offer",
+        PeerMessage::ChunkRequest { .. } => "received_chunk_request",
+        PeerMessage::Chunk { .. } => "received_chunk",
+        PeerMessage::LogRequest { .. } => "received_log_request",
+        PeerMessage::LogEntry(_) => "received_log_entry",
+        PeerMessage::ViewQuery => "received_view_query",
+        PeerMessage::ViewInfo(_) => "received_view_info",
+        PeerMessage::StateVote { .. } => "received_state_vote",
+    }
+}
+
+/// One-line summary of a peer message for the trace.
+fn describe(msg: &PeerMessage) -> String {
+    match msg {
+        PeerMessage::Propose(p) => format!(
+            "PROPOSE cid {} epoch {} {:?}",
+            p.cid,
+            p.epoch,
+            tagma_crypto::digest(&p.batch)
+        ),
+        PeerMessage::Write(v) => format!("WRITE cid {} epoch {} {:?}", v.cid, v.epoch, v.hash),
+        PeerMessage::Accept(a) => format!(
+            "ACCEPT cid {} epoch {} {:?}",
+            a.vote.cid, a.vote.epoch, a.vote.hash
+        ),
+        PeerMessage::Forward(r) => format!("FORWARD {}/{}", r.request.client, r.request.seq),
+        PeerMessage::Stop(s) => {
+            format!("STOP regency {} ({} requests)", s.regency, s.requests.len())
+        }
+        PeerMessage::StopData(s) => format!(
+            "STOPDATA regency {} last_decided {:?} collect cid {}",
+            s.regency,
+            s.last_decided.as_ref().map(|d| d.cid.0),
+            s.collect.collect.cid
+        ),
+        PeerMessage::Sync(s) => format!(
+            "SYNC regency {} last_decided {:?} {} collects, proposal {} bytes",
+            s.regency,
+            s.last_decided.as_ref().map(|d| d.cid.0),
+            s.collects.len(),
+            s.proposal.len()
+        ),
+        PeerMessage::DecisionRequest { cid } => format!("DECISION_REQUEST cid {cid}"),
+        PeerMessage::Decision(d) => format!("DECISION cid {}", d.cid),
+        PeerMessage::Position { next, reply } => format!("POSITION next {next} reply {reply}"),
+        PeerMessage::StateQuery { next } => format!("STATE_QUERY next {next}"),
+        PeerMessage::StateOffer { checkpoint, next } => format!(
+            "STATE_OFFER checkpoint {:?} next {next}",
+            checkpoint.map(|c| (c.cid.0, c.len, c.digest))
+        ),
+        PeerMessage::ChunkRequest { cid, offset, len } => {
+            format!("CHUNK_REQUEST cid {cid} offset {offset} len {len}")
+        }
+        PeerMessage::Chunk { cid, offset, data } => {
+            format!("CHUNK cid {cid} offset {offset} len {}", data.len())
+        }
+        PeerMessage::LogRequest { from, count } => {
+            format!("LOG_REQUEST from {from} count {count}")
+        }
+        PeerMessage::LogEntry(d) => format!("LOG_ENTRY cid {}", d.cid),
+        PeerMessage::ViewQuery => "VIEW_QUERY".into(),
+        PeerMessage::ViewInfo(h) => format!("VIEW_INFO {} changes", h.len()),
+        PeerMessage::StateVote { cid, digest } => format!("STATE_VOTE cid {cid} digest {digest:?}"),
+    }
+}
+
+/// The message of a caught panic.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "non-string panic".into())
+}
+
+impl World {
+    pub fn new(sc: Scenario, tracing: bool) -> World {
+        let mut rng = Rng::new(sc.seed);
+        let mut key_rng = rng.fork();
+        let n = sc.n;
+        let f = sc.f;
+        let keys: Vec<IdentityKey> = (0..n)
+            .map(|_| IdentityKey::from_seed(key_rng.bytes32()))
+            .collect();
+        let admin = IdentityKey::from_seed(key_rng.bytes32());
+        // A join plan's replica is outside the initial view.
+        let joiner = sc.reconfig.as_ref().and_then(|p| p.join);
+        let initial: Vec<usize> = (0..n).filter(|i| Some(*i as u32) != joiner).collect();
+        let quorums = Quorums::new(sc.mode, initial.len(), f);
+        let members: Vec<ReplicaId> = initial.iter().map(|i| ReplicaId(*i as u32)).collect();
+        let member_keys = initial
+            .iter()
+            .map(|i| keys[*i].public())
+            .collect::<Vec<_>>();
+        let nodes: Vec<Node> = (0..n)
+            .map(|i| {
+                let params = ReplicaParams {
+                    me: ReplicaId(i as u32),
+                    members: members.clone(),
+                    quorums,
+                    view: ViewId(0),
+                    batch_size_max: 8,
+                    batch_bytes_max: 64 * 1024,
+                    request_bytes_max: 1024,
+                    client_pending_max: 8,
+                    pending_requests_max: 1024,
+                    clients_max: 64,
+                    future_messages_max: 256,
+                    request_timeout_ms: REQUEST_TIMEOUT_MS,
+                    seed: sc.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
+                    member_keys: member_keys.clone(),
+                    // Durable runs keep few decisions in memory, so replicas that fall behind
+                    // (or restart empty) need state transfer; other runs have no checkpoints
+                    // and catch up by decision forwarding alone.
+                    decisions_kept: if sc.durable {
+                        DURABLE_DECISIONS_KEPT
+                    } else {
+                        100_000
+                    },
+                    durable: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
+                    state_vote: true,
+                    chunk_bytes: SIM_CHUNK_BYTES,
+                    state_bytes_max: 1 << 30,
+                    member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),
+                    admin_key: Some(admin.public()),
+                };
+                let genesis = params.membership();
+                let mut params = params;
+                let is_joiner = joiner == Some(i as u32);
+                if is_joiner {
+                    // It starts in the view that adds it (as `tagma replica --join` does).
+                    let view = tagma_core::view::apply(
+                        &genesis.view,
+                        &[tagma_wire::ViewOp::Add(joiner_member(i, &keys[i]))],
+                        sc.mode,
+                    )
+                    .expect("the join applies");
+                    params.set_view(&view);
+                }
+                let byz = sc
+                    .byzantine
+                    .iter()
+                    .find(|(r, _)| *r == i as u32)
+                    .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
+                let disk = (sc.durable && byz.is_none()).then(Disk::default);
+                Node {
+                    core: Replica::new(params.clone(), keys[i].clone(), Start::Fresh, 0),
+                    params,
+                    key: keys[i].clone(),
+                    disk,
+                    // Every executor starts in the initial view (a joiner's replays history).
+                    exec: new_executor(&genesis, order_seed(sc.seed, i)),
+                    crashed: is_joiner,
+                    timer_at: None,
+                    byz,
+                    regency: 0,
+                    delivered: 0,
+                    executed: BTreeMap::new(),
+                    incoming: Vec::new(),
+                    last_vote_seq: 0,
+                    byz_decided: BTreeMap::new(),
+                    joiner: is_joiner,
+                    dormant: is_joiner,
+                    lying_disk: false,
+                }
+            })
+            .collect();
+        let mut clients = Vec::new();
+        for i in 0..sc.correct_clients {
+            let group = i / sc.client_group;
+            let keys = (0..sc.keys_per_group)
+                .map(|k| Bytes::from(format!("g{group}/k{k}")))
+                .collect();
+            clients.push(SimClient::new(
+                i,
+                None,
+                keys,
+                Bytes::from(format!("g{group}/")),
+            ));
+        }
+        for (j, fault) in sc.faulty_clients.iter().enumerate() {
+            let i = sc.correct_clients + j;
+            let keys = vec![Bytes::from(format!("faulty{j}/k"))];
+            clients.push(SimClient::new(i, Some(*fault), keys, Bytes::from("faulty")));
+        }
+        let membership = nodes[initial[0]].params.membership();
+        let client_views = (0..clients.len())
+            .map(|_| ViewFollower::new(sc.mode, &membership.view))
+            .collect();
+        World {
+            admin,
+            membership,
+            client_views,
+            views: BTreeMap::new(),
+            reconfig_sends: 0,
+            net: sc.net,
+            tracing,
+            now_ms: 0,
+            step: 0,
+            next_event_seq: 0,
+            queue: BTreeMap::new(),
+            rng,
+            partitions_active: BTreeSet::new(),
+            nodes,
+            clients,
+            disk_damage_count: 0,
+            issued: BTreeSet::new(),
+            decided: Vec::new(),
+            histories: BTreeMap::new(),
+            phase: Phase::Faults,
+            violations: Vec::new(),
+            liveness_failure: None,
+            exercised: Exercised::new(),
+            counters: BTreeMap::new(),
+            trace: Vec::new(),
+            hasher: blake3::Hasher::new(),
+            sc,
+        }
+    }
+
+    fn schedule(&mut self, at_ms: u64, event: Event) {
+        debug_assert!(at_ms >= self.now_ms, "event scheduled in the past");
+        self.next_event_seq += 1;
+        self.queue.insert((at_ms, self.next_event_seq), event);
+    }
+
+    fn count(&mut self, name: &str) {
+        *self.counters.entry(name.to_string()).or_default() += 1;
+    }
+
+    fn violation(&mut self, invariant: &str, detail: String) {
+        self.note(b'V', 0, 0, detail.as_bytes(), || {
+            format!("VIOLATION {invariant}: {detail}")
+        });
+        self.violations.push(Violation {
+            invariant: invariant.to_string(),
+            detail,
+            time_ms: self.now_ms,
+        });
+    }
+
+    /// Feeds one event into the trace hash, and into the trace when enabled.
+    fn note(&mut self, tag: u8, a: u64, b: u64, data: &[u8], line: impl FnOnce() -> String) {
+        self.hasher.update(&self.now_ms.to_le_bytes());
+        self.hasher.update(&[tag]);
+        self.hasher.update(&a.to_le_bytes());
+        self.hasher.update(&b.to_le_bytes());
+        self.hasher.update(&(data.len() as u64).to_le_bytes());
+        self.hasher.update(data);
+        if self.tracing {
+            let line = format!("{:>7}ms #{:<7} {}", self.now_ms, self.step, line());
+            self.trace.push(line);
+        }
+    }
+
+    /// Runs the scenario to its end.
+    pub fn run(mut self) -> Outcome {
+        self.start();
+        while let Some(((at_ms, _), event)) = self.queue.pop_first() {
+            self.now_ms = at_ms;
+            self.step += 1;
+            if let Phase::Liveness { deadline_ms } = self.phase
+                && at_ms > deadline_ms
+            {
+                self.fail_liveness("the liveness bound passed");
+                break;
+            }
+            if self.step > EVENTS_MAX {
+                self.fail_liveness("the event budget ran out");
+                break;
+            }
+            // A panic in the code under test is a finding: keep the trace and counters.
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| self.handle(event))) {
+                self.violation("panic", panic_message(payload.as_ref()));
+                break;
+            }
+            if !self.violations.is_empty() {
+                break;
+            }
+            if matches!(self.phase, Phase::Liveness { .. }) && self.all_correct_done() {
+                break;
+            }
+        }
+        if self.queue.is_empty() && self.violations.is_empty() && self.liveness_failure.is_none() {
+            self.fail_liveness("no events left");
+        }
+        self.final_checks();
+        self.finish()
+    }
+
+    fn start(&mut self) {
+        let fault_ms = self.sc.fault_period_ms;
+        self.schedule(fault_ms, Event::Heal);
+        for (i, p) in self.sc.partitions.clone().into_iter().enumerate() {
+            self.schedule(p.start_ms, Event::PartitionStart(i));
+            self.schedule(p.end_ms, Event::PartitionEnd(i));
+        }
+        for c in self.sc.crashes.clone() {
+            self.schedule(c.start_ms, Event::Crash(c.replica));
+            if let Some(end) = c.end_ms {
+                self.schedule(end, Event::Restart(c.replica));
+            }
+        }
+        if let Some((start, end)) = self.sc.crash_all {
+            for r in 0..self.nodes.len() {
+                if self.nodes[r].byz.is_none() {
+                    self.schedule(start, Event::Crash(r as u32));
+                    self.schedule(end, Event::Restart(r as u32));
+                }
+            }
+        }
+        for i in 0..self.nodes.len() {
+            if self.nodes[i]
+                .byz
+                .as_ref()
+                .is_some_and(Byzantine::wants_ticks)
+            {
+                let at = self.rng.range(50, 300);
+                self.schedule(at, Event::ByzTick(i as u32));
+            }
+        }
+        for c in 0..self.clients.len() {
+            let at = self.rng.range(0, 20);
+            self.wake_client(c, at, Wake::Start);
+        }
+        if let Some(plan) = &self.sc.reconfig {
+            self.schedule(plan.at_ms, Event::Reconfigure);
+        }
+    }
+
+    fn handle(&mut self, event: Event) {
+        match event {
+            Event::Peer {
+                from,
+                to,
+                bytes,
+                bad_mac,
+            } => self.on_peer(from, to, bytes, bad_mac),
+            Event::Request {
+                client,
+                to,
+                envelope,
+            } => self.on_request(client, to, envelope),
+            Event::Reply {
+                client,
+                from,
+                reply,
+            } => self.on_reply(client, from, reply),
+            Event::ReplicaTimer(r) => self.on_replica_timer(r as usize),
+            Event::ClientWake {
+                client,
+                token,
+                wake,
+            } => self.on_client_wake(client, token, wake),
+            Event::ByzTick(r) => self.on_byz_tick(r as usize),
+            Event::PartitionStart(i) => {
+                if self.phase == Phase::Faults {
+                    let cut = self.sc.partitions[i].cut.clone();
+                    self.note(b'P', i as u64, 1, &[], || {
+                        format!("partition {cut:?} cut off")
+                    });
+                    self.partitions_active.insert(i);
+                }
+            }
+            Event::PartitionEnd(i) => {
+                if self.partitions_active.remove(&i) {
+                    self.note(b'P', i as u64, 0, &[], || format!("partition {i} healed"));
+                }
+            }
+            Event::Crash(r) => {
+                if self.phase == Phase::Faults && !self.nodes[r as usize].crashed {
+                    self.note(b'C', r as u64, 1, &[], || format!("replica {r} crashes"));
+                    self.nodes[r as usize].crashed = true;
+                    self.count("crashes");
+                    self.crash_disk(r as usize);
+                }
+            }
+            Event::Restart(r) => self.restart(r as usize),
+            Event::DiskSync(r) => self.disk_sync(r as usize),
+            Event::VoteFlush(r) => self.vote_flush(r as usize),
+            Event::Heal => self.heal(),
+            Event::Reconfigure => self.send_view_change(),
+            Event::StartJoiner(j) => self.start_joiner(j as usize),
+            Event::ClientView { client, from, view } => self.on_client_view(client, from, view),
+        }
+    }
+
+    fn heal(&mut self) {
+        let deadline_ms = self.now_ms + self.sc.liveness_bound_ms;
+        self.phase = Phase::Liveness { deadline_ms };
+        self.partitions_active.clear();
+        self.net = NetParams::healed();
+        // Faults: the Byzantine replicas, the disks damaged (their replicas lost the votes
+        // they cast), and the replicas that stay down.
+        let mut keep_down = self
+            .f_floor()
+            .saturating_sub(self.sc.byzantine.len())
+            .saturating_sub(self.disk_damage_count);
+        for r in 0..self.nodes.len() {
+            if !self.nodes[r].crashed {
+                continue;
+            }
+            if keep_down > 0 && self.rng.chance(0.3) {
+                keep_down -= 1;
+                self.count("stays_crashed");
+                self.note(b'C', r as u64, 2, &[], || {
+                    format!("replica {r} stays crashed")
+                });
+            } else {
+                self.restart(r);
+            }
+        }
+        for client in &mut self.clients {
+            if client.is_correct() {
+                client.liveness_left = Some(LIVENESS_OPS + u64::from(client.out.is_some()));
+            }
+        }
+        self.note(b'H', 0, 0, &[], || {
+            format!("network heals; liveness phase until {deadline_ms} ms")
+        });
+    }
+
+    fn finish(self) -> Outcome {
+        let decided_instances = self.decided.len() as u64;
+        let ops_completed = self.clients.iter().map(|c| c.completed).sum();
+        let regency_max = self.nodes.iter().map(|n| n.regency).max().unwrap_or(0);
+        Outcome {
+            violations: self.violations,
+            liveness_failure: self.liveness_failure,
+            exercised: self.exercised,
+            counters: self.counters,
+            trace: self.trace,
+            trace_hash: Digest(*self.hasher.finalize().as_bytes()),
+            events: self.step,
+            virtual_ms: self.now_ms,
+            decided_instances,
+            ops_completed,
+            regency_max,
+        }
+    }
+}
