@@ -190,6 +190,16 @@ impl CheckpointStore {
                 std::fs::remove_file(&path).map_err(StorageError::io(&path))?;
             }
         }
+        // Step 3's invariant: this checkpoint and at most the one before it remain (a newer
+        // one may exist only if checkpoints were published out of order, a caller's bug).
+        debug_assert!(
+            list(&self.dir).is_ok_and(|left| left
+                .iter()
+                .filter(|(c, tmp, _)| !tmp && *c <= cid)
+                .count()
+                <= 2),
+            "more than two checkpoints kept at or below {cid}"
+        );
         Ok(ckp)
     }
 
@@ -214,6 +224,13 @@ impl CheckpointStore {
     pub fn store_chunk(&self, offset: u64, data: &[u8]) -> Result<(), StorageError> {
         use std::os::unix::fs::FileExt;
         let path = self.incoming_path();
+        // Chunks arrive in order from offset 0 (the fetcher only stores the next one): a
+        // chunk past the end would leave a hole of zeroes in the state.
+        debug_assert!(
+            offset == 0
+                || std::fs::metadata(&path).is_ok_and(|m| m.len() >= HEADER_BYTES as u64 + offset),
+            "chunk at {offset} stored past the end of the incoming checkpoint"
+        );
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -252,6 +269,11 @@ impl CheckpointStore {
             .write(true)
             .open(&path)
             .map_err(StorageError::io(&path))?;
+        debug_assert!(
+            file.metadata()
+                .is_ok_and(|m| m.len() >= (HEADER_BYTES + len) as u64),
+            "promoting an incoming checkpoint shorter than its {len} bytes"
+        );
         let header = header(cid, len);
         file.write_all_at(&header, 0)
             .and_then(|()| {

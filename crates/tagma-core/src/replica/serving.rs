@@ -47,6 +47,18 @@ impl Replica {
         while self.served.len() > 2 {
             self.served.pop_front();
         }
+        // The runtime keeps the same two files: the newest is offered, the one before it is
+        // still served to a fetch that started before the newest existed.
+        debug_assert!(
+            self.served.len() <= 2
+                && self
+                    .served
+                    .iter()
+                    .zip(self.served.iter().skip(1))
+                    .all(|(a, b)| a.cid < b.cid),
+            "served checkpoints out of order: {:?}",
+            self.served
+        );
         self.progress_startup_sync();
     }
 }
