@@ -208,6 +208,15 @@ impl CheckpointStore {
         use std::os::unix::fs::FileExt;
         let path = self.dir.join(name(cid, "ckp"));
         let file = File::open(&path).map_err(StorageError::io(&path))?;
+        let file_len = file.metadata().map_err(StorageError::io(&path))?.len();
+        let state_len = file_len.saturating_sub((HEADER_BYTES + DIGEST_BYTES) as u64);
+        if offset.saturating_add(len as u64) > state_len {
+            // Past the state: the checksum behind it is not state.
+            return Err(StorageError::io(&path)(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("bytes {offset}..+{len} past the state's {state_len}"),
+            )));
+        }
         let mut buf = vec![0u8; len];
         file.read_exact_at(&mut buf, HEADER_BYTES as u64 + offset)
             .map_err(StorageError::io(&path))?;

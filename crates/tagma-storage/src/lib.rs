@@ -8,6 +8,9 @@
 //!   temporary file, synced, renamed atomically, the directory synced; only then may the log
 //!   prefix they cover be released.
 //! - [`votes`]: the replica's newest consensus vote, synced before the ACCEPT it leads to.
+//! - [`backend`]: what the runtime needs from a log and a checkpoint store ([`RecordLog`],
+//!   [`Checkpoints`]), implemented by the files above and, for replicas without a disk, by
+//!   [`memory`].
 //! - [`recover`]: local recovery at start: the newest valid checkpoint, then the log records
 //!   after it, in order, each exactly once. A torn tail is cut off; corruption anywhere else, a
 //!   corrupt newest checkpoint or a gap between checkpoint and log is reported as a typed
@@ -18,14 +21,19 @@
 //! Nothing here knows about consensus: a record is a consensus id and opaque bytes (the node
 //! stores the decided batch with its proof).
 
+pub mod backend;
 pub mod checkpoint;
+pub mod conformance;
 pub mod log;
+pub mod memory;
 pub mod votes;
 
 use std::path::{Path, PathBuf};
 
+pub use backend::{Checkpoints, RecordLog};
 pub use checkpoint::{Checkpoint, CheckpointStore};
 pub use log::{Log, LogOptions, SegmentEnd, encode_record, read_segment};
+pub use memory::{MemoryCheckpoints, MemoryLog};
 pub use votes::{StoredVote, VoteStore};
 
 /// Why storage could not be used as it is on disk.

@@ -551,3 +551,18 @@ fn read_segment_judges_images_as_recovery_does() {
     assert!(records.is_empty());
     assert!(matches!(end, SegmentEnd::Corrupt { offset: 0, .. }));
 }
+
+#[test]
+fn every_backend_passes_the_storage_conformance_suite() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(LogOptions {
+        dir: dir.path().join("log"),
+        segment_bytes: 1 << 20,
+    })
+    .unwrap();
+    crate::conformance::record_log(&mut log);
+    crate::conformance::record_log(&mut crate::MemoryLog::new());
+    let files = CheckpointStore::open(dir.path().join("ckp")).unwrap();
+    crate::conformance::checkpoints(&files);
+    crate::conformance::checkpoints(&crate::MemoryCheckpoints::new());
+}
