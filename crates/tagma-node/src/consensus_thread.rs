@@ -11,23 +11,24 @@ use std::{
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use tagma_core::{Action, Input, Replica};
 use tagma_wire::Encode;
-use tracing::{info, warn};
+use tracing::info;
 
 use crate::{
-    durability, membership,
+    membership,
     peer_link::{add_link, send_peer},
     shared::{Clock, ConsensusEvent, ExecEvent, Shared},
+    storage,
 };
 
 /// Where the consensus thread sends what its actions ask for.
 pub(crate) struct Links {
     pub(crate) peers: membership::PeerLinks,
     pub(crate) exec_tx: Sender<ExecEvent>,
-    /// Durable replicas only.
-    pub(crate) storage_tx: Option<Sender<durability::StorageEvent>>,
+    /// The log thread (on disk, or in memory without durability).
+    pub(crate) storage_tx: Sender<storage::StorageEvent>,
     /// Durable replicas: this thread writes its votes itself.
-    pub(crate) votes: Option<std::cell::RefCell<durability::VoteWriter>>,
-    pub(crate) transfer_tx: Option<Sender<durability::TransferJob>>,
+    pub(crate) votes: Option<std::cell::RefCell<storage::VoteWriter>>,
+    pub(crate) transfer_tx: Sender<storage::TransferJob>,
 }
 
 pub(crate) fn consensus_loop(
@@ -65,8 +66,8 @@ pub(crate) fn consensus_loop(
             Ok(ConsensusEvent::Installed { outcome, log }) => {
                 // The installed state's decisions go to the log before any later instance's
                 // (sent from here, in order with the appends, never from execution).
-                if let (Some(event), Some(tx)) = (log, links.storage_tx.as_ref())
-                    && tx.send(event).is_err()
+                if let Some(event) = log
+                    && links.storage_tx.send(event).is_err()
                 {
                     return;
                 }
@@ -140,7 +141,7 @@ pub(crate) fn carry_out_actions(
     clock: &Clock,
 ) -> bool {
     let (peers, exec_tx) = (&links.peers, &links.exec_tx);
-    let storage_tx = links.storage_tx.as_ref();
+    let (storage_tx, transfer_tx) = (&links.storage_tx, &links.transfer_tx);
     while let Some(action) = core.poll_action() {
         match action {
             Action::Broadcast(msg) => {
@@ -156,17 +157,15 @@ pub(crate) fn carry_out_actions(
                 sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
                 // Parallel logging: the storage thread logs the instance (with its proof)
                 // while the execution thread executes it.
-                if let Some(tx) = storage_tx {
-                    let Some(decided) = decision.logged.take() else {
-                        unreachable!("a durable replica's decisions carry their proof");
-                    };
-                    let event = durability::StorageEvent::Append {
-                        cid: decision.cid.0,
-                        decided,
-                    };
-                    if tx.send(event).is_err() {
-                        return false;
-                    }
+                let Some(decided) = decision.logged.take() else {
+                    unreachable!("a replica's decisions carry their proof");
+                };
+                let event = storage::StorageEvent::Append {
+                    cid: decision.cid.0,
+                    decided,
+                };
+                if storage_tx.send(event).is_err() {
+                    return false;
                 }
                 if exec_tx.send(ExecEvent::Deliver(decision)).is_err() {
                     return false;
@@ -268,13 +267,11 @@ pub(crate) fn carry_out_actions(
                 next_cid,
                 known_decided,
             } => {
-                if links.transfer_tx.is_none() {
-                    warn!(
-                        next = next_cid.0,
-                        decided_elsewhere = known_decided.0,
-                        "too far behind for decision forwarding, and state transfer needs durable checkpoints: set [storage] durability = \"fsync\" (or raise limits.decisions_kept)"
-                    );
-                }
+                info!(
+                    next = next_cid.0,
+                    decided_elsewhere = known_decided.0,
+                    "too far behind for decision forwarding: fetching the state"
+                );
             }
             Action::ReadChunk {
                 to,
@@ -282,31 +279,24 @@ pub(crate) fn carry_out_actions(
                 offset,
                 len,
             } => {
-                if let Some(tx) = &links.transfer_tx {
-                    // Dropped when the transfer thread is busy: the fetcher asks again.
-                    let _ = tx.try_send(durability::TransferJob::ReadChunk {
-                        to,
-                        cid: cid.0,
-                        offset,
-                        len,
-                    });
-                }
+                // Dropped when the transfer thread is busy: the fetcher asks again.
+                let _ = transfer_tx.try_send(storage::TransferJob::ReadChunk {
+                    to,
+                    cid: cid.0,
+                    offset,
+                    len,
+                });
             }
             Action::ReadLog { to, from, count } => {
-                if let Some(tx) = storage_tx {
-                    let _ = tx.try_send(durability::StorageEvent::ReadLog {
-                        to,
-                        from: from.0,
-                        count,
-                    });
-                }
+                let _ = storage_tx.try_send(storage::StorageEvent::ReadLog {
+                    to,
+                    from: from.0,
+                    count,
+                });
             }
             Action::StoreChunk { offset, data, .. } => {
-                if let Some(tx) = &links.transfer_tx
-                    && tx
-                        .send(durability::TransferJob::StoreChunk { offset, data })
-                        .is_err()
-                {
+                let job = storage::TransferJob::StoreChunk { offset, data };
+                if transfer_tx.send(job).is_err() {
                     return false;
                 }
             }
@@ -325,8 +315,9 @@ pub(crate) fn carry_out_actions(
             }
             Action::InstallState(state) => {
                 // Through the transfer thread, after the chunks it is still writing.
-                if let Some(tx) = &links.transfer_tx
-                    && tx.send(durability::TransferJob::Install(state)).is_err()
+                if transfer_tx
+                    .send(storage::TransferJob::Install(state))
+                    .is_err()
                 {
                     return false;
                 }

@@ -13,15 +13,15 @@ use tagma_exec::{Executor, Service};
 use tagma_wire::{Batch, ClientId, ConsensusId, Encode, ReplicaMessage, RequestSeq, StateInfo};
 
 use crate::{
-    durability,
     shared::{Clock, ConnHandle, ConsensusEvent, ExecEvent, Shared},
+    storage,
 };
 
 pub(crate) fn execution_loop<S: Service>(
     sh: &Arc<Shared>,
     mut executor: Executor<S>,
     rx: Receiver<ExecEvent>,
-    mut durable: Option<durability::DurableExec>,
+    mut durable: Option<storage::ExecStorage>,
 ) {
     let clock = Clock::new();
     let mut routes: HashMap<ClientId, ConnHandle> = HashMap::new();

@@ -23,7 +23,8 @@
 //! - `client_link.rs`, `peer_link.rs`: connections to clients and to the other replicas;
 //! - `consensus_thread.rs`, `execution_thread.rs`: the pipeline around the core and the
 //!   service; `shared.rs`: what they share and the events on their queues;
-//! - `durability.rs`: the storage, checkpoint and transfer threads, local recovery, vote records;
+//! - `storage/`: the log, checkpoint and transfer threads (on disk, or in memory without
+//!   durability), local recovery, vote records;
 //! - `membership.rs`: the replicas known and the installed view; `auth.rs`: request
 //!   authentication; `metrics.rs`: the Prometheus endpoint; `cluster_dir.rs`: the cluster
 //!   directory's layout.
@@ -32,13 +33,13 @@ pub mod auth;
 mod client_link;
 pub mod cluster_dir;
 mod consensus_thread;
-mod durability;
 mod execution_thread;
 mod membership;
 pub mod metrics;
 mod peer_link;
 mod shared;
 mod startup;
+mod storage;
 
 use std::{
     net::SocketAddr,
@@ -88,10 +89,6 @@ pub enum NodeError {
     )]
     NotAdded { me: ReplicaId, waited_s: u64 },
     #[error(
-        "a joining replica fetches its state by state transfer, which needs durable checkpoints — fix: set [storage] durability = \"fsync\""
-    )]
-    JoinNeedsDurability,
-    #[error(
         "a joining replica checks the view against the administrator's signatures, and tagma.toml names no administrator — fix: set [admin] public_key"
     )]
     JoinNeedsAdmin,
@@ -106,7 +103,7 @@ pub enum NodeError {
     #[error(
         "cannot recover the durable state in {dir}: {reason} — fix: move that directory away; the replica then starts empty and catches up from the others (decision forwarding, within limits.decisions_kept instances)"
     )]
-    StartupSync { dir: PathBuf, reason: String },
+    Recovery { dir: PathBuf, reason: String },
 }
 
 /// A running replica.

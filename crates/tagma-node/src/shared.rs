@@ -17,8 +17,9 @@ use tracing::{debug, warn};
 
 use crate::{
     auth::{RequestVerifier, SignaturePool},
-    durability, membership,
+    membership,
     metrics::Metrics,
+    storage,
 };
 
 /// A client connection's outbound queue.
@@ -48,7 +49,7 @@ pub(crate) enum ConsensusEvent {
     /// log for it.
     Installed {
         outcome: tagma_core::transfer::InstallOutcome,
-        log: Option<durability::StorageEvent>,
+        log: Option<storage::StorageEvent>,
     },
 }
 

@@ -22,6 +22,7 @@ use tagma_core::{
 use tagma_crypto::IdentityKey;
 use tagma_exec::{Executor, Service};
 use tagma_net::NetLimits;
+use tagma_storage::{Checkpoints, MemoryCheckpoints, MemoryLog, RecordLog};
 use tagma_wire::{ReplicaId, ViewId};
 use tracing::{info, info_span};
 
@@ -30,12 +31,12 @@ use crate::{
     auth::{RequestVerifier, SignaturePool},
     client_link::accept_loop,
     consensus_thread::{Links, consensus_loop},
-    durability,
     execution_thread::execution_loop,
     membership, metrics,
     metrics::Metrics,
     peer_link::{add_link, start_link},
     shared::{Clock, Shared},
+    storage,
 };
 
 /// `data_dir`: `None` runs the unreplicated baseline. `join`: the view that added `me`, for a
@@ -74,9 +75,6 @@ pub(crate) fn start_node<S: Service>(
     // verifies) history from there or from a checkpoint's view.
     let genesis = params.membership();
     if let Some(Joining { view, .. }) = &join {
-        if cfg.raw.storage.durability != Durability::Fsync {
-            return Err(NodeError::JoinNeedsDurability);
-        }
         params.set_view(view);
     }
     let start_view = (params.view.0, params.members.len(), params.quorums.f);
@@ -104,7 +102,7 @@ pub(crate) fn start_node<S: Service>(
     // Durability: recover before anything else runs.
     let recovered = match &data_dir {
         Some(dir) if cfg.raw.storage.durability == Durability::Fsync => Some(
-            durability::recover_or_quarantine(&cfg, dir, &mut executor, &metrics)?,
+            storage::recover_or_quarantine(&cfg, dir, &mut executor, &metrics)?,
         ),
         _ => None,
     };
@@ -190,92 +188,98 @@ pub(crate) fn start_node<S: Service>(
             }
         }
     }
-    let mut durable_exec = None;
-    let mut storage_tx = None;
+    let mut exec_storage = None;
     let mut votes = None;
-    let mut transfer_tx = None;
-    let mut core = None;
     let clock = Clock::new();
     if !unreplicated {
-        let mut start = Start::Fresh;
-        if let Some(rec) = recovered {
-            // A replica that was added and has nothing yet fetches everything first.
-            let joining = join.is_some() && rec.last.is_none() && rec.checkpoint.is_none();
-            let logged_below = rec.last.map_or(0, |c| c.0 + 1);
-            let writer = durability::VoteWriter::new(rec.vote_store, &rec.votes, logged_below)
-                .map_err(|reason| NodeError::StartupSync {
-                    dir: data_dir.clone().unwrap_or_default(),
-                    reason,
-                })?;
-            votes = Some(std::cell::RefCell::new(writer));
-            start = if joining {
-                Start::Joining
-            } else {
-                Start::Recovered(tagma_core::Recovered {
-                    resume: rec.last.map(|last| tagma_core::Resume {
-                        last,
-                        timestamp_ms: executor.last_timestamp_ms(),
-                        sessions: executor.sessions(),
-                        recent: rec.recent,
-                        // Views changed before the crash are in the recovered state.
-                        view: executor.members().cloned(),
-                    }),
-                    checkpoints: rec.checkpoint.into_iter().collect(),
-                    votes: rec.votes,
-                })
-            };
-            let (tx, rx) = bounded(lim.execution_queue_max);
-            let (ckp_tx, ckp_rx) = bounded(1);
-            let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
-            let (sh, tx2) = (shared.clone(), tx.clone());
-            let links = peer_links.clone();
-            threads.push(spawn("storage".into(), me, move || {
-                durability::storage_loop(&sh, rec.log, rx, links)
-            }));
-            let (sh, store) = (shared.clone(), rec.store.clone());
-            threads.push(spawn("checkpoint".into(), me, move || {
-                durability::checkpoint_loop(&sh, store, ckp_rx, tx2)
-            }));
-            let (sh, store, links) = (shared.clone(), rec.store.clone(), peer_links.clone());
-            let exec_tx3 = exec_tx.clone();
-            threads.push(spawn("transfer".into(), me, move || {
-                durability::transfer_loop(&sh, store, xfer_rx, links, exec_tx3)
-            }));
-            transfer_tx = Some(xfer_tx);
-            durable_exec = Some(durability::DurableExec {
-                consensus_tx: shared.internal_tx.clone(),
-                store: rec.store,
-                checkpoint_tx: ckp_tx,
-                index: stagger.0,
-                n: stagger.1,
-                period: cfg.raw.storage.checkpoint_period,
-                last_queued: std::cell::Cell::new(None),
-            });
-            storage_tx = Some(tx);
-        }
-        core = Some(Replica::new(
-            params,
-            (*shared.key).clone(),
-            start,
-            clock.now_ms(),
-        ));
-    }
-    if let Some(core) = core {
+        // Where the log and checkpoints live: the disk (recovered above), or memory, where a
+        // replica without a disk still serves and fetches state.
+        let (start, log, store): (Start, Box<dyn RecordLog>, Arc<dyn Checkpoints>) = match recovered
+        {
+            Some(rec) => {
+                // A replica that was added and has nothing yet fetches everything first.
+                let joining = join.is_some() && rec.last.is_none() && rec.checkpoint.is_none();
+                let logged_below = rec.last.map_or(0, |c| c.0 + 1);
+                let writer = storage::VoteWriter::new(rec.vote_store, &rec.votes, logged_below)
+                    .map_err(|reason| NodeError::Recovery {
+                        dir: data_dir.clone().unwrap_or_default(),
+                        reason,
+                    })?;
+                votes = Some(std::cell::RefCell::new(writer));
+                let start = if joining {
+                    Start::Joining
+                } else {
+                    Start::Recovered(tagma_core::Recovered {
+                        resume: rec.last.map(|last| tagma_core::Resume {
+                            last,
+                            timestamp_ms: executor.last_timestamp_ms(),
+                            sessions: executor.sessions(),
+                            recent: rec.recent,
+                            // Views changed before the crash are in the recovered state.
+                            view: executor.members().cloned(),
+                        }),
+                        checkpoints: rec.checkpoint.into_iter().collect(),
+                        votes: rec.votes,
+                    })
+                };
+                (start, rec.log, rec.store)
+            }
+            None => {
+                info!("durability = \"none\": the log and checkpoints are kept in memory");
+                let start = if join.is_some() {
+                    Start::Joining
+                } else {
+                    Start::Fresh
+                };
+                (
+                    start,
+                    Box::new(MemoryLog::new()),
+                    Arc::new(MemoryCheckpoints::new()),
+                )
+            }
+        };
+        let (tx, rx) = bounded(lim.execution_queue_max);
+        let (ckp_tx, ckp_rx) = bounded(1);
+        let (xfer_tx, xfer_rx) = bounded(lim.connection_queue_max);
+        let (sh, tx2) = (shared.clone(), tx.clone());
+        let links = peer_links.clone();
+        threads.push(spawn("storage".into(), me, move || {
+            storage::storage_loop(&sh, log, rx, links)
+        }));
+        let (sh, ckp_store) = (shared.clone(), store.clone());
+        threads.push(spawn("checkpoint".into(), me, move || {
+            storage::checkpoint_loop(&sh, ckp_store.as_ref(), ckp_rx, tx2)
+        }));
+        let (sh, xfer_store, links) = (shared.clone(), store.clone(), peer_links.clone());
+        let exec_tx3 = exec_tx.clone();
+        threads.push(spawn("transfer".into(), me, move || {
+            storage::transfer_loop(&sh, xfer_store.as_ref(), xfer_rx, links, exec_tx3)
+        }));
+        exec_storage = Some(storage::ExecStorage {
+            consensus_tx: shared.internal_tx.clone(),
+            store,
+            checkpoint_tx: ckp_tx,
+            index: stagger.0,
+            n: stagger.1,
+            period: cfg.raw.storage.checkpoint_period,
+            last_queued: std::cell::Cell::new(None),
+        });
+        let core = Replica::new(params, (*shared.key).clone(), start, clock.now_ms());
         let sh = shared.clone();
         threads.push(spawn("consensus".into(), me, move || {
             let links = Links {
                 peers: peer_links,
                 exec_tx,
-                storage_tx,
+                storage_tx: tx,
                 votes,
-                transfer_tx,
+                transfer_tx: xfer_tx,
             };
             consensus_loop(&sh, core, consensus_rx, internal_rx, &links, &clock)
         }));
     }
     let sh = shared.clone();
     threads.push(spawn("execution".into(), me, move || {
-        execution_loop(&sh, executor, exec_rx, durable_exec)
+        execution_loop(&sh, executor, exec_rx, exec_storage)
     }));
     let sh = shared.clone();
     threads.push(spawn("accept".into(), me, move || {

@@ -30,8 +30,9 @@ pub enum Action {
     Send { to: ReplicaId, msg: PeerMessage },
     /// Execute a decided batch. Emitted exactly once per instance, in instance order. Once a
     /// fetched state is installed ([`Action::InstallState`]), the executor skips the
-    /// deliveries it covers (they were decided while the state was fetched); a durable
-    /// replica logs `logged` meanwhile (the decision with its proof).
+    /// deliveries it covers (they were decided while the state was fetched); the runtime
+    /// logs `logged` meanwhile (the decision with its proof: on disk, or in memory without
+    /// durability), to serve it to replicas that fetch state.
     Deliver(Decision),
     /// A view change ordered in instance `cid` (delivered just before) installed `view`:
     /// instance `cid + 1` runs in it. The runtime connects to new members and persists the
@@ -50,13 +51,13 @@ pub enum Action {
     /// A new regency was installed (observability: logs, metrics, failover measurements).
     RegencyInstalled { regency: Regency, leader: ReplicaId },
     /// This replica is behind by instances that no peer keeps in memory any more; it needs
-    /// a checkpoint and log from the others. With `durable` on, the core starts fetching
-    /// them at once (the actions below); otherwise this is only reported.
+    /// a checkpoint and log from the others. The core starts fetching them at once (the
+    /// actions below); this is reported for logs and metrics.
     StateTransferNeeded {
         next_cid: ConsensusId,
         known_decided: ConsensusId,
     },
-    /// State transfer, serving side: send `to` the `len` bytes at `offset` of the durable
+    /// State transfer, serving side: send `to` the `len` bytes at `offset` of this replica's
     /// checkpoint of `cid` as a [`PeerMessage::Chunk`] (the core checked the range against
     /// the checkpoint it announced; an empty chunk says the checkpoint is gone).
     ReadChunk {

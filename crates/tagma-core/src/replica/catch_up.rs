@@ -162,7 +162,7 @@ impl Replica {
                 next_cid: cid,
                 known_decided,
             });
-            if self.params.durable && self.fetch.is_none() {
+            if self.fetch.is_none() {
                 tracing::info!(next = %cid, decided_elsewhere = %known_decided, "too far behind for decision forwarding: starting state transfer");
                 self.start_fetch(false, false);
             }
@@ -179,14 +179,11 @@ impl Replica {
     }
 
     /// Answers a catch-up request with the run of consecutive decisions starting at `cid`
-    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`); a durable replica reads
-    /// those no longer in memory from its log.
+    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`); those no longer among
+    /// the decisions kept in the core come from the runtime's log.
     pub(super) fn on_decision_request(&mut self, from: ReplicaId, cid: ConsensusId) {
-        if self.params.durable
-            && cid < self.instance.cid
-            && self.decisions.first_cid().is_none_or(|first| cid < first)
-        {
-            // No longer in memory: a durable replica reads it from its log.
+        if cid < self.instance.cid && self.decisions.first_cid().is_none_or(|first| cid < first) {
+            // No longer in the core's memory: the runtime reads it from its log.
             self.actions.push_back(Action::ReadLog {
                 to: from,
                 from: cid,

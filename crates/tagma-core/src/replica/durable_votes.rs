@@ -79,8 +79,8 @@ impl Replica {
     /// The vote-flush policy, after every input: the votes persisted by it go into one
     /// record ([`Action::WriteVotes`]), flushed if an ACCEPT or an installed regency waits for
     /// them; a record written without a flush is flushed once no input came for
-    /// [`VOTE_IDLE_FLUSH_MS`] (the timer moves with every input).
-    pub(super) fn write_votes_after_input(&mut self) {
+    /// [`VOTE_IDLE_FLUSH_MS`] (the timer moves with every input but ticks: `activity`).
+    pub(super) fn write_votes_after_input(&mut self, activity: bool) {
         if !self.params.durable {
             return;
         }
@@ -97,8 +97,11 @@ impl Replica {
                 self.votes_flush_asked = self.votes_written;
             }
         }
-        self.votes_idle_flush_ms =
-            (self.votes_written > self.votes_flush_asked).then(|| self.now_ms + VOTE_IDLE_FLUSH_MS);
+        if self.votes_written <= self.votes_flush_asked {
+            self.votes_idle_flush_ms = None;
+        } else if activity || self.votes_idle_flush_ms.is_none() {
+            self.votes_idle_flush_ms = Some(self.now_ms + VOTE_IDLE_FLUSH_MS);
+        }
     }
 
     /// The idle flush of [`Replica::write_votes_after_input`], when its time has come.

@@ -313,6 +313,8 @@ impl Replica {
     /// An input the core refuses comes back as a [`Rejection`] (for the driver to count and
     /// log); it changes nothing, and never panics, whatever the bytes behind it.
     pub fn handle(&mut self, now_ms: u64, input: Input) -> Result<(), Rejection> {
+        // A tick is the passing of time, not activity: it does not put off the idle flush.
+        let activity = !matches!(input, Input::Tick);
         let result = match input {
             Input::ClientRequest(request) => self.on_client_request(now_ms, request),
             Input::Peer { from, input } => self.on_peer(now_ms, from, input),
@@ -335,7 +337,7 @@ impl Replica {
                 Ok(())
             }
         };
-        self.write_votes_after_input();
+        self.write_votes_after_input(activity);
         self.announce_log_wait();
         result
     }

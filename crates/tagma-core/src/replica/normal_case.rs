@@ -466,11 +466,7 @@ impl Replica {
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), "decided");
         // Taken now: by the time the runtime logs it, more decisions may have pushed it out
         // of the bounded decision log.
-        let logged = if self.params.durable {
-            self.decisions.as_decided(cid)
-        } else {
-            None
-        };
+        let logged = self.decisions.as_decided(cid);
         let new_view = self.judge_view_changes(&batch);
         self.actions.push_back(Action::Deliver(Decision {
             cid,

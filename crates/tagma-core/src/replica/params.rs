@@ -28,11 +28,14 @@ pub struct ReplicaParams {
     /// Decided instances (with their ACCEPT signatures) kept in memory for decision
     /// forwarding to replicas that fell behind.
     pub decisions_kept: usize,
-    /// Whether this replica keeps durable checkpoints and a log: it then serves and runs
-    /// state transfer ([`crate::transfer`]) when decision forwarding cannot help.
+    /// Whether this replica's log and checkpoints are on a disk (`durability = "fsync"`): its
+    /// votes are then flushed before its ACCEPTs, a leader proposes only once its previous
+    /// instance is logged, and a restart runs the start-up synchronisation. Every replica
+    /// serves and runs state transfer ([`crate::transfer`]) whatever this says: without a
+    /// disk its runtime keeps the log and checkpoints in memory.
     pub durable: bool,
-    /// With `state_transfer`, in BFT mode: end the start-up synchronisation with the hash
-    /// vote on the recovered state (see `StateVoteRound`; `[storage] state_vote`).
+    /// With `durable`, in BFT mode: end the start-up synchronisation with the state vote on
+    /// the recovered state (see `StateVoteRound`; `[storage] state_vote`).
     pub state_vote: bool,
     /// Bytes per state-transfer chunk (fits in a frame).
     pub chunk_bytes: u32,

@@ -39,10 +39,8 @@ impl Replica {
     /// has no state: it fetches a checkpoint and the decisions after it by state transfer
     /// before taking part, because the history before it joined was decided in views it
     /// does not know (the executor, started in the configuration's initial view, replays
-    /// and verifies it). Needs durable state (`state_transfer`).
+    /// and verifies it).
     pub(super) fn start_joining(&mut self) {
-        assert!(self.params.durable, "a joining replica needs durable state");
-
         self.catch_up.state_transfer_signalled = true;
         tracing::info!(
             view = self.params.view.0,
@@ -221,11 +219,12 @@ impl Replica {
                 if count == 0 || count > LOG_RUN {
                     return bad("log request of a bad length");
                 }
-                // From memory when every decision asked for is kept there; else from disk.
+                // From the core when every decision asked for is kept here; else from the
+                // runtime's log (on disk, or in memory without durability).
                 let run: Vec<DecidedInstance> = (first.0..first.0.saturating_add(u64::from(count)))
                     .map_while(|c| self.decisions.proven(ConsensusId(c), &self.checker))
                     .collect();
-                if run.len() == count as usize || !self.params.durable {
+                if run.len() == count as usize {
                     for d in run {
                         self.actions.push_back(Action::Send {
                             to: from,

@@ -5,13 +5,13 @@ use std::{sync::atomic::Ordering, time::Duration};
 
 use crossbeam_channel::{Receiver, Sender};
 use tagma_exec::{Executor, Service};
-use tagma_storage::CheckpointStore;
+use tagma_storage::Checkpoints;
 use tagma_wire::{CheckpointInfo, ConsensusId};
 use tracing::{debug, info, warn};
 
 use crate::{
-    durability::{CheckpointJob, StorageEvent},
     shared::{ConsensusEvent, Shared},
+    storage::{CheckpointJob, StorageEvent},
 };
 
 /// The checkpoint thread: writes each checkpoint handed to it, tells the core (which offers
@@ -19,7 +19,7 @@ use crate::{
 /// previous checkpoint (the two newest are kept and served).
 pub(crate) fn checkpoint_loop(
     sh: &Shared,
-    store: CheckpointStore,
+    store: &dyn Checkpoints,
     rx: Receiver<CheckpointJob>,
     storage_tx: Sender<StorageEvent>,
 ) {
@@ -39,7 +39,7 @@ pub(crate) fn checkpoint_loop(
         let state = job.state.finish();
         let serialise_ms = serialising.elapsed().as_millis() as u64;
         match store.write(cid, &state) {
-            Ok((path, digest)) => {
+            Ok(digest) => {
                 sh.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
                 info!(
                     instance = cid,
@@ -47,7 +47,6 @@ pub(crate) fn checkpoint_loop(
                     taken_ms = job.taken_ms,
                     serialise_ms,
                     write_ms = serialising.elapsed().as_millis() as u64 - serialise_ms,
-                    file = %path.display(),
                     "checkpoint written"
                 );
                 let info = CheckpointInfo {
@@ -91,12 +90,12 @@ pub(crate) fn wait_for_log(sh: &Shared, cid: u64) -> bool {
 
 /// The execution thread's side of durability: replies held until their batch is logged,
 /// and the staggered checkpoint points.
-pub(crate) struct DurableExec {
+pub(crate) struct ExecStorage {
     pub checkpoint_tx: Sender<CheckpointJob>,
     /// The consensus thread's internal channel (never full: see `Shared::internal_tx`).
     pub consensus_tx: Sender<ConsensusEvent>,
     /// Where fetched checkpoints are stored (read back at install).
-    pub store: CheckpointStore,
+    pub store: std::sync::Arc<dyn Checkpoints>,
     /// This replica's position among the members, the member count and the period.
     pub index: usize,
     pub n: usize,
@@ -107,7 +106,7 @@ pub(crate) struct DurableExec {
     pub last_queued: std::cell::Cell<Option<u64>>,
 }
 
-impl DurableExec {
+impl ExecStorage {
     /// At this replica's checkpoint point, hands the executor's checkpoint to the checkpoint
     /// thread (skipped, with a warning, while the previous one is still being written).
     pub fn maybe_checkpoint<S: Service>(&self, cid: u64, executor: &Executor<S>) {

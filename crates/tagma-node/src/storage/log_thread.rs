@@ -6,21 +6,21 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
-use tagma_storage::Log;
+use tagma_storage::RecordLog;
 use tagma_wire::{DecidedInstance, Decode, Encode, PeerMessage};
 use tracing::{error, warn};
 
 use crate::{
-    durability::{StorageEvent, transfer::log_installed},
     peer_link::send_peer,
     shared::{ConsensusEvent, Shared},
+    storage::{StorageEvent, transfer_thread::log_installed},
 };
 
 /// The storage thread: appends every record queued, syncs once, tells the execution thread.
 /// A checkpoint releases the log up to `keep` instances before it (kept for forwarding).
 pub(crate) fn storage_loop(
     sh: &Shared,
-    mut log: Log,
+    mut log: Box<dyn RecordLog>,
     rx: Receiver<StorageEvent>,
     peers: crate::membership::PeerLinks,
 ) {
@@ -49,7 +49,7 @@ pub(crate) fn storage_loop(
                 StorageEvent::Release { cid } => release = release.max(Some(cid)),
                 StorageEvent::ReadLog { to, from, count } => {
                     if let Some(tx) = peers.get(to) {
-                        serve_log(sh, &log, &tx, from, count);
+                        serve_log(sh, log.as_ref(), &tx, from, count);
                     }
                 }
                 StorageEvent::Installed {
@@ -57,7 +57,7 @@ pub(crate) fn storage_loop(
                     entries,
                     repair,
                 } => {
-                    if let Err(e) = log_installed(&mut log, checkpoint, &entries, repair) {
+                    if let Err(e) = log_installed(log.as_mut(), checkpoint, &entries, repair) {
                         error!(
                             "cannot log the decisions of an installed state: {e}; this replica stops replying"
                         );
@@ -71,7 +71,7 @@ pub(crate) fn storage_loop(
         }
         if let Some(cid) = last {
             let syncing = std::time::Instant::now();
-            if let Err(e) = log.sync() {
+            if let Err(e) = log.flush() {
                 error!("cannot sync the log: {e}; this replica stops replying");
                 return;
             }
@@ -98,27 +98,29 @@ pub(crate) fn storage_loop(
 
 /// Sends `to` the logged decisions `from ..` (at most `count`), stopping at the first the
 /// log does not hold.
-pub(crate) fn serve_log(sh: &Shared, log: &Log, tx: &Sender<Bytes>, from: u64, count: u32) {
+pub(crate) fn serve_log(
+    sh: &Shared,
+    log: &dyn RecordLog,
+    tx: &Sender<Bytes>,
+    from: u64,
+    count: u32,
+) {
     let first = log.first_cid().unwrap_or(u64::MAX);
     let last = log.last_cid().unwrap_or(0);
     if from < first || from > last {
         return;
     }
     let end = from.saturating_add(u64::from(count)).min(last + 1);
-    let mut entries = Vec::new();
-    let read = log.replay_range(
-        from..end,
-        |_, payload| -> Result<(), tagma_storage::StorageError> {
-            if let Ok(d) = DecidedInstance::decode(&Bytes::copy_from_slice(payload)) {
-                entries.push(d);
-            }
-            Ok(())
-        },
-    );
-    if let Err(e) = read {
-        warn!("cannot read the log for a replica fetching state: {e}");
-    }
-    for d in entries {
-        send_peer(sh, tx, PeerMessage::LogEntry(d).to_bytes());
+    let records = match log.read_range(from..end) {
+        Ok(records) => records,
+        Err(e) => {
+            warn!("cannot read the log for a replica fetching state: {e}");
+            return;
+        }
+    };
+    for (_, payload) in records {
+        if let Ok(d) = DecidedInstance::decode(&Bytes::from(payload)) {
+            send_peer(sh, tx, PeerMessage::LogEntry(d).to_bytes());
+        }
     }
 }

@@ -1,15 +1,18 @@
-//! Durability, when `[storage] durability = "fsync"`: the IO behind the core's durable votes,
-//! log, checkpoints and state transfer.
+//! A replica's storage: the IO behind the core's log, checkpoints, state transfer and (with
+//! `[storage] durability = "fsync"`) durable votes. With durability the log and checkpoints
+//! are files (`tagma_storage::Log`, `CheckpointStore`); without, the same threads keep them
+//! in memory (`tagma_storage::MemoryLog`, `MemoryCheckpoints`), so a replica without a disk
+//! still serves state to the others and fetches its own after a restart.
 //!
 //! ```text
 //!  consensus thread ── PersistVote/WriteVotes: writes the votes of every instance not yet
 //!        │            logged (votes.rs); flushes them when the core asks (an ACCEPT waits)
 //!        ├── Deliver ──► execution thread ── executes, replies at once
-//!        └── Append(cid, decided instance + proof) ──► storage thread (storage.rs)
+//!        └── Append(cid, decided instance + proof) ──► log thread (log_thread.rs)
 //!                  appends every record queued, one flush (group commit) ── durable_below
 //!  execution thread ── at its staggered checkpoint point: (cid, executor checkpoint) ──►
-//!  checkpoint thread (checkpoints.rs): waits for the log, writes it (tmp, fsync, rename,
-//!  dir fsync) ── Release(cid) ──► storage thread drops the log segments it covers
+//!  checkpoint thread (checkpoint_thread.rs): waits for the log, writes it (files: tmp,
+//!  fsync, rename, dir fsync) ── Release(cid) ──► log thread drops what it covers
 //! ```
 //!
 //! **Votes before ACCEPTs** (`tagma_storage::VoteStore`): a replica sends an ACCEPT only
@@ -24,17 +27,17 @@
 //! (for forwarding) to resume with.
 //!
 //! **State transfer** (`tagma_core::transfer`): the core decides what to fetch and checks
-//! every decision's proof; here are its hands (transfer.rs). The *transfer* thread reads
+//! every decision's proof; here are its hands (transfer_thread.rs). The *transfer* thread reads
 //! chunks of this replica's checkpoints for peers and stores incoming chunks in
 //! `incoming.part`; the storage thread reads runs of logged decisions for peers; the
-//! execution thread validates a fetched state ([`DurableExec::install`]: digest, replay,
+//! execution thread validates a fetched state ([`ExecStorage::install`]: digest, replay,
 //! vouchers), rolls back if it does not validate, and otherwise checkpoints it durably and
 //! restarts the log after it before the core goes on.
 
-mod checkpoints;
+mod checkpoint_thread;
+mod log_thread;
 mod recovery;
-mod storage;
-mod transfer;
+mod transfer_thread;
 mod votes;
 
 use bytes::Bytes;
@@ -42,10 +45,10 @@ use tagma_core::transfer::StateToInstall;
 use tagma_wire::{DecidedInstance, ReplicaId};
 
 pub(crate) use self::{
-    checkpoints::{DurableExec, checkpoint_loop},
+    checkpoint_thread::{ExecStorage, checkpoint_loop},
+    log_thread::storage_loop,
     recovery::recover_or_quarantine,
-    storage::storage_loop,
-    transfer::transfer_loop,
+    transfer_thread::transfer_loop,
     votes::VoteWriter,
 };
 

@@ -4,22 +4,23 @@
 use std::{
     collections::VecDeque,
     path::{Path, PathBuf},
+    sync::Arc,
     sync::atomic::Ordering,
 };
 
 use bytes::Bytes;
 use tagma_core::ValidConfig;
 use tagma_exec::{Executor, Service};
-use tagma_storage::{CheckpointStore, Log, LogOptions, VoteStore};
+use tagma_storage::{CheckpointStore, Checkpoints, LogOptions, RecordLog, VoteStore};
 use tagma_wire::{Batch, CheckpointInfo, ConsensusId, DecidedInstance, Decode};
 use tracing::{error, info};
 
-use crate::{Metrics, NodeError, durability::votes::decode_votes};
+use crate::{Metrics, NodeError, storage::votes::decode_votes};
 
 /// What recovery found on disk.
 pub(crate) struct Recovered {
-    pub log: Log,
-    pub store: CheckpointStore,
+    pub log: Box<dyn RecordLog>,
+    pub store: Arc<dyn Checkpoints>,
     /// The last instance recovered (`None`: nothing durable yet).
     pub last: Option<ConsensusId>,
     /// The newest logged decisions, oldest first (at most `decisions_kept`).
@@ -70,7 +71,7 @@ pub(crate) fn recover_or_quarantine<S: Service>(
     executor: &mut Executor<S>,
     metrics: &Metrics,
 ) -> Result<Recovered, NodeError> {
-    let fail = |reason: String| NodeError::StartupSync {
+    let fail = |reason: String| NodeError::Recovery {
         dir: data_dir.to_path_buf(),
         reason,
     };
@@ -225,8 +226,8 @@ pub(crate) fn recover<S: Service>(
         );
     }
     Ok(Recovered {
-        log,
-        store,
+        log: Box::new(log),
+        store: Arc::new(store),
         last: last.map(ConsensusId),
         recent: recent.into(),
         checkpoint,

@@ -8,21 +8,21 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
 use tagma_core::transfer::{InstallOutcome, StateToInstall};
 use tagma_exec::{Executor, Service};
-use tagma_storage::{CheckpointStore, Log};
+use tagma_storage::{Checkpoints, RecordLog};
 use tagma_wire::{ConsensusId, DecidedInstance, Encode, PeerMessage};
 use tracing::{info, warn};
 
 use crate::{
-    durability::{StorageEvent, TransferJob, checkpoints::DurableExec},
     peer_link::send_peer,
     shared::{ConsensusEvent, ExecEvent, Shared},
+    storage::{StorageEvent, TransferJob, checkpoint_thread::ExecStorage},
 };
 
 /// The transfer thread: serves chunks of this replica's checkpoints to peers, and stores the
 /// chunks of a checkpoint this replica fetches.
 pub(crate) fn transfer_loop(
     sh: &Shared,
-    store: CheckpointStore,
+    store: &dyn Checkpoints,
     rx: Receiver<TransferJob>,
     peers: crate::membership::PeerLinks,
     exec_tx: Sender<ExecEvent>,
@@ -81,7 +81,7 @@ pub(crate) fn transfer_loop(
     }
 }
 
-impl DurableExec {
+impl ExecStorage {
     /// Validates and installs a fetched state (see `tagma_core::transfer`): the stored
     /// checkpoint must have the source's digest; it is installed and the proven decisions
     /// after it replayed, comparing the state's digest at each voucher's instance; with fewer
@@ -175,7 +175,7 @@ impl DurableExec {
 /// one the state vote contradicted, it restarts after it (without a checkpoint — a replay
 /// from the initial state — the log continues).
 pub(crate) fn log_installed(
-    log: &mut Log,
+    log: &mut dyn RecordLog,
     checkpoint: Option<u64>,
     entries: &[DecidedInstance],
     repair: bool,
@@ -191,5 +191,5 @@ pub(crate) fn log_installed(
     for d in entries.iter().filter(|d| d.cid.0 >= from) {
         log.append(d.cid.0, &d.to_bytes())?;
     }
-    log.sync()
+    log.flush()
 }
