@@ -540,6 +540,55 @@ fn a_fetched_state_installs_only_when_enough_vouchers_match_and_rolls_back_other
     });
 }
 
+/// The core delivers the instances decided while a state was fetched, also those the
+/// installed state covers: `execute_decided` skips those and executes the next one; without
+/// an install it skips nothing.
+#[test]
+fn execute_decided_skips_the_deliveries_an_installed_state_covers() {
+    let good = history(5, 1);
+    // Without an install every delivery is executed, as `execute_batch` would.
+    let mut a = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    let mut plain = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    let mut at = std::collections::BTreeMap::new();
+    let mut replies = std::collections::BTreeMap::new();
+    for (cid, b) in &good {
+        let executed = a
+            .execute_decided(*cid, b)
+            .expect("nothing installed: executed");
+        assert_eq!(executed, plain.execute_batch(*cid, b));
+        at.insert(cid.0, a.checkpoint());
+        replies.insert(cid.0, executed);
+    }
+    assert_eq!(a.executed_instances(), 5);
+    // A replica executes instance 0, then installs the state after instance 2 that it
+    // fetched meanwhile; the core then delivers 1 and 2 (decided while it fetched), and 3.
+    let mut b = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    assert_eq!(
+        b.execute_decided(good[0].0, &good[0].1),
+        Some(replies[&0].clone())
+    );
+    let vouchers = [info(2, &at[&2])];
+    assert_eq!(
+        b.install_fetched(&at[&2], Some(&info(2, &at[&2])), &[], &vouchers, 2),
+        Ok(2)
+    );
+    for (cid, batch) in &good[1..=2] {
+        assert_eq!(
+            b.execute_decided(*cid, batch),
+            None,
+            "instance {cid:?} is covered"
+        );
+        assert_eq!(b.checkpoint(), at[&2], "a skipped delivery changes nothing");
+    }
+    assert_eq!(
+        b.execute_decided(good[3].0, &good[3].1),
+        Some(replies[&3].clone()),
+        "the first instance after the installed state is executed"
+    );
+    assert_eq!(b.checkpoint(), at[&3]);
+    assert_eq!(b.executed_instances(), 4);
+}
+
 fn member(id: u32) -> tagma_wire::ViewMember {
     tagma_wire::ViewMember {
         id: tagma_wire::ReplicaId(id),

@@ -185,3 +185,70 @@ impl PeerInput {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+
+    use bytes::Bytes;
+    use tagma_wire::{
+        Batch, ClientId, Decode, Encode, PeerMessage, Regency, Request, RequestAuth,
+        RequestEnvelope, RequestKind, RequestSeq, Sync, ViewId,
+    };
+
+    use super::PeerInput;
+
+    fn sync_proposing(proposal: Bytes) -> PeerMessage {
+        PeerMessage::Sync(Sync {
+            regency: Regency(1),
+            last_decided: None,
+            collects: vec![],
+            proposal,
+        })
+    }
+
+    /// The `proposal_authentic` of the input `from_message` makes of `msg`, and whether it
+    /// asked the authenticator (which says `verdict`).
+    fn judged(msg: PeerMessage, verdict: bool) -> (bool, bool) {
+        let asked = Cell::new(false);
+        let input = PeerInput::from_message(msg, |_| {
+            asked.set(true);
+            verdict
+        });
+        match input {
+            Some(PeerInput::Sync {
+                proposal_authentic, ..
+            }) => (proposal_authentic, asked.get()),
+            other => panic!("a SYNC maps to PeerInput::Sync: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_sync_whose_fresh_proposal_does_not_decode_is_unauthentic_without_asking() {
+        let garbage = Bytes::from_static(b"not a batch");
+        assert!(Batch::decode(&garbage).is_err());
+        assert_eq!(judged(sync_proposing(garbage), true), (false, false));
+    }
+
+    #[test]
+    fn a_sync_without_a_fresh_proposal_needs_no_authentication_and_one_with_a_batch_asks() {
+        assert_eq!(judged(sync_proposing(Bytes::new()), false), (true, false));
+        let batch = Batch {
+            timestamp_ms: 1,
+            seed: 0,
+            requests: vec![RequestEnvelope {
+                request: Request {
+                    client: ClientId(1),
+                    seq: RequestSeq(1),
+                    kind: RequestKind::Ordered,
+                    view: ViewId(0),
+                    payload: Bytes::from_static(b"x"),
+                },
+                auth: RequestAuth::Macs(vec![]),
+            }],
+        }
+        .to_bytes();
+        assert_eq!(judged(sync_proposing(batch.clone()), true), (true, true));
+        assert_eq!(judged(sync_proposing(batch), false), (false, true));
+    }
+}

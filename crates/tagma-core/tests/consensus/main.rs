@@ -1,0 +1,17 @@
+//! The consensus core through its calling contract (`Replica::new`, `Replica::handle`,
+//! `Replica::poll_action`): the exact actions it takes for each input, grouped by protocol,
+//! whole in-memory clusters driven in virtual time, and the scenario files of
+//! `tests/scenarios/` (see `scenarios`).
+
+mod harness;
+
+mod catch_up;
+mod clusters;
+mod durable_votes;
+mod leader_change;
+mod membership;
+mod normal_case;
+mod scenarios;
+mod startup_sync;
+mod state_transfer;
+mod state_vote;
