@@ -47,9 +47,8 @@ impl RecordLog for MemoryLog {
         self.next.map(|n| n - 1)
     }
     fn read_range(&self, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
-        let mut expected = range.start;
         let mut records = Vec::new();
-        for (cid, payload) in self.records.range(range) {
+        for (expected, (cid, payload)) in (range.start..).zip(self.records.range(range)) {
             if *cid != expected {
                 return Err(StorageError::Gap {
                     expected,
@@ -57,7 +56,6 @@ impl RecordLog for MemoryLog {
                 });
             }
             records.push((*cid, payload.clone()));
-            expected += 1;
         }
         Ok(records)
     }

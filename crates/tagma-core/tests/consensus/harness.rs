@@ -262,8 +262,24 @@ fn unsigned(action: Action) -> Action {
         Action::Broadcast(PeerMessage::Accept(a)) => {
             Action::Broadcast(PeerMessage::Accept(acc(a.vote)))
         }
+        Action::Deliver(decision) => Action::Deliver(unlogged(decision)),
         other => other,
     }
+}
+
+/// A delivered decision without the proof it carries for the runtime's log (which holds
+/// whichever ACCEPT signatures this replica gathered), after checking that it carries one
+/// for its own instance: every decision reaches the log with its proof.
+pub fn unlogged(mut decision: Decision) -> Decision {
+    let logged = decision.logged.take();
+    assert!(
+        logged
+            .as_ref()
+            .is_some_and(|d| d.cid == decision.cid && d.batch == decision.batch.to_bytes()),
+        "the decision of {} reaches the log with its proof: {logged:?}",
+        decision.cid
+    );
+    decision
 }
 
 pub fn req(client: u64, seq: u64) -> RequestEnvelope {

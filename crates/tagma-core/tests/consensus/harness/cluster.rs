@@ -83,7 +83,7 @@ impl Cluster {
                         ConsensusId(expected),
                         "replica {i} out of order"
                     );
-                    self.delivered[i].push(decision);
+                    self.delivered[i].push(super::unlogged(decision));
                 }
                 Action::ViewInstalled { cid, view, member } => {
                     self.views[i].push((cid, view, member));
