@@ -1,5 +1,5 @@
 //! Per-client sessions: sequence numbers, pending queues with flow control, replay
-//! rejection, and round-robin batch selection (reference §1.6).
+//! rejection, and round-robin batch selection.
 //!
 //! Two kinds of state live here, and the split matters:
 //! - **Sessions** (`last_delivered` per client) change only when a batch is decided, so they
@@ -52,7 +52,7 @@ pub struct ClientLimits {
     pub client_pending_max: usize,
     pub pending_requests_max: usize,
     pub clients_max: usize,
-    /// Request timer period (SPEC §3: first expiry forwards, second suspects the leader).
+    /// Request timer period (Mod-SMaRt: first expiry forwards, second suspects the leader).
     pub request_timeout_ms: u64,
 }
 
@@ -316,7 +316,7 @@ impl Clients {
         Ok(Admission::Queued)
     }
 
-    /// Leader: picks the next batch's requests (SPEC §3 step 1, reference §1.6).
+    /// Leader: picks the next batch's requests (Mod-SMaRt step 1).
     ///
     /// Round-robin over clients in id order, starting after the client where the previous
     /// batch stopped; per client only the contiguous run starting at `last_delivered + 1`
@@ -393,8 +393,8 @@ impl Clients {
         after.chain(wrapped).map(|(c, _)| *c)
     }
 
-    /// Acceptor: checks a proposed batch against the replicated sessions (SPEC §3 step 2,
-    /// reference §1.2 and §1.6). `encoded_bytes` is the length of the batch as received;
+    /// Acceptor: checks a proposed batch against the replicated sessions (Mod-SMaRt step
+    /// 2). `encoded_bytes` is the length of the batch as received;
     /// `previous_timestamp_ms` the timestamp of the last decided batch.
     pub fn validate_proposal(
         &self,

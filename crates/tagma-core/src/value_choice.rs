@@ -1,4 +1,4 @@
-//! The synchronization phase's value choice (SPEC §3, reference §1.4f): Cachin's predicates
+//! The synchronization phase's value choice: Cachin's predicates
 //! over the collects a new leader gathered, as pure functions.
 //!
 //! A collect says, for the instance in progress, the highest epoch in which its author saw a

@@ -1,4 +1,4 @@
-//! Who this replica talks to, as views change (SPEC §6): the replicas it knows (for the
+//! Who this replica talks to, as views change: the replicas it knows (for the
 //! handshake), the outbound links to them, the installed view (answered to joining replicas),
 //! and the joining side's discovery of the view that added it.
 //!

@@ -1,5 +1,5 @@
-//! The seed's benchmark service: a linked list of integers with `add`, `remove`, `get` and
-//! `contains`. Every operation walks the list (as the seed's Java `LinkedList` does), so a
+//! The parallel-execution benchmark service: a linked list of integers with `add`, `remove`,
+//! `get` and `contains`. Every operation walks the list (as a Java `LinkedList` does), so a
 //! request costs time in proportion to the list's length. `add` and `remove` conflict with
 //! everything; `get` and `contains` with nothing (they only read).
 //!
@@ -68,7 +68,7 @@ pub struct ListService {
 }
 
 impl ListService {
-    /// A list holding `0..entries` (the seed's setup: 100k entries).
+    /// A list holding `0..entries` (the benchmark's set-up: 100k entries).
     pub fn with_entries(entries: i64) -> Self {
         ListService {
             list: RwLock::new((0..entries).collect()),

@@ -1,9 +1,11 @@
-//! Running one decided batch on `k` workers (SPEC §8, reference §4).
+//! Running one decided batch on `k` workers.
 //!
 //! Three policies, each giving the replies (in batch order) and final state of sequential
 //! execution in decision order, as long as the classification is right:
 //! - [`Policy::Sequential`]: one thread, in order — the baseline.
-//! - [`Policy::Barrier`]: the seed's scheduler (its Algorithms 3–4). One FIFO queue per worker;
+//! - [`Policy::Barrier`]: the barrier scheduler of parallel state machine replication with
+//!   client-chosen conflict groups (Alchieri et al., parallel execution in BFT-SMaRt). One FIFO
+//!   queue per worker;
 //!   the delivery stage puts a request of no group in the next queue round-robin, one of a
 //!   single worker's group in that worker's queue, and one of a multi-worker group (or of all)
 //!   in the queue of *every* worker of the group. A worker meeting such a request waits at the
@@ -67,7 +69,7 @@ impl Policy {
 }
 
 /// One request of a batch: its operation and how it was classified. The barrier policy runs
-/// on groups (the seed's model: the client names the group); the graph policy on the access
+/// on groups (the client names the group); the graph policy on the access
 /// (the service's classification, or the group's footprint).
 #[derive(Clone, Debug)]
 pub struct Task {
@@ -122,7 +124,7 @@ impl Scheduler {
         }
     }
 
-    /// The workers of the group a task must run on, in the seed's terms: `None` for a single
+    /// The workers of the group a task must run on: `None` for a single
     /// worker chosen round-robin, else the (ascending) worker set.
     fn route(&self, group: Group) -> Option<Vec<u32>> {
         let k = self.threads as u32;

@@ -1,5 +1,5 @@
 //! Byzantine replicas: the honest core keeps running underneath, and its outgoing actions
-//! are rewritten or withheld here (SPEC §1: "replicas behaving arbitrarily"), one
+//! are rewritten or withheld here ("replicas behaving arbitrarily"), one
 //! [`Behaviour`] at a time. Every rewrite that actually happens is counted by name, so a run
 //! reports which behaviours it exercised.
 //!

@@ -1,4 +1,5 @@
-//! `tagma-storage`: a replica's durable storage (SPEC §4).
+//! `tagma-storage`: a replica's storage: its log and checkpoints on disk or in memory, and its
+//! durable votes.
 //!
 //! - [`log`]: the decided instances, appended to segmented, preallocated files; every record
 //!   carries its consensus id, length and a checksum, so torn and corrupted records are found.
@@ -75,7 +76,7 @@ impl StorageError {
     }
 }
 
-/// Staggered checkpoints (BFT-SMaRt's sequential checkpointing, reference §2.3): with
+/// Staggered checkpoints (BFT-SMaRt's sequential checkpointing): with
 /// `portion = period / n`, the replica at position `index` (0-based) of the `n` members
 /// checkpoints after executing instance `cid` when `cid mod period == portion·(index+1) − 1`.
 /// With n = 4 and period 400: positions 0..3 checkpoint at 99, 199, 299 and 399 (mod 400), so

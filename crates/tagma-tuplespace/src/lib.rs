@@ -1,5 +1,6 @@
-//! `tagma-tuplespace`: a tuple space — the base of the coordination service (DepSpace, SPEC
-//! §10) and the seed's second parallel-execution benchmark (seed 000).
+//! `tagma-tuplespace`: a tuple space (Linda's, as in DepSpace by Bessani, Alchieri, Correia and
+//! Fraga) — the base of the coordination service, and the second benchmark service of
+//! parallel execution.
 //!
 //! A tuple has 1 to [`FIELDS_MAX`] fields of bytes. Operations:
 //! - `out(t)`: insert tuple `t`;
@@ -9,8 +10,7 @@
 //!
 //! Tuples are kept per arity, each arity behind its own lock and in insertion order, so
 //! matching is deterministic given the order of the operations on that arity. Two
-//! classifications ([`Classification`]) tell the parallel scheduler what conflicts: the seed's
-//! TS1 (`out` and `inp` conflict with everything, `rdp` with nothing) and TS2 (one conflict
+//! classifications ([`Classification`]) tell the parallel scheduler what conflicts: TS1 (`out` and `inp` conflict with everything, `rdp` with nothing) and TS2 (one conflict
 //! class per arity: operations on tuples of different arities never conflict).
 //!
 //! Encoding of an operation: tag `u8` (1 out, 2 rdp, 3 inp) | field count `u8` | per field: `u8`
@@ -40,7 +40,7 @@ pub enum SpaceOp {
     Inp(Template),
 }
 
-/// What conflicts with what (seed 000's two setups).
+/// What conflicts with what (the two set-ups of the parallel-execution benchmark).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Classification {
     /// `out` and `inp` conflict with everything; `rdp` with nothing.

@@ -11,7 +11,7 @@ use crate::error::Rejection;
 /// Forwarded decisions kept for later instances while catching up.
 pub(super) const FUTURE_DECISIONS_MAX: usize = 64;
 
-/// Catch-up (decision forwarding, reference §1.9): detects that this replica is behind and
+/// Catch-up (decision forwarding): detects that this replica is behind and
 /// asks the others for the decided instances it missed.
 #[derive(Default)]
 pub(super) struct CatchUp {
@@ -62,7 +62,7 @@ impl Replica {
         // ahead have decided one this replica has not even seen proposed: ask after a short
         // gap (a restarted replica stalled 0.5 s after its state transfer when it waited the
         // quarter period here), also when the quarter period already runs (a replica that
-        // had just caught up waited it out while the others ran on: stop 23).
+        // had just caught up would otherwise wait it out while the others run on).
         let decided_further = self.peers_beyond(next.0.saturating_add(1)) >= one_correct;
         if self.catch_up.behind_since_ms.is_none() {
             let wait = if decided_further {

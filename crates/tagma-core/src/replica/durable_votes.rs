@@ -21,7 +21,7 @@ pub const VOTE_IDLE_FLUSH_MS: u64 = 10;
 /// change can synchronise an earlier instance and then propose afresh for this one. In
 /// Mod-SMaRt without crashes the quorum intersection puts an accepter's collect at this
 /// instance into every SYNC that precedes a fresh proposal for it; here the restored claim
-/// stands in for it (found in review: CFT, both accepters of a replied value crash, one
+/// stands in for it (CFT: both accepters of a replied value crash, one
 /// comes back with its log two instances behind, the leader change covers only the first).
 #[derive(Default, Debug)]
 pub(super) struct RecoveredVotes {

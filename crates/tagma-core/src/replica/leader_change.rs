@@ -24,7 +24,7 @@ pub(super) const STOP_REQUESTS_MAX: usize = 64;
 /// among the newest — and it bounds the size of STOPDATA and SYNC.
 pub(super) const WRITE_SET_MAX: usize = 2;
 
-/// Leader-change state (SPEC §3 synchronization phase, reference §1.4).
+/// Leader-change state (Mod-SMaRt's synchronization phase).
 #[derive(Default)]
 pub(super) struct LeaderChange {
     /// The regency this replica asked for (`> regency` while a change is in progress).
@@ -68,7 +68,7 @@ pub(super) struct Finalise {
 }
 
 impl Replica {
-    /// An invalid proposal from the leader: suspect it at once (SPEC §3; reference §1.2
+    /// An invalid proposal from the leader: suspect it at once (Mod-SMaRt
     /// step 2) — a correct leader never proposes one.
     pub(super) fn suspect_leader(&mut self, cid: ConsensusId, fault: ProposalFault) {
         tracing::debug!(leader = %self.leader(), %cid, ?fault, "invalid proposal from the leader");
@@ -84,7 +84,7 @@ impl Replica {
         self.start_stop(Regency(self.regency.0.saturating_add(1)), requests);
     }
 
-    /// Sends STOP(`regency`) to all and records it (SPEC §3: STOP(next regency, requests)).
+    /// Sends STOP(`regency`) to all and records it (Mod-SMaRt: STOP(next regency, requests)).
     pub(super) fn start_stop(&mut self, regency: Regency, requests: Vec<RequestEnvelope>) {
         debug_assert!(regency > self.regency);
         if regency <= self.leader_change.next_regency
@@ -314,7 +314,7 @@ impl Replica {
     }
 
     /// The highest proven decision among STOPDATAs, the instance to synchronise, and the
-    /// normalised collects (reference §1.4d).
+    /// normalised collects.
     pub(super) fn sync_inputs<'a>(
         &self,
         last: impl Iterator<Item = &'a DecidedInstance>,
@@ -550,7 +550,7 @@ impl Replica {
             .push_back(Action::RegencyInstalled { regency, leader });
     }
 
-    /// Applies a verified SYNC (reference §1.4g): catch up to its last decided instance,
+    /// Applies a verified SYNC: catch up to its last decided instance,
     /// then run the instance in progress in the new epoch with the chosen value.
     pub(super) fn finalise(&mut self, f: Finalise) {
         if let Some(d) = &f.last_decided
@@ -581,7 +581,7 @@ impl Replica {
         let epoch = self.epoch();
         // Only a SYNC whose value choice saw this replica's restored votes releases them: a
         // collect sent while behind (at an earlier instance) counts as empty for this one
-        // (found in review: CFT, a restarted accepter behind by two instances).
+        // (CFT: a restarted accepter behind by two instances).
         if f.own_collect_counted
             && let Some(r) = self.recovered_votes.get_mut(&f.current_cid)
         {

@@ -395,8 +395,8 @@ impl Replica {
             )
         {
             // Not buffered either: after a restart of the sender, its earlier incarnation's
-            // votes could be replayed against what it votes now (found in review: with them
-            // buffered, `tagma sim --seed 6563 --reconfig 2` decided two values).
+            // votes could be replayed against what it votes now (with them buffered, two
+            // values were decided: regression seed 6563 with `--reconfig 2`).
             return Err(Rejection::StartingUp);
         }
         let result = match input {

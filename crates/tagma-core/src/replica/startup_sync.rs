@@ -14,7 +14,7 @@ use super::{
 };
 use crate::quorum::Mode;
 
-/// Start-up synchronisation (SPEC §5, reference §2.4): a replica that (re)starts with
+/// Start-up synchronisation (as in BFT-SMaRt's recovery and DDS): a replica that (re)starts with
 /// durable state does not order until it knows where the others are and has caught up to
 /// the highest position it heard, so replicas that all restarted converge on the highest
 /// durable instance instead of deciding it again differently.

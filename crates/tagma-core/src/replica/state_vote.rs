@@ -8,7 +8,7 @@ use tagma_wire::{CheckpointInfo, ConsensusId, Digest, PeerMessage, ReplicaId};
 use super::{Replica, action::Action, startup_sync::StartupSync};
 use crate::quorum::Mode;
 
-/// DDS's state vote (SPEC §5: REINIT with checkpoint hashes, install what enough replicas
+/// DDS's state vote (REINIT with checkpoint hashes, install what enough replicas
 /// agree on, then a fresh checkpoint everywhere), done after the start-up synchronisation
 /// has caught up: every durable replica that restarts computes the digest a checkpoint of
 /// the state after the last instance decided (`cid`) would have — streamed into the hash,

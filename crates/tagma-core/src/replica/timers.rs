@@ -36,7 +36,7 @@ impl Replica {
             if e.forwarded_before {
                 suspect.push(e.request);
             } else {
-                // SPEC §3: first expiry → forward to all (the client may have skipped some).
+                // Mod-SMaRt: first expiry → forward to all (the client may have skipped some).
                 self.actions
                     .push_back(Action::Broadcast(PeerMessage::Forward(e.request)));
             }

@@ -1,4 +1,4 @@
-//! State transfer (SPEC §4, reference §2.3): how a replica that fell further behind than its
+//! State transfer (BFT-SMaRt's collaborative state transfer, as in DDS): how a replica that fell further behind than its
 //! peers keep decisions in memory gets the service state back, while the others keep serving.
 //!
 //! # Protocol

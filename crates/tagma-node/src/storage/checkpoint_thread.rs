@@ -28,7 +28,7 @@ pub(crate) fn checkpoint_loop(
         let cid = job.cid;
         // A checkpoint must not be on disk before its instance's log record: after a crash of
         // every replica, a replica recovered from it would be ahead of every proof it can
-        // give (found by the simulator, regression seed 2095). The log normally syncs well
+        // give (regression seed 2095). The log normally syncs well
         // before the snapshot is serialised; a log that stopped (its thread reported the
         // error) skips the checkpoint, which is always safe.
         if !wait_for_log(sh, cid) {
