@@ -539,3 +539,51 @@ pub fn chart(reports: &[ExecReport], sweep: ExecSweep) -> crate::plot::Chart {
         events: Vec::new(),
     }
 }
+
+/// `tagma bench exec`: checks the options, runs one configuration or every step of `sweep`
+/// (drawing its figure into `plot`), and prints the reports (JSON objects or the table);
+/// fails when a policy ends in another state than sequential execution.
+pub fn run_command(
+    opts: &ExecOptions,
+    sweep: Option<ExecSweep>,
+    plot: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if opts.conflict_pct > 100 {
+        anyhow::bail!("--conflict-pct must be 0..=100, got {}", opts.conflict_pct);
+    }
+    if opts.threads == 0 || opts.requests == 0 || opts.batch == 0 || opts.size == 0 {
+        anyhow::bail!("--threads, --requests, --batch and --size must be at least 1");
+    }
+    let reports = match sweep {
+        None => run(opts),
+        Some(s) => {
+            let reports = self::sweep(opts, s, |step| {
+                if !json {
+                    eprintln!("{step}");
+                }
+            });
+            if let Some(path) = plot {
+                crate::plot::draw(&chart(&reports, s), path)?;
+                if !json {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            reports
+        }
+    };
+    if json {
+        for r in &reports {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", table(&reports));
+    }
+    if let Some(r) = reports.iter().find(|r| !r.digest_matches_sequential) {
+        anyhow::bail!(
+            "policy {} ended in another state than sequential execution",
+            r.policy
+        );
+    }
+    Ok(())
+}

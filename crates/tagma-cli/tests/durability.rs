@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tagma_cli::cluster::LocalCluster;
-use tagma_cli::workload::{self, WorkloadOptions};
+use tagma_cluster::LocalCluster;
+use tagma_cluster::workload::{self, WorkloadOptions};
 use tagma_core::Mode;
 use tagma_core::config::Durability;
 use tagma_node::metrics::{scrape, value};
