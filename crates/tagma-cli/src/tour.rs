@@ -102,7 +102,7 @@ impl TourReport {
         s
     }
 
-    /// The throughput timeline with the events marked (seed 002's Figure 7).
+    /// The throughput timeline with the events marked.
     pub fn chart(&self) -> tagma_bench::plot::Chart {
         tagma_bench::plot::Chart {
             title: format!(

@@ -460,7 +460,7 @@ fn a_replica_that_stops_reading_does_not_block_clients() {
     still_serves(&c, &proxy, "continued");
 }
 
-/// Issue 6: the administrator removes replica `removed` from a running BFT cluster of five
+/// The administrator removes replica `removed` from a running BFT cluster of five
 /// while clients write; the change is ordered, every replica installs view 1, the clients
 /// (whose requests still name view 0) learn it from the replicas and go on, and the four
 /// members converge.
@@ -823,8 +823,8 @@ fn a_new_client_finds_the_members_after_the_configured_replicas_left() {
     assert!(tagma_cluster::digests_equal(&states), "{states:?}");
 }
 
-/// The seed's services, replicated, each replica executing batches on two workers: the list
-/// with the dependency-graph scheduler and the service's classifier, and with the seed's
+/// The list and tuple-space services, replicated, each replica executing batches on two workers: the list
+/// with the dependency-graph scheduler and the service's classifier, and with the
 /// barrier scheduler and the groups clients name (`invoke_parallel`); the tuple space (TS2)
 /// with the graph scheduler. Concurrent clients mix reads and writes, and every replica ends
 /// with the same state.

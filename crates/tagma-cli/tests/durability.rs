@@ -1,4 +1,4 @@
-//! Durability across the crash of every replica (issue 5): real `tagma replica` processes
+//! Durability across the crash of every replica: real `tagma replica` processes
 //! with `durability = "fsync"`, SIGKILLed together under a model-checked key-value load and
 //! restarted from their own disks.
 
