@@ -1,15 +1,16 @@
-//! `tagma bench exec`: the execution stage alone (seed 000's setups), so the figures measure
-//! scheduling, not networking. Decided batches of pre-generated operations go straight into
+//! `tagma bench exec`: the execution stage alone (the set-ups of Alchieri et al.: Early
+//! scheduling in parallel state machine replication), so the figures measure scheduling,
+//! not networking. Decided batches of pre-generated operations go straight into
 //! a [`tagma_parallel::Scheduler`]; every policy runs the very same operations on a fresh copy
 //! of the same initial state, and its final digest is compared with sequential execution's.
 //!
 //! Services:
-//! - `list`: the seed's linked list of integers (100k entries by default). Conflicting
+//! - `list`: a linked list of integers (100k entries by default). Conflicting
 //!   requests are `add`/`remove` (of a value absent/present, alternately, so the length stays
 //!   put); the others `get`/`contains` of random indexes and values.
 //! - `tuplespace-ts1` / `tuplespace-ts2`: 100k tuples of 1–10 fields of 50-character strings;
 //!   conflicting requests are `out` (a fresh tuple) and `inp` (of a template that matches an
-//!   existing tuple); the others `rdp` of such a template. TS1 and TS2 are the seed's two
+//!   existing tuple); the others `rdp` of such a template. TS1 and TS2 are the two
 //!   classifications ([`tagma_tuplespace::Classification`]).
 
 use std::time::Instant;
@@ -206,7 +207,7 @@ fn compact(tuples: Vec<Vec<Bytes>>) -> Vec<Vec<Bytes>> {
 /// tuplespace-*` and its benchmark clients regenerate the same ones).
 pub const TUPLES_SEED: u64 = 0x7a6d_5ace;
 
-/// The seed's initial tuple space: `size` tuples of 1–10 fields of 50 characters, drawn from
+/// The initial tuple space: `size` tuples of 1–10 fields of 50 characters, drawn from
 /// `seed` (replicas and clients regenerate the same ones).
 pub fn initial_tuples(size: usize, seed: u64) -> Vec<Vec<Bytes>> {
     let mut rng = Rng(seed);
@@ -425,7 +426,7 @@ mod tests {
     }
 }
 
-/// What a sweep varies (seed 000's figures: throughput against the share of conflicting
+/// What a sweep varies (throughput against the share of conflicting
 /// requests, and against the number of threads).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ExecSweep {
@@ -538,4 +539,52 @@ pub fn chart(reports: &[ExecReport], sweep: ExecSweep) -> crate::plot::Chart {
         series,
         events: Vec::new(),
     }
+}
+
+/// `tagma bench exec`: checks the options, runs one configuration or every step of `sweep`
+/// (drawing its figure into `plot`), and prints the reports (JSON objects or the table);
+/// fails when a policy ends in another state than sequential execution.
+pub fn run_command(
+    opts: &ExecOptions,
+    sweep: Option<ExecSweep>,
+    plot: Option<&std::path::Path>,
+    json: bool,
+) -> anyhow::Result<()> {
+    if opts.conflict_pct > 100 {
+        anyhow::bail!("--conflict-pct must be 0..=100, got {}", opts.conflict_pct);
+    }
+    if opts.threads == 0 || opts.requests == 0 || opts.batch == 0 || opts.size == 0 {
+        anyhow::bail!("--threads, --requests, --batch and --size must be at least 1");
+    }
+    let reports = match sweep {
+        None => run(opts),
+        Some(s) => {
+            let reports = self::sweep(opts, s, |step| {
+                if !json {
+                    eprintln!("{step}");
+                }
+            });
+            if let Some(path) = plot {
+                crate::plot::draw(&chart(&reports, s), path)?;
+                if !json {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            reports
+        }
+    };
+    if json {
+        for r in &reports {
+            println!("{}", serde_json::to_string(r)?);
+        }
+    } else {
+        print!("{}", table(&reports));
+    }
+    if let Some(r) = reports.iter().find(|r| !r.digest_matches_sequential) {
+        anyhow::bail!(
+            "policy {} ended in another state than sequential execution",
+            r.policy
+        );
+    }
+    Ok(())
 }

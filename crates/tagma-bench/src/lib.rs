@@ -1,20 +1,35 @@
-//! `tagma-bench`: the pieces of `tagma bench`, which measures a local cluster against an
-//! unreplicated server run beside it in the same invocation.
+//! `tagma-bench`: the demo and every benchmark of the `tagma` command. `tagma bench`
+//! measures a local cluster of replica processes against an unreplicated server run beside
+//! it in the same invocation; the local clusters come from `tagma-cluster`.
 //!
-//! - [`exec`]: the execution stage alone (`tagma bench exec`): the seed's list and tuple-space
+//! - [`demo`]: `tagma demo`, a local cluster under the checked key-value workload;
+//! - [`replicated`]: `tagma bench` itself (one configuration, or a sweep and its figure);
+//! - [`measure`]: one measurement window on a running cluster (load, server counters, CPU
+//!   and memory);
+//! - [`requests`]: the requests of each workload;
+//! - [`exec`]: the execution stage alone (`tagma bench exec`): the list and tuple-space
 //!   workloads through the sequential, barrier and dependency-graph schedulers;
-//! - [`micro`]: the paper's micro-benchmark service ("empty" requests that ask for a reply of
-//!   a given size) and its request encoding;
+//! - [`state_transfer`]: `tagma bench state-transfer`, how fast a wiped replica gets a
+//!   large state back;
+//! - [`micro`]: the micro-benchmark service ("empty" requests that ask for a reply of a
+//!   given size) and its request encoding;
 //! - [`load`]: a closed-loop load driver that keeps a number of logical clients' requests
 //!   outstanding through a few [`tagma_client::Proxy`]s and records latencies;
 //! - [`report`]: percentiles, process resource figures from `/proc`, and the report (JSON
 //!   object and human table);
-//! - [`sweep`]: the configurations of the paper's Figures 4–6 (`tagma bench --sweep`);
+//! - [`sweep`]: the configurations of the throughput and latency figures of Bessani, Sousa,
+//!   Alchieri: State Machine Replication for the Masses with BFT-SMaRt (`tagma bench
+//!   --sweep`);
 //! - [`plot`]: PNG charts of those figures.
 
+pub mod demo;
 pub mod exec;
 pub mod load;
+pub mod measure;
 pub mod micro;
 pub mod plot;
+pub mod replicated;
 pub mod report;
+pub mod requests;
+pub mod state_transfer;
 pub mod sweep;

@@ -116,20 +116,20 @@ pub struct BenchReport {
     #[serde(default = "no_durability")]
     pub durability: String,
     /// With durability: the same replicated configuration without it, measured in the same
-    /// invocation, and the ratio of the two (0 when not measured).
+    /// invocation, and the ratio of the two (null when not measured).
     #[serde(default)]
-    pub no_durability_ops_s: f64,
+    pub no_durability_ops_s: Option<f64>,
     #[serde(default)]
-    pub ratio_vs_no_durability: f64,
-    /// With durability, where the ratio goes (0 when not measured): the mean time per
-    /// consensus instance at the leader (window / instances decided) with and without
-    /// durability, and the leader's mean vote write-and-sync (before its ACCEPT) and log
+    pub ratio_vs_no_durability: Option<f64>,
+    /// With durability, where the ratio goes: the mean time per consensus instance at the
+    /// leader (window / instances decided) with and without durability (null when not
+    /// measured), and the leader's mean vote write-and-sync (before its ACCEPT) and log
     /// write-and-sync (before its next proposal: storage back-pressure), all in ms. Both are
     /// on every instance's path.
     #[serde(default)]
-    pub instance_ms: f64,
+    pub instance_ms: Option<f64>,
     #[serde(default)]
-    pub no_durability_instance_ms: f64,
+    pub no_durability_instance_ms: Option<f64>,
     #[serde(default)]
     pub vote_sync_ms_mean: f64,
     #[serde(default)]
@@ -222,10 +222,10 @@ impl BenchReport {
                      per instance at the leader: {:.2} ms ({:.2} ms without durability); \
                      vote sync {:.2} ms, log sync {:.2} ms (means)",
                     self.durability,
-                    self.no_durability_ops_s,
-                    self.ratio_vs_no_durability,
-                    self.instance_ms,
-                    self.no_durability_instance_ms,
+                    self.no_durability_ops_s.unwrap_or(0.0),
+                    self.ratio_vs_no_durability.unwrap_or(0.0),
+                    self.instance_ms.unwrap_or(0.0),
+                    self.no_durability_instance_ms.unwrap_or(0.0),
                     self.vote_sync_ms_mean,
                     self.log_sync_ms_mean
                 )
@@ -281,10 +281,10 @@ mod tests {
         assert!(!short.contains("ratio_vs_unreplicated"));
         // With durability, its line survives either way.
         r.durability = "fsync".into();
-        r.no_durability_ops_s = 1250.0;
-        r.ratio_vs_no_durability = 0.8;
-        r.instance_ms = 3.5;
-        r.no_durability_instance_ms = 2.25;
+        r.no_durability_ops_s = Some(1250.0);
+        r.ratio_vs_no_durability = Some(0.8);
+        r.instance_ms = Some(3.5);
+        r.no_durability_instance_ms = Some(2.25);
         r.vote_sync_ms_mean = 0.4;
         r.log_sync_ms_mean = 0.125;
         let durable = r.table();

@@ -35,7 +35,8 @@ use tagma_core::Mode;
 use tagma_core::config::Durability;
 use tagma_kv::{KvOp, KvReply};
 
-use crate::cluster::{LocalCluster, digests_equal};
+use tagma_cluster::disk::{corrupt_checkpoint, corrupt_log, files, lie_in_checkpoint};
+use tagma_cluster::{LaunchOptions, LocalCluster, digests_equal};
 
 /// A chaos scenario.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -59,7 +60,7 @@ pub enum Scenario {
     /// after the restart catches — restart all. BFT only.
     LyingDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
-    /// time with the events marked (seed 002's Figure 7; see [`crate::tour`]).
+    /// time with the events marked.
     ReconfigTour,
 }
 
@@ -193,7 +194,7 @@ pub struct ChaosReport {
     pub damaged_state_discarded: Option<bool>,
     /// lying-disk: whether every damaged replica's recovered state was contradicted by the
     /// state vote and replaced (`None` for the other scenarios).
-    pub repaired_by_hash_vote: Option<bool>,
+    pub repaired_by_state_vote: Option<bool>,
     /// States the restarted (lagging or damaged) replicas installed by state transfer, and
     /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
@@ -207,7 +208,7 @@ impl ChaosReport {
             && self.duplicated_ops == 0
             && self.state_digests_equal
             && self.damaged_state_discarded != Some(false)
-            && self.repaired_by_hash_vote != Some(false)
+            && self.repaired_by_state_vote != Some(false)
     }
 
     pub fn table(&self) -> String {
@@ -220,7 +221,7 @@ impl ChaosReport {
              recovery_ms            {:.0}\n\
              state_digests_equal    {}\n\
              damaged_state_discarded {}\n\
-             repaired_by_hash_vote  {}\n\
+             repaired_by_state_vote  {}\n\
              state_transfers        {} ({:.0} ms)\n\
              {}",
             self.scenario,
@@ -236,7 +237,7 @@ impl ChaosReport {
             self.state_digests_equal,
             self.damaged_state_discarded
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
-            self.repaired_by_hash_vote
+            self.repaired_by_state_vote
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.state_transfers,
             self.state_transfer_ms,
@@ -333,20 +334,20 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     let damaged_state_discarded = corrupted.then(|| {
         watched
             .iter()
-            .all(|&i| metric(&cluster, i, "tagma_state_discarded") > 0.0)
+            .all(|&i| cluster.metric(i, "tagma_state_discarded") > 0.0)
     });
-    let repaired_by_hash_vote = (scenario == Scenario::LyingDisk).then(|| {
+    let repaired_by_state_vote = (scenario == Scenario::LyingDisk).then(|| {
         watched
             .iter()
-            .all(|&i| metric(&cluster, i, "tagma_state_repaired_total") > 0.0)
+            .all(|&i| cluster.metric(i, "tagma_state_repaired_total") > 0.0)
     });
     let state_transfers = watched
         .iter()
-        .map(|&i| metric(&cluster, i, "tagma_state_transfers_total") as u64)
+        .map(|&i| cluster.metric(i, "tagma_state_transfers_total") as u64)
         .sum();
     let state_transfer_ms = watched
         .iter()
-        .map(|&i| metric(&cluster, i, "tagma_state_transfer_ms"))
+        .map(|&i| cluster.metric(i, "tagma_state_transfer_ms"))
         .fold(0.0, f64::max);
     Ok(ChaosReport {
         scenario: scenario.name().into(),
@@ -361,7 +362,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         recovery_ms,
         state_digests_equal: digests_equal(&states),
         damaged_state_discarded,
-        repaired_by_hash_vote,
+        repaired_by_state_vote,
         state_transfers,
         state_transfer_ms,
     })
@@ -406,7 +407,7 @@ pub(crate) fn account(reader: &Proxy, counts: &[Counts]) -> Result<(u64, u64)> {
 /// `durability = "fsync"` and a 500 ms request timeout, started. Returns it and n.
 pub(crate) fn launch(exe: &Path, opts: &ChaosOptions) -> Result<(LocalCluster, usize)> {
     let n = opts.n();
-    let launch = crate::cluster::LaunchOptions {
+    let launch = LaunchOptions {
         replicas: n,
         mode: opts.mode,
         f: Some(opts.f as u32),
@@ -523,115 +524,6 @@ fn fault(
     };
     std::thread::sleep(opts.after);
     Ok(recovery_ms)
-}
-
-/// A Prometheus value of replica `i` (0 when unreachable).
-pub fn metric(cluster: &LocalCluster, i: usize, name: &str) -> f64 {
-    cluster.cfg.replicas[i]
-        .metrics_addr
-        .and_then(|addr| tagma_node::metrics::scrape(addr).ok())
-        .and_then(|text| tagma_node::metrics::value(&text, name))
-        .unwrap_or(0.0)
-}
-
-/// The files of `dir` whose name ends in `ext`, sorted.
-fn files(dir: &Path, ext: &str) -> Result<Vec<std::path::PathBuf>> {
-    let mut out: Vec<_> = std::fs::read_dir(dir)
-        .with_context(|| format!("reading {}", dir.display()))?
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|e| e == ext))
-        .collect();
-    out.sort();
-    Ok(out)
-}
-
-/// Flips one byte a third of the way into the records of the first log segment that holds
-/// some: a record in the middle of the log fails its checksum, valid ones follow it.
-fn corrupt_log(dir: &Path) -> Result<()> {
-    for path in files(dir, "log")? {
-        let mut bytes = std::fs::read(&path)?;
-        let used = bytes.iter().rposition(|b| *b != 0).map_or(0, |p| p + 1);
-        if used < 4096 {
-            continue;
-        }
-        bytes[used / 3] ^= 0xff;
-        std::fs::write(&path, bytes)?;
-        return Ok(());
-    }
-    bail!(
-        "no log segment with enough records to corrupt in {} (raise --before-s)",
-        dir.display()
-    )
-}
-
-/// Flips one byte in the middle of the newest checkpoint.
-pub fn corrupt_checkpoint(dir: &Path) -> Result<()> {
-    let Some(path) = files(dir, "ckp")?.pop() else {
-        bail!("no checkpoint yet in {} (raise --before-s)", dir.display());
-    };
-    let mut bytes = std::fs::read(&path)?;
-    let middle = bytes.len() / 2;
-    bytes[middle] ^= 0xff;
-    std::fs::write(&path, bytes)?;
-    Ok(())
-}
-
-/// The key a lying disk adds to the state it returns.
-const LIE_KEY: &[u8] = b"chaos/lie";
-
-/// Rewrites the newest checkpoint with a state that was never ordered — the key-value map
-/// gains [`LIE_KEY`] — with a valid digest and checksum, as a disk that returns wrong content
-/// would: recovery reads it without complaint, and only the state vote after the restart
-/// (the replica's state against its peers') can tell.
-pub fn lie_in_checkpoint(dir: &Path) -> Result<()> {
-    use tagma_exec::Service;
-    let store = tagma_storage::CheckpointStore::open(dir)?;
-    let Some(checkpoint) = store.load_newest()? else {
-        bail!("no checkpoint yet in {} (raise --before-s)", dir.display());
-    };
-    let state = Bytes::from(checkpoint.state);
-    // Only the service's snapshot is wanted: the view the checkpoint names replaces this
-    // placeholder membership.
-    let membership = tagma_core::view::Membership {
-        view: tagma_wire::View {
-            id: tagma_wire::ViewId(0),
-            f: 0,
-            members: Vec::new(),
-        },
-        admin: None,
-        mode: Mode::Bft,
-        history: Vec::new(),
-    };
-    let mut executor = tagma_exec::Executor::new(
-        tagma_kv::KvService::new(),
-        tagma_wire::ViewId(0),
-        1 << 10,
-        1 << 20,
-    )
-    .with_membership(membership);
-    executor.restore(&state).map_err(|e| {
-        anyhow::anyhow!("the checkpoint in {} does not restore: {e}", dir.display())
-    })?;
-    let snapshot = executor.service().snapshot();
-    if !state.ends_with(&snapshot) {
-        bail!(
-            "the checkpoint in {} does not end with the service's snapshot",
-            dir.display()
-        );
-    }
-    let mut lie = tagma_kv::KvService::new();
-    lie.install_snapshot(&snapshot)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    lie.apply(KvOp::Put {
-        key: Bytes::from_static(LIE_KEY),
-        value: Bytes::from_static(b"never ordered"),
-    });
-    // The executor's part (position, sessions, replies, view) is kept as it was.
-    let head = &state[..state.len() - snapshot.len()];
-    let mut lied = head.to_vec();
-    lied.extend_from_slice(&lie.snapshot());
-    store.write(checkpoint.cid, &lied)?;
-    Ok(())
 }
 
 #[cfg(test)]

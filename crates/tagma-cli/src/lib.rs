@@ -1,16 +1,12 @@
 //! `tagma-cli`: the `tagma` command and the pieces it is made of, kept in a library so the
-//! multi-process tests drive exactly what users run.
+//! multi-process tests drive exactly what users run. Local clusters of replica processes
+//! come from `tagma-cluster`; the demo and the benchmarks from `tagma-bench`.
 //!
-//! - [`init`]: writes a cluster directory (keys and a documented `tagma.toml`);
-//! - [`chaos`]: the failure scenarios of `tagma chaos` (durability under crashes);
-//! - [`cluster`]: starts and stops replica *processes* of a local cluster (joiners too);
-//! - [`tour`]: `tagma chaos --scenario reconfig-tour`, the reconfiguration timeline;
-//! - [`workload`]: the mixed key-value workload of `tagma demo`, which checks every result a
-//!   client gets for its own keys against a sequential model (linearizability per key).
+//! - [`cmd`]: one module per subcommand: its arguments and the code that runs it;
+//! - [`chaos`]: the failure scenarios of `tagma chaos` (durability under crashes and
+//!   damaged disks);
+//! - [`tour`]: `tagma chaos --scenario reconfig-tour`, the reconfiguration timeline.
 
 pub mod chaos;
-pub mod cluster;
-pub mod init;
+pub mod cmd;
 pub mod tour;
-pub mod transfer_bench;
-pub mod workload;

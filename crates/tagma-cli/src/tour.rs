@@ -1,5 +1,6 @@
-//! `tagma chaos --scenario reconfig-tour`: the reconfiguration timeline of seed 002's
-//! Figure 7 on a local multi-process cluster, under the chaos load (every client increments
+//! `tagma chaos --scenario reconfig-tour`: a reconfiguration timeline (as in Alchieri et
+//! al.: Efficient and Modular Consensus-Free Reconfiguration) on a local multi-process
+//! cluster, under the chaos load (every client increments
 //! its own counter; every acknowledged increment is accounted for at the end).
 //!
 //! The tour: a cluster of 4 (BFT; 3 in CFT) serves; a replica joins (`tagma replica
@@ -19,10 +20,9 @@ use tagma_client::Proxy;
 use tagma_crypto::IdentityKey;
 use tagma_wire::{ReconfigureOutcome, ReplicaId, View, ViewMember, ViewOp};
 
-use crate::chaos::{
-    ChaosOptions, Counts, account, in_doubt, increment_loop, metric, total, wait_until,
-};
-use crate::cluster::{LocalCluster, digests_equal};
+use tagma_cluster::{LocalCluster, digests_equal};
+
+use crate::chaos::{ChaosOptions, Counts, account, in_doubt, increment_loop, total, wait_until};
 
 /// One event of the tour.
 #[derive(Clone, Debug, Serialize)]
@@ -102,7 +102,7 @@ impl TourReport {
         s
     }
 
-    /// The throughput timeline with the events marked (seed 002's Figure 7).
+    /// The throughput timeline with the events marked.
     pub fn chart(&self) -> tagma_bench::plot::Chart {
         tagma_bench::plot::Chart {
             title: format!(
@@ -305,22 +305,22 @@ fn events(
     wait_until(
         "the joining replica fetched its state",
         Duration::from_secs(120),
-        || metric(cluster, joiner, "tagma_state_transfer_ms") > 0.0,
+        || cluster.metric(joiner, "tagma_state_transfer_ms") > 0.0,
     )?;
     record(format!("replica {new_id} joins"), at);
     std::thread::sleep(opts.after);
 
     // 2. The leader crashes.
-    let leader = metric(cluster, 1, "tagma_leader") as usize;
+    let leader = cluster.metric(1, "tagma_leader") as usize;
     let witness = (0..cluster.cfg.replicas.len())
         .find(|i| *i != leader)
         .context("a replica other than the leader")?;
-    let regency = metric(cluster, witness, "tagma_regency");
+    let regency = cluster.metric(witness, "tagma_regency");
     cluster.kill(leader);
     let crashed = Instant::now();
     let at = secs();
     wait_until("a new leader takes over", Duration::from_secs(60), || {
-        metric(cluster, witness, "tagma_regency") > regency
+        cluster.metric(witness, "tagma_regency") > regency
     })?;
     let done = total(counts);
     wait_until("the service answers again", Duration::from_secs(60), || {
@@ -338,8 +338,8 @@ fn events(
         "the restarted replica catches up",
         Duration::from_secs(120),
         || {
-            let mine = metric(cluster, leader, "tagma_executed_instances");
-            let theirs = metric(cluster, witness, "tagma_executed_instances");
+            let mine = cluster.metric(leader, "tagma_executed_instances");
+            let theirs = cluster.metric(witness, "tagma_executed_instances");
             mine > 0.0 && mine + 2.0 >= theirs
         },
     )?;

@@ -156,7 +156,7 @@ fn unreplicated_server_serves_the_kv_service() {
     use std::time::Duration;
 
     use bytes::Bytes;
-    use tagma_cli::cluster::{LaunchOptions, LocalCluster};
+    use tagma_cluster::{LaunchOptions, LocalCluster};
     use tagma_kv::{KvOp, KvReply};
 
     let opts = LaunchOptions {

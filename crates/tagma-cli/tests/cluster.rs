@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tagma_cli::cluster::LocalCluster;
-use tagma_cli::workload::{self, WorkloadOptions};
 use tagma_client::Proxy;
+use tagma_cluster::LocalCluster;
+use tagma_cluster::workload::{self, WorkloadOptions};
 use tagma_core::Mode;
 use tagma_crypto::{Authenticator, IdentityKey};
 use tagma_kv::{KvOp, KvReply};
@@ -460,7 +460,7 @@ fn a_replica_that_stops_reading_does_not_block_clients() {
     still_serves(&c, &proxy, "continued");
 }
 
-/// Issue 6: the administrator removes replica `removed` from a running BFT cluster of five
+/// The administrator removes replica `removed` from a running BFT cluster of five
 /// while clients write; the change is ordered, every replica installs view 1, the clients
 /// (whose requests still name view 0) learn it from the replicas and go on, and the four
 /// members converge.
@@ -512,7 +512,7 @@ fn remove_under_load(removed: u32) {
     assert_eq!(report.completed, 4 * 300, "every operation completed");
     for i in 0..5 {
         assert_eq!(
-            tagma_cli::chaos::metric(&c, i, "tagma_view"),
+            c.metric(i, "tagma_view"),
             1.0,
             "replica {i} installed view 1"
         );
@@ -541,14 +541,8 @@ fn remove_under_load(removed: u32) {
     if removed == 0 {
         // Leadership passed to the next member with the view, without a leader change.
         for m in &members {
-            assert_eq!(
-                tagma_cli::chaos::metric(&c, m.0 as usize, "tagma_leader"),
-                1.0
-            );
-            assert_eq!(
-                tagma_cli::chaos::metric(&c, m.0 as usize, "tagma_regency"),
-                0.0
-            );
+            assert_eq!(c.metric(m.0 as usize, "tagma_leader"), 1.0);
+            assert_eq!(c.metric(m.0 as usize, "tagma_regency"), 0.0);
         }
     }
 }
@@ -603,7 +597,7 @@ fn add_replica(
     wait_until(
         &format!("replica {id} fetched its state"),
         Duration::from_secs(60),
-        || tagma_cli::chaos::metric(c, joiner, "tagma_state_transfer_ms") > 0.0,
+        || c.metric(joiner, "tagma_state_transfer_ms") > 0.0,
     );
     (joiner, view)
 }
@@ -614,7 +608,7 @@ fn all_in_view(c: &LocalCluster, id: u32) -> Vec<tagma_wire::StateInfo> {
     let states = assert_converged(c, &all, Duration::from_secs(60));
     for (i, replica) in all.iter().enumerate() {
         assert_eq!(
-            tagma_cli::chaos::metric(c, i, "tagma_view"),
+            c.metric(i, "tagma_view"),
             f64::from(id),
             "replica {replica} installed view {id}"
         );
@@ -826,11 +820,11 @@ fn a_new_client_finds_the_members_after_the_configured_replicas_left() {
     let states = c
         .converged_states(&newcomer, &members, Duration::from_secs(30))
         .expect("the members converge");
-    assert!(tagma_cli::cluster::digests_equal(&states), "{states:?}");
+    assert!(tagma_cluster::digests_equal(&states), "{states:?}");
 }
 
-/// The seed's services, replicated, each replica executing batches on two workers: the list
-/// with the dependency-graph scheduler and the service's classifier, and with the seed's
+/// The list and tuple-space services, replicated, each replica executing batches on two workers: the list
+/// with the dependency-graph scheduler and the service's classifier, and with the
 /// barrier scheduler and the groups clients name (`invoke_parallel`); the tuple space (TS2)
 /// with the graph scheduler. Concurrent clients mix reads and writes, and every replica ends
 /// with the same state.
@@ -845,7 +839,7 @@ fn replicas_executing_in_parallel_reach_the_same_state() {
 fn parallel_cluster(service: &str, policy: &str, classify: &str) {
     use tagma_parallel::Group;
     use tagma_parallel::list::ListOp;
-    let opts = tagma_cli::cluster::LaunchOptions {
+    let opts = tagma_cluster::LaunchOptions {
         replicas: 4,
         mode: Mode::Bft,
         f: None,

@@ -1,4 +1,4 @@
-//! Durability across the crash of every replica (issue 5): real `tagma replica` processes
+//! Durability across the crash of every replica: real `tagma replica` processes
 //! with `durability = "fsync"`, SIGKILLed together under a model-checked key-value load and
 //! restarted from their own disks.
 
@@ -6,8 +6,8 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tagma_cli::cluster::LocalCluster;
-use tagma_cli::workload::{self, WorkloadOptions};
+use tagma_cluster::LocalCluster;
+use tagma_cluster::workload::{self, WorkloadOptions};
 use tagma_core::Mode;
 use tagma_core::config::Durability;
 use tagma_node::metrics::{scrape, value};
@@ -292,10 +292,10 @@ fn chaos_two_of_five_cft_replicas_with_wiped_disks_get_the_state_back() {
 /// synchronisation finds f+1 peers holding another state, and the replica fetches theirs.
 /// Without the vote its digest differs at the end (checked by disabling it).
 #[test]
-fn chaos_lying_disk_is_caught_by_the_hash_vote_and_repaired() {
+fn chaos_lying_disk_is_caught_by_the_state_vote_and_repaired() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let report = chaos(&["--scenario", "lying-disk"]);
-    assert_eq!(report["repaired_by_hash_vote"], true, "{report}");
+    assert_eq!(report["repaired_by_state_vote"], true, "{report}");
     assert!(report["damaged_state_discarded"].is_null(), "{report}");
     assert!(report["state_transfers"].as_u64().unwrap() >= 1, "{report}");
 }

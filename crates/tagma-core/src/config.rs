@@ -633,13 +633,14 @@ impl Config {
             s.push_str(&format!("[admin]\n# Administrator key for reconfiguration operations.\npublic_key = \"{}\"\n\n", a.public_key));
         }
         s.push_str("[batch]\n");
+        let db = BatchSection::default();
         s.push_str(&format!(
-            "# Most requests per consensus instance. Default 1024.\nbatch_size_max = {}\n",
-            b.batch_size_max
+            "# Most requests per consensus instance. Default {}.\nbatch_size_max = {}\n",
+            db.batch_size_max, b.batch_size_max
         ));
         s.push_str(&format!(
-            "# Most encoded bytes per batch. Default 1048576.\nbatch_bytes_max = {}\n\n",
-            b.batch_bytes_max
+            "# Most encoded bytes per batch. Default {}.\nbatch_bytes_max = {}\n\n",
+            db.batch_bytes_max, b.batch_bytes_max
         ));
         s.push_str("[timeouts]\n");
         s.push_str(&format!("# Replica request timer (first expiry forwards, second suspects the leader). Default {}.\nrequest_timeout_ms = {}\n", dt.request_timeout_ms, t.request_timeout_ms));

@@ -88,6 +88,21 @@ pub enum NetError {
 }
 
 impl NetError {
+    /// Whether the peer simply went away (reset or aborted the connection, or closed it
+    /// mid-frame): normal for a client that exits, unlike a protocol or authentication
+    /// failure.
+    pub fn is_disconnect(&self) -> bool {
+        use std::io::ErrorKind::{BrokenPipe, ConnectionAborted, ConnectionReset, UnexpectedEof};
+        match self {
+            NetError::Closed | NetError::Truncated => true,
+            NetError::Io(e) => matches!(
+                e.kind(),
+                ConnectionReset | ConnectionAborted | BrokenPipe | UnexpectedEof
+            ),
+            _ => false,
+        }
+    }
+
     /// A short stable label for metrics (`bad_mac`, `unknown_key`, …).
     pub fn reason(&self) -> &'static str {
         match self {

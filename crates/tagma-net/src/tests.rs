@@ -496,6 +496,23 @@ fn connect_refused_is_io() {
 }
 
 #[test]
+fn a_peer_that_goes_away_is_a_disconnect_and_a_bad_frame_is_not() {
+    use std::io::{Error, ErrorKind};
+    for kind in [
+        ErrorKind::ConnectionReset,
+        ErrorKind::ConnectionAborted,
+        ErrorKind::BrokenPipe,
+        ErrorKind::UnexpectedEof,
+    ] {
+        assert!(NetError::Io(Error::from(kind)).is_disconnect(), "{kind:?}");
+    }
+    assert!(NetError::Closed.is_disconnect());
+    assert!(!NetError::Io(Error::from(ErrorKind::PermissionDenied)).is_disconnect());
+    assert!(!NetError::BadMac.is_disconnect());
+    assert!(!NetError::FrameTooLarge { len: 2, max: 1 }.is_disconnect());
+}
+
+#[test]
 fn reasons_are_stable() {
     let all = [
         (NetError::Io(std::io::Error::other("x")), "io"),

@@ -207,10 +207,21 @@ pub(crate) fn client_connection(
         }
     };
     if let Some(e) = reason {
-        sh.reject(
-            e.reason(),
-            format_args!("client principal {principal} (connection {id}): {e}; connection closed"),
-        );
+        if e.is_disconnect() {
+            // A client that exits resets its connections: normal, so counted but quiet.
+            sh.metrics.reject(e.reason());
+            debug!(
+                reason = e.reason(),
+                "client principal {principal} (connection {id}): {e}; connection closed"
+            );
+        } else {
+            sh.reject(
+                e.reason(),
+                format_args!(
+                    "client principal {principal} (connection {id}): {e}; connection closed"
+                ),
+            );
+        }
     }
     let _ = sh.exec_tx.send(ExecEvent::Unroute { conn_id: id });
     drop(conn);

@@ -5,16 +5,12 @@
 //! logged once per reason at `warn`, every later occurrence at `debug`, so a hostile peer
 //! cannot flood the log.
 
-use std::{
-    collections::BTreeMap,
-    io::{Read, Write},
-    net::{SocketAddr, TcpListener},
-    sync::{
-        Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
-    time::Duration,
-};
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use tagma_wire::ReplicaId;
 
@@ -256,29 +252,85 @@ impl Metrics {
     }
 }
 
-/// Serves `GET /metrics` on `addr` from a background thread.
+/// Connections the metrics endpoint serves at once; a new one beyond this closes the
+/// oldest still open, so idle connections cannot lock scrapers out.
+pub const METRICS_CONNECTIONS_MAX: usize = 32;
+/// How long the endpoint waits for a connection's request.
+const METRICS_READ_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The connections being served, oldest first, each with a handle that can shut it down.
+#[derive(Default)]
+struct Open {
+    next_id: u64,
+    conns: std::collections::VecDeque<(u64, TcpStream)>,
+}
+
+/// Serves `GET /metrics` on `addr` from background threads: one accepts, and each
+/// connection is answered on a thread of its own, at most [`METRICS_CONNECTIONS_MAX`] at
+/// once (a new connection beyond that shuts the oldest down) and each for at most
+/// `METRICS_READ_TIMEOUT` of waiting for its request.
 pub fn serve(
     addr: SocketAddr,
     replica: ReplicaId,
     metrics: std::sync::Arc<Metrics>,
 ) -> std::io::Result<()> {
     let listener = TcpListener::bind(addr)?;
-    std::thread::Builder::new().name("metrics".into()).spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let _ = stream.set_read_timeout(Some(Duration::from_secs(2)));
-            let mut buf = [0u8; 1024];
-            let n = stream.read(&mut buf).unwrap_or(0);
-            let ok = buf[..n].starts_with(b"GET /metrics");
-            let (status, body) = if ok { ("200 OK", metrics.render(replica)) } else { ("404 Not Found", "try GET /metrics\n".to_string()) };
-            let _ = write!(
-                stream,
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    })?;
+    let open = std::sync::Arc::new(Mutex::new(Open::default()));
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(stream) = stream else { continue };
+                let Ok(handle) = stream.try_clone() else {
+                    continue;
+                };
+                let id = {
+                    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+                    while open.conns.len() >= METRICS_CONNECTIONS_MAX {
+                        if let Some((_, oldest)) = open.conns.pop_front() {
+                            let _ = oldest.shutdown(std::net::Shutdown::Both);
+                        }
+                    }
+                    open.next_id += 1;
+                    let id = open.next_id;
+                    open.conns.push_back((id, handle));
+                    id
+                };
+                let (metrics, open) = (metrics.clone(), open.clone());
+                let answer = move || {
+                    answer(stream, replica, &metrics);
+                    let mut open = open.lock().unwrap_or_else(|e| e.into_inner());
+                    open.conns.retain(|(other, _)| *other != id);
+                };
+                // A connection that gets no thread is dropped (closed).
+                let _ = std::thread::Builder::new()
+                    .name("metrics-conn".into())
+                    .stack_size(64 << 10)
+                    .spawn(answer);
+            }
+        })?;
     Ok(())
+}
+
+/// Reads one request from `stream` and answers it.
+fn answer(mut stream: TcpStream, replica: ReplicaId, metrics: &Metrics) {
+    let _ = stream.set_read_timeout(Some(METRICS_READ_TIMEOUT));
+    let mut buf = [0u8; 1024];
+    let n = stream.read(&mut buf).unwrap_or(0);
+    if n == 0 {
+        return;
+    }
+    let ok = buf[..n].starts_with(b"GET /metrics");
+    let (status, body) = if ok {
+        ("200 OK", metrics.render(replica))
+    } else {
+        ("404 Not Found", "try GET /metrics\n".to_string())
+    };
+    let _ = write!(
+        stream,
+        "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
 }
 
 /// Fetches a replica's metrics text (used by tests and the CLI).
@@ -317,6 +369,30 @@ pub fn rejection_count(text: &str, reason: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 500 idle connections (opened, never sending a request) must not keep a scraper
+    /// out: `GET /metrics` still answers at once.
+    #[test]
+    fn idle_connections_do_not_block_the_endpoint() {
+        let probe = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = probe.local_addr().unwrap();
+        drop(probe);
+        let metrics = std::sync::Arc::new(Metrics::default());
+        metrics.requests_received.fetch_add(7, Ordering::Relaxed);
+        serve(addr, ReplicaId(3), metrics).unwrap();
+        let idle: Vec<std::net::TcpStream> = (0..500)
+            .map(|_| std::net::TcpStream::connect(addr).unwrap())
+            .collect();
+        let started = std::time::Instant::now();
+        let text = scrape(addr).unwrap();
+        let took = started.elapsed();
+        assert_eq!(value(&text, "tagma_requests_received_total"), Some(7.0));
+        assert!(
+            took < Duration::from_millis(1500),
+            "GET /metrics took {took:?} behind {} idle connections",
+            idle.len()
+        );
+    }
 
     #[test]
     fn rejections_are_counted_and_rendered() {

@@ -5,8 +5,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tagma_cli::cluster::{LocalCluster, digests_equal};
-use tagma_cli::workload::WorkloadReport;
+use tagma_cluster::workload::WorkloadReport;
+use tagma_cluster::{LocalCluster, digests_equal};
 use tagma_wire::{ReplicaId, StateInfo};
 
 pub const READY: Duration = Duration::from_secs(30);

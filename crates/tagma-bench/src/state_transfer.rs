@@ -9,7 +9,8 @@
 //! the time from the restart until it has caught up with the others (same position and
 //! state digest), and the state's size divided by that time.
 //!
-//! Then the whole system (seed 002's initial-state synchronisation, DDS): every replica is
+//! Then the whole system (the initial-state synchronisation of Bessani et al.: On the
+//! Efficiency of Durable State Machine Replication): every replica is
 //! killed and restarted, each recovering from its own disk and synchronising with the others
 //! before ordering; and again with one replica's newest checkpoint corrupted, which it must
 //! detect, set aside, and replace by state transfer from the others.
@@ -27,8 +28,7 @@ use tagma_core::config::Durability;
 use tagma_kv::KvOp;
 use tagma_wire::ReplicaId;
 
-use crate::chaos::metric;
-use crate::cluster::{LocalCluster, digests_equal};
+use tagma_cluster::{LocalCluster, digests_equal};
 
 /// Value size of the fill: under `limits.request_bytes_max` (64 KiB by default).
 const VALUE_BYTES: usize = 60 << 10;
@@ -208,7 +208,7 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
     // before the previous checkpoint is released).
     let checkpoints = |c: &LocalCluster| -> Vec<f64> {
         (0..n)
-            .map(|i| metric(c, i, "tagma_checkpoints_total"))
+            .map(|i| c.metric(i, "tagma_checkpoints_total"))
             .collect()
     };
     let before = checkpoints(&cluster);
@@ -298,15 +298,15 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
         .find(|s| s.replica.0 as usize == wiped)
         .map(|s| s.executed_instances)
         .unwrap_or(0);
-    let transfers = metric(&cluster, wiped, "tagma_state_transfers_total");
+    let transfers = cluster.metric(wiped, "tagma_state_transfers_total");
     if transfers < 1.0 {
         bail!(
             "the wiped replica caught up without state transfer (at instance {installed}): raise --state-mb"
         );
     }
-    let fetched_mb = metric(&cluster, wiped, "tagma_state_bytes_fetched_total") / 1e6;
-    let install_ms = metric(&cluster, wiped, "tagma_state_install_ms");
-    let transfer_ms = metric(&cluster, wiped, "tagma_state_transfer_ms");
+    let fetched_mb = cluster.metric(wiped, "tagma_state_bytes_fetched_total") / 1e6;
+    let install_ms = cluster.metric(wiped, "tagma_state_install_ms");
+    let transfer_ms = cluster.metric(wiped, "tagma_state_transfer_ms");
     let ckp_dir = dir.join("checkpoints");
     let installed_state_mb = std::fs::read_dir(&ckp_dir)
         .with_context(|| format!("reading {}", ckp_dir.display()))?
@@ -320,7 +320,7 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
     let whole_system_recovery_ms = restart_all(&mut cluster, &probe, None)?;
     let corrupt = tagma_node::cluster_dir::data_dir(&cluster.dir, &cluster.cfg, ReplicaId(1));
     let one_corrupt_recovery_ms = restart_all(&mut cluster, &probe, Some(&corrupt))?;
-    let one_corrupt_transfers = metric(&cluster, 1, "tagma_state_transfers_total");
+    let one_corrupt_transfers = cluster.metric(1, "tagma_state_transfers_total");
     if one_corrupt_transfers < 1.0 {
         bail!("the replica with a corrupt checkpoint came back without state transfer");
     }
@@ -359,7 +359,7 @@ fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>
         .unwrap_or(0);
     cluster.stop_all();
     if let Some(dir) = corrupt {
-        crate::chaos::corrupt_checkpoint(&dir.join("checkpoints"))?;
+        tagma_cluster::disk::corrupt_checkpoint(&dir.join("checkpoints"))?;
     }
     let restarted = Instant::now();
     cluster.start_all()?;
@@ -379,6 +379,6 @@ fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>
 /// Every replica's executed position, from its metrics (0 while it does not answer).
 fn positions(cluster: &LocalCluster) -> Vec<u64> {
     (0..cluster.cfg.n())
-        .map(|i| metric(cluster, i, "tagma_executed_instances") as u64)
+        .map(|i| cluster.metric(i, "tagma_executed_instances") as u64)
         .collect()
 }

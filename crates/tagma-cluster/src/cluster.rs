@@ -1,5 +1,5 @@
-//! A local cluster of replica *processes* (`tagma replica`), used by `tagma demo` and the
-//! multi-process tests.
+//! A local cluster of replica *processes* (`tagma replica`), used by `tagma demo`,
+//! `tagma chaos`, `tagma bench` and the multi-process tests.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -332,6 +332,30 @@ impl LocalCluster {
         timeout: Duration,
     ) -> Result<Vec<StateInfo>> {
         converged_states(proxy, live, timeout)
+    }
+
+    /// A Prometheus value of replica `i` (0 when it does not answer).
+    pub fn metric(&self, i: usize, name: &str) -> f64 {
+        self.cfg.replicas[i]
+            .metrics_addr
+            .and_then(|addr| tagma_node::metrics::scrape(addr).ok())
+            .and_then(|text| tagma_node::metrics::value(&text, name))
+            .unwrap_or(0.0)
+    }
+
+    /// The current leader, as the replicas' metrics report it (the first replica that
+    /// answers; 0 when none does).
+    pub fn current_leader(&self) -> usize {
+        for r in &self.cfg.replicas {
+            let Some(addr) = r.metrics_addr else { continue };
+            let leader = tagma_node::metrics::scrape(addr)
+                .ok()
+                .and_then(|text| tagma_node::metrics::value(&text, "tagma_leader"));
+            if let Some(l) = leader {
+                return l as usize;
+            }
+        }
+        0
     }
 
     /// Prints every replica log's warnings and errors and its last lines (for failing

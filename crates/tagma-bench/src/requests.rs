@@ -1,0 +1,108 @@
+//! The requests `tagma bench` sends for each workload: the micro-benchmark's empty requests,
+//! key-value puts or gets, the list's operations and the tuple space's, with a chosen share
+//! of conflicting ones.
+
+use bytes::Bytes;
+use tagma_kv::KvOp;
+
+use crate::load;
+
+/// The service a benchmarked cluster runs, and so the requests sent to it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Workload {
+    /// The micro-benchmark's empty service (replies of the size each request asks for).
+    Micro,
+    /// Puts (or, unordered, gets) on the key-value service.
+    Kv,
+    /// The linked list of integers, executed in parallel.
+    List,
+    /// The tuple space, out/inp conflicting with everything.
+    TuplespaceTs1,
+    /// The tuple space, one conflict class per arity.
+    TuplespaceTs2,
+}
+
+impl Workload {
+    /// The name `tagma replica --service` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Workload::Kv => "kv",
+            Workload::Micro => "micro",
+            Workload::List => "list",
+            Workload::TuplespaceTs1 => "tuplespace-ts1",
+            Workload::TuplespaceTs2 => "tuplespace-ts2",
+        }
+    }
+}
+
+/// What the requests of a run look like.
+#[derive(Clone, Copy, Debug)]
+pub struct RequestShape {
+    pub workload: Workload,
+    /// Request (and, for the micro-benchmark, reply) size in bytes.
+    pub payload: usize,
+    /// List and tuple space: share of conflicting requests, percent.
+    pub conflict_pct: u32,
+    /// List entries or tuples of the replicas' initial state.
+    pub state_size: usize,
+    /// Key-value: send gets (read-only) instead of puts.
+    pub reads: bool,
+}
+
+/// The generator of `shape`'s requests: driver `d`'s `n`-th request is `gen(d, n)`.
+pub fn generator(shape: &RequestShape) -> Box<load::RequestGen> {
+    let payload = shape.payload;
+    match shape.workload {
+        Workload::Micro => {
+            let request = crate::micro::encode_request(payload, payload);
+            Box::new(move |_, _| request.clone())
+        }
+        Workload::TuplespaceTs1 | Workload::TuplespaceTs2 => {
+            let pct = shape.conflict_pct;
+            let initial = crate::exec::initial_tuples(shape.state_size, crate::exec::TUPLES_SEED);
+            Box::new(move |driver, n| crate::exec::space_op(&initial, pct, driver, n))
+        }
+        Workload::List => {
+            let (pct, size) = (u64::from(shape.conflict_pct), shape.state_size as u64);
+            Box::new(move |driver, n| list_op(pct, size, driver, n).encode())
+        }
+        Workload::Kv => {
+            let value = Bytes::from(vec![0u8; payload]);
+            let read = shape.reads;
+            Box::new(move |driver, n| {
+                let key = Bytes::from(format!("bench/{driver}/{}", n % 256).into_bytes());
+                let op = if read {
+                    KvOp::Get { key }
+                } else {
+                    KvOp::Put {
+                        key,
+                        value: value.clone(),
+                    }
+                };
+                op.encode()
+            })
+        }
+    }
+}
+
+/// Driver `driver`'s `n`-th list operation: `pct` percent add/remove of values outside the
+/// initial list of `size` entries, the rest get/contains.
+fn list_op(pct: u64, size: u64, driver: usize, n: u64) -> tagma_parallel::list::ListOp {
+    use tagma_parallel::list::ListOp;
+    // A hash of (driver, n): which requests conflict, and what they touch.
+    let h = tagma_crypto::digest(&[driver.to_le_bytes(), n.to_le_bytes()].concat());
+    let h = u64::from_le_bytes(h.0[..8].try_into().expect("8 bytes"));
+    // Values outside the initial list, one per (driver, pair of requests).
+    let mine = (size + ((driver as u64) << 32) + n / 2) as i64;
+    if h % 100 < pct {
+        if n.is_multiple_of(2) {
+            ListOp::Add(mine)
+        } else {
+            ListOp::Remove(mine)
+        }
+    } else if (h >> 8) % 2 == 0 {
+        ListOp::Get(((h >> 16) % size.max(1)) as i64)
+    } else {
+        ListOp::Contains(((h >> 16) % size.max(1)) as i64)
+    }
+}

@@ -1,0 +1,118 @@
+//! `tagma chaos`: checks its arguments, runs the chosen failure scenario
+//! ([`crate::chaos`], or [`crate::tour`] for the reconfiguration tour) and prints the
+//! verdict.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use tagma_core::Mode;
+
+use crate::chaos::{ChaosOptions, Scenario};
+
+/// `tagma chaos`.
+#[derive(clap::Args)]
+pub struct ChaosArgs {
+    /// kill-all: SIGKILL every replica under load and restart them all from disk;
+    /// lagging-replica: stop one follower for --down-s under load, restart it, time its
+    /// catch-up; corrupt-log / corrupt-checkpoint / corrupt-both: damage the log, the newest
+    /// checkpoint or both of --damaged replicas while all are stopped; wipe-disk: delete
+    /// their data directories while all are stopped; lying-disk: replace their newest
+    /// checkpoint by a state never ordered; reconfig-tour: a replica joins, the leader
+    /// crashes and restarts, the joiner leaves, with throughput sampled every second
+    /// (--after-s between events).
+    #[arg(long, value_enum)]
+    pub scenario: Scenario,
+    /// Crash-fault-tolerant mode, n = 2f+1 (the default is Byzantine, n = 3f+1).
+    #[arg(long)]
+    pub cft: bool,
+    /// Faults tolerated, 1 to 5: the cluster has 3f+1 replicas (2f+1 with --cft).
+    #[arg(long, default_value_t = 1)]
+    pub f: usize,
+    /// corrupt-*, wipe-disk and lying-disk: how many replicas' disks to damage, from 1 to f
+    /// (the last ones; replica 0 keeps its disk).
+    #[arg(long, default_value_t = 1)]
+    pub damaged: usize,
+    /// Concurrent clients, each incrementing its own counter.
+    #[arg(long, default_value_t = 8)]
+    pub clients: usize,
+    /// Seconds of load before the fault.
+    #[arg(long, default_value_t = 2.0)]
+    pub before_s: f64,
+    /// lagging-replica: seconds the replica stays down.
+    #[arg(long, default_value_t = 3.0)]
+    pub down_s: f64,
+    /// Seconds of load after recovery.
+    #[arg(long, default_value_t = 2.0)]
+    pub after_s: f64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+    /// reconfig-tour: draw the throughput timeline with the events marked into this PNG.
+    #[arg(long, value_name = "FILE.png")]
+    pub plot: Option<PathBuf>,
+}
+
+/// `tagma chaos`.
+pub fn run(args: ChaosArgs) -> Result<()> {
+    let secs = |what: &str, s: f64| {
+        if s.is_finite() && s >= 0.0 {
+            Ok(Duration::from_secs_f64(s))
+        } else {
+            bail!("--{what} must be a number of seconds ≥ 0, got {s}")
+        }
+    };
+    let opts = ChaosOptions {
+        mode: if args.cft { Mode::Cft } else { Mode::Bft },
+        f: args.f,
+        damaged: args.damaged,
+        clients: args.clients,
+        before: secs("before-s", args.before_s)?,
+        down: secs("down-s", args.down_s)?,
+        after: secs("after-s", args.after_s)?,
+    };
+    opts.check(args.scenario)?;
+    let exe = super::tagma_exe()?;
+    if !args.json {
+        eprintln!(
+            "running {} on a local {} cluster of {} replicas (f = {}) with durability = \"fsync\"…",
+            args.scenario.name(),
+            opts.mode,
+            opts.n(),
+            opts.f
+        );
+    }
+    if args.scenario == Scenario::ReconfigTour {
+        let report = crate::tour::run(&exe, &opts)?;
+        if let Some(path) = &args.plot {
+            tagma_bench::plot::draw(&report.chart(), path)?;
+            if !args.json {
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        return print_verdict(args.json, &report, report.table(), report.passed());
+    }
+    if args.plot.is_some() {
+        bail!("--plot draws the reconfig-tour timeline; the other scenarios have no plot");
+    }
+    let report = crate::chaos::run(&exe, args.scenario, &opts)?;
+    print_verdict(args.json, &report, report.table(), report.passed())
+}
+
+/// Prints a report (one JSON object, or its table) and exits with 1 if it did not pass.
+fn print_verdict(
+    json: bool,
+    report: &impl serde::Serialize,
+    table: String,
+    passed: bool,
+) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(report)?);
+    } else {
+        println!("{table}");
+    }
+    if !passed {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,88 @@
+//! `tagma init` (a cluster directory) and `tagma keygen` (one key pair).
+
+use std::path::PathBuf;
+
+use anyhow::Result;
+use tagma_cluster::init::{InitOptions, init_cluster, keygen};
+use tagma_core::Mode;
+use tagma_node::cluster_dir;
+
+/// `tagma init`.
+#[derive(clap::Args)]
+pub struct InitArgs {
+    /// Number of replicas.
+    #[arg(long, default_value_t = 4)]
+    pub replicas: usize,
+    /// Crash-fault-tolerant mode (n >= 2f+1) instead of Byzantine (n >= 3f+1).
+    #[arg(long)]
+    pub cft: bool,
+    /// Faults tolerated [default: the largest the replica count allows, which must be at
+    /// least 1: 4 replicas in Byzantine mode, 3 with --cft]. `--f 0` makes a cluster that
+    /// tolerates no fault.
+    #[arg(long)]
+    pub f: Option<u32>,
+    /// The cluster directory to create (tagma.toml and keys/ go there).
+    #[arg(long)]
+    pub dir: PathBuf,
+    /// Replica i listens on port BASE+i and serves metrics on BASE+100+i (all within
+    /// 1..=65535).
+    #[arg(long, default_value_t = 7100)]
+    pub base_port: u16,
+    /// Address the replicas listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    pub host: String,
+    /// Overwrite an existing tagma.toml.
+    #[arg(long)]
+    pub force: bool,
+}
+
+/// `tagma keygen`.
+#[derive(clap::Args)]
+pub struct KeygenArgs {
+    /// Where to write the secret key.
+    #[arg(long)]
+    pub out: PathBuf,
+}
+
+/// `tagma init`: writes the directory and says how to start it.
+pub fn run_init(args: InitArgs) -> Result<()> {
+    let mode = if args.cft { Mode::Cft } else { Mode::Bft };
+    let dir = args.dir;
+    let cfg = init_cluster(
+        &dir,
+        &InitOptions {
+            replicas: args.replicas,
+            mode,
+            f: args.f,
+            base_port: Some(args.base_port),
+            host: args.host,
+            force: args.force,
+        },
+    )?;
+    println!(
+        "wrote {} ({} replicas, f = {}, {} mode) and keys in {}",
+        cluster_dir::config_path(&dir).display(),
+        cfg.n(),
+        cfg.f,
+        cfg.mode,
+        dir.join("keys").display()
+    );
+    println!(
+        "start each replica with: tagma replica --dir {} --id <0..{}>",
+        dir.display(),
+        cfg.n() - 1
+    );
+    Ok(())
+}
+
+/// `tagma keygen`: writes the secret key and prints the public one.
+pub fn run_keygen(args: KeygenArgs) -> Result<()> {
+    let out = args.out;
+    let public = keygen(&out)?;
+    println!("{public}");
+    eprintln!(
+        "secret key written to {0}; the public key above goes into tagma.toml before the cluster first starts, or, for a replica joining a running cluster, pass the file to `tagma view add --key {0}` and `tagma replica --join HOST:PORT --key {0}`",
+        out.display()
+    );
+    Ok(())
+}

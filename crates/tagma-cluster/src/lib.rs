@@ -1,0 +1,20 @@
+//! `tagma-cluster`: local clusters of real replica processes, for the `tagma` command
+//! (`demo`, `chaos`, `bench`), the benchmarks and the multi-process tests. It is tooling
+//! around the `tagma` binary, not part of a replica, so its errors are `anyhow` errors that
+//! say what to fix.
+//!
+//! - [`init`]: writes a cluster directory (keys and a documented `tagma.toml`), as
+//!   `tagma init` does;
+//! - [`cluster`]: starts, stops and inspects the replica processes of such a directory
+//!   (replicas joining by view change too);
+//! - [`disk`]: damages a stopped replica's data directory the way failing disks do (for the
+//!   chaos scenarios and the state-transfer benchmark);
+//! - [`workload`]: a mixed key-value workload that checks every result a client gets for its
+//!   own keys against a sequential model (linearizability per key).
+
+pub mod cluster;
+pub mod disk;
+pub mod init;
+pub mod workload;
+
+pub use cluster::{LaunchOptions, LocalCluster, converged_states, digests_equal};
