@@ -11,8 +11,8 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tagma_core::ValidConfig;
-use tagma_core::config::ReplicaInfo;
+use tagma_config::ValidConfig;
+use tagma_config::config::ReplicaInfo;
 use tagma_crypto::{Authenticator, IdentityKey};
 use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError, NetLimits};
 use tagma_wire::{
@@ -218,7 +218,7 @@ struct Inner {
     client: ClientId,
     key: IdentityKey,
     signed: bool,
-    mode: tagma_core::Mode,
+    mode: tagma_config::Mode,
     /// Whether unordered reads may be answered (`[cluster] readonly_requests`): it changes
     /// the ordered reply quorum.
     readonly: bool,
@@ -382,7 +382,7 @@ impl Proxy {
     }
 
     /// Orders a view change (signed by the administrator, see
-    /// `tagma_core::view::sign_change`) and returns what the replicas made of it.
+    /// `tagma_config::view::sign_change`) and returns what the replicas made of it.
     pub fn reconfigure(
         &self,
         change: &tagma_wire::ViewChange,
@@ -525,7 +525,7 @@ impl Drop for Proxy {
 /// IP:PORT cannot be reached (they still count in the quorums).
 fn members_of(
     key: &IdentityKey,
-    mode: tagma_core::Mode,
+    mode: tagma_config::Mode,
     readonly: bool,
     view: &tagma_wire::View,
     old: Option<&Members>,
@@ -551,7 +551,7 @@ fn members_of(
             })
         })
         .collect();
-    let q = tagma_core::Quorums::new(mode, view.members.len(), view.f as usize);
+    let q = tagma_config::Quorums::new(mode, view.members.len(), view.f as usize);
     Ok(Members {
         view: view.id,
         links,
@@ -591,7 +591,7 @@ impl Inner {
     }
 
     /// Asks the connected replicas for the administrator's signed history and replays each
-    /// from the configured view `initial` ([`tagma_core::view::replay`]): the newest view a
+    /// from the configured view `initial` ([`tagma_config::view::replay`]): the newest view a
     /// valid history leads to, if newer than `initial`. A faulty replica can only send an
     /// older (shorter) history, never a view the administrator did not sign.
     fn bootstrap_view(
@@ -611,7 +611,7 @@ impl Inner {
                 break;
             };
             answered.insert(from);
-            match tagma_core::view::replay(initial, admin, self.mode, &history) {
+            match tagma_config::view::replay(initial, admin, self.mode, &history) {
                 Ok(view) if best.as_ref().is_none_or(|b| view.id > b.id) => best = Some(view),
                 Ok(_) => {}
                 Err(e) => debug!("replica {from} sent a view history that does not replay: {e}"),

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use tagma_core::{Mode, Quorums};
+use tagma_config::{Mode, Quorums};
 use tagma_wire::{Digest, Encode, ReplicaId, View, ViewId};
 
 /// Votes of the replicas on one request's reply.

@@ -649,7 +649,10 @@ impl<S: Service> Executor<S> {
             }
             if let Some(m) = &self.membership {
                 if checker.as_ref().is_none_or(|(view, _)| *view != m.view.id) {
-                    checker = Some((m.view.id, m.proof_checker()));
+                    checker = Some((
+                        m.view.id,
+                        tagma_core::proof::ProofChecker::for_membership(m),
+                    ));
                 }
                 let (view, checker) = checker.as_ref().expect("set above");
                 if checker.check(decided).is_none() {
