@@ -370,15 +370,16 @@ impl Proxy {
         self.invoke_async(request, RequestKind::Ordered)?.wait()
     }
 
-    /// Totally ordered invocation naming the request's conflict group (seed 000's
-    /// `invoke_parallel`): a replica executing in parallel by groups (`tagma replica
+    /// Totally ordered invocation naming the request's conflict group (`invoke_parallel`):
+    /// the payload goes in a [`GroupEnvelope`](tagma_wire::GroupEnvelope), and a replica executing in parallel by groups (`tagma replica
     /// --exec-classify groups`) runs requests of groups that do not conflict at once.
     pub fn invoke_parallel(
         &self,
         request: Bytes,
-        group: tagma_parallel::Group,
+        group: tagma_wire::Group,
     ) -> Result<Bytes, ClientError> {
-        self.invoke_ordered(tagma_parallel::envelope(group, &request))
+        let envelope = tagma_wire::GroupEnvelope { group, op: request };
+        self.invoke_ordered(envelope.to_bytes())
     }
 
     /// Orders a view change (signed by the administrator, see

@@ -1,10 +1,10 @@
-//! What a request may conflict with: its conflict classes (SPEC §8, reference §4).
+//! What a request may conflict with: its conflict classes.
 //!
 //! Two requests conflict when one writes a class the other reads or writes; a request that
 //! touches everything (`all`) conflicts with every request. Requests that do not conflict may
 //! run in any order, or at once, with the same result; conflicting ones must run in decision
 //! order. The service declares the classes of each request ([`crate::ParallelService::classify`]);
-//! the seed's client-chosen conflict groups ([`Group`]) are one way to name them.
+//! the client-chosen conflict groups ([`Group`]) are one way to name them.
 
 /// A conflict class (a key, a partition, a tuple arity, a worker's group…), named by the
 /// service.
@@ -73,20 +73,10 @@ impl Access {
     }
 }
 
-/// The seed's conflict groups, chosen by the client per request (`invoke_parallel(request,
-/// group)`), with `k` workers numbered `0..k`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Group {
-    /// Conflicts with nothing: any one worker runs it.
-    None,
-    /// Conflicts with everything: every worker stops for it.
-    All,
-    /// Worker `t`'s own group: conflicts with the requests of the same group (and with the
-    /// multi-worker groups containing `t`).
-    Worker(u32),
-    /// A group registered with [`Groups::add`]: conflicts with the groups of its workers.
-    Custom(u32),
-}
+/// The conflict groups a client chooses per request (`invoke_parallel(request, group)`): the
+/// type and its encoding are `tagma-wire`'s ([`tagma_wire::GroupEnvelope`]); [`Groups`]
+/// gives each its conflict classes.
+pub use tagma_wire::Group;
 
 /// The groups registered on a parallel replica (`add_execution_conflict_group`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

@@ -5,6 +5,9 @@
 //! - [`PeerMessage`]: replica ↔ replica (Mod-SMaRt consensus and request forwarding);
 //! - [`ClientMessage`] (client → replica) and [`ReplicaMessage`] (replica → client).
 //!
+//! A request's payload is the service's own bytes, except for a replica that executes by
+//! conflict groups: there it is a [`GroupEnvelope`].
+//!
 //! A PROPOSE carries its batch as the *encoded* bytes ([`Propose::batch`]): receivers hash
 //! exactly the bytes the leader sent, and the decoded [`Batch`] borrows its payloads from them.
 
@@ -384,4 +387,28 @@ pub enum Handshake {
     },
     /// Signature by the identity key over the transcript of both `Hello`s.
     Proof { signature: Signature },
+}
+
+/// The conflict group a client names for an ordered request, for a replica that executes
+/// requests in parallel by groups, with `k` workers numbered `0..k`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// Conflicts with nothing: any one worker runs it.
+    None,
+    /// Conflicts with everything: every worker stops for it.
+    All,
+    /// Worker `t`'s own group: conflicts with the requests of the same group (and with the
+    /// multi-worker groups containing `t`).
+    Worker(u32),
+    /// A group the replica registered (a set of workers): conflicts with the groups of its
+    /// workers.
+    Custom(u32),
+}
+
+/// The payload of an ordered request for a replica that executes by conflict groups: the
+/// group the client chose, then the service's operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupEnvelope {
+    pub group: Group,
+    pub op: Bytes,
 }

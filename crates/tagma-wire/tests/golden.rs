@@ -55,6 +55,10 @@ const VIEW: &str = "02000000 01000000 02000000 00000000 03000000 683a30 30303030
 const VIEW_CHANGE: &str = "02000000 03000000 00 05000000 03000000 683a35 3535353535353535353535353535353535353535353535353535353535353535 01 01000000 02 02000000 77777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777777";
 const OUTCOME_REFUSED: &str = "01 03000000 6e6f21";
 const REQUEST_RECONFIGURE: &str = "03000000 07000000 2a00000000000000 02 02000000 00000000";
+const GROUP_NONE: &str = "00 6f70";
+const GROUP_ALL: &str = "01 6f70";
+const GROUP_WORKER: &str = "02 03000000 6f70";
+const GROUP_CUSTOM: &str = "03 4d000000";
 const REPLICA_STATE_INFO: &str = "01 02 4d00000000000000 01000000 0a00000000000000 fa00000000000000 dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
 
 fn unhex(spaced: &str) -> Vec<u8> {
@@ -204,4 +208,24 @@ fn golden_replica() {
     let r = common::replica_messages;
     golden("reply", &find(r(), "reply"), REPLICA_REPLY);
     golden("state_info", &find(r(), "state_info"), REPLICA_STATE_INFO);
+}
+
+#[test]
+fn golden_group_envelopes() {
+    let envelope = |group, op: &'static [u8]| GroupEnvelope {
+        group,
+        op: Bytes::from_static(op),
+    };
+    golden("group_none", &envelope(Group::None, b"op"), GROUP_NONE);
+    golden("group_all", &envelope(Group::All, b"op"), GROUP_ALL);
+    golden(
+        "group_worker",
+        &envelope(Group::Worker(3), b"op"),
+        GROUP_WORKER,
+    );
+    golden(
+        "group_custom",
+        &envelope(Group::Custom(77), b""),
+        GROUP_CUSTOM,
+    );
 }

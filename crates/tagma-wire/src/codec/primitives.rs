@@ -115,6 +115,14 @@ impl<'a> Reader<'a> {
         Ok(self.buf.slice(start..end))
     }
 
+    /// The bytes that remain, as a zero-copy slice of the input (for a field that ends the
+    /// message and carries no length).
+    pub(super) fn rest(&mut self) -> Bytes {
+        let start = self.pos;
+        self.pos = self.buf.len();
+        self.buf.slice(start..)
+    }
+
     /// Validates a decoded element count against the bytes that remain.
     pub(super) fn check_count(
         &self,

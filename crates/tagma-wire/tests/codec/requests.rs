@@ -1,5 +1,6 @@
 //! Requests, batches, the handshake, and the client and replica messages.
 
+use bytes::Bytes;
 use tagma_wire::*;
 
 use crate::common;
@@ -99,4 +100,43 @@ fn four_mac_empty_envelope_is_91_bytes() {
     assert_eq!(env.to_bytes().len(), 91);
     // As a client message: + version + tag.
     assert_eq!(ClientMessage::Request(env).encoded_len(), 93);
+}
+
+#[test]
+fn group_envelopes_round_trip_with_the_operation_zero_copy() {
+    for group in [Group::None, Group::All, Group::Worker(3), Group::Custom(77)] {
+        for op in [&b""[..], b"op", &[0xff; 40]] {
+            let envelope = GroupEnvelope {
+                group,
+                op: Bytes::copy_from_slice(op),
+            };
+            let bytes = envelope.to_bytes();
+            assert_eq!(bytes.len(), envelope.encoded_len());
+            let decoded = GroupEnvelope::decode(&bytes).unwrap();
+            assert_eq!(decoded, envelope);
+            assert_within(&bytes, &decoded.op);
+        }
+    }
+}
+
+#[test]
+fn what_is_no_group_envelope_is_rejected() {
+    assert_eq!(
+        GroupEnvelope::decode(&Bytes::new()),
+        Err(WireError::Truncated { needed: 1 })
+    );
+    assert_eq!(
+        GroupEnvelope::decode(&Bytes::from_static(b"\x09op")),
+        Err(WireError::UnknownTag {
+            what: "group",
+            tag: 9
+        })
+    );
+    // A worker's or a registered group's id is cut short.
+    for tag in [2u8, 3] {
+        assert_eq!(
+            GroupEnvelope::decode(&Bytes::from(vec![tag, 1])),
+            Err(WireError::Truncated { needed: 3 })
+        );
+    }
 }
