@@ -23,6 +23,16 @@ pub enum ClientError {
     NoQuorum { replies: usize, quorum: usize },
     #[error("request of {bytes} bytes exceeds request_bytes_max = {max}")]
     TooLarge { bytes: usize, max: usize },
+    #[error(
+        "the replicas do not know this client's key (principal {principal}, public key {key}; refused by replica {refused_by}) — fix: add it to tagma.toml's clients on the replicas ([[client]] id = {principal}, public_key = \"{key}\") and restart them, or use the cluster's client key (keys/client.key in the cluster directory) with its principal"
+    )]
+    UnknownKey {
+        principal: u32,
+        /// The client's public key, hex.
+        key: String,
+        /// The replicas that refused it, comma-separated.
+        refused_by: String,
+    },
     #[error("invalid client key: {0}")]
     Key(String),
     #[error("the proxy was closed")]

@@ -387,6 +387,17 @@ pub enum Handshake {
     },
     /// Signature by the identity key over the transcript of both `Hello`s.
     Proof { signature: Signature },
+    /// The responder's answer, in place of its `Hello`, to an initiator it refuses; the
+    /// connection closes after it. Unauthenticated: it only lets the initiator tell its user
+    /// why (a refused connection closes either way).
+    Refused { reason: Refusal },
+}
+
+/// Why a responder refused a handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The responder registers no key for the role the initiator claimed, or another key.
+    UnknownKey,
 }
 
 /// The conflict group a client names for an ordered request, for a replica that executes

@@ -1,6 +1,8 @@
 //! Connecting to the replicas: the authenticated handshake for each link, and the reader and
 //! writer threads of each connection.
 
+use std::fmt;
+use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 use std::thread;
@@ -8,17 +10,42 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError};
-use tagma_wire::{Decode, ReplicaId, ReplicaMessage, Role};
+use tagma_wire::{Decode, Refusal, ReplicaId, ReplicaMessage, Role};
 use tracing::debug;
 
 use super::Inner;
 use super::links::{LINK_COALESCE_BYTES, LINK_QUEUE_MAX, Link, Members};
+use crate::error::ClientError;
 use crate::locking::lock;
 
+/// Why a link did not connect.
+pub(super) struct ConnectFailure {
+    replica: ReplicaId,
+    addr: SocketAddr,
+    error: NetError,
+}
+
+impl ConnectFailure {
+    /// The replica refused this client's key.
+    fn refused_key(&self) -> bool {
+        matches!(self.error, NetError::Refused(Refusal::UnknownKey))
+    }
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "replica {} at {}: {}",
+            self.replica, self.addr, self.error
+        )
+    }
+}
+
 impl Inner {
-    /// Connects to every member not connected yet, in parallel: one error (or `None`) per
+    /// Connects to every member not connected yet, in parallel: one failure (or `None`) per
     /// link, in order.
-    pub(super) fn connect_all(self: &Arc<Self>, members: &Members) -> Vec<Option<String>> {
+    pub(super) fn connect_all(self: &Arc<Self>, members: &Members) -> Vec<Option<ConnectFailure>> {
         thread::scope(|s| {
             let handles: Vec<_> = members
                 .links
@@ -30,8 +57,10 @@ impl Inner {
                             if lock(&link.writer).is_some() {
                                 return None;
                             }
-                            inner.connect_link(link).err().map(|e| {
-                                format!("replica {} at {}: {e}", link.info.id, link.info.addr)
+                            inner.connect_link(link).err().map(|error| ConnectFailure {
+                                replica: link.info.id,
+                                addr: link.info.addr,
+                                error,
                             })
                         }
                     })
@@ -39,9 +68,51 @@ impl Inner {
                 .collect();
             handles
                 .into_iter()
-                .map(|h| h.join().unwrap_or(Some("connect thread panicked".into())))
+                .zip(&members.links)
+                .map(|(h, link)| {
+                    h.join().unwrap_or_else(|_| {
+                        Some(ConnectFailure {
+                            replica: link.info.id,
+                            addr: link.info.addr,
+                            error: NetError::Io(std::io::Error::other("connect thread panicked")),
+                        })
+                    })
+                })
                 .collect()
         })
+    }
+
+    /// The error of a proxy that connected to `connected` replicas, fewer than the `needed`
+    /// reply quorum: the replicas do not know its key when any refused it for that (the fix
+    /// is the key, not the replicas), otherwise the cluster is unreachable.
+    pub(super) fn too_few_connected(
+        &self,
+        connected: usize,
+        needed: usize,
+        failures: Vec<Option<ConnectFailure>>,
+    ) -> ClientError {
+        let failures: Vec<ConnectFailure> = failures.into_iter().flatten().collect();
+        let refused: Vec<String> = failures
+            .iter()
+            .filter(|f| f.refused_key())
+            .map(|f| f.replica.to_string())
+            .collect();
+        if !refused.is_empty() {
+            return ClientError::UnknownKey {
+                principal: self.client.principal(),
+                key: self.key.public().to_hex(),
+                refused_by: refused.join(", "),
+            };
+        }
+        ClientError::Unreachable {
+            connected,
+            needed,
+            details: failures
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+        }
     }
 
     pub(super) fn connect_link(self: &Arc<Self>, link: &Arc<Link>) -> Result<(), NetError> {

@@ -115,7 +115,8 @@ fn random_u32() -> u32 {
 impl Proxy {
     /// Connects to every replica of `cfg` (in parallel) as client principal
     /// `options.principal` with `key`. Fails with [`ClientError::Unreachable`] when fewer
-    /// replicas than a reply quorum answer; the others are retried in the background.
+    /// replicas than a reply quorum answer (with [`ClientError::UnknownKey`] when replicas
+    /// refused the key); the others are retried in the background.
     pub fn connect(
         cfg: &ValidConfig,
         key: IdentityKey,
@@ -163,8 +164,8 @@ impl Proxy {
             closed: AtomicBool::new(false),
         });
         let mut members = inner.members();
-        let mut errors = inner.connect_all(&members);
-        let mut connected = errors.iter().filter(|e| e.is_none()).count();
+        let mut failures = inner.connect_all(&members);
+        let mut connected = failures.iter().filter(|e| e.is_none()).count();
         if connected < members.ordered_quorum
             && connected > 0
             && let Some(admin) = cfg.admin
@@ -181,17 +182,12 @@ impl Proxy {
             inner.move_to_view(&view);
             members = inner.members();
             // Links kept from the configured view are connected already (no error).
-            errors = inner.connect_all(&members);
-            connected = errors.iter().filter(|e| e.is_none()).count();
+            failures = inner.connect_all(&members);
+            connected = failures.iter().filter(|e| e.is_none()).count();
         }
         if connected < members.ordered_quorum {
             inner.close();
-            let details = errors.into_iter().flatten().collect::<Vec<_>>().join("; ");
-            return Err(ClientError::Unreachable {
-                connected,
-                needed: members.ordered_quorum,
-                details,
-            });
+            return Err(inner.too_few_connected(connected, members.ordered_quorum, failures));
         }
         inner.spawn_maintenance();
         Ok(Proxy { inner })

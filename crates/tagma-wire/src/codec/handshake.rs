@@ -4,6 +4,7 @@
 //! |---------|-----|--------|
 //! | `Handshake::Hello` | 1 | role (`u8` tag: 0 = Replica, 1 = Client; then `u32`), identity 32 bytes, ephemeral 32 bytes |
 //! | `Handshake::Proof` | 2 | signature 64 bytes |
+//! | `Handshake::Refused` | 3 | reason `u8` (0 = unknown key) |
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -16,6 +17,9 @@ const ROLE_CLIENT: u8 = 1;
 
 const HANDSHAKE_HELLO: u8 = 1;
 const HANDSHAKE_PROOF: u8 = 2;
+const HANDSHAKE_REFUSED: u8 = 3;
+
+const REFUSAL_UNKNOWN_KEY: u8 = 0;
 
 impl Encode for Handshake {
     fn encode(&self, out: &mut BytesMut) {
@@ -44,6 +48,12 @@ impl Encode for Handshake {
                 put_header(out, HANDSHAKE_PROOF);
                 out.put_slice(&signature.0);
             }
+            Handshake::Refused { reason } => {
+                put_header(out, HANDSHAKE_REFUSED);
+                out.put_u8(match reason {
+                    Refusal::UnknownKey => REFUSAL_UNKNOWN_KEY,
+                });
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -51,6 +61,7 @@ impl Encode for Handshake {
             + match self {
                 Handshake::Hello { .. } => 1 + 4 + PublicKey::LEN + KexPublic::LEN,
                 Handshake::Proof { .. } => Signature::LEN,
+                Handshake::Refused { .. } => 1,
             }
     }
 }
@@ -73,6 +84,15 @@ impl Decode for Handshake {
             HANDSHAKE_PROOF => Ok(Handshake::Proof {
                 signature: Signature(r.array()?),
             }),
+            HANDSHAKE_REFUSED => match r.u8()? {
+                REFUSAL_UNKNOWN_KEY => Ok(Handshake::Refused {
+                    reason: Refusal::UnknownKey,
+                }),
+                tag => Err(WireError::UnknownTag {
+                    what: "handshake refusal",
+                    tag,
+                }),
+            },
             tag => Err(WireError::UnknownTag {
                 what: "handshake",
                 tag,

@@ -266,6 +266,9 @@ fn arb_handshake() -> impl Strategy<Value = Handshake> {
         proptest::collection::vec(any::<u8>(), 64).prop_map(|v| Handshake::Proof {
             signature: Signature(v.try_into().unwrap()),
         }),
+        Just(Handshake::Refused {
+            reason: Refusal::UnknownKey
+        }),
     ]
 }
 

@@ -71,6 +71,18 @@ fn bad_inner_tags_are_rejected() {
         Handshake::decode(&with_byte(&hello, 2, 2)),
         Err(WireError::UnknownTag { tag: 2, .. })
     ));
+    // Refusal reason (offset 2).
+    let refused = Handshake::Refused {
+        reason: Refusal::UnknownKey,
+    }
+    .to_bytes();
+    assert_eq!(
+        Handshake::decode(&with_byte(&refused, 2, 7)),
+        Err(WireError::UnknownTag {
+            what: "handshake refusal",
+            tag: 7
+        })
+    );
 }
 
 #[test]
