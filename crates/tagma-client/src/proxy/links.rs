@@ -2,6 +2,8 @@
 //! writer thread) and the [`Members`] of the view requests go in (links, authenticator,
 //! reply quorums).
 
+use std::fmt;
+use std::net::SocketAddr;
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -9,7 +11,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use tagma_config::config::ReplicaInfo;
 use tagma_crypto::{Authenticator, IdentityKey};
-use tagma_wire::{ReplicaId, ViewId};
+use tagma_net::NetError;
+use tagma_wire::{Refusal, ReplicaId, ViewId};
 
 use crate::error::ClientError;
 use crate::locking::lock;
@@ -18,6 +21,50 @@ use crate::locking::lock;
 pub(super) const LINK_QUEUE_MAX: usize = 1024;
 /// A writer coalesces queued frames into writes of about this many bytes.
 pub(super) const LINK_COALESCE_BYTES: usize = 256 << 10;
+
+/// Where the outcome of a connection attempt goes: the replica and whether it connected.
+pub(super) type ConnectWaiter = crossbeam_channel::Sender<(ReplicaId, Result<(), ConnectFailure>)>;
+
+/// Why a link did not connect.
+#[derive(Clone, Debug)]
+pub(super) struct ConnectFailure {
+    pub(super) replica: ReplicaId,
+    pub(super) addr: SocketAddr,
+    pub(super) cause: String,
+    /// The replica refused this client's key.
+    pub(super) refused_key: bool,
+}
+
+impl ConnectFailure {
+    pub(super) fn new(info: &ReplicaInfo, error: &NetError) -> Self {
+        ConnectFailure {
+            replica: info.id,
+            addr: info.addr,
+            cause: error.to_string(),
+            refused_key: matches!(error, NetError::Refused(Refusal::UnknownKey)),
+        }
+    }
+
+    /// An attempt still in progress (it goes on in the background).
+    pub(super) fn pending(info: &ReplicaInfo) -> Self {
+        ConnectFailure {
+            replica: info.id,
+            addr: info.addr,
+            cause: "no answer to the handshake yet".into(),
+            refused_key: false,
+        }
+    }
+}
+
+impl fmt::Display for ConnectFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "replica {} at {}: {}",
+            self.replica, self.addr, self.cause
+        )
+    }
+}
 
 pub(super) struct Link {
     pub(super) info: ReplicaInfo,
@@ -28,6 +75,9 @@ pub(super) struct Link {
     pub(super) writer: Mutex<Option<(u64, crossbeam_channel::Sender<Bytes>)>>,
     pub(super) generation: AtomicU64,
     pub(super) last_attempt: Mutex<Option<Instant>>,
+    /// `Some` while a connection attempt runs (on its own thread), with who waits for its
+    /// outcome; at most one attempt per link at a time.
+    pub(super) connecting: Mutex<Option<Vec<ConnectWaiter>>>,
 }
 
 impl Link {
@@ -37,7 +87,13 @@ impl Link {
             writer: Mutex::new(None),
             generation: AtomicU64::new(0),
             last_attempt: Mutex::new(None),
+            connecting: Mutex::new(None),
         })
+    }
+
+    /// Whether a connection is up (its writer thread takes frames).
+    pub(super) fn is_connected(&self) -> bool {
+        lock(&self.writer).is_some()
     }
 
     /// Queues `frame` without blocking.

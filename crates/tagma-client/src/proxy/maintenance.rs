@@ -6,9 +6,7 @@ use std::sync::{Arc, Weak};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
 use tagma_wire::RequestKind;
-use tracing::debug;
 
 use super::Inner;
 use crate::error::ClientError;
@@ -29,28 +27,12 @@ impl Inner {
         let now = Instant::now();
         let members = self.members();
         for link in &members.links {
-            let down = lock(&link.writer).is_none();
             let due = lock(&link.last_attempt)
                 .is_none_or(|t| now.duration_since(t) >= self.reconnect_delay);
-            if !(down && due) {
-                continue;
-            }
-            match self.connect_link(link) {
-                Err(e) => debug!("reconnect to replica {} failed: {e}", link.info.id),
-                // A replica that restarted lost the requests it had not ordered yet: the
-                // ordered calls in flight go to it again now rather than at their next
-                // retransmission (after a restart of every replica, that would be the first
-                // time any replica hears them again).
-                Ok(()) => {
-                    let frames: Vec<Bytes> = lock(&self.calls)
-                        .iter()
-                        .filter(|(key, _)| key.0 != RequestKind::Unordered)
-                        .map(|(_, call)| call.frame.clone())
-                        .collect();
-                    for frame in &frames {
-                        link.send(frame);
-                    }
-                }
+            // The attempt runs on its own thread: a replica that never answers the handshake
+            // holds up neither retransmissions nor the other links.
+            if due && !link.is_connected() {
+                self.start_connect(link, None);
             }
         }
         let mut resend = Vec::new();

@@ -113,8 +113,9 @@ fn random_u32() -> u32 {
 }
 
 impl Proxy {
-    /// Connects to every replica of `cfg` (in parallel) as client principal
-    /// `options.principal` with `key`. Fails with [`ClientError::Unreachable`] when fewer
+    /// Connects to the replicas of `cfg` (in parallel) as client principal
+    /// `options.principal` with `key`, and returns once a reply quorum is connected (the
+    /// others connect in the background). Fails with [`ClientError::Unreachable`] when fewer
     /// replicas than a reply quorum answer (with [`ClientError::UnknownKey`] when replicas
     /// refused the key); the others are retried in the background.
     pub fn connect(
@@ -164,8 +165,7 @@ impl Proxy {
             closed: AtomicBool::new(false),
         });
         let mut members = inner.members();
-        let mut failures = inner.connect_all(&members);
-        let mut connected = failures.iter().filter(|e| e.is_none()).count();
+        let (mut connected, mut failures) = inner.connect_all(&members);
         if connected < members.ordered_quorum
             && connected > 0
             && let Some(admin) = cfg.admin
@@ -182,8 +182,7 @@ impl Proxy {
             inner.move_to_view(&view);
             members = inner.members();
             // Links kept from the configured view are connected already (no error).
-            failures = inner.connect_all(&members);
-            connected = failures.iter().filter(|e| e.is_none()).count();
+            (connected, failures) = inner.connect_all(&members);
         }
         if connected < members.ordered_quorum {
             inner.close();
@@ -274,23 +273,31 @@ impl Proxy {
     }
 
     /// Asks every replica for its execution position and state digest.
+    /// A replica this proxy is not connected to has no answer at once (none is waited for).
     pub fn query_states(&self, timeout: Duration) -> Vec<(ReplicaId, Option<StateInfo>)> {
         let inner = &self.inner;
         let mut waits = Vec::new();
         for link in &inner.members().links {
+            if !link.is_connected() {
+                waits.push((link.info.id, None));
+                continue;
+            }
             let nonce = inner.next_nonce.fetch_add(1, Ordering::Relaxed);
             let (tx, rx) = crossbeam_channel::bounded(1);
             lock(&inner.queries).insert(nonce, tx);
             let frame = ClientMessage::StateQuery { nonce }.to_bytes();
             link.send(&frame);
-            waits.push((link.info.id, nonce, rx));
+            waits.push((link.info.id, Some((nonce, rx))));
         }
         let deadline = Instant::now() + timeout;
         waits
             .into_iter()
-            .map(|(id, nonce, rx)| {
-                let got = rx.recv_deadline(deadline).ok();
-                lock(&inner.queries).remove(&nonce);
+            .map(|(id, wait)| {
+                let got = wait.and_then(|(nonce, rx)| {
+                    let got = rx.recv_deadline(deadline).ok();
+                    lock(&inner.queries).remove(&nonce);
+                    got
+                });
                 (id, got)
             })
             .collect()

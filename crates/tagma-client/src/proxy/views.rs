@@ -17,19 +17,27 @@ use crate::locking::lock;
 use crate::voting::ViewFollower;
 
 impl Proxy {
-    /// Asks every replica for the view it installed (as far as it executed) and returns the
-    /// newest view that enough replicas report for one of them to be correct (f+1 in BFT, one
-    /// in CFT) — waiting for every replica's answer until `timeout`. Requests then go in it.
+    /// Asks every connected replica for the view it installed (as far as it executed) and
+    /// returns the newest view that enough replicas report for one of them to be correct (f+1
+    /// in BFT, one in CFT) — waiting, until `timeout`, for the answers that could still
+    /// change it (a replica that does not answer costs nothing once the others settle it).
+    /// Requests then go in it.
     pub fn current_view(&self, timeout: Duration) -> Result<tagma_wire::View, ClientError> {
         let inner = &self.inner;
-        let asked = inner.members().links.len();
-        let (tx, rx) = crossbeam_channel::bounded(asked * 2);
+        let asked = inner
+            .members()
+            .links
+            .iter()
+            .filter(|l| l.is_connected())
+            .count();
+        let (tx, rx) = crossbeam_channel::bounded(asked.max(1) * 2);
         lock(&inner.view_queries).push(tx);
         inner.send_all(&ClientMessage::ViewQuery.to_bytes());
         let started = Instant::now();
         let deadline = started + timeout;
+        let needed = lock(&inner.follower).quorums().one_correct();
         let mut reports: HashMap<ReplicaId, tagma_wire::View> = HashMap::new();
-        while reports.len() < asked {
+        while reports.len() < asked && !settled(&reports, asked - reports.len(), needed) {
             match rx.recv_deadline(deadline) {
                 Ok((from, view)) => {
                     reports.insert(from, view);
@@ -38,15 +46,7 @@ impl Proxy {
             }
         }
         drop(rx);
-        let needed = lock(&inner.follower).quorums().one_correct();
-        let mut best: Option<&tagma_wire::View> = None;
-        for view in reports.values() {
-            let agreeing = reports.values().filter(|v| *v == view).count();
-            if agreeing >= needed && best.is_none_or(|b| view.id > b.id) {
-                best = Some(view);
-            }
-        }
-        let Some(view) = best.cloned() else {
+        let Some(view) = newest_vouched(&reports, needed).cloned() else {
             return Err(ClientError::Timeout {
                 after_ms: started.elapsed().as_millis() as u64,
                 replies: reports.len(),
@@ -68,6 +68,38 @@ impl Proxy {
     }
 }
 
+/// The newest view at least `needed` replicas report.
+fn newest_vouched(
+    reports: &HashMap<ReplicaId, tagma_wire::View>,
+    needed: usize,
+) -> Option<&tagma_wire::View> {
+    let mut best: Option<&tagma_wire::View> = None;
+    for view in reports.values() {
+        let agreeing = reports.values().filter(|v| *v == view).count();
+        if agreeing >= needed && best.is_none_or(|b| view.id > b.id) {
+            best = Some(view);
+        }
+    }
+    best
+}
+
+/// Whether `remaining` more answers can no longer change [`newest_vouched`]: no view newer
+/// than it, reported yet or not, can reach `needed` reports with them.
+fn settled(
+    reports: &HashMap<ReplicaId, tagma_wire::View>,
+    remaining: usize,
+    needed: usize,
+) -> bool {
+    if remaining >= needed {
+        return false;
+    }
+    let best = newest_vouched(reports, needed).map(|v| v.id);
+    reports.values().all(|view| {
+        let agreeing = reports.values().filter(|v| *v == view).count();
+        best.is_some_and(|b| view.id <= b) || agreeing + remaining < needed
+    })
+}
+
 impl Inner {
     /// Asks the connected replicas for the administrator's signed history and replays each
     /// from the configured view `initial` ([`tagma_config::view::replay`]): the newest view a
@@ -78,8 +110,13 @@ impl Inner {
         initial: &tagma_wire::View,
         admin: &tagma_wire::PublicKey,
     ) -> Option<tagma_wire::View> {
-        let links = self.members().links.len();
-        let (tx, rx) = crossbeam_channel::bounded(links * 2);
+        let links = self
+            .members()
+            .links
+            .iter()
+            .filter(|l| l.is_connected())
+            .count();
+        let (tx, rx) = crossbeam_channel::bounded(links.max(1) * 2);
         lock(&self.history_queries).push(tx.clone());
         self.send_all(&ClientMessage::ViewHistoryQuery.to_bytes());
         let deadline = Instant::now() + self.connect_timeout.max(Duration::from_millis(500));
@@ -155,5 +192,48 @@ impl Inner {
         for frame in resend {
             send_all(&members, &frame);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use tagma_wire::{View, ViewId};
+
+    use super::*;
+
+    fn view(id: u32) -> View {
+        View {
+            id: ViewId(id),
+            f: 1,
+            members: Vec::new(),
+        }
+    }
+
+    fn reports(views: &[(u32, u32)]) -> HashMap<ReplicaId, View> {
+        views
+            .iter()
+            .map(|(replica, id)| (ReplicaId(*replica), view(*id)))
+            .collect()
+    }
+
+    #[test]
+    fn the_answers_settle_once_the_missing_ones_cannot_vouch_for_a_newer_view() {
+        // f + 1 = 2 reports vouch; one of four replicas has not answered.
+        let same = reports(&[(0, 3), (1, 3), (2, 3)]);
+        assert_eq!(newest_vouched(&same, 2).map(|v| v.id), Some(ViewId(3)));
+        assert!(settled(&same, 1, 2));
+        // Two missing answers could vouch for a view nobody reported yet.
+        assert!(!settled(&reports(&[(0, 3), (1, 3)]), 2, 2));
+        // One report of a newer view: the missing answer could make it the newest vouched.
+        let split = reports(&[(0, 3), (1, 3), (2, 4)]);
+        assert_eq!(newest_vouched(&split, 2).map(|v| v.id), Some(ViewId(3)));
+        assert!(!settled(&split, 1, 2));
+        // An older view with one report cannot change the answer.
+        assert!(settled(&reports(&[(0, 3), (1, 3), (2, 2)]), 1, 2));
+        // Nothing vouched for and nothing can be: settled (no view).
+        let scattered = reports(&[(0, 1), (1, 2), (2, 3)]);
+        assert_eq!(newest_vouched(&scattered, 2), None);
+        assert!(settled(&scattered, 0, 2));
+        assert!(!settled(&scattered, 1, 2));
     }
 }

@@ -1,5 +1,8 @@
 //! Stand-in replicas for the proxy's tests: real TCP listeners and real handshakes
-//! (`tagma-net`), without consensus. An echo replica answers every request with its payload.
+//! (`tagma-net`), without consensus. An echo replica answers every request with its payload,
+//! a view query with the configured view and a state query with an empty state;
+//! a hung replica's listener accepts TCP connections and never reads (a stopped process: the
+//! kernel completes the connection, nobody answers the handshake).
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
@@ -9,7 +12,8 @@ use tagma_config::{Config, ValidConfig};
 use tagma_crypto::IdentityKey;
 use tagma_net::{KeyDirectory, LocalIdentity, NetLimits};
 use tagma_wire::{
-    ClientMessage, Decode, Encode, PublicKey, ReplicaId, ReplicaMessage, Reply, Role,
+    ClientMessage, Decode, Digest, Encode, PublicKey, ReplicaId, ReplicaMessage, Reply, Role,
+    StateInfo, View,
 };
 
 /// The client principal of the test configurations.
@@ -34,6 +38,8 @@ fn replica_key(id: u32) -> IdentityKey {
 pub enum Behaviour {
     /// Completes handshakes with the configured client and echoes every request.
     Echo,
+    /// Accepts TCP connections and never reads from them.
+    Hung,
 }
 
 /// A 4-replica BFT cluster (f = 1) of stand-ins, one per entry of `behaviours`, with
@@ -59,6 +65,8 @@ pub fn cluster(behaviours: [Behaviour; 4], handshake_timeout_ms: u64) -> ValidCo
     for (id, (listener, behaviour)) in listeners.into_iter().zip(behaviours).enumerate() {
         match behaviour {
             Behaviour::Echo => spawn_echo(listener, id as u32, &cfg),
+            // Kept open, never accepted: connections wait in the backlog.
+            Behaviour::Hung => std::mem::forget(listener),
         }
     }
     cfg
@@ -77,6 +85,7 @@ impl KeyDirectory for Clients {
 
 fn spawn_echo(listener: TcpListener, id: u32, cfg: &ValidConfig) {
     let clients = cfg.clients.clone();
+    let view = cfg.initial_view();
     let limits = NetLimits {
         frame_bytes_max: cfg.raw.limits.frame_bytes_max,
         handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
@@ -84,14 +93,14 @@ fn spawn_echo(listener: TcpListener, id: u32, cfg: &ValidConfig) {
     thread::spawn(move || {
         for stream in listener.incoming() {
             let Ok(stream) = stream else { return };
-            let clients = Clients(clients.clone());
-            thread::spawn(move || echo(stream, id, &clients, limits));
+            let (clients, view) = (Clients(clients.clone()), view.clone());
+            thread::spawn(move || echo(stream, id, &clients, &view, limits));
         }
     });
 }
 
-/// Serves one connection: the handshake, then a reply with the payload of every request.
-fn echo(stream: TcpStream, id: u32, clients: &Clients, limits: NetLimits) {
+/// Serves one connection: the handshake, then the answers.
+fn echo(stream: TcpStream, id: u32, clients: &Clients, view: &View, limits: NetLimits) {
     let key = replica_key(id);
     let me = LocalIdentity {
         role: Role::Replica(ReplicaId(id)),
@@ -101,17 +110,24 @@ fn echo(stream: TcpStream, id: u32, clients: &Clients, limits: NetLimits) {
         return;
     };
     while let Ok(frame) = reader.read_frame() {
-        let Ok(ClientMessage::Request(envelope)) = ClientMessage::decode(&frame) else {
-            continue;
+        let reply = match ClientMessage::decode(&frame) {
+            Ok(ClientMessage::Request(envelope)) => ReplicaMessage::Reply(Reply {
+                client: envelope.request.client,
+                seq: envelope.request.seq,
+                kind: envelope.request.kind,
+                view: envelope.request.view,
+                payload: envelope.request.payload,
+            }),
+            Ok(ClientMessage::ViewQuery) => ReplicaMessage::CurrentView(view.clone()),
+            Ok(ClientMessage::StateQuery { nonce }) => ReplicaMessage::StateInfo(StateInfo {
+                nonce,
+                replica: ReplicaId(id),
+                executed_instances: 0,
+                executed_requests: 0,
+                state_digest: Digest([0; 32]),
+            }),
+            _ => continue,
         };
-        let request = envelope.request;
-        let reply = ReplicaMessage::Reply(Reply {
-            client: request.client,
-            seq: request.seq,
-            kind: request.kind,
-            view: request.view,
-            payload: request.payload,
-        });
         if writer.push(&reply.to_bytes()).is_err() || writer.flush().is_err() {
             return;
         }
