@@ -1,6 +1,7 @@
 //! `tagma-config`: the cluster's configuration, shared by replicas and clients.
 //!
 //! - [`config`]: the validated `tagma.toml`, with every limit and its default;
+//! - [`position`]: where a key or an error is in the file (line, column, key);
 //! - [`quorum`]: all quorum arithmetic ([`Mode`], [`Quorums`]);
 //! - [`view`]: views and the administrator's signed view changes (`judge`, `apply`,
 //!   `replay`, [`view::Membership`]).
@@ -9,6 +10,8 @@
 //! and reads no clock (`clippy.toml`), so every replica judges a view change alike.
 
 pub mod config;
+mod documented;
+pub mod position;
 pub mod quorum;
 pub mod view;
 

@@ -153,9 +153,9 @@ pub fn judge(
 
 /// What a replica needs to judge view changes: the installed view, the administrator's key
 /// (none: every change is refused) and the fault model. The core and the executor each keep
-/// one, and each judges every ordered change with [`Membership::judge`]: the core to order the
-/// next instance in the new view, the executor for the reply and the checkpointed state (it
-/// also replays logged and fetched decisions, where no core is involved).
+/// one, and each judges every ordered change with [`Membership::apply_change`]: the core to
+/// order the next instance in the new view, the executor for the reply and the checkpointed
+/// state (it also replays logged and fetched decisions, where no core is involved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
     pub view: View,
