@@ -1,4 +1,4 @@
-//! Client-side reply voting (SPEC §2), sans-IO: a reply is accepted once `quorum` distinct
+//! Client-side reply voting, sans-IO: a reply is accepted once `quorum` distinct
 //! replicas sent byte-identical payloads; and view following ([`ViewFollower`]).
 
 use std::collections::{BTreeMap, BTreeSet};

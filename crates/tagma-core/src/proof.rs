@@ -1,5 +1,5 @@
-//! Decision proofs (SPEC §3, reference §1.5): every ACCEPT is signed, and a quorum of signed
-//! ACCEPTs for the same (cid, epoch, hash) is a proof that any third replica can check.
+//! Decision proofs: every ACCEPT is signed, and a quorum of signed ACCEPTs for the same
+//! (cid, epoch, hash) is a proof that any third replica can check.
 //!
 //! Signatures are produced once per instance per replica (never per request) and checked
 //! lazily: received ACCEPTs are stored unverified, and a proof is verified only when it is

@@ -355,7 +355,7 @@ impl<S: Service> Executor<S> {
 
     /// Everything a replica must recover to continue after its last executed instance
     /// exactly: the execution position, the sessions, the cached replies and the service's
-    /// snapshot (SPEC §4: a checkpoint).
+    /// snapshot: a checkpoint.
     ///
     /// Layout: version `u8` (1) | executed_instances `u64` | executed_requests `u64` | view
     /// `u32` | last batch timestamp `u64` | sessions `u32` count × (client `u64`, seq `u64`) | replies `u32` count × (`u32`

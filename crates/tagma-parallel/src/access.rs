@@ -13,7 +13,7 @@ pub type Class = u64;
 /// The conflict footprint of one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Access {
-    /// Conflicts with every other request (the seed's `CONFLICT_ALL`).
+    /// Conflicts with every other request (`CONFLICT_ALL`).
     pub all: bool,
     /// Classes read: a request reading a class conflicts only with those writing it.
     pub reads: Vec<Class>,
@@ -22,7 +22,7 @@ pub struct Access {
 }
 
 impl Access {
-    /// Conflicts with nothing (the seed's `CONFLICT_NONE`).
+    /// Conflicts with nothing (`CONFLICT_NONE`).
     pub fn none() -> Self {
         Access::default()
     }
@@ -102,8 +102,8 @@ pub enum GroupError {
 }
 
 impl Groups {
-    /// Registers group `id` as the workers `workers` of `threads` (the seed's
-    /// `addExecutionConflictGroup`).
+    /// Registers group `id` as the workers `workers` of `threads`
+    /// (`addExecutionConflictGroup`).
     pub fn add(&mut self, id: u32, workers: &[u32], threads: u32) -> Result<(), GroupError> {
         if workers.is_empty() {
             return Err(GroupError::Empty(id));
@@ -125,8 +125,8 @@ impl Groups {
         Ok(())
     }
 
-    /// The workers of a registered group (`None` for an unknown id, which the seed treats
-    /// as `CONFLICT_ALL`).
+    /// The workers of a registered group (`None` for an unknown id, which conflicts with
+    /// everything, as `CONFLICT_ALL` does).
     pub fn workers(&self, id: u32) -> Option<&[u32]> {
         self.custom.get(&id).map(Vec::as_slice)
     }

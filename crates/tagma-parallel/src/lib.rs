@@ -40,9 +40,9 @@ pub fn classify<S: ParallelService>(service: &S, ops: &[bytes::Bytes]) -> Vec<Ta
         .collect()
 }
 
-/// The seed's group for a footprint: none for no class, all for `all`; a request of one
-/// class goes to that class's worker (`Group::Worker(class)`, taken modulo the workers);
-/// several classes conflict with everything (the seed has no finer way to say it).
+/// The group for a footprint: none for no class, all for `all`; a request of one class goes
+/// to that class's worker (`Group::Worker(class)`, taken modulo the workers); several
+/// classes conflict with everything (groups have no finer way to say it).
 pub fn group_of(access: &Access) -> Group {
     let mut classes = access.reads.iter().chain(&access.writes);
     match (access.all, classes.next(), classes.next()) {

@@ -360,6 +360,7 @@ proptest! {
         canonical::<SignedCollect>(&bytes);
         canonical::<StopData>(&bytes);
         canonical::<Sync>(&bytes);
+        canonical::<GroupEnvelope>(&bytes);
     }
 
     /// Single-byte corruptions of valid encodings never panic and stay canonical.
