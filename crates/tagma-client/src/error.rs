@@ -24,7 +24,7 @@ pub enum ClientError {
     #[error("request of {bytes} bytes exceeds request_bytes_max = {max}")]
     TooLarge { bytes: usize, max: usize },
     #[error(
-        "the replicas do not know this client's key (principal {principal}, public key {key}; refused by replica {refused_by}) — fix: add it to tagma.toml's clients on the replicas ([[client]] id = {principal}, public_key = \"{key}\") and restart them, or use the cluster's client key (keys/client.key in the cluster directory) with its principal"
+        "the replicas do not know this client's key (principal {principal}, public key {key}; replicas that refused it: {refused_by}) — fix: add it to tagma.toml's clients on the replicas ([[client]] id = {principal}, public_key = \"{key}\") and restart them, or use the cluster's client key (keys/client.key in the cluster directory) with its principal"
     )]
     UnknownKey {
         principal: u32,
