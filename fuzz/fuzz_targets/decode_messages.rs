@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tagma_wire::{
-    Batch, ClientMessage, Decode, Encode, Handshake, PeerMessage, ReplicaMessage, Request,
-    ReconfigureOutcome, RequestEnvelope, View, ViewChange,
+    Batch, ClientMessage, Decode, Encode, GroupEnvelope, Handshake, PeerMessage, ReplicaMessage,
+    Request, ReconfigureOutcome, RequestEnvelope, View, ViewChange,
 };
 
 fn check<T: Decode + Encode>(input: &Bytes) {
@@ -28,4 +28,5 @@ fuzz_target!(|data: &[u8]| {
     check::<View>(&input);
     check::<ViewChange>(&input);
     check::<ReconfigureOutcome>(&input);
+    check::<GroupEnvelope>(&input);
 });

@@ -1,7 +1,7 @@
 //! `tagma-client`: the service proxy a client uses to invoke a replicated service.
 //!
 //! Every request goes to all replicas of the view; the proxy votes on the replies
-//! ([`voting`], SPEC §2): f+1 matching replies in BFT mode (one in CFT), or
+//! ([`voting`]): f+1 matching replies in BFT mode (one in CFT), or
 //! ⌊(n+f)/2⌋+1 (⌊n/2⌋+1) when the cluster enables unordered reads. An unordered read whose
 //! replies disagree, or that is unanswered after `client_retransmit_ms`, is re-issued as an
 //! ordered request (so it may take up to `client_retransmit_ms` + `client_invoke_timeout_ms`).
@@ -17,8 +17,13 @@
 //! `std::future::Future` and waitable from plain threads — with up to `outstanding_max`
 //! requests in flight per proxy.
 
+pub mod error;
+pub mod future;
+mod locking;
 pub mod proxy;
 pub mod voting;
 
-pub use proxy::{ClientError, ClientOptions, Proxy, ReplyFuture};
+pub use error::ClientError;
+pub use future::ReplyFuture;
+pub use proxy::{ClientOptions, Proxy};
 pub use voting::{ViewFollower, Voter};

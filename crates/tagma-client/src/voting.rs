@@ -1,10 +1,10 @@
-//! Client-side reply voting (SPEC §2), sans-IO: a reply is accepted once `quorum` distinct
+//! Client-side reply voting, sans-IO: a reply is accepted once `quorum` distinct
 //! replicas sent byte-identical payloads; and view following ([`ViewFollower`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
-use tagma_core::{Mode, Quorums};
+use tagma_config::{Mode, Quorums};
 use tagma_wire::{Digest, Encode, ReplicaId, View, ViewId};
 
 /// Votes of the replicas on one request's reply.

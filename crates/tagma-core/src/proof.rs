@@ -1,5 +1,5 @@
-//! Decision proofs (SPEC §3, reference §1.5): every ACCEPT is signed, and a quorum of signed
-//! ACCEPTs for the same (cid, epoch, hash) is a proof that any third replica can check.
+//! Decision proofs: every ACCEPT is signed, and a quorum of signed ACCEPTs for the same
+//! (cid, epoch, hash) is a proof that any third replica can check.
 //!
 //! Signatures are produced once per instance per replica (never per request) and checked
 //! lazily: received ACCEPTs are stored unverified, and a proof is verified only when it is
@@ -8,6 +8,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use tagma_config::view::Membership;
 use tagma_crypto::{IdentityKey, VerifyKey};
 use tagma_wire::{
     ConsensusId, DecidedInstance, DecisionProof, Digest, Epoch, PublicKey, ReplicaId, Signature,
@@ -23,6 +24,14 @@ pub struct ProofChecker {
 }
 
 impl ProofChecker {
+    /// Checks decision proofs of instances decided in `membership`'s installed view.
+    pub fn for_membership(membership: &Membership) -> Self {
+        let members = &membership.view.members;
+        let ids: Vec<ReplicaId> = members.iter().map(|m| m.id).collect();
+        let keys: Vec<PublicKey> = members.iter().map(|m| m.key).collect();
+        ProofChecker::new(&ids, &keys, membership.quorums().accept_quorum())
+    }
+
     pub fn new(members: &[ReplicaId], keys: &[PublicKey], accept_quorum: usize) -> Self {
         assert_eq!(members.len(), keys.len(), "one key per member");
         ProofChecker {

@@ -370,7 +370,7 @@ impl<S: Service> Executor<S> {
 
     /// Everything a replica must recover to continue after its last executed instance
     /// exactly: the execution position, the sessions, the cached replies and the service's
-    /// snapshot (SPEC §4: a checkpoint).
+    /// snapshot: a checkpoint.
     ///
     /// Layout: version `u8` (1) | executed_instances `u64` | executed_requests `u64` | view
     /// `u32` | last batch timestamp `u64` | sessions `u32` count × (client `u64`, seq `u64`) | replies `u32` count × (`u32`
@@ -666,7 +666,10 @@ impl<S: Service> Executor<S> {
             }
             if let Some(m) = &self.membership {
                 if checker.as_ref().is_none_or(|(view, _)| *view != m.view.id) {
-                    checker = Some((m.view.id, m.proof_checker()));
+                    checker = Some((
+                        m.view.id,
+                        tagma_core::proof::ProofChecker::for_membership(m),
+                    ));
                 }
                 let (view, checker) = checker.as_ref().expect("set above");
                 if checker.check(decided).is_none() {

@@ -14,13 +14,17 @@
 //!    fresh X25519 ephemeral key;
 //! 2. `T = BLAKE3("tagma v1 handshake" ‖ u32 LE len ‖ initiator Hello ‖ u32 LE len ‖ responder
 //!    Hello)`, over the exact bytes sent;
-//! 3. the initiator sends `Proof { sign("tagma v1 initiator" ‖ T) }`, the responder checks it
-//!    and that the key is the one its [`KeyDirectory`] registers for the claimed role, then
-//!    sends `Proof { sign("tagma v1 responder" ‖ T) }`, which the initiator checks against the
-//!    key it expected;
+//! 3. the initiator sends `Proof { sign("tagma v1 initiator" ‖ T) }`, the responder checks it,
+//!    then sends `Proof { sign("tagma v1 responder" ‖ T) }`, which the initiator checks
+//!    against the key it expected;
 //! 4. `shared = X25519(ephemerals)`, `k_i2r = derive_key("tagma v1 frame
 //!    initiator->responder", shared ‖ T)`, `k_r2i` likewise; each direction counts its frames
 //!    from 0.
+//!
+//! The responder checks the initiator's `Hello` first: a key its [`KeyDirectory`] does not
+//! register for the claimed role gets `Refused { UnknownKey }` instead of a `Hello`, and the
+//! connection closes, so the initiator can report [`NetError::Refused`] rather than a closed
+//! connection (a client whose key the cluster does not know learns that it is its key).
 //!
 //! Handshake messages travel as `u32 LE length | body` (no MAC, at most
 //! [`HANDSHAKE_FRAME_MAX`] bytes), all within [`NetLimits::handshake_timeout`].
@@ -31,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use tagma_crypto::{EphemeralKey, IdentityKey, MacKey};
-use tagma_wire::{Decode, Digest, Encode, Handshake, MacTag, PublicKey, Role};
+use tagma_wire::{Decode, Digest, Encode, Handshake, MacTag, PublicKey, Refusal, Role};
 
 /// Largest handshake message body accepted.
 pub const HANDSHAKE_FRAME_MAX: usize = 1024;
@@ -79,6 +83,8 @@ pub enum NetError {
     MalformedHandshake(String),
     #[error("unknown peer key for {role:?}")]
     UnknownKey { role: Role },
+    #[error("the peer refused the handshake: {}", refusal_text(.0))]
+    Refused(Refusal),
     #[error("bad handshake signature")]
     BadSignature,
     #[error("peer is {found:?}, expected {expected:?}")]
@@ -113,10 +119,17 @@ impl NetError {
             NetError::BadMac => "bad_mac",
             NetError::MalformedHandshake(_) => "malformed_handshake",
             NetError::UnknownKey { .. } => "unknown_key",
+            NetError::Refused(Refusal::UnknownKey) => "refused_unknown_key",
             NetError::BadSignature => "bad_signature",
             NetError::WrongPeer { .. } => "wrong_peer",
             NetError::HandshakeTimeout => "handshake_timeout",
         }
+    }
+}
+
+fn refusal_text(refusal: &Refusal) -> &'static str {
+    match refusal {
+        Refusal::UnknownKey => "it does not know this key for this role",
     }
 }
 
@@ -231,13 +244,14 @@ fn initiator_handshake(
         ephemeral: ephemeral.public(),
     })?;
     let (their_hello, their_hello_bytes) = io.recv()?;
-    let Handshake::Hello {
-        role,
-        identity,
-        ephemeral: their_ephemeral,
-    } = their_hello
-    else {
-        return Err(malformed("expected Hello, got Proof"));
+    let (role, identity, their_ephemeral) = match their_hello {
+        Handshake::Hello {
+            role,
+            identity,
+            ephemeral,
+        } => (role, identity, ephemeral),
+        Handshake::Refused { reason } => return Err(NetError::Refused(reason)),
+        Handshake::Proof { .. } => return Err(malformed("expected Hello, got Proof")),
     };
     if role != expected_role {
         return Err(NetError::WrongPeer {
@@ -257,7 +271,7 @@ fn initiator_handshake(
     })?;
     let (proof, _) = io.recv()?;
     let Handshake::Proof { signature } = proof else {
-        return Err(malformed("expected Proof, got Hello"));
+        return Err(malformed("expected Proof"));
     };
     tagma_crypto::verify(&identity, &labelled(RESPONDER_LABEL, &t), &signature)
         .map_err(|_| NetError::BadSignature)?;
@@ -281,11 +295,15 @@ fn responder_handshake(
         ephemeral: their_ephemeral,
     } = their_hello
     else {
-        return Err(malformed("expected Hello, got Proof"));
+        return Err(malformed("expected Hello"));
     };
     // Checked before doing any work for the peer: an unregistered role, or a registered role
-    // claimed with another key, is refused at once.
+    // claimed with another key, is refused at once, with the reason (best effort: the
+    // connection closes whether or not it arrives).
     if directory.lookup(&role) != Some(identity) {
+        let _ = io.send(&Handshake::Refused {
+            reason: Refusal::UnknownKey,
+        });
         return Err(NetError::UnknownKey { role });
     }
     let ephemeral = EphemeralKey::generate();
@@ -300,7 +318,7 @@ fn responder_handshake(
     let t = transcript(&their_hello_bytes, &my_hello);
     let (proof, _) = io.recv()?;
     let Handshake::Proof { signature } = proof else {
-        return Err(malformed("expected Proof, got Hello"));
+        return Err(malformed("expected Proof"));
     };
     tagma_crypto::verify(&identity, &labelled(INITIATOR_LABEL, &t), &signature)
         .map_err(|_| NetError::BadSignature)?;

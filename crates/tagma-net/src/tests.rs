@@ -1,7 +1,7 @@
 use std::net::{SocketAddr, TcpListener};
 use std::thread;
 
-use tagma_wire::{KexPublic, ReplicaId, Signature};
+use tagma_wire::{KexPublic, Refusal, ReplicaId, Signature};
 
 use super::*;
 
@@ -161,8 +161,13 @@ fn responder_refuses_unknown_client() {
             role: Role::Client(9)
         })
     ));
-    // The responder closed the connection without answering.
-    assert!(matches!(client, Err(NetError::Closed | NetError::Io(_))));
+    // The responder says why before it closes the connection.
+    let err = client.err().unwrap();
+    assert!(
+        matches!(err, NetError::Refused(Refusal::UnknownKey)),
+        "{err:?}"
+    );
+    assert_eq!(err.reason(), "refused_unknown_key");
 }
 
 #[test]
@@ -528,6 +533,10 @@ fn reasons_are_stable() {
             "malformed_handshake",
         ),
         (NetError::UnknownKey { role: CLIENT }, "unknown_key"),
+        (
+            NetError::Refused(Refusal::UnknownKey),
+            "refused_unknown_key",
+        ),
         (NetError::BadSignature, "bad_signature"),
         (
             NetError::WrongPeer {

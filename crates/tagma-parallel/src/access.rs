@@ -1,10 +1,10 @@
-//! What a request may conflict with: its conflict classes (SPEC §8, reference §4).
+//! What a request may conflict with: its conflict classes.
 //!
 //! Two requests conflict when one writes a class the other reads or writes; a request that
 //! touches everything (`all`) conflicts with every request. Requests that do not conflict may
 //! run in any order, or at once, with the same result; conflicting ones must run in decision
 //! order. The service declares the classes of each request ([`crate::ParallelService::classify`]);
-//! the seed's client-chosen conflict groups ([`Group`]) are one way to name them.
+//! the client-chosen conflict groups ([`Group`]) are one way to name them.
 
 /// A conflict class (a key, a partition, a tuple arity, a worker's group…), named by the
 /// service.
@@ -13,7 +13,7 @@ pub type Class = u64;
 /// The conflict footprint of one request.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Access {
-    /// Conflicts with every other request (the seed's `CONFLICT_ALL`).
+    /// Conflicts with every other request (`CONFLICT_ALL`).
     pub all: bool,
     /// Classes read: a request reading a class conflicts only with those writing it.
     pub reads: Vec<Class>,
@@ -22,7 +22,7 @@ pub struct Access {
 }
 
 impl Access {
-    /// Conflicts with nothing (the seed's `CONFLICT_NONE`).
+    /// Conflicts with nothing (`CONFLICT_NONE`).
     pub fn none() -> Self {
         Access::default()
     }
@@ -73,20 +73,10 @@ impl Access {
     }
 }
 
-/// The seed's conflict groups, chosen by the client per request (`invoke_parallel(request,
-/// group)`), with `k` workers numbered `0..k`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Group {
-    /// Conflicts with nothing: any one worker runs it.
-    None,
-    /// Conflicts with everything: every worker stops for it.
-    All,
-    /// Worker `t`'s own group: conflicts with the requests of the same group (and with the
-    /// multi-worker groups containing `t`).
-    Worker(u32),
-    /// A group registered with [`Groups::add`]: conflicts with the groups of its workers.
-    Custom(u32),
-}
+/// The conflict groups a client chooses per request (`invoke_parallel(request, group)`): the
+/// type and its encoding are `tagma-wire`'s ([`tagma_wire::GroupEnvelope`]); [`Groups`]
+/// gives each its conflict classes.
+pub use tagma_wire::Group;
 
 /// The groups registered on a parallel replica (`add_execution_conflict_group`).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -112,8 +102,8 @@ pub enum GroupError {
 }
 
 impl Groups {
-    /// Registers group `id` as the workers `workers` of `threads` (the seed's
-    /// `addExecutionConflictGroup`).
+    /// Registers group `id` as the workers `workers` of `threads`
+    /// (`addExecutionConflictGroup`).
     pub fn add(&mut self, id: u32, workers: &[u32], threads: u32) -> Result<(), GroupError> {
         if workers.is_empty() {
             return Err(GroupError::Empty(id));
@@ -135,8 +125,8 @@ impl Groups {
         Ok(())
     }
 
-    /// The workers of a registered group (`None` for an unknown id, which the seed treats
-    /// as `CONFLICT_ALL`).
+    /// The workers of a registered group (`None` for an unknown id, which conflicts with
+    /// everything, as `CONFLICT_ALL` does).
     pub fn workers(&self, id: u32) -> Option<&[u32]> {
         self.custom.get(&id).map(Vec::as_slice)
     }

@@ -1,14 +1,14 @@
-//! `tagma-parallel`: executing decided batches on several cores (SPEC §8; seed 000).
+//! `tagma-parallel`: executing decided batches on several cores.
 //!
 //! Ordering stays sequential; inside a replica, requests that do not conflict run at once.
-//! - [`access`]: conflict classes ([`Access`]) and the seed's client-chosen conflict groups
+//! - [`access`]: conflict classes ([`Access`]) and the client-chosen conflict groups
 //!   ([`Group`], [`Groups`]).
-//! - [`sched`]: the schedulers — sequential, the seed's barrier scheduler, and a
+//! - [`sched`]: the schedulers — sequential, a barrier scheduler, and a
 //!   dependency-graph scheduler — behind one [`Scheduler::run`], and the [`ParallelService`]
 //!   trait a service implements to run in parallel.
-//! - [`list`]: the seed's linked list of integers, its benchmark service.
-//! - [`replica`]: a parallel service as a replica's `tagma_exec::Service` ([`ParallelReplica`]),
-//!   and the envelope that carries a client's conflict group.
+//! - [`list`]: a linked list of integers, the benchmark service.
+//! - [`replica`]: a parallel service as a replica's `tagma_exec::Service` ([`ParallelReplica`]);
+//!   with client-chosen groups, each payload is a [`GroupEnvelope`] (`tagma-wire`).
 //!
 //! Every policy gives the replies and final state of sequential execution in decision order
 //! whenever the classification is right; `tests/equivalence.rs` checks it on random
@@ -20,9 +20,10 @@ pub mod replica;
 pub mod sched;
 
 pub use access::{Access, Class, Group, GroupError, Groups};
-pub use replica::{Classify, ParallelReplica, ParallelState, envelope, open_envelope};
+pub use replica::{Classify, ParallelReplica, ParallelState};
 pub use sched::{ParallelService, Policy, Scheduler, Task};
 pub use tagma_exec::FrozenSnapshot;
+pub use tagma_wire::GroupEnvelope;
 
 /// The tasks of a batch classified by the service itself (the graph scheduler's input); the
 /// barrier policy gets the group that matches each footprint ([`group_of`]).
@@ -39,9 +40,9 @@ pub fn classify<S: ParallelService>(service: &S, ops: &[bytes::Bytes]) -> Vec<Ta
         .collect()
 }
 
-/// The seed's group for a footprint: none for no class, all for `all`; a request of one
-/// class goes to that class's worker (`Group::Worker(class)`, taken modulo the workers);
-/// several classes conflict with everything (the seed has no finer way to say it).
+/// The group for a footprint: none for no class, all for `all`; a request of one class goes
+/// to that class's worker (`Group::Worker(class)`, taken modulo the workers); several
+/// classes conflict with everything (groups have no finer way to say it).
 pub fn group_of(access: &Access) -> Group {
     let mut classes = access.reads.iter().chain(&access.writes);
     match (access.all, classes.next(), classes.next()) {

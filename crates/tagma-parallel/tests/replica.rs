@@ -4,12 +4,10 @@
 use bytes::Bytes;
 use tagma_exec::Executor;
 use tagma_parallel::list::{ListOp, ListService};
-use tagma_parallel::{
-    Classify, Group, Groups, ParallelReplica, ParallelState, Policy, Scheduler, envelope,
-};
+use tagma_parallel::{Classify, Group, Groups, ParallelReplica, ParallelState, Policy, Scheduler};
 use tagma_wire::{
-    Batch, ClientId, ConsensusId, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq,
-    ViewId,
+    Batch, ClientId, ConsensusId, Encode, GroupEnvelope, Request, RequestAuth, RequestEnvelope,
+    RequestKind, RequestSeq, ViewId,
 };
 
 fn request(client: u64, seq: u64, kind: RequestKind, payload: Bytes) -> RequestEnvelope {
@@ -42,7 +40,11 @@ fn batches(wrap: bool) -> Vec<Batch> {
                 };
                 let group = if op.writes() { Group::All } else { Group::None };
                 let payload = if wrap {
-                    envelope(group, &op.encode())
+                    GroupEnvelope {
+                        group,
+                        op: op.encode(),
+                    }
+                    .to_bytes()
                 } else {
                     op.encode()
                 };
@@ -142,7 +144,11 @@ fn a_group_that_understates_the_conflicts_is_not_trusted() {
             .map(|mut b| {
                 for r in &mut b.requests {
                     if r.request.kind == RequestKind::Ordered {
-                        r.request.payload = envelope(Group::None, &r.request.payload);
+                        r.request.payload = GroupEnvelope {
+                            group: Group::None,
+                            op: r.request.payload.clone(),
+                        }
+                        .to_bytes();
                     }
                 }
                 b

@@ -5,6 +5,9 @@
 //! - [`PeerMessage`]: replica ↔ replica (Mod-SMaRt consensus and request forwarding);
 //! - [`ClientMessage`] (client → replica) and [`ReplicaMessage`] (replica → client).
 //!
+//! A request's payload is the service's own bytes, except for a replica that executes by
+//! conflict groups: there it is a [`GroupEnvelope`].
+//!
 //! A PROPOSE carries its batch as the *encoded* bytes ([`Propose::batch`]): receivers hash
 //! exactly the bytes the leader sent, and the decoded [`Batch`] borrows its payloads from them.
 
@@ -183,7 +186,7 @@ pub struct Stop {
 }
 
 /// What a replica knows about the instance in progress when it installs a new regency
-/// (Cachin's "collect"; reference §1.4c). Signed, because the new leader relays it in SYNC.
+/// (Cachin's "collect"). Signed, because the new leader relays it in SYNC.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Collect {
     pub replica: ReplicaId,
@@ -193,7 +196,7 @@ pub struct Collect {
     pub cid: ConsensusId,
     /// The highest epoch in which this replica saw a WRITE quorum (BFT) or accepted a value
     /// (CFT), with that value's hash; `None` if it never did. `None` is distinct from any
-    /// epoch, including epoch 0 (the reference §1.4f pitfall).
+    /// epoch, including epoch 0 (BFT-SMaRt's `unbound` pitfall).
     pub write_quorum: Option<(Epoch, Digest)>,
     /// The values this replica wrote (BFT) or accepted (CFT) for `cid`, with the highest
     /// epoch in which it did, ascending by epoch: (epoch, encoded batch).
@@ -234,7 +237,7 @@ pub enum PeerMessage {
     Propose(Propose),
     Write(Vote),
     Accept(Accept),
-    /// A client request forwarded by a replica whose request timer expired (SPEC §3).
+    /// A client request forwarded by a replica whose request timer expired.
     Forward(RequestEnvelope),
     Stop(Stop),
     StopData(StopData),
@@ -245,7 +248,7 @@ pub enum PeerMessage {
     },
     /// Catch-up answer (decision forwarding).
     Decision(DecidedInstance),
-    /// Start-up synchronisation (SPEC §5): "every instance before `next` is decided and
+    /// Start-up synchronisation: "every instance before `next` is decided and
     /// durable here". Sent by a replica that starts (with `reply = false`) and answered by
     /// every replica that receives one (`reply = true`), so replicas that all restarted
     /// converge on the highest durable instance before ordering more.
@@ -253,7 +256,7 @@ pub enum PeerMessage {
         next: ConsensusId,
         reply: bool,
     },
-    /// State transfer (SPEC §4): "which checkpoint do you hold?" from a replica that is too
+    /// State transfer: "which checkpoint do you hold?" from a replica that is too
     /// far behind for decision forwarding; `next` is its next instance.
     StateQuery {
         next: ConsensusId,
@@ -264,8 +267,9 @@ pub enum PeerMessage {
         checkpoint: Option<CheckpointInfo>,
         next: ConsensusId,
     },
-    /// The hash vote after a restart (SPEC §5, DDS's REINIT): the digest the sender's
-    /// checkpoint of the state after instance `cid` would have (computed, not written).
+    /// The hash vote after a restart (DDS's REINIT: Bessani et al., On the Efficiency of
+    /// Durable State Machine Replication): the digest the sender's checkpoint of the state
+    /// after instance `cid` would have (computed, not written).
     /// Sent with the answer to a `StateQuery`, before the `StateOffer`.
     StateVote {
         cid: ConsensusId,
@@ -384,4 +388,39 @@ pub enum Handshake {
     },
     /// Signature by the identity key over the transcript of both `Hello`s.
     Proof { signature: Signature },
+    /// The responder's answer, in place of its `Hello`, to an initiator it refuses; the
+    /// connection closes after it. Unauthenticated: it only lets the initiator tell its user
+    /// why (a refused connection closes either way).
+    Refused { reason: Refusal },
+}
+
+/// Why a responder refused a handshake.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Refusal {
+    /// The responder registers no key for the role the initiator claimed, or another key.
+    UnknownKey,
+}
+
+/// The conflict group a client names for an ordered request, for a replica that executes
+/// requests in parallel by groups, with `k` workers numbered `0..k`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// Conflicts with nothing: any one worker runs it.
+    None,
+    /// Conflicts with everything: every worker stops for it.
+    All,
+    /// Worker `t`'s own group: conflicts with the requests of the same group (and with the
+    /// multi-worker groups containing `t`).
+    Worker(u32),
+    /// A group the replica registered (a set of workers): conflicts with the groups of its
+    /// workers.
+    Custom(u32),
+}
+
+/// The payload of an ordered request for a replica that executes by conflict groups: the
+/// group the client chose, then the service's operation.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupEnvelope {
+    pub group: Group,
+    pub op: Bytes,
 }

@@ -60,6 +60,12 @@ pub fn handshakes() -> Vec<(&'static str, Handshake)> {
                 signature: Signature([0x55; 64]),
             },
         ),
+        (
+            "refused",
+            Handshake::Refused {
+                reason: Refusal::UnknownKey,
+            },
+        ),
     ]
 }
 

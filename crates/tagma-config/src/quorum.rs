@@ -1,4 +1,5 @@
-//! All quorum arithmetic, in one place (SPEC §1–3, reference §1.1 and §1.7).
+//! All quorum arithmetic, in one place (the thresholds of Mod-SMaRt: Sousa, Bessani: From
+//! Byzantine Consensus to BFT State Machine Replication: A Latency-Optimal Transformation).
 //!
 //! BFT-SMaRt's rule is "strictly more than q" with q = ⌊(n+f)/2⌋ (BFT) or ⌊n/2⌋ (CFT); here
 //! every threshold is expressed as the *size* of the quorum, i.e. q+1.
@@ -68,7 +69,7 @@ impl Quorums {
         }
     }
 
-    /// Matching replies a client needs (SPEC §2): f+1 (BFT) / 1 (CFT); with unordered reads
+    /// Matching replies a client needs: f+1 (BFT) / 1 (CFT); with unordered reads
     /// enabled, ⌊(n+f)/2⌋+1 (BFT) / ⌊n/2⌋+1 (CFT) for every request.
     pub fn reply_quorum(&self, readonly_requests: bool) -> usize {
         match (self.mode, readonly_requests) {

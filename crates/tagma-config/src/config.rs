@@ -1,25 +1,43 @@
 //! The cluster configuration (`tagma.toml`): every key, its documented default, and
-//! validation whose errors name the key and the fix.
+//! validation whose errors name the key, where it is in the file (line, column) and the fix.
 //!
 //! The file is parsed from a string here (no IO); the node and the CLI read the file.
 //! [`Config::documented_toml`] renders a complete file with a comment for every key: that is
 //! what `tagma init` writes, so the defaults are documented where users look.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 
 use serde::{Deserialize, Serialize};
 use tagma_wire::{PublicKey, ReplicaId};
 
+use crate::position::{self, Position};
 use crate::quorum::Mode;
 
-/// A configuration problem, with the key at fault and how to fix it.
+/// A configuration problem, with the key at fault (dotted: `cluster.f`, `replica[2].addr`),
+/// where it is in the file when it is there, and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("configuration key `{key}`: {problem} — fix: {fix}")]
+#[error("{}: {problem} — fix: {fix}", subject(.key, .position))]
 pub struct ConfigError {
+    /// Empty for a syntax error before the first key.
     pub key: String,
     pub problem: String,
     pub fix: String,
+    /// Where the key (or, for a key left out, its table) is in the text that was parsed.
+    pub position: Option<Position>,
+}
+
+/// `configuration key `cluster.f` (line 3, column 5)`, each part when known.
+fn subject(key: &str, position: &Option<Position>) -> String {
+    let mut s = if key.is_empty() {
+        "configuration".to_string()
+    } else {
+        format!("configuration key `{key}`")
+    };
+    if let Some(p) = position {
+        s.push_str(&format!(" (line {}, column {})", p.line, p.column));
+    }
+    s
 }
 
 fn err(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> ConfigError {
@@ -27,6 +45,7 @@ fn err(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String
         key: key.into(),
         problem: problem.into(),
         fix: fix.into(),
+        position: None,
     }
 }
 
@@ -346,20 +365,24 @@ impl ValidConfig {
 pub const FRAME_OVERHEAD_BYTES: usize = 256;
 
 impl Config {
-    /// Parses and validates a `tagma.toml`.
+    /// Parses and validates a `tagma.toml`. Every error names its key and, where the key
+    /// is in `text`, its line and column.
     pub fn from_toml(text: &str) -> Result<ValidConfig, ConfigError> {
         let raw: Config = toml::from_str(text).map_err(|e| {
-            let span = e
-                .span()
-                .map(|s| format!(" (at byte {})", s.start))
-                .unwrap_or_default();
-            err(
-                "<file>",
-                format!("{}{span}", e.message()),
-                "correct the TOML syntax or key name; `tagma init` writes a documented example",
-            )
+            let offset = e.span().map(|s| s.start);
+            ConfigError {
+                key: offset
+                    .and_then(|o| position::key_at(text, o))
+                    .unwrap_or_default(),
+                problem: e.message().trim_end().to_string(),
+                fix: "correct the syntax, the value's type or the key's name (`tagma init` writes every key with its type and default)".into(),
+                position: offset.map(|o| Position::of_offset(text, o)),
+            }
         })?;
-        raw.validate()
+        raw.validate().map_err(|mut e| {
+            e.position = position::offset_of(text, &e.key).map(|o| Position::of_offset(text, o));
+            e
+        })
     }
 
     /// Checks every key and derives the [`ValidConfig`].
@@ -388,6 +411,9 @@ impl Config {
         }
         let mut ids = BTreeSet::new();
         let mut addrs = BTreeSet::new();
+        // ACCEPT signatures do not name their signer: a key shared by two replicas would let
+        // one replica's signature count twice in a decision proof.
+        let mut keys: BTreeMap<PublicKey, u32> = BTreeMap::new();
         let mut replicas = Vec::with_capacity(n);
         for (i, r) in self.replicas.iter().enumerate() {
             let key = |k: &str| format!("replica[{i}].{k}");
@@ -413,6 +439,13 @@ impl Config {
                 ));
             }
             let public_key = parse_key(&key("public_key"), &r.public_key)?;
+            if let Some(first) = keys.insert(public_key, r.id) {
+                return Err(err(
+                    key("public_key"),
+                    format!("replicas {first} and {} have the same public key", r.id),
+                    "give every replica its own key pair (`tagma keygen`), or rerun `tagma init`",
+                ));
+            }
             let metrics_addr = match &r.metrics_addr {
                 None => None,
                 Some(m) => Some(m.parse().map_err(|_| {
@@ -589,169 +622,6 @@ impl Config {
         }
         Ok(())
     }
-
-    /// A complete `tagma.toml` with a comment on every key (written by `tagma init`).
-    pub fn documented_toml(&self) -> String {
-        let c = &self.cluster;
-        let b = &self.batch;
-        let t = &self.timeouts;
-        let l = &self.limits;
-        let d = LimitSection::default();
-        let dt = TimeoutSection::default();
-        let mut s = String::new();
-        s.push_str(
-            "# tagma cluster configuration. Every key below shows its default unless noted;\n",
-        );
-        s.push_str(
-            "# a key left out takes its default. Reference: README.md, section Configuration.\n\n",
-        );
-        s.push_str("[cluster]\n");
-        s.push_str(&format!("# \"bft\": tolerate f Byzantine replicas (n >= 3f+1); \"cft\": f crashes (n >= 2f+1). Default \"bft\".\nmode = \"{}\"\n", c.mode));
-        s.push_str(&format!(
-            "# Faulty replicas tolerated. Default 1.\nf = {}\n",
-            c.f
-        ));
-        s.push_str(&format!("# Require an Ed25519 client signature on every ordered request. Default false.\nsigned_requests = {}\n", c.signed_requests));
-        s.push_str(&format!("# Accept unordered (read-only) requests; clients then wait for floor((n+f)/2)+1 matching replies. Default true.\nreadonly_requests = {}\n\n", c.readonly_requests));
-        for r in &self.replicas {
-            s.push_str("[[replica]]\n");
-            s.push_str(&format!(
-                "id = {}\naddr = \"{}\"\npublic_key = \"{}\"\n",
-                r.id, r.addr, r.public_key
-            ));
-            if let Some(m) = &r.metrics_addr {
-                s.push_str(&format!(
-                    "# Prometheus endpoint (GET /metrics). Optional.\nmetrics_addr = \"{m}\"\n"
-                ));
-            }
-            s.push('\n');
-        }
-        for cl in &self.clients {
-            s.push_str(&format!("[[client]]\n# Client principal: its client ids are (id << 32) | instance.\nid = {}\npublic_key = \"{}\"\n\n", cl.id, cl.public_key));
-        }
-        if let Some(a) = &self.admin {
-            s.push_str(&format!("[admin]\n# Administrator key for reconfiguration operations.\npublic_key = \"{}\"\n\n", a.public_key));
-        }
-        s.push_str("[batch]\n");
-        let db = BatchSection::default();
-        s.push_str(&format!(
-            "# Most requests per consensus instance. Default {}.\nbatch_size_max = {}\n",
-            db.batch_size_max, b.batch_size_max
-        ));
-        s.push_str(&format!(
-            "# Most encoded bytes per batch. Default {}.\nbatch_bytes_max = {}\n\n",
-            db.batch_bytes_max, b.batch_bytes_max
-        ));
-        s.push_str("[timeouts]\n");
-        s.push_str(&format!("# Replica request timer (first expiry forwards, second suspects the leader). Default {}.\nrequest_timeout_ms = {}\n", dt.request_timeout_ms, t.request_timeout_ms));
-        s.push_str(&format!("# Client retransmits an unanswered request after this long. Default {}.\nclient_retransmit_ms = {}\n", dt.client_retransmit_ms, t.client_retransmit_ms));
-        s.push_str(&format!("# Client gives up on an invocation after this long. Default {}.\nclient_invoke_timeout_ms = {}\n", dt.client_invoke_timeout_ms, t.client_invoke_timeout_ms));
-        s.push_str(&format!(
-            "# TCP connect timeout. Default {}.\nconnect_timeout_ms = {}\n",
-            dt.connect_timeout_ms, t.connect_timeout_ms
-        ));
-        s.push_str(&format!(
-            "# Authenticated handshake timeout. Default {}.\nhandshake_timeout_ms = {}\n",
-            dt.handshake_timeout_ms, t.handshake_timeout_ms
-        ));
-        s.push_str(&format!(
-            "# Longest delay between reconnection attempts to a peer (the first retries come\n# sooner: 2 ms, doubling up to this). Default {}.\nreconnect_delay_ms = {}\n\n",
-            dt.reconnect_delay_ms, t.reconnect_delay_ms
-        ));
-        s.push_str("[limits]\n");
-        let lim = [
-            (
-                "frame_bytes_max",
-                "Largest frame body on any connection",
-                l.frame_bytes_max,
-                d.frame_bytes_max,
-            ),
-            (
-                "request_bytes_max",
-                "Largest request payload",
-                l.request_bytes_max,
-                d.request_bytes_max,
-            ),
-            (
-                "client_pending_max",
-                "Flow control: requests of one client waiting to be ordered",
-                l.client_pending_max,
-                d.client_pending_max,
-            ),
-            (
-                "pending_requests_max",
-                "Requests of all clients waiting to be ordered",
-                l.pending_requests_max,
-                d.pending_requests_max,
-            ),
-            (
-                "clients_max",
-                "Client sessions kept (least recently active evicted)",
-                l.clients_max,
-                d.clients_max,
-            ),
-            (
-                "reply_cache_per_client",
-                "Replies cached per client for retransmissions",
-                l.reply_cache_per_client,
-                d.reply_cache_per_client,
-            ),
-            (
-                "future_messages_max",
-                "Consensus messages for future instances kept",
-                l.future_messages_max,
-                d.future_messages_max,
-            ),
-            (
-                "consensus_queue_max",
-                "Events waiting for the consensus thread",
-                l.consensus_queue_max,
-                d.consensus_queue_max,
-            ),
-            (
-                "execution_queue_max",
-                "Batches and reads waiting for the execution thread",
-                l.execution_queue_max,
-                d.execution_queue_max,
-            ),
-            (
-                "connection_queue_max",
-                "Frames waiting to be written on one connection",
-                l.connection_queue_max,
-                d.connection_queue_max,
-            ),
-            (
-                "connections_max",
-                "Client connections per replica",
-                l.connections_max,
-                d.connections_max,
-            ),
-            (
-                "signature_threads",
-                "Threads verifying client signatures",
-                l.signature_threads,
-                d.signature_threads,
-            ),
-            (
-                "decisions_kept",
-                "Decided instances kept in memory for replicas that fell behind",
-                l.decisions_kept,
-                d.decisions_kept,
-            ),
-        ];
-        for (k, doc, v, def) in lim {
-            s.push_str(&format!("# {doc}. Default {def}.\n{k} = {v}\n"));
-        }
-        s.push_str("\n[storage]\n");
-        let st = &self.storage;
-        s.push_str(&format!("# Data directory, relative to the cluster directory. Default \"data\".\ndata_dir = \"{}\"\n", st.data_dir));
-        s.push_str(&format!("# \"none\": in memory only; \"fsync\": every replica forces its votes to disk before it ACCEPTs,\n# logs decided batches and takes checkpoints (survives the crash of every replica). Default \"none\".\ndurability = \"{}\"\n", st.durability));
-        s.push_str(&format!("# Instances between two checkpoints of a replica (staggered across replicas; at least n). Default 1000.\ncheckpoint_period = {}\n", st.checkpoint_period));
-        s.push_str(&format!("# Bytes each log segment file is preallocated to. Default 67108864 (64 MiB).\nlog_segment_bytes = {}\n", st.log_segment_bytes));
-        s.push_str(&format!("# The largest checkpoint accepted by state transfer. Default 17179869184 (16 GiB).\nstate_bytes_max = {}\n", st.state_bytes_max));
-        s.push_str(&format!("# BFT with durability: a restarted replica compares its recovered state with its peers'\n# (its state hashed once per restart) and fetches theirs if f+1 contradict it. Default true.\nstate_vote = {}\n", st.state_vote));
-        s
-    }
 }
 
 fn parse_key(key: &str, hex: &str) -> Result<PublicKey, ConfigError> {
@@ -770,12 +640,18 @@ mod tests {
 
     const KEY: &str = "3d4017c3e843895a92b70aa74d1b7ebc9c982ccf2ec4968cc0cd55f12af4660c";
 
+    fn replica_key(i: u32) -> String {
+        tagma_crypto::IdentityKey::from_seed([i as u8 + 1; 32])
+            .public()
+            .to_hex()
+    }
+
     fn replicas(n: u32) -> Vec<ReplicaEntry> {
         (0..n)
             .map(|i| ReplicaEntry {
                 id: i,
                 addr: format!("127.0.0.1:{}", 7100 + i),
-                public_key: KEY.into(),
+                public_key: replica_key(i),
                 metrics_addr: None,
             })
             .collect()
@@ -846,5 +722,92 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "replica[0].public_key");
         let e = Config::from_toml("[cluster]\nbogus = 1\n").unwrap_err();
         assert!(e.problem.contains("bogus"), "{e}");
+    }
+
+    /// The documented file of a 4-replica cluster with `edit` applied to its text.
+    fn edited(edit: impl FnOnce(String) -> String) -> String {
+        edit(config(4, Mode::Bft, 1).documented_toml())
+    }
+
+    fn line_of(text: &str, needle: &str) -> usize {
+        text[..text.find(needle).unwrap()].matches('\n').count() + 1
+    }
+
+    #[test]
+    fn type_and_syntax_errors_name_the_key_line_and_column() {
+        // A value of the wrong type.
+        let text = edited(|t| t.replace("\nf = 1\n", "\nf = \"one\"\n"));
+        let e = Config::from_toml(&text).unwrap_err();
+        assert_eq!(e.key, "cluster.f");
+        let line = line_of(&text, "f = \"one\"");
+        assert_eq!(e.position, Some(Position { line, column: 5 }));
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with(&format!(
+                "configuration key `cluster.f` (line {line}, column 5): invalid type"
+            )),
+            "{shown}"
+        );
+        assert!(
+            !shown.contains("<file>") && !shown.contains("byte"),
+            "{shown}"
+        );
+        // A syntax error: a value missing.
+        let text = edited(|t| t.replace("request_timeout_ms = 1000", "request_timeout_ms ="));
+        let e = Config::from_toml(&text).unwrap_err();
+        assert_eq!(e.key, "timeouts.request_timeout_ms");
+        assert_eq!(
+            e.position.map(|p| p.line),
+            Some(line_of(&text, "request_timeout_ms ="))
+        );
+        // A key no table has, in the second replica's table.
+        let text = edited(|t| t.replacen("id = 1\n", "id = 1\nport = 7\n", 1));
+        let e = Config::from_toml(&text).unwrap_err();
+        assert_eq!(e.key, "replica[1].port");
+        assert!(e.problem.contains("unknown field `port`"), "{e}");
+        assert_eq!(
+            e.position,
+            Some(Position {
+                line: line_of(&text, "port = 7"),
+                column: 1
+            })
+        );
+    }
+
+    #[test]
+    fn validation_errors_name_the_line_of_their_key() {
+        let text = edited(|t| t.replace("127.0.0.1:7102", "nowhere"));
+        let e = Config::from_toml(&text).unwrap_err();
+        assert_eq!(e.key, "replica[2].addr");
+        assert_eq!(
+            e.position,
+            Some(Position {
+                line: line_of(&text, "addr = \"nowhere\""),
+                column: 1
+            })
+        );
+        // Built without a text: no position.
+        let mut c = config(4, Mode::Bft, 1);
+        c.replicas[2].addr = "nowhere".into();
+        assert_eq!(c.validate().unwrap_err().position, None);
+    }
+
+    #[test]
+    fn two_replicas_with_one_key_are_refused_naming_both() {
+        let mut c = config(4, Mode::Bft, 1);
+        c.replicas[2].public_key = c.replicas[0].public_key.clone();
+        let e = c.validate().unwrap_err();
+        assert_eq!(e.key, "replica[2].public_key");
+        assert!(e.problem.contains("replicas 0 and 2"), "{e}");
+        assert!(e.fix.contains("tagma keygen"), "{e}");
+        // The same from a file, with the line of the second key.
+        let text = config(4, Mode::Bft, 1)
+            .documented_toml()
+            .replace(&replica_key(2), &replica_key(0));
+        let e = Config::from_toml(&text).unwrap_err();
+        assert_eq!(e.key, "replica[2].public_key");
+        let second = text.match_indices(&replica_key(0)).nth(1).unwrap().0;
+        let line = text[..second].matches('\n').count() + 1;
+        assert_eq!(e.position.map(|p| p.line), Some(line));
     }
 }

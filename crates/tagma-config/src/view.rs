@@ -1,5 +1,6 @@
 //! Views: the replica set, and how an administrator's signed view change turns one view into
-//! the next (SPEC §6, reference §3).
+//! the next. As in BFT-SMaRt (Bessani, Sousa, Alchieri: State Machine Replication for the
+//! Masses with BFT-SMaRt), a trusted administrator signs every view change.
 //!
 //! A view change travels as the payload of a [`RequestKind::Reconfigure`] request and is ordered
 //! like any request. Only after ordering does each replica judge it — with [`judge`], a pure
@@ -17,7 +18,7 @@ use tagma_wire::{
     view_change_signing_bytes,
 };
 
-use crate::quorum::Mode;
+use crate::quorum::{Mode, Quorums};
 
 /// Why a view change was refused. Each names what the administrator should change.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -152,9 +153,9 @@ pub fn judge(
 
 /// What a replica needs to judge view changes: the installed view, the administrator's key
 /// (none: every change is refused) and the fault model. The core and the executor each keep
-/// one, and each judges every ordered change with [`Membership::judge`]: the core to order the
-/// next instance in the new view, the executor for the reply and the checkpointed state (it
-/// also replays logged and fetched decisions, where no core is involved).
+/// one, and each judges every ordered change with [`Membership::apply_change`]: the core to
+/// order the next instance in the new view, the executor for the reply and the checkpointed
+/// state (it also replays logged and fetched decisions, where no core is involved).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Membership {
     pub view: View,
@@ -187,12 +188,9 @@ pub fn replay(
 }
 
 impl Membership {
-    /// Checks decision proofs of instances decided in this view.
-    pub fn proof_checker(&self) -> crate::proof::ProofChecker {
-        let ids: Vec<ReplicaId> = self.view.members.iter().map(|m| m.id).collect();
-        let keys: Vec<PublicKey> = self.view.members.iter().map(|m| m.key).collect();
-        let quorums = crate::quorum::Quorums::new(self.mode, ids.len(), self.view.f as usize);
-        crate::proof::ProofChecker::new(&ids, &keys, quorums.accept_quorum())
+    /// The quorum sizes of the installed view.
+    pub fn quorums(&self) -> Quorums {
+        Quorums::new(self.mode, self.view.members.len(), self.view.f as usize)
     }
 
     /// Judges an ordered change against the installed view and installs the view it makes

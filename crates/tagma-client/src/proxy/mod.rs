@@ -1,0 +1,334 @@
+//! The threaded proxy: one reader thread per replica connection, one maintenance thread
+//! (retransmission, fallback, timeouts, reconnection), callers on any thread.
+//!
+//! [`Proxy`]'s state (`Inner`) is shared by those threads; its operations live by concern:
+//! `connect` (handshakes, reader and writer threads), `invoke` (frames, sending, voting),
+//! `views` (following the installed view), `maintenance` (the periodic work). `links` (the
+//! replicas and the view's members) and `call` (one invocation in flight) hold the state
+//! they work on.
+
+mod call;
+mod connect;
+mod invoke;
+mod links;
+mod maintenance;
+mod views;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tagma_config::ValidConfig;
+use tagma_crypto::IdentityKey;
+use tagma_net::NetLimits;
+use tagma_wire::{
+    ClientId, ClientMessage, Decode, Encode, ReplicaId, RequestKind, RequestSeq, StateInfo,
+};
+
+use self::call::Call;
+use self::links::{Members, members_of};
+use crate::error::ClientError;
+use crate::future::{ReplyFuture, Slot};
+use crate::locking::lock;
+use crate::voting::ViewFollower;
+
+/// Proxy settings beyond the cluster configuration.
+#[derive(Clone, Debug)]
+pub struct ClientOptions {
+    /// The configured client principal whose key this proxy holds.
+    pub principal: u32,
+    /// Instance part of the client id; a random one if `None` (a fresh session).
+    pub instance: Option<u32>,
+    /// Most requests in flight; `invoke_async` blocks beyond it.
+    pub outstanding_max: usize,
+}
+
+impl ClientOptions {
+    pub fn new(principal: u32) -> Self {
+        ClientOptions {
+            principal,
+            instance: None,
+            outstanding_max: 128,
+        }
+    }
+}
+
+/// Where a view history answered by a replica goes.
+type HistorySender = crossbeam_channel::Sender<(ReplicaId, Vec<tagma_wire::ViewChange>)>;
+
+struct Inner {
+    client: ClientId,
+    key: IdentityKey,
+    signed: bool,
+    mode: tagma_config::Mode,
+    /// Whether unordered reads may be answered (`[cluster] readonly_requests`): it changes
+    /// the ordered reply quorum.
+    readonly: bool,
+    /// Read on every send; replaced on a view change (see [`Members`]).
+    members: RwLock<Arc<Members>>,
+    request_bytes_max: usize,
+    limits: NetLimits,
+    connect_timeout: Duration,
+    reconnect_delay: Duration,
+    retransmit: Duration,
+    invoke_timeout: Duration,
+    calls: Mutex<HashMap<(RequestKind, RequestSeq), Call>>,
+    queries: Mutex<HashMap<u64, crossbeam_channel::Sender<StateInfo>>>,
+    /// Ordered (reconfigurations included) and unordered sequence numbers.
+    next_seq: [AtomicU64; 2],
+    next_nonce: AtomicU64,
+    follower: Mutex<ViewFollower>,
+    /// [`Proxy::current_view`] calls in progress: every view report is copied to them.
+    view_queries: Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, tagma_wire::View)>>>,
+    /// Bootstrap in progress ([`Inner::bootstrap_view`]): view histories are copied to it.
+    history_queries: Mutex<Vec<HistorySender>>,
+    outstanding: Mutex<usize>,
+    outstanding_freed: Condvar,
+    outstanding_max: usize,
+    closed: AtomicBool,
+}
+
+/// A client's proxy to the replicated service. Cheap to share: `Proxy` is `Send + Sync` and
+/// all methods take `&self`.
+pub struct Proxy {
+    inner: Arc<Inner>,
+}
+
+fn random_u32() -> u32 {
+    // Instance ids only need to differ between concurrent proxies of one principal.
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
+    let h = tagma_crypto::digest(
+        &[
+            t.to_le_bytes().as_slice(),
+            &std::process::id().to_le_bytes(),
+        ]
+        .concat(),
+    );
+    u32::from_le_bytes([h.0[0], h.0[1], h.0[2], h.0[3]])
+}
+
+impl Proxy {
+    /// Connects to the replicas of `cfg` (in parallel) as client principal
+    /// `options.principal` with `key`, and returns once a reply quorum is connected (the
+    /// others connect in the background). Fails with [`ClientError::Unreachable`] when fewer
+    /// replicas than a reply quorum answer (with [`ClientError::UnknownKey`] when replicas
+    /// refused the key); the others are retried in the background.
+    pub fn connect(
+        cfg: &ValidConfig,
+        key: IdentityKey,
+        options: ClientOptions,
+    ) -> Result<Proxy, ClientError> {
+        let raw = &cfg.raw;
+        let instance = options.instance.unwrap_or_else(random_u32);
+        let members = members_of(
+            &key,
+            cfg.mode,
+            raw.cluster.readonly_requests,
+            &cfg.initial_view(),
+            None,
+        )?;
+        let inner = Arc::new(Inner {
+            client: ClientId::new(options.principal, instance),
+            key,
+            signed: raw.cluster.signed_requests,
+            mode: cfg.mode,
+            readonly: raw.cluster.readonly_requests,
+            members: RwLock::new(Arc::new(members)),
+            request_bytes_max: raw.limits.request_bytes_max,
+            limits: NetLimits {
+                frame_bytes_max: raw.limits.frame_bytes_max,
+                handshake_timeout: Duration::from_millis(raw.timeouts.handshake_timeout_ms),
+            },
+            connect_timeout: Duration::from_millis(raw.timeouts.connect_timeout_ms),
+            reconnect_delay: Duration::from_millis(raw.timeouts.reconnect_delay_ms.max(10)),
+            retransmit: Duration::from_millis(raw.timeouts.client_retransmit_ms),
+            invoke_timeout: Duration::from_millis(raw.timeouts.client_invoke_timeout_ms),
+            calls: Mutex::new(HashMap::new()),
+            queries: Mutex::new(HashMap::new()),
+            next_seq: [AtomicU64::new(1), AtomicU64::new(1)],
+            next_nonce: AtomicU64::new(1),
+            follower: Mutex::new(ViewFollower::new(cfg.mode, &cfg.initial_view())),
+            view_queries: Mutex::new(Vec::new()),
+            history_queries: Mutex::new(Vec::new()),
+            outstanding: Mutex::new(0),
+            outstanding_freed: Condvar::new(),
+            // Replicas cache `reply_cache_per_client` replies per client: with more requests
+            // in flight, a lost reply could be evicted before the retransmission asks for it.
+            outstanding_max: options
+                .outstanding_max
+                .clamp(1, raw.limits.reply_cache_per_client),
+            closed: AtomicBool::new(false),
+        });
+        let mut members = inner.members();
+        let (mut connected, mut failures) = inner.connect_all(&members);
+        if connected < members.ordered_quorum
+            && connected > 0
+            && let Some(admin) = cfg.admin
+            && let Some(view) = inner.bootstrap_view(&cfg.initial_view(), &admin)
+        {
+            // Too few configured replicas answer, but those that do proved, with the
+            // administrator's signatures, which replicas are members now.
+            tracing::info!(
+                view = view.id.0,
+                members = view.members.len(),
+                "the configured replicas are not the current members: following the administrator's signed history"
+            );
+            *lock(&inner.follower) = ViewFollower::new(cfg.mode, &view);
+            inner.move_to_view(&view);
+            members = inner.members();
+            // Links kept from the configured view are connected already (no error).
+            (connected, failures) = inner.connect_all(&members);
+        }
+        if connected < members.ordered_quorum {
+            inner.close();
+            return Err(inner.too_few_connected(connected, members.ordered_quorum, failures));
+        }
+        inner.spawn_maintenance();
+        Ok(Proxy { inner })
+    }
+
+    pub fn client_id(&self) -> ClientId {
+        self.inner.client
+    }
+
+    /// Totally ordered invocation; blocks until a reply quorum is reached.
+    pub fn invoke_ordered(&self, request: Bytes) -> Result<Bytes, ClientError> {
+        self.invoke_async(request, RequestKind::Ordered)?.wait()
+    }
+
+    /// Totally ordered invocation naming the request's conflict group (`invoke_parallel`):
+    /// the payload goes in a [`GroupEnvelope`](tagma_wire::GroupEnvelope), and a replica executing in parallel by groups (`tagma replica
+    /// --exec-classify groups`) runs requests of groups that do not conflict at once.
+    pub fn invoke_parallel(
+        &self,
+        request: Bytes,
+        group: tagma_wire::Group,
+    ) -> Result<Bytes, ClientError> {
+        let envelope = tagma_wire::GroupEnvelope { group, op: request };
+        self.invoke_ordered(envelope.to_bytes())
+    }
+
+    /// Orders a view change (signed by the administrator, see
+    /// `tagma_config::view::sign_change`) and returns what the replicas made of it.
+    pub fn reconfigure(
+        &self,
+        change: &tagma_wire::ViewChange,
+    ) -> Result<tagma_wire::ReconfigureOutcome, ClientError> {
+        let reply = self
+            .invoke_async(change.to_bytes(), RequestKind::Reconfigure)?
+            .wait()?;
+        tagma_wire::ReconfigureOutcome::decode(&reply)
+            .map_err(|e| ClientError::BadReply(e.to_string()))
+    }
+
+    /// Read-only invocation without ordering; falls back to ordered when replies disagree.
+    pub fn invoke_unordered(&self, request: Bytes) -> Result<Bytes, ClientError> {
+        self.invoke_async(request, RequestKind::Unordered)?.wait()
+    }
+
+    /// Sends a request and returns immediately (after waiting for a free slot when
+    /// `outstanding_max` requests are in flight).
+    pub fn invoke_async(
+        &self,
+        request: Bytes,
+        kind: RequestKind,
+    ) -> Result<ReplyFuture, ClientError> {
+        let inner = &self.inner;
+        if request.len() > inner.request_bytes_max {
+            return Err(ClientError::TooLarge {
+                bytes: request.len(),
+                max: inner.request_bytes_max,
+            });
+        }
+        {
+            let waited = Instant::now();
+            let mut n = lock(&inner.outstanding);
+            while *n >= inner.outstanding_max {
+                if inner.closed.load(Ordering::Relaxed) {
+                    return Err(ClientError::Closed);
+                }
+                if waited.elapsed() >= inner.invoke_timeout {
+                    return Err(ClientError::Timeout {
+                        after_ms: inner.invoke_timeout.as_millis() as u64,
+                        replies: 0,
+                        quorum: inner.members().ordered_quorum,
+                    });
+                }
+                n = inner
+                    .outstanding_freed
+                    .wait_timeout(n, Duration::from_millis(100))
+                    .map(|(g, _)| g)
+                    .unwrap_or_else(|e| e.into_inner().0);
+            }
+            *n += 1;
+        }
+        let slot = Arc::new(Slot::default());
+        inner.start_call(request, kind, slot.clone());
+        Ok(ReplyFuture { slot })
+    }
+
+    /// Asks every replica for its execution position and state digest.
+    /// A replica this proxy is not connected to has no answer at once (none is waited for).
+    pub fn query_states(&self, timeout: Duration) -> Vec<(ReplicaId, Option<StateInfo>)> {
+        let inner = &self.inner;
+        let mut waits = Vec::new();
+        for link in &inner.members().links {
+            if !link.is_connected() {
+                waits.push((link.info.id, None));
+                continue;
+            }
+            let nonce = inner.next_nonce.fetch_add(1, Ordering::Relaxed);
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            lock(&inner.queries).insert(nonce, tx);
+            let frame = ClientMessage::StateQuery { nonce }.to_bytes();
+            link.send(&frame);
+            waits.push((link.info.id, Some((nonce, rx))));
+        }
+        let deadline = Instant::now() + timeout;
+        waits
+            .into_iter()
+            .map(|(id, wait)| {
+                let got = wait.and_then(|(nonce, rx)| {
+                    let got = rx.recv_deadline(deadline).ok();
+                    lock(&inner.queries).remove(&nonce);
+                    got
+                });
+                (id, got)
+            })
+            .collect()
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.inner.close();
+    }
+}
+
+impl Inner {
+    fn members(&self) -> Arc<Members> {
+        self.members
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn close(&self) {
+        self.closed.store(true, Ordering::Relaxed);
+        for link in &self.members().links {
+            // Dropping the queue ends the writer thread, which shuts the socket down (and so
+            // ends the reader thread).
+            link.close();
+        }
+        let calls: Vec<_> = lock(&self.calls).drain().map(|(_, c)| c).collect();
+        for c in calls {
+            c.slot.complete(Err(ClientError::Closed));
+        }
+        self.outstanding_freed.notify_all();
+    }
+}

@@ -1,0 +1,66 @@
+//! The proxy against stand-in replicas (`replicas`): real TCP and real handshakes.
+
+mod replicas;
+
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use replicas::{Behaviour, PRINCIPAL, client_key, cluster, stranger_key};
+use tagma_client::{ClientError, ClientOptions, Proxy};
+use tagma_wire::ReplicaId;
+
+#[test]
+fn a_key_the_replicas_do_not_know_is_reported_as_the_key_not_as_unreachable() {
+    let cfg = cluster([Behaviour::Echo; 4], 5_000);
+    let err = Proxy::connect(&cfg, stranger_key(), ClientOptions::new(PRINCIPAL))
+        .err()
+        .expect("the replicas refuse a key they do not know");
+    assert!(
+        matches!(&err, ClientError::UnknownKey { principal, refused_by, .. }
+            if *principal == PRINCIPAL && refused_by == "0, 1, 2, 3"),
+        "{err}"
+    );
+    let text = err.to_string();
+    assert!(text.contains("do not know this client's key"), "{text}");
+    assert!(text.contains(&stranger_key().public().to_hex()), "{text}");
+    assert!(!text.contains("start the replicas"), "{text}");
+    // The configured key gets through to the same replicas.
+    let proxy = Proxy::connect(&cfg, client_key(), ClientOptions::new(PRINCIPAL)).unwrap();
+    let reply = proxy.invoke_ordered(Bytes::from_static(b"ping")).unwrap();
+    assert_eq!(&reply[..], b"ping");
+}
+
+/// A stopped replica (SIGSTOP) accepts TCP connections, but nothing answers the handshake:
+/// the proxy starts and serves calls with the other three, a reply quorum, without waiting
+/// for it (the handshake timeout here is 10 s).
+#[test]
+fn a_replica_that_never_answers_the_handshake_holds_up_neither_connect_nor_calls() {
+    let cfg = cluster(
+        [
+            Behaviour::Hung,
+            Behaviour::Echo,
+            Behaviour::Echo,
+            Behaviour::Echo,
+        ],
+        10_000,
+    );
+    let started = Instant::now();
+    let proxy = Proxy::connect(&cfg, client_key(), ClientOptions::new(PRINCIPAL)).unwrap();
+    let connected = started.elapsed();
+    let reply = proxy.invoke_ordered(Bytes::from_static(b"ping")).unwrap();
+    assert_eq!(&reply[..], b"ping");
+    let called = started.elapsed();
+    // What `tagma status` asks: the installed view, then every replica's state.
+    let view = proxy.current_view(Duration::from_secs(5)).unwrap();
+    assert_eq!(view, cfg.initial_view());
+    let states = proxy.query_states(Duration::from_secs(5));
+    let queried = started.elapsed();
+    assert_eq!(states.len(), 4);
+    for (id, state) in &states {
+        assert_eq!(state.is_some(), *id != ReplicaId(0), "replica {id}");
+    }
+    assert!(
+        queried < Duration::from_secs(3),
+        "connect {connected:?}, ordered call {called:?}, view and states {queried:?}"
+    );
+}
