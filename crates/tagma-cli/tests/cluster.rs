@@ -24,7 +24,9 @@ use tagma_wire::{
 };
 
 mod common;
-use common::{READY, assert_converged, assert_history_clean, exe, wait_until};
+use common::{
+    READY, add_replica, all_in_view, assert_converged, assert_history_clean, exe, wait_until,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -560,60 +562,6 @@ fn durable_cluster(n: usize, admin: &IdentityKey) -> LocalCluster {
         cfg.limits.decisions_kept = 16;
     })
     .expect("start a local cluster")
-}
-
-/// Adds replica `id` to the cluster in view `from`: prepares its key, starts it with
-/// `tagma replica --join` (it waits for the view that adds it), orders the signed change
-/// and waits until the joiner has fetched its state. Returns its index and the new view.
-fn add_replica(
-    c: &mut LocalCluster,
-    admin: &IdentityKey,
-    proxy: &Proxy,
-    id: u32,
-    from: ViewId,
-) -> (usize, tagma_wire::View) {
-    use tagma_wire::{ReconfigureOutcome, ViewMember, ViewOp};
-    let (joiner, key_path) = c
-        .prepare_joiner(ReplicaId(id))
-        .expect("a key for the joiner");
-    let key = IdentityKey::read_file(&key_path).expect("its key").public();
-    let addr = c.cfg.replicas[joiner].addr.to_string();
-    c.start_joining(joiner).expect("start the joiner");
-    let add = ViewOp::Add(ViewMember {
-        id: ReplicaId(id),
-        addr,
-        key,
-    });
-    let outcome = proxy
-        .reconfigure(&tagma_core::view::sign_change(admin, from, vec![add]))
-        .expect("the change is ordered");
-    let ReconfigureOutcome::Installed(view) = outcome else {
-        panic!("adding replica {id} was refused: {outcome:?}");
-    };
-    assert_eq!(view.id, ViewId(from.0 + 1));
-    assert!(view.members.iter().any(|m| m.id == ReplicaId(id)));
-    c.wait_ready(joiner, Duration::from_secs(30))
-        .expect("the joiner serves metrics");
-    wait_until(
-        &format!("replica {id} fetched its state"),
-        Duration::from_secs(60),
-        || c.metric(joiner, "tagma_state_transfer_ms") > 0.0,
-    );
-    (joiner, view)
-}
-
-/// Every replica of `c` (joiners included) reports view `id` and the same digest.
-fn all_in_view(c: &LocalCluster, id: u32) -> Vec<tagma_wire::StateInfo> {
-    let all: Vec<ReplicaId> = c.cfg.replicas.iter().map(|r| r.id).collect();
-    let states = assert_converged(c, &all, Duration::from_secs(60));
-    for (i, replica) in all.iter().enumerate() {
-        assert_eq!(
-            c.metric(i, "tagma_view"),
-            f64::from(id),
-            "replica {replica} installed view {id}"
-        );
-    }
-    states
 }
 
 /// A fifth replica joins a BFT cluster of four under load: `tagma replica --join` waits for

@@ -5,9 +5,11 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use tagma_client::Proxy;
 use tagma_cluster::workload::WorkloadReport;
 use tagma_cluster::{LocalCluster, digests_equal};
-use tagma_wire::{ReplicaId, StateInfo};
+use tagma_crypto::IdentityKey;
+use tagma_wire::{ReplicaId, StateInfo, ViewId};
 
 pub const READY: Duration = Duration::from_secs(30);
 
@@ -51,5 +53,59 @@ pub fn assert_converged(c: &LocalCluster, live: &[ReplicaId], timeout: Duration)
             panic!("{e}")
         });
     assert!(digests_equal(&states), "digests differ: {states:?}");
+    states
+}
+
+/// Adds replica `id` to the cluster in view `from`: prepares its key, starts it with
+/// `tagma replica --join` (it waits for the view that adds it), orders the signed change
+/// and waits until the joiner has fetched its state. Returns its index and the new view.
+pub fn add_replica(
+    c: &mut LocalCluster,
+    admin: &IdentityKey,
+    proxy: &Proxy,
+    id: u32,
+    from: ViewId,
+) -> (usize, tagma_wire::View) {
+    use tagma_wire::{ReconfigureOutcome, ViewMember, ViewOp};
+    let (joiner, key_path) = c
+        .prepare_joiner(ReplicaId(id))
+        .expect("a key for the joiner");
+    let key = IdentityKey::read_file(&key_path).expect("its key").public();
+    let addr = c.cfg.replicas[joiner].addr.to_string();
+    c.start_joining(joiner).expect("start the joiner");
+    let add = ViewOp::Add(ViewMember {
+        id: ReplicaId(id),
+        addr,
+        key,
+    });
+    let outcome = proxy
+        .reconfigure(&tagma_core::view::sign_change(admin, from, vec![add]))
+        .expect("the change is ordered");
+    let ReconfigureOutcome::Installed(view) = outcome else {
+        panic!("adding replica {id} was refused: {outcome:?}");
+    };
+    assert_eq!(view.id, ViewId(from.0 + 1));
+    assert!(view.members.iter().any(|m| m.id == ReplicaId(id)));
+    c.wait_ready(joiner, Duration::from_secs(30))
+        .expect("the joiner serves metrics");
+    wait_until(
+        &format!("replica {id} fetched its state"),
+        Duration::from_secs(60),
+        || c.metric(joiner, "tagma_state_transfer_ms") > 0.0,
+    );
+    (joiner, view)
+}
+
+/// Every replica of `c` (joiners included) reports view `id` and the same digest.
+pub fn all_in_view(c: &LocalCluster, id: u32) -> Vec<tagma_wire::StateInfo> {
+    let all: Vec<ReplicaId> = c.cfg.replicas.iter().map(|r| r.id).collect();
+    let states = assert_converged(c, &all, Duration::from_secs(60));
+    for (i, replica) in all.iter().enumerate() {
+        assert_eq!(
+            c.metric(i, "tagma_view"),
+            f64::from(id),
+            "replica {replica} installed view {id}"
+        );
+    }
     states
 }
