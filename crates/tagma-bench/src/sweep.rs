@@ -14,7 +14,8 @@ pub const SIGNATURE_THREADS: [usize; 3] = [1, 2, 4];
 pub const SWEEP_WARMUP_S: f64 = 1.0;
 pub const SWEEP_DURATION_S: f64 = 3.0;
 
-/// One of the paper's figures.
+/// One of the figures of Bessani, Sousa and Alchieri, "State Machine Replication for the
+/// Masses with BFT-SMaRt" (their numbers are this enum's doc).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Sweep {
     /// Figure 4: latency vs throughput, one line per payload, points by client count.

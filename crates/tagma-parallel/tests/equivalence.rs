@@ -197,7 +197,7 @@ proptest! {
 
 #[test]
 fn registered_groups_run_under_the_barrier_policy_like_sequential() {
-    // The seed's model: clients choose groups; a multi-worker group serialises against the
+    // Client-chosen groups: a multi-worker group serialises against the
     // workers it names.
     let mut groups = Groups::default();
     groups.add(100, &[0, 1], 3).unwrap();
