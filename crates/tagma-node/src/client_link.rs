@@ -21,8 +21,7 @@ use tracing::{debug, info_span};
 use crate::{
     CLIENTS_PER_CONNECTION_MAX, membership,
     peer_link::{peer_reader, write_loop},
-    shared::{ConnHandle, ConsensusEvent, ExecEvent, Shared},
-    startup::spawn,
+    shared::{ConnHandle, ConsensusEvent, ExecEvent, Shared, spawn},
 };
 
 /// Accepts connections. Handshakes in progress are bounded (unauthenticated peers cannot

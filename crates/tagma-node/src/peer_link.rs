@@ -17,8 +17,7 @@ use tracing::{debug, info, warn};
 use crate::{
     WRITE_COALESCE_BYTES, membership,
     metrics::Metrics,
-    shared::{ConsensusEvent, Shared},
-    startup::spawn,
+    shared::{ConsensusEvent, Shared, spawn},
 };
 
 /// Reads consensus messages from peer `from`; decodes, hashes and authenticates batches here,

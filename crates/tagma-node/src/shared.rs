@@ -172,3 +172,18 @@ impl Shared {
         }
     }
 }
+
+/// Spawns one of the replica's threads, named, inside the replica's tracing span.
+pub(crate) fn spawn(
+    name: String,
+    me: ReplicaId,
+    f: impl FnOnce() + Send + 'static,
+) -> std::thread::JoinHandle<()> {
+    std::thread::Builder::new()
+        .name(name.clone())
+        .spawn(move || {
+            let _span = tracing::info_span!("replica", id = me.0, thread = %name).entered();
+            f()
+        })
+        .expect("spawn replica thread")
+}

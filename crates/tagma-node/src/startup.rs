@@ -10,7 +10,6 @@ use std::{
         Arc,
         atomic::{AtomicU64, Ordering},
     },
-    thread,
     time::Duration,
 };
 
@@ -24,7 +23,7 @@ use tagma_exec::{Executor, Service};
 use tagma_net::NetLimits;
 use tagma_storage::{Checkpoints, MemoryCheckpoints, MemoryLog, RecordLog};
 use tagma_wire::{ReplicaId, ViewId};
-use tracing::{info, info_span};
+use tracing::info;
 
 use crate::{
     Joining, NodeError, NodeHandle,
@@ -35,7 +34,7 @@ use crate::{
     membership, metrics,
     metrics::Metrics,
     peer_link::{add_link, start_link},
-    shared::{Clock, Shared},
+    shared::{Clock, Shared, spawn},
     storage,
 };
 
@@ -296,18 +295,4 @@ pub(crate) fn start_node<S: Service>(
         local_addr,
         threads,
     })
-}
-
-pub(crate) fn spawn(
-    name: String,
-    me: ReplicaId,
-    f: impl FnOnce() + Send + 'static,
-) -> thread::JoinHandle<()> {
-    thread::Builder::new()
-        .name(name.clone())
-        .spawn(move || {
-            let _span = info_span!("replica", id = me.0, thread = %name).entered();
-            f()
-        })
-        .expect("spawn replica thread")
 }

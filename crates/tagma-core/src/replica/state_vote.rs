@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use tagma_wire::{CheckpointInfo, ConsensusId, Digest, PeerMessage, ReplicaId};
 
-use super::{Replica, action::Action, startup_sync::StartupSync};
+use super::{Replica, action::Action};
 use crate::quorum::Mode;
 
 /// DDS's state vote (REINIT with checkpoint hashes, install what enough replicas
@@ -145,14 +145,13 @@ impl Replica {
     pub(super) fn cast_state_vote(&mut self, cid: ConsensusId, digest: Digest) {
         let timeout = self.params.request_timeout_ms.max(1);
         let (now, next) = (self.now_ms, self.instance.cid);
-        let Some(StartupSync {
-            state_vote: StateVoteStage::Running(a),
-            asked,
-            ..
-        }) = self.startup.as_mut()
-        else {
+        let Some(startup) = self.startup.as_mut() else {
             return;
         };
+        let StateVoteStage::Running(a) = &mut startup.state_vote else {
+            return;
+        };
+        let asked = &mut startup.asked;
         if a.cid != cid || a.own.is_some() {
             return;
         }
@@ -339,10 +338,8 @@ impl Replica {
         checkpoint: Option<CheckpointInfo>,
         next: ConsensusId,
     ) {
-        if let Some(StartupSync {
-            state_vote: StateVoteStage::Running(a),
-            ..
-        }) = self.startup.as_mut()
+        if let Some(startup) = self.startup.as_mut()
+            && let StateVoteStage::Running(a) = &mut startup.state_vote
         {
             a.offers.insert(from, (checkpoint, next));
             self.progress_startup_sync();
@@ -352,13 +349,12 @@ impl Replica {
     /// Whether the state vote is running or repairing: decisions are not committed then (the
     /// vote is on the state at the instance it started at, and a repair replaces that one).
     pub(super) fn state_vote_holds(&self) -> bool {
-        matches!(
-            self.startup,
-            Some(StartupSync {
-                state_vote: StateVoteStage::Running(_) | StateVoteStage::Repairing,
-                ..
-            })
-        )
+        self.startup.as_ref().is_some_and(|s| {
+            matches!(
+                s.state_vote,
+                StateVoteStage::Running(_) | StateVoteStage::Repairing
+            )
+        })
     }
 
     /// The runtime's answer to [`Action::DigestState`]: the digest a checkpoint of the state

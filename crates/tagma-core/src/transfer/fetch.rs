@@ -8,7 +8,8 @@ use tagma_wire::{CheckpointInfo, ConsensusId, DecidedInstance, ReplicaId};
 
 use super::{
     CHUNK_WINDOW, FetchOut, FetchParams, LOG_RUN, LOG_WINDOW, STALL_TIMEOUTS, StateToInstall,
-    changes_view, plan::Plan,
+    changes_view,
+    plan::{self, Plan},
 };
 use crate::proof::ProofChecker;
 
@@ -285,6 +286,33 @@ impl Fetch {
     pub(super) fn progress(&mut self, now_ms: u64) {
         self.progress_ms = now_ms;
         self.stalls = 0;
+    }
+
+    /// Chooses the source, vouchers, target and log peers from the offers; false if the
+    /// offers do not allow a plan yet.
+    pub(super) fn try_plan(&mut self, now_ms: u64, out: &mut Vec<FetchOut>) -> bool {
+        let Some(plan) = plan::plan(
+            &self.params,
+            self.next,
+            &self.offers,
+            &self.refused,
+            self.attempt,
+        ) else {
+            return false;
+        };
+        tracing::info!(
+            source = %plan.source,
+            first = %plan.first,
+            bytes = plan.checkpoint_len(),
+            target = %plan.target,
+            vouchers = plan.vouchers.len(),
+            attempt = self.attempt,
+            "state transfer: fetching"
+        );
+        self.phase = Phase::Fetching(Box::new(plan));
+        self.progress(now_ms);
+        self.pump(out);
+        true
     }
 
     /// Keeps the windows of chunk and log requests full; hands the state over when complete.

@@ -6,10 +6,7 @@ use std::collections::BTreeMap;
 
 use tagma_wire::{CheckpointInfo, ConsensusId, DecidedInstance, ReplicaId};
 
-use super::{
-    FetchOut,
-    fetch::{Fetch, Phase},
-};
+use super::FetchParams;
 
 #[derive(Debug)]
 pub(super) struct Plan {
@@ -53,112 +50,92 @@ impl Plan {
     }
 }
 
-impl Fetch {
-    /// Chooses the source, vouchers, target and log peers from the offers; false if the
-    /// offers do not allow a plan yet.
-    pub(super) fn try_plan(&mut self, now_ms: u64, out: &mut Vec<FetchOut>) -> bool {
-        let Some(plan) = self.plan() else {
-            return false;
-        };
-        tracing::info!(
-            source = %plan.source,
-            first = %plan.first,
-            bytes = plan.checkpoint_len(),
-            target = %plan.target,
-            vouchers = plan.vouchers.len(),
-            attempt = self.attempt,
-            "state transfer: fetching"
-        );
-        self.phase = Phase::Fetching(Box::new(plan));
-        self.progress(now_ms);
-        self.pump(out);
-        true
-    }
-
-    pub(super) fn plan(&self) -> Option<Plan> {
-        // The target: decided at a correct replica.
-        let mut nexts: Vec<ConsensusId> = self.offers.values().map(|(_, n)| *n).collect();
-        nexts.sort_unstable_by(|a, b| b.cmp(a));
-        let bound = *nexts.get(self.params.one_correct - 1)?;
-        let target = ConsensusId(bound.0.checked_sub(1)?);
-        let mut candidates: Vec<(ReplicaId, CheckpointInfo)> = self
-            .offers
-            .iter()
-            .filter_map(|(r, (c, _))| c.map(|c| (*r, c)))
-            .filter(|(_, c)| {
-                c.cid.0.saturating_add(1) >= self.next.0
-                    && c.cid <= target
-                    && c.len <= self.params.state_bytes_max
-            })
-            .collect();
-        candidates.sort_by_key(|(r, c)| (c.cid, *r));
-        let refused = |(r, c): &(ReplicaId, CheckpointInfo)| {
-            self.refused.get(r).is_some_and(|max| c.cid <= *max)
-        };
-        let eligible: Vec<usize> = (0..candidates.len())
-            .filter(|&i| {
-                candidates.len() - i >= self.params.one_correct && !refused(&candidates[i])
-            })
-            .collect();
-        // Without enough checkpoints to vouch for one, a joining replica (its executor still
-        // in the initial state) replays the whole history instead, from the replicas that
-        // offer no checkpoint: those have released none of their log. Every decision's proof
-        // is checked under its view, from the initial one that every replica knows, so no
-        // voucher is needed.
-        let from_start = eligible.is_empty();
-        if from_start && !(self.params.joining && self.next.0 == 0) {
-            return None;
-        }
-        let (source, checkpoint, vouchers) =
-            match eligible.get(self.attempt % eligible.len().max(1)) {
-                Some(&i) => {
-                    let (source, checkpoint) = candidates[i];
-                    (source, Some(checkpoint), candidates[i + 1..].to_vec())
-                }
-                None => (self.params.me, None, Vec::new()),
-            };
-        let mut log_peers: Vec<ReplicaId> = self
-            .offers
-            .iter()
-            .filter(|(r, (c, n))| **r != source && *n > target && !(from_start && c.is_some()))
-            .map(|(r, _)| *r)
-            .collect();
-        let first = checkpoint.map_or(ConsensusId(0), |c| c.cid.next());
-        if log_peers.is_empty() && checkpoint.is_some() {
-            log_peers.push(source);
-        }
-        if log_peers.is_empty() {
-            return None;
-        }
-        // The plan's invariants: the source's checkpoint is at or below the target, which a
-        // correct replica decided; every voucher stands between them; nobody vouches twice.
-        debug_assert!(checkpoint.is_none_or(|c| c.cid <= target && first == c.cid.next()));
-        debug_assert!(vouchers.iter().all(|(r, v)| *r != source
-            && checkpoint.is_some_and(|c| c.cid <= v.cid)
-            && v.cid <= target));
-        debug_assert!(
-            vouchers
-                .iter()
-                .map(|(r, _)| *r)
-                .collect::<std::collections::BTreeSet<_>>()
-                .len()
-                == vouchers.len(),
-            "a voucher counted twice"
-        );
-        debug_assert!(first.0 <= target.0.saturating_add(1));
-        Some(Plan {
-            source,
-            checkpoint,
-            first,
-            vouchers,
-            target,
-            log_peers,
-            written: 0,
-            requested: 0,
-            gap_asked: None,
-            log: BTreeMap::new(),
-            log_requested: first,
-            rotation: self.attempt,
+/// Chooses the source, vouchers, target and log peers from the `offers` (`None` if they do
+/// not allow a plan yet), for a replica at `next` on its `attempt`-th try, leaving out the
+/// checkpoints each source `refused`.
+pub(super) fn plan(
+    params: &FetchParams,
+    next: ConsensusId,
+    offers: &BTreeMap<ReplicaId, (Option<CheckpointInfo>, ConsensusId)>,
+    refused: &BTreeMap<ReplicaId, ConsensusId>,
+    attempt: usize,
+) -> Option<Plan> {
+    // The target: decided at a correct replica.
+    let mut nexts: Vec<ConsensusId> = offers.values().map(|(_, n)| *n).collect();
+    nexts.sort_unstable_by(|a, b| b.cmp(a));
+    let bound = *nexts.get(params.one_correct - 1)?;
+    let target = ConsensusId(bound.0.checked_sub(1)?);
+    let mut candidates: Vec<(ReplicaId, CheckpointInfo)> = offers
+        .iter()
+        .filter_map(|(r, (c, _))| c.map(|c| (*r, c)))
+        .filter(|(_, c)| {
+            c.cid.0.saturating_add(1) >= next.0
+                && c.cid <= target
+                && c.len <= params.state_bytes_max
         })
+        .collect();
+    candidates.sort_by_key(|(r, c)| (c.cid, *r));
+    let refused =
+        |(r, c): &(ReplicaId, CheckpointInfo)| refused.get(r).is_some_and(|max| c.cid <= *max);
+    let eligible: Vec<usize> = (0..candidates.len())
+        .filter(|&i| candidates.len() - i >= params.one_correct && !refused(&candidates[i]))
+        .collect();
+    // Without enough checkpoints to vouch for one, a joining replica (its executor still
+    // in the initial state) replays the whole history instead, from the replicas that
+    // offer no checkpoint: those have released none of their log. Every decision's proof
+    // is checked under its view, from the initial one that every replica knows, so no
+    // voucher is needed.
+    let from_start = eligible.is_empty();
+    if from_start && !(params.joining && next.0 == 0) {
+        return None;
     }
+    let (source, checkpoint, vouchers) = match eligible.get(attempt % eligible.len().max(1)) {
+        Some(&i) => {
+            let (source, checkpoint) = candidates[i];
+            (source, Some(checkpoint), candidates[i + 1..].to_vec())
+        }
+        None => (params.me, None, Vec::new()),
+    };
+    let mut log_peers: Vec<ReplicaId> = offers
+        .iter()
+        .filter(|(r, (c, n))| **r != source && *n > target && !(from_start && c.is_some()))
+        .map(|(r, _)| *r)
+        .collect();
+    let first = checkpoint.map_or(ConsensusId(0), |c| c.cid.next());
+    if log_peers.is_empty() && checkpoint.is_some() {
+        log_peers.push(source);
+    }
+    if log_peers.is_empty() {
+        return None;
+    }
+    // The plan's invariants: the source's checkpoint is at or below the target, which a
+    // correct replica decided; every voucher stands between them; nobody vouches twice.
+    debug_assert!(checkpoint.is_none_or(|c| c.cid <= target && first == c.cid.next()));
+    debug_assert!(vouchers.iter().all(|(r, v)| *r != source
+        && checkpoint.is_some_and(|c| c.cid <= v.cid)
+        && v.cid <= target));
+    debug_assert!(
+        vouchers
+            .iter()
+            .map(|(r, _)| *r)
+            .collect::<std::collections::BTreeSet<_>>()
+            .len()
+            == vouchers.len(),
+        "a voucher counted twice"
+    );
+    debug_assert!(first.0 <= target.0.saturating_add(1));
+    Some(Plan {
+        source,
+        checkpoint,
+        first,
+        vouchers,
+        target,
+        log_peers,
+        written: 0,
+        requested: 0,
+        gap_asked: None,
+        log: BTreeMap::new(),
+        log_requested: first,
+        rotation: attempt,
+    })
 }

@@ -4,8 +4,7 @@
 use std::{
     collections::VecDeque,
     path::{Path, PathBuf},
-    sync::Arc,
-    sync::atomic::Ordering,
+    sync::{Arc, atomic::Ordering},
 };
 
 use bytes::Bytes;
