@@ -297,7 +297,7 @@ pub(crate) fn wait_until(
 /// Runs `scenario` on a fresh local cluster of `exe` processes.
 pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosReport> {
     if scenario == Scenario::ReconfigTour {
-        bail!("the reconfig-tour scenario has a report of its own: run it with crate::tour::run");
+        bail!("the reconfig-tour scenario has a report of its own (tour::run), not a chaos report");
     }
     opts.check(scenario)?;
     let (mut cluster, n) = launch(exe, opts)?;
