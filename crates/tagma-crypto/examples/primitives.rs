@@ -3,7 +3,7 @@
 //!
 //! Per consensus instance a BFT replica signs one ACCEPT and verifies 2f ACCEPT signatures;
 //! per request it computes or checks keyed-BLAKE3 MACs (frames, request authenticators) and
-//! BLAKE3 digests. docs/benchmarks.md uses these figures to explain where the time goes.
+//! BLAKE3 digests. docs/benchmarks/normal-case.md uses these figures to explain where the time goes.
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
