@@ -35,11 +35,11 @@ pub struct Measured {
     pub rss_mb_max: f64,
     /// Requests per consensus instance at the leader in the window.
     pub batch_mean: f64,
-    /// Mean time per instance at the leader in the window, and the leader's mean vote sync
-    /// and log sync in it (ms; 0 when none happened).
+    /// Mean time per instance at the leader in the window, and the leader's mean vote flush
+    /// and log flush in it (ms; 0 when none happened).
     pub instance_ms: f64,
-    pub vote_sync_ms: f64,
-    pub log_sync_ms: f64,
+    pub vote_flush_ms: f64,
+    pub log_flush_ms: f64,
 }
 
 impl Measured {
@@ -64,14 +64,14 @@ struct Sample {
     ops: f64,
     cpu_s: f64,
     instances: f64,
-    vote_syncs: f64,
-    vote_sync_us: f64,
-    log_syncs: f64,
-    log_sync_us: f64,
+    vote_flushes: f64,
+    vote_flush_us: f64,
+    log_flushes: f64,
+    log_flush_us: f64,
 }
 
 /// `total` spread over `count` events (0 when there were none: no instance decided, e.g.
-/// unordered reads, or no sync).
+/// unordered reads, or no flush).
 fn per_event(total: f64, count: f64) -> f64 {
     if count > 0.0 { total / count } else { 0.0 }
 }
@@ -110,10 +110,10 @@ pub fn measure(
             ops: value("tagma_executed_requests_total") + value("tagma_unordered_executed_total"),
             cpu_s: pids.iter().filter_map(|&p| report::process_cpu_s(p)).sum(),
             instances: value("tagma_decided_instances_total"),
-            vote_syncs: value("tagma_vote_syncs_total"),
-            vote_sync_us: value("tagma_vote_sync_microseconds_total"),
-            log_syncs: value("tagma_log_syncs_total"),
-            log_sync_us: value("tagma_log_sync_microseconds_total"),
+            vote_flushes: value("tagma_vote_flushes_total"),
+            vote_flush_us: value("tagma_vote_flush_microseconds_total"),
+            log_flushes: value("tagma_log_flushes_total"),
+            log_flush_us: value("tagma_log_flush_microseconds_total"),
         }
     };
     let load_opts = load::LoadOptions {
@@ -166,13 +166,13 @@ pub fn measure(
         rss_mb_max,
         batch_mean: per_event(end.ops - start.ops, instances),
         instance_ms: per_event(result.window_s * 1e3, instances),
-        vote_sync_ms: per_event(
-            end.vote_sync_us - start.vote_sync_us,
-            end.vote_syncs - start.vote_syncs,
+        vote_flush_ms: per_event(
+            end.vote_flush_us - start.vote_flush_us,
+            end.vote_flushes - start.vote_flushes,
         ) / 1e3,
-        log_sync_ms: per_event(
-            end.log_sync_us - start.log_sync_us,
-            end.log_syncs - start.log_syncs,
+        log_flush_ms: per_event(
+            end.log_flush_us - start.log_flush_us,
+            end.log_flushes - start.log_flushes,
         ) / 1e3,
         load: result,
     })

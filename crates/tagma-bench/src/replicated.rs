@@ -327,8 +327,8 @@ fn report(
         ratio_vs_no_durability,
         instance_ms: volatile.map(|_| replicated.instance_ms),
         no_durability_instance_ms: volatile.map(|v| v.instance_ms),
-        vote_sync_ms_mean: replicated.vote_sync_ms,
-        log_sync_ms_mean: replicated.log_sync_ms,
+        vote_flush_ms_mean: replicated.vote_flush_ms,
+        log_flush_ms_mean: replicated.log_flush_ms,
         errors: replicated.load.errors
             + baseline.load.errors
             + volatile.map_or(0, |v| v.load.errors),

@@ -123,17 +123,17 @@ pub struct BenchReport {
     pub ratio_vs_no_durability: Option<f64>,
     /// With durability, where the ratio goes: the mean time per consensus instance at the
     /// leader (window / instances decided) with and without durability (null when not
-    /// measured), and the leader's mean vote write-and-sync (before its ACCEPT) and log
-    /// write-and-sync (before its next proposal: storage back-pressure), all in ms. Both are
+    /// measured), and the leader's mean vote write-and-flush (before its ACCEPT) and log
+    /// write-and-flush (before its next proposal: storage back-pressure), all in ms. Both are
     /// on every instance's path.
     #[serde(default)]
     pub instance_ms: Option<f64>,
     #[serde(default)]
     pub no_durability_instance_ms: Option<f64>,
     #[serde(default)]
-    pub vote_sync_ms_mean: f64,
+    pub vote_flush_ms_mean: f64,
     #[serde(default)]
-    pub log_sync_ms_mean: f64,
+    pub log_flush_ms_mean: f64,
     /// Failed invocations (all runs).
     pub errors: u64,
 }
@@ -220,14 +220,14 @@ impl BenchReport {
                 format!(
                     "\ndurability {}: {:.0} ops/s without it, ratio_vs_no_durability {:.3}\n\
                      per instance at the leader: {:.2} ms ({:.2} ms without durability); \
-                     vote sync {:.2} ms, log sync {:.2} ms (means)",
+                     vote flush {:.2} ms, log flush {:.2} ms (means)",
                     self.durability,
                     self.no_durability_ops_s.unwrap_or(0.0),
                     self.ratio_vs_no_durability.unwrap_or(0.0),
                     self.instance_ms.unwrap_or(0.0),
                     self.no_durability_instance_ms.unwrap_or(0.0),
-                    self.vote_sync_ms_mean,
-                    self.log_sync_ms_mean
+                    self.vote_flush_ms_mean,
+                    self.log_flush_ms_mean
                 )
             },
             clients = self.clients,
@@ -285,8 +285,8 @@ mod tests {
         r.ratio_vs_no_durability = Some(0.8);
         r.instance_ms = Some(3.5);
         r.no_durability_instance_ms = Some(2.25);
-        r.vote_sync_ms_mean = 0.4;
-        r.log_sync_ms_mean = 0.125;
+        r.vote_flush_ms_mean = 0.4;
+        r.log_flush_ms_mean = 0.125;
         let durable = r.table();
         assert_eq!(durable.lines().count(), 6, "{durable}");
         assert!(
@@ -295,7 +295,7 @@ mod tests {
         );
         assert!(
             durable.contains(
-                "3.50 ms (2.25 ms without durability); vote sync 0.40 ms, log sync 0.12 ms"
+                "3.50 ms (2.25 ms without durability); vote flush 0.40 ms, log flush 0.12 ms"
             ),
             "{durable}"
         );

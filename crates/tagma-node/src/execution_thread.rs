@@ -88,7 +88,7 @@ pub(crate) fn execution_loop<S: Service>(
                     .executed_instances
                     .store(executor.executed_instances(), Ordering::Relaxed);
                 // Durable replicas: the replies leave at once. The decision is on the disks of
-                // the replicas that accepted it (each synced its vote before its ACCEPT), so
+                // the replicas that accepted it (each flushed its vote before its ACCEPT), so
                 // a crash of every replica decides this instance again with the same value;
                 // the storage thread logs it meanwhile (parallel logging).
                 if let Some(d) = durable.as_ref() {

@@ -38,17 +38,17 @@ pub struct Metrics {
     pub view: AtomicU64,
     /// 1 once a view without this replica was installed (gauge).
     pub left_view: AtomicU64,
-    /// Durability: log syncs (group commits), records logged, checkpoints written, and the
+    /// Durability: log flushes (group commits), records logged, checkpoints written, and the
     /// instances recovered from disk at start.
-    pub log_syncs: AtomicU64,
-    /// Vote records written and synced: before an ACCEPT or an installed regency's STOPDATA
-    /// (both wait for it), or an unsynced one once the consensus thread is idle.
-    pub vote_syncs: AtomicU64,
-    /// Time spent writing and syncing those votes, and writing out and syncing the log (µs):
+    pub log_flushes: AtomicU64,
+    /// Vote records written and flushed: before an ACCEPT or an installed regency's STOPDATA
+    /// (both wait for it), or an unflushed one once the consensus thread is idle.
+    pub vote_flushes: AtomicU64,
+    /// Time spent writing and flushing those votes, and writing out and flushing the log (µs):
     /// with the counts, the mean latency each adds (the ACCEPT waits for the first, the
     /// leader's next proposal for the second).
-    pub vote_sync_us: AtomicU64,
-    pub log_sync_us: AtomicU64,
+    pub vote_flush_us: AtomicU64,
+    pub log_flush_us: AtomicU64,
     pub log_records: AtomicU64,
     pub checkpoints: AtomicU64,
     pub recovered_instances: AtomicU64,
@@ -159,24 +159,24 @@ impl Metrics {
                 &self.left_view,
             ),
             (
-                "tagma_log_syncs_total",
-                "Log syncs (one fdatasync per group of decided batches)",
-                &self.log_syncs,
+                "tagma_log_flushes_total",
+                "Log flushes (one fdatasync per group of decided batches)",
+                &self.log_flushes,
             ),
             (
-                "tagma_vote_syncs_total",
-                "Vote records synced to disk (before an ACCEPT or a regency's STOPDATA, or once idle)",
-                &self.vote_syncs,
+                "tagma_vote_flushes_total",
+                "Vote records flushed to disk (before an ACCEPT or a regency's STOPDATA, or once idle)",
+                &self.vote_flushes,
             ),
             (
-                "tagma_vote_sync_microseconds_total",
-                "Time spent writing and syncing those vote records, µs (divide by tagma_vote_syncs_total for the mean)",
-                &self.vote_sync_us,
+                "tagma_vote_flush_microseconds_total",
+                "Time spent writing and flushing those vote records, µs (divide by tagma_vote_flushes_total for the mean)",
+                &self.vote_flush_us,
             ),
             (
-                "tagma_log_sync_microseconds_total",
-                "Time spent writing out and syncing the log, µs (divide by tagma_log_syncs_total for the mean)",
-                &self.log_sync_us,
+                "tagma_log_flush_microseconds_total",
+                "Time spent writing out and flushing the log, µs (divide by tagma_log_flushes_total for the mean)",
+                &self.log_flush_us,
             ),
             (
                 "tagma_log_records_total",

@@ -42,7 +42,7 @@ pub(crate) enum ConsensusEvent {
         cid: tagma_wire::ConsensusId,
         digest: tagma_wire::Digest,
     },
-    /// The storage thread synced the log while the leader's next proposal waited for it (the
+    /// The storage thread flushed the log while the leader's next proposal waited for it (the
     /// position itself is read from `Shared::durable_below`).
     Durable,
     /// The execution thread's verdict on a fetched state, with what the storage thread must
@@ -148,10 +148,10 @@ pub(crate) struct Shared {
     pub(crate) handshakes: AtomicU64,
     /// Unreplicated mode (the benchmarks' baseline): ordered requests bypass consensus.
     pub(crate) unreplicated: bool,
-    /// Every instance below this one is synced to the log (0: none yet); only grows.
+    /// Every instance below this one is flushed to the log (0: none yet); only grows.
     pub(crate) durable_below: AtomicU64,
     /// Set by the consensus thread while the leader's proposal waits for the log: the
-    /// storage thread then sends `ConsensusEvent::Durable` after its sync.
+    /// storage thread then sends `ConsensusEvent::Durable` after its flush.
     pub(crate) wake_on_durable: std::sync::atomic::AtomicBool,
     /// Per peer, wakes its outbound link's writer out of a reconnection pause: sent when
     /// that peer connects to us, since it is then listening again. Links are never removed

@@ -254,7 +254,7 @@ pub struct Scenario {
     pub net: NetParams,
     pub partitions: Vec<Partition>,
     pub crashes: Vec<Crash>,
-    /// Durable replicas: correct replicas keep a simulated disk (votes synced
+    /// Durable replicas: correct replicas keep a simulated disk (votes flushed
     /// before ACCEPTs, decided instances logged, staggered checkpoints), and a crash
     /// loses everything else — a restart recovers from the disk and runs the start-up
     /// synchronisation. Without it, restarts keep memory.

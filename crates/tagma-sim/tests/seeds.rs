@@ -84,7 +84,7 @@ fn seed_range_holds_every_invariant() {
     if count >= CI_SEEDS {
         // The range exercises durable restarts (every replica at once included), recovery
         // from checkpoints and state transfer, not only restarts that keep memory; and disk
-        // faults at record level: torn tails cut off, unsynced records that survive a crash,
+        // faults at record level: torn tails cut off, unflushed records that survive a crash,
         // corrupt records detected, a damaged last record cut off; and view changes that
         // remove a replica or add one (which fetches its state), with clients following them.
         for counter in [
@@ -94,9 +94,9 @@ fn seed_range_holds_every_invariant() {
             "state_transfers",
             "chunks_served",
             "torn_tails_cut",
-            "unsynced_records_survived",
+            "unflushed_records_survived",
             "corrupt_logs_detected",
-            "synced_records_cut",
+            "flushed_records_cut",
             "view_installs",
             "replicas_left",
             "client_view_changes",

@@ -54,7 +54,7 @@ impl RecordLog for Log {
         Log::append(self, cid, payload)
     }
     fn flush(&mut self) -> Result<(), StorageError> {
-        self.sync()
+        Log::flush(self)
     }
     fn first_cid(&self) -> Option<u64> {
         Log::first_cid(self)

@@ -11,7 +11,7 @@
 //! state transfer ([`Checkpoint::digest`]). [`CheckpointStore::write`] takes the
 //! steps in the order that leaves every crash recoverable, exactly:
 //! 1. write `<cid>.tmp` and `fdatasync` it;
-//! 2. rename it to `<cid>.ckp` (atomic) and sync the directory;
+//! 2. rename it to `<cid>.ckp` (atomic) and flush the directory;
 //! 3. remove older checkpoints but the previous one (and stale temporary files): the
 //!    previous one is still served to a state transfer that started before this one;
 //! 4. only then may the caller release the log prefix up to the *previous* checkpoint
@@ -31,7 +31,7 @@ use std::fs::File;
 use std::io::{BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 
-use crate::{StorageError, sync_dir};
+use crate::{StorageError, flush_dir};
 
 const MAGIC: [u8; 4] = *b"TGCK";
 const VERSION: u32 = 2;
@@ -173,12 +173,12 @@ impl CheckpointStore {
         Ok((self.publish(cid, &tmp)?, digest))
     }
 
-    /// Steps 2–3: renames the synced `tmp` to the checkpoint of `cid`, syncs the directory,
+    /// Steps 2–3: renames the flushed `tmp` to the checkpoint of `cid`, flushes the directory,
     /// removes older checkpoints but the previous one.
     fn publish(&self, cid: u64, tmp: &Path) -> Result<PathBuf, StorageError> {
         let ckp = self.dir.join(name(cid, "ckp"));
         std::fs::rename(tmp, &ckp).map_err(StorageError::io(&ckp))?;
-        sync_dir(&self.dir)?;
+        flush_dir(&self.dir)?;
         let files = list(&self.dir)?;
         let previous = files
             .iter()
@@ -265,7 +265,7 @@ impl CheckpointStore {
     /// Makes the fetched checkpoint (validated: `len` bytes whose BLAKE3 is `digest`) the
     /// durable checkpoint of `cid`: its header and checksum are written around the state
     /// already on disk (nothing is hashed or copied again), then it takes the steps of
-    /// [`CheckpointStore::write`] from the sync on.
+    /// [`CheckpointStore::write`] from the flush on.
     pub fn promote_incoming(
         &self,
         cid: u64,

@@ -3,12 +3,12 @@
 //!
 //! - [`log`]: the decided instances, appended to segmented, preallocated files; every record
 //!   carries its consensus id, length and a checksum, so torn and corrupted records are found.
-//!   Appends are buffered and forced to disk by one `fdatasync` per [`log::Log::sync`] (group
-//!   commit: the caller appends every batch at hand, then syncs once).
+//!   Appends are buffered and forced to disk by one `fdatasync` per [`log::Log::flush`] (group
+//!   commit: the caller appends every batch at hand, then flushes once).
 //! - [`checkpoint`]: snapshots of the service, numbered by consensus id, written to a
-//!   temporary file, synced, renamed atomically, the directory synced; only then may the log
+//!   temporary file, flushed, renamed atomically, the directory flushed; only then may the log
 //!   prefix they cover be released.
-//! - [`votes`]: the replica's newest consensus vote, synced before the ACCEPT it leads to.
+//! - [`votes`]: the replica's newest consensus vote, flushed before the ACCEPT it leads to.
 //! - [`backend`]: what the runtime needs from a log and a checkpoint store ([`RecordLog`],
 //!   [`Checkpoints`]), implemented by the files above and, for replicas without a disk, by
 //!   [`memory`].
@@ -143,7 +143,7 @@ pub enum RecoverError {
 }
 
 /// Forces a directory's entries (created, renamed, removed files) to disk.
-pub(crate) fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+pub(crate) fn flush_dir(dir: &Path) -> Result<(), StorageError> {
     std::fs::File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(StorageError::io(dir))

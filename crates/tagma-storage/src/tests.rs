@@ -30,7 +30,7 @@ fn append_range(log: &mut Log, range: std::ops::Range<u64>) {
     for cid in range {
         log.append(cid, &payload(cid)).unwrap();
     }
-    log.sync().unwrap();
+    log.flush().unwrap();
 }
 
 /// The path and byte offset of record `cid` (searching the segment images).
@@ -90,7 +90,7 @@ fn unsynced_appends_are_visible_to_replay_and_segments_are_preallocated() {
     log.append(0, &payload(0)).unwrap();
     log.append(1, &payload(1)).unwrap();
     assert_eq!(replay_all(&log, 0), vec![0, 1]);
-    log.sync().unwrap();
+    log.flush().unwrap();
     let (path, _) = locate(dir.path(), 0);
     assert_eq!(fs::metadata(&path).unwrap().len(), 64 << 10);
 }
@@ -198,7 +198,7 @@ fn ranges_are_read_by_the_index_from_disk_and_from_the_unwritten_buffer() {
     // One large segment, so that a range is a small part of it.
     let mut log = Log::open(opts(dir.path(), 1 << 20)).unwrap();
     append_range(&mut log, 0..300);
-    log.sync().unwrap();
+    log.flush().unwrap();
     for cid in 300..320 {
         log.append(cid, &payload(cid)).unwrap(); // buffered, not written out
     }
@@ -216,7 +216,7 @@ fn ranges_are_read_by_the_index_from_disk_and_from_the_unwritten_buffer() {
     // Straddling what is on disk and what is still buffered.
     assert_eq!(read(&log, 295..305), (295..305).collect::<Vec<_>>());
     assert_eq!(read(&log, 310..400), (310..320).collect::<Vec<_>>());
-    log.sync().unwrap();
+    log.flush().unwrap();
     drop(log);
     // After a reopen the index is rebuilt from the scan.
     let log = Log::open(opts(dir.path(), 1 << 20)).unwrap();
@@ -475,14 +475,14 @@ fn reset_after_drops_every_record_and_continues_after_the_installed_state() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(opts(dir.path(), 4096)).unwrap();
     append_range(&mut log, 0..50);
-    log.sync().unwrap();
+    log.flush().unwrap();
     log.reset_after(500).unwrap();
     assert!(
         log.append(51, &payload(51)).is_err(),
         "continues after 500 only"
     );
     append_range(&mut log, 501..510);
-    log.sync().unwrap();
+    log.flush().unwrap();
     drop(log);
     let log = Log::open(opts(dir.path(), 4096)).unwrap();
     assert_eq!(log.first_cid(), Some(501));

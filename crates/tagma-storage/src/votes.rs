@@ -5,9 +5,9 @@
 //! Two files, `vote-0` and `vote-1`. Each holds one record: a magic, a checksum, the
 //! write's sequence number, the instance and the payload's length, then the payload; the
 //! newest valid record wins. A write goes to the file that does **not** hold the newest
-//! synced record, so a crash in the middle of a write (or before an unsynced write reached
-//! the disk) leaves that record intact. A write may be synced (`fdatasync`; the slots then
-//! swap) or not: an unsynced record is a best effort, which survives a process crash (it is
+//! flushed record, so a crash in the middle of a write (or before an unflushed write reached
+//! the disk) leaves that record intact. A write may be flushed (`fdatasync`; the slots then
+//! swap) or not: an unflushed record is a best effort, which survives a process crash (it is
 //! in the page cache) but maybe not a power cut, and the next write overwrites it. The
 //! files are never shortened (a shorter record leaves stale bytes after it, which the length
 //! excludes), so rewriting them changes no file-system metadata once they have grown.
@@ -42,8 +42,8 @@ pub struct VoteStore {
     files: [File; 2],
     /// The sequence number of the newest vote written (0: none).
     last_seq: u64,
-    /// The file holding the newest synced record: writes go to the other one.
-    synced: usize,
+    /// The file holding the newest flushed record: writes go to the other one.
+    flushed: usize,
     buf: Vec<u8>,
 }
 
@@ -80,7 +80,7 @@ fn decode(image: &[u8]) -> Option<StoredVote> {
 
 impl VoteStore {
     /// Opens (creating if needed) the vote files in `dir` and reads the votes they hold,
-    /// newest first, after syncing both files (what a process crash left in the page cache
+    /// newest first, after flushing both files (what a process crash left in the page cache
     /// is on disk before anyone relies on it). A torn or damaged file reads as holding
     /// nothing: it can only be the one a crash interrupted, whose vote was never reported
     /// durable.
@@ -104,9 +104,9 @@ impl VoteStore {
         };
         let (f0, v0) = open(0)?;
         let (f1, v1) = open(1)?;
-        sync_dir(&dir)?;
-        // Both files are synced now: the newest valid record is the one to keep.
-        let synced = match (&v0, &v1) {
+        flush_dir(&dir)?;
+        // Both files are flushed now: the newest valid record is the one to keep.
+        let flushed = match (&v0, &v1) {
             (Some(a), Some(b)) if b.seq > a.seq => 1,
             (None, Some(_)) => 1,
             _ => 0,
@@ -119,25 +119,25 @@ impl VoteStore {
                 dir,
                 files: [f0, f1],
                 last_seq,
-                synced,
+                flushed,
                 buf: Vec::new(),
             },
             votes,
         ))
     }
 
-    /// Writes `payload` as this replica's newest votes (on instance `cid`), and syncs them
-    /// if `sync`; the newest synced record stays in the other file until this one is synced.
-    pub fn write(&mut self, cid: u64, payload: &[u8], sync: bool) -> Result<(), StorageError> {
+    /// Writes `payload` as this replica's newest votes (on instance `cid`), and flushes them
+    /// if `flush`; the newest flushed record stays in the other file until this one is flushed.
+    pub fn write(&mut self, cid: u64, payload: &[u8], flush: bool) -> Result<(), StorageError> {
         let seq = self.last_seq + 1;
         let mut buf = std::mem::take(&mut self.buf);
         encode(&mut buf, seq, cid, payload);
-        let i = 1 - self.synced;
+        let i = 1 - self.flushed;
         let path = self.dir.join(format!("vote-{i}"));
         let result = self.files[i]
             .write_all_at(&buf, 0)
             .and_then(|()| {
-                if sync {
+                if flush {
                     self.files[i].sync_data()
                 } else {
                     Ok(())
@@ -147,14 +147,14 @@ impl VoteStore {
         self.buf = buf;
         result?;
         self.last_seq = seq;
-        if sync {
-            self.synced = i;
+        if flush {
+            self.flushed = i;
         }
         Ok(())
     }
 }
 
-fn sync_dir(dir: &Path) -> Result<(), StorageError> {
+fn flush_dir(dir: &Path) -> Result<(), StorageError> {
     File::open(dir)
         .and_then(|d| d.sync_all())
         .map_err(StorageError::io(dir))
@@ -202,42 +202,42 @@ mod tests {
     fn unsynced_writes_never_overwrite_the_newest_synced_record() {
         let dir = tempfile::tempdir().unwrap();
         let (mut store, _) = VoteStore::open(dir.path()).unwrap();
-        store.write(1, b"synced", true).unwrap();
+        store.write(1, b"flushed", true).unwrap();
         store.write(2, b"best effort", false).unwrap();
         store.write(2, b"best effort again", false).unwrap();
         drop(store);
-        // A process crash: the page cache still holds the unsynced record, the newest.
+        // A process crash: the page cache still holds the unflushed record, the newest.
         let (_, votes) = VoteStore::open(dir.path()).unwrap();
         assert_eq!(votes[0].payload, b"best effort again");
-        assert_eq!(votes[1].payload, b"synced");
-        // A power cut that lost (or tore) the unsynced writes: the synced record is intact,
-        // as both unsynced writes went to the other file.
-        let synced_file = (0..2)
+        assert_eq!(votes[1].payload, b"flushed");
+        // A power cut that lost (or tore) the unflushed writes: the flushed record is intact,
+        // as both unflushed writes went to the other file.
+        let flushed_file = (0..2)
             .map(|i| dir.path().join(format!("vote-{i}")))
-            .find(|p| decode(&std::fs::read(p).unwrap()).unwrap().payload == b"synced")
+            .find(|p| decode(&std::fs::read(p).unwrap()).unwrap().payload == b"flushed")
             .unwrap();
         for i in 0..2 {
             let path = dir.path().join(format!("vote-{i}"));
-            if path != synced_file {
+            if path != flushed_file {
                 std::fs::write(&path, b"TGVT torn").unwrap();
             }
         }
         let (mut store, votes) = VoteStore::open(dir.path()).unwrap();
         assert_eq!(votes.len(), 1);
-        assert_eq!((votes[0].cid, &votes[0].payload[..]), (1, &b"synced"[..]));
+        assert_eq!((votes[0].cid, &votes[0].payload[..]), (1, &b"flushed"[..]));
         // The next writes go on from it, again into the other file.
         store.write(3, b"next", false).unwrap();
         assert_eq!(
-            decode(&std::fs::read(&synced_file).unwrap())
+            decode(&std::fs::read(&flushed_file).unwrap())
                 .unwrap()
                 .payload,
-            b"synced"
+            b"flushed"
         );
-        store.write(3, b"next, synced", true).unwrap();
+        store.write(3, b"next, flushed", true).unwrap();
         drop(store);
         let (_, votes) = VoteStore::open(dir.path()).unwrap();
-        assert_eq!(votes[0].payload, b"next, synced");
-        assert_eq!(votes[1].payload, b"synced");
+        assert_eq!(votes[0].payload, b"next, flushed");
+        assert_eq!(votes[1].payload, b"flushed");
     }
 
     #[test]

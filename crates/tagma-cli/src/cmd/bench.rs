@@ -146,8 +146,8 @@ pub struct BenchArgs {
     /// of an earlier --json sweep, one object a line) instead of running anything.
     #[arg(long, requires = "plot", value_name = "FILE.jsonl")]
     pub from_json: Option<PathBuf>,
-    /// `fsync`: each replica syncs its votes before its ACCEPTs and logs every decided
-    /// batch, synced in groups while it executes (`[storage] durability`); the report then
+    /// `fsync`: each replica flushes its votes before its ACCEPTs and logs every decided
+    /// batch, flushed in groups while it executes (`[storage] durability`); the report then
     /// also measures the same configuration without durability, in the same invocation,
     /// and gives `ratio_vs_no_durability`.
     #[arg(long, value_enum, default_value_t = DurabilityArg::None)]

@@ -244,7 +244,7 @@ impl Replica {
                 self.catch_up.next_request_ms = self.now_ms + self.catch_up_gap_ms();
             }
         }
-        self.progress_startup_sync();
+        self.progress_startup();
         Ok(())
     }
 

@@ -7,7 +7,7 @@ use super::{Replica, action::Action};
 
 impl Replica {
     /// A durable replica's runtime reports that every instance up to `cid` it delivered is on
-    /// its disk (after the sync; instances a fetched state covers count too).
+    /// its disk (after the flush; instances a fetched state covers count too).
     pub(super) fn on_log_durable(&mut self, cid: ConsensusId) {
         // A report that leaves the leader waiting is answered by a new announcement.
         self.log_wait_announced = None;
@@ -20,10 +20,10 @@ impl Replica {
 
     /// Storage back-pressure: a durable leader proposes instance c only once c−1 is on its
     /// own disk, so ordering never runs ahead of the log, and the requests that arrive while
-    /// the log syncs join the next batch instead of making one more instance (one more sync,
+    /// the log flushes join the next batch instead of making one more instance (one more flush,
     /// one more round of messages on every replica). `Some(c−1)` while a proposal waits for
     /// it (requests are pending); the runtime then calls [`Replica::note_durable`] when the
-    /// sync completes.
+    /// flush completes.
     pub(super) fn awaits_durable(&self) -> Option<ConsensusId> {
         let previous = ConsensusId(self.instance.cid.0.checked_sub(1)?);
         (self.params.durable

@@ -17,7 +17,7 @@ pub const VOTE_IDLE_FLUSH_MS: u64 = 10;
 ///
 /// An accepted value binds beyond its epoch until a SYNC covers the instance: a restarted
 /// replica resumes at its log's end, which may lag behind instances it accepted (replies
-/// leave before the log sync), so its collects understate where it was, and a leader
+/// leave before the log flush), so its collects understate where it was, and a leader
 /// change can synchronise an earlier instance and then propose afresh for this one. In
 /// Mod-SMaRt without crashes the quorum intersection puts an accepter's collect at this
 /// instance into every SYNC that precedes a fresh proposal for it; here the restored claim
@@ -163,7 +163,7 @@ impl Replica {
 
     /// Restart: the votes read back from this replica's disk ([`Action::PersistVote`]), after
     /// [`Replica::resume`] (if anything was recovered) and before
-    /// [`Replica::start_startup_sync`]. Votes on instances already decided are ignored. On the
+    /// [`Replica::start_startup`]. Votes on instances already decided are ignored. On the
     /// others this replica writes no other value in an epoch where it wrote one, votes for
     /// no other value in an epoch up to one where it saw a write quorum, reports them in its
     /// collects, and as leader proposes that value again.

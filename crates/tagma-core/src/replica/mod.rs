@@ -25,7 +25,7 @@
 //!   a time; messages for later instances wait in the bounded `future_buffer`.
 //! - `leader_change`: STOP, STOPDATA, SYNC and the value choice.
 //! - `catch_up`: decision forwarding to a replica that fell behind.
-//! - `startup_sync`, `state_vote`, `durable_votes`, `durable_log`: what a durable replica does
+//! - `startup`, `state_vote`, `durable_votes`, `durable_log`: what a durable replica does
 //!   to never forget a vote and to rejoin after a crash.
 //! - `serving`, `state_transfer`: checkpoints offered to, and fetched from, other replicas.
 //! - `membership`: views installed by ordered view changes.
@@ -44,7 +44,7 @@ mod normal_case;
 mod params;
 mod serving;
 mod start;
-mod startup_sync;
+mod startup;
 mod state_transfer;
 mod state_vote;
 mod stats;
@@ -68,8 +68,7 @@ pub use self::{
 };
 use self::{
     catch_up::CatchUp, durable_votes::RecoveredVotes, future_buffer::FutureBuffer,
-    instance::Instance, leader_change::LeaderChange, startup_sync::StartupSync,
-    state_vote::OwnStateVote,
+    instance::Instance, leader_change::LeaderChange, startup::Startup, state_vote::OwnStateVote,
 };
 pub use crate::error::{ProposalFault, Rejection};
 use crate::{
@@ -130,8 +129,8 @@ pub struct Replica {
     stats: CoreStats,
     /// The last fault a leader committed, recorded by [`Replica::suspect_leader`].
     leader_fault: Option<(ConsensusId, ProposalFault)>,
-    /// Start-up synchronisation in progress ([`Replica::start_startup_sync`]).
-    startup: Option<StartupSync>,
+    /// Start-up synchronisation in progress ([`Replica::start_startup`]).
+    startup: Option<Startup>,
     /// A view without this replica was installed: it only serves (`serve_after_leaving`).
     left: bool,
     /// This replica's durable checkpoints, oldest first (at most two: the newest one is

@@ -59,6 +59,6 @@ impl Replica {
             "served checkpoints out of order: {:?}",
             self.served
         );
-        self.progress_startup_sync();
+        self.progress_startup();
     }
 }

@@ -86,7 +86,7 @@ impl Replica {
                     replica.on_checkpoint_written(checkpoint);
                 }
                 replica.restore_votes(recovered.votes);
-                replica.start_startup_sync();
+                replica.start_startup();
             }
         }
         replica

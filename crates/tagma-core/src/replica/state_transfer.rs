@@ -132,7 +132,7 @@ impl Replica {
                 // The others went on deciding while the state was fetched: ask for what
                 // follows at once (decision forwarding) rather than wait to notice the lag.
                 self.request_decisions(false);
-                self.progress_startup_sync();
+                self.progress_startup();
                 self.settle();
             }
             InstallOutcome::Rejected { reason } => {

@@ -187,7 +187,7 @@ impl Replica {
         }
         if let Some(r) = self.startup.as_mut() {
             r.votes.insert(from, (cid, digest));
-            self.progress_startup_sync();
+            self.progress_startup();
         }
     }
 
@@ -342,7 +342,7 @@ impl Replica {
             && let StateVoteStage::Running(a) = &mut startup.state_vote
         {
             a.offers.insert(from, (checkpoint, next));
-            self.progress_startup_sync();
+            self.progress_startup();
         }
     }
 
@@ -361,6 +361,6 @@ impl Replica {
     /// after `cid` would have. It is this replica's vote in the state vote (see [`StateVoteRound`]).
     pub(super) fn on_state_digest(&mut self, cid: ConsensusId, digest: Digest) {
         self.cast_state_vote(cid, digest);
-        self.progress_startup_sync();
+        self.progress_startup();
     }
 }

@@ -22,7 +22,7 @@ impl Replica {
             // restart when recovery ends).
             expired.clear();
             self.retransmit_position();
-            self.progress_startup_sync();
+            self.progress_startup();
         } else if self.idle_probe_ms.is_some_and(|t| t <= now_ms) {
             self.arm_idle_probe();
             self.actions
@@ -91,7 +91,7 @@ impl Replica {
             .catch_up
             .behind_since_ms
             .map(|_| self.catch_up.next_request_ms);
-        let startup = self.startup_sync_timer();
+        let startup = self.startup_timer();
         let fetch = self.fetch.as_ref().and_then(Fetch::deadline_ms);
         [
             self.idle_probe_ms.filter(|_| self.startup.is_none()),

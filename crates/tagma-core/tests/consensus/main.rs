@@ -12,6 +12,6 @@ mod leader_change;
 mod membership;
 mod normal_case;
 mod scenarios;
-mod startup_sync;
+mod startup;
 mod state_transfer;
 mod state_vote;

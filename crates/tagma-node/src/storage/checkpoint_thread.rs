@@ -28,7 +28,7 @@ pub(crate) fn checkpoint_loop(
         let cid = job.cid;
         // A checkpoint must not be on disk before its instance's log record: after a crash of
         // every replica, a replica recovered from it would be ahead of every proof it can
-        // give (regression seed 2095). The log normally syncs well
+        // give (regression seed 2095). The log normally flushes well
         // before the snapshot is serialised; a log that stopped (its thread reported the
         // error) skips the checkpoint, which is always safe.
         if !wait_for_log(sh, cid) {
@@ -73,7 +73,7 @@ pub(crate) fn checkpoint_loop(
     }
 }
 
-/// Waits (bounded) until the storage thread has synced instance `cid`.
+/// Waits (bounded) until the storage thread has flushed instance `cid`.
 pub(crate) fn wait_for_log(sh: &Shared, cid: u64) -> bool {
     const WAIT_MAX: Duration = Duration::from_secs(10);
     let start = std::time::Instant::now();

@@ -16,7 +16,7 @@ use crate::{
     storage::{StorageEvent, transfer_thread::log_installed},
 };
 
-/// The storage thread: appends every record queued, syncs once, tells the execution thread.
+/// The storage thread: appends every record queued, flushes once, tells the execution thread.
 /// A checkpoint releases the log up to `keep` instances before it (kept for forwarding).
 pub(crate) fn storage_loop(
     sh: &Shared,
@@ -70,17 +70,17 @@ pub(crate) fn storage_loop(
             }
         }
         if let Some(cid) = last {
-            let syncing = std::time::Instant::now();
+            let flushing = std::time::Instant::now();
             if let Err(e) = log.flush() {
-                error!("cannot sync the log: {e}; this replica stops replying");
+                error!("cannot flush the log: {e}; this replica stops replying");
                 return;
             }
-            let us = syncing.elapsed().as_micros() as u64;
-            metrics.log_syncs.fetch_add(1, Ordering::Relaxed);
-            metrics.log_sync_us.fetch_add(us, Ordering::Relaxed);
+            let us = flushing.elapsed().as_micros() as u64;
+            metrics.log_flushes.fetch_add(1, Ordering::Relaxed);
+            metrics.log_flush_us.fetch_add(us, Ordering::Relaxed);
             // Published first (a full execution queue must not hold the leader's next
             // proposal), and never backwards: an installed state's `through` can be below
-            // instances synced before it.
+            // instances flushed before it.
             sh.durable_below.fetch_max(cid + 1, Ordering::SeqCst);
             // The internal channel is only full when the consensus thread has events to
             // handle, after each of which it looks at `durable_below` again.

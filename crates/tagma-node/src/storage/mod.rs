@@ -67,7 +67,7 @@ pub(crate) enum StorageEvent {
     },
     /// State transfer: the checkpoint of `checkpoint` is durable and `entries` are the
     /// proven decisions after it; log those not logged yet (restarting the log after the
-    /// checkpoint if it does not reach it) and sync. Sent by the consensus thread before the
+    /// checkpoint if it does not reach it) and flush. Sent by the consensus thread before the
     /// core hears of the install, so it comes before any later instance's `Append`.
     Installed {
         /// `None`: replayed from the initial state (no checkpoint installed).

@@ -153,7 +153,7 @@ impl ExecStorage {
             store_ms = started.elapsed().as_millis() - validated_ms,
             "fetched state installed"
         );
-        // The instances after the checkpoint become durable with the storage thread's sync
+        // The instances after the checkpoint become durable with the storage thread's flush
         // (its `Durable` event).
         let event = StorageEvent::Installed {
             checkpoint: state.checkpoint.map(|c| c.cid.0),

@@ -17,22 +17,22 @@ pub(crate) const VOTES_PENDING_MAX: usize = 64;
 pub(crate) const LOG_WAIT_MAX: Duration = Duration::from_secs(10);
 
 /// This replica's votes on disk (`VoteStore`), written by the consensus thread itself: the
-/// ACCEPT that waits for them leaves right after their sync, with no thread hop on the way
+/// ACCEPT that waits for them leaves right after their flush, with no thread hop on the way
 /// (on a busy machine a hop costs a scheduling delay per replica and instance).
 ///
 /// Every record holds the votes of each instance whose decision the storage thread has not
-/// synced yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's votes
+/// flushed yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's votes
 /// leave the records only once its decision is durable, so the two writers need no order
 /// between them. Every record also carries the highest regency installed (an empty collect
-/// when no other carries it). A record is synced only when an ACCEPT (or an installed
-/// regency) waits for it; otherwise it is written unsynced, a best effort that survives a
+/// when no other carries it). A record is flushed only when an ACCEPT (or an installed
+/// regency) waits for it; otherwise it is written unflushed, a best effort that survives a
 /// process crash.
 ///
-/// An unsynced record holds only the instances whose votes changed since the last synced
+/// An unflushed record holds only the instances whose votes changed since the last flushed
 /// record (a WRITE's votes on the next instance, not again the batches of the instances
 /// still waiting for the log). That loses nothing: the store never overwrites the newest
-/// synced record with an unsynced one, and recovery merges both files' records
-/// (`recover`, newest votes per instance first). A synced record holds every pending
+/// flushed record with an unflushed one, and recovery merges both files' records
+/// (`recover`, newest votes per instance first). A flushed record holds every pending
 /// instance, because the next write may overwrite the other file.
 pub(crate) struct VoteWriter {
     store: VoteStore,
@@ -42,14 +42,14 @@ pub(crate) struct VoteWriter {
     /// The highest regency this replica installed: every record carries it, even when the
     /// instances whose collects carried it are all logged (a restart goes on from it).
     regency: Option<(tagma_wire::Regency, ReplicaId)>,
-    /// The instances whose votes changed since the last synced record: what an unsynced
+    /// The instances whose votes changed since the last flushed record: what an unflushed
     /// record holds.
     changed: std::collections::BTreeSet<u64>,
     /// The newest `PersistVote` added; whether a vote was added since the last record;
-    /// whether the last record was written unsynced.
+    /// whether the last record was written unflushed.
     added: u64,
     dirty: bool,
-    unsynced: bool,
+    unflushed: bool,
     buf: Vec<u8>,
 }
 
@@ -57,8 +57,8 @@ impl VoteWriter {
     /// `restored` are the votes read back at start, newest record first: they stay in the
     /// records until their instances are logged too (the core reports restored votes only
     /// for the instance in progress, and a later one may be restored as well). Before
-    /// anything else it writes them all back as one synced record: the newest record on disk
-    /// may be an unsynced one holding only some of them (the store, which takes it for the
+    /// anything else it writes them all back as one flushed record: the newest record on disk
+    /// may be an unflushed one holding only some of them (the store, which takes it for the
     /// newest, lets the next write overwrite the other file), and a power cut must not leave
     /// only that one.
     /// `logged_below`: the instances below it are in the recovered log.
@@ -87,7 +87,7 @@ impl VoteWriter {
             pending,
             added: 0,
             dirty: false,
-            unsynced: false,
+            unflushed: false,
             buf: Vec::new(),
         };
         if !restored.is_empty() {
@@ -107,19 +107,19 @@ impl VoteWriter {
         self.dirty = true;
     }
 
-    /// Writes a record of every vote added, synced if `sync` (if no vote was added since
-    /// the last record, only to sync an unsynced one). Returns the newest `PersistVote`
-    /// sequence number now durable, if this record is synced. `decided_below`: the instances
+    /// Writes a record of every vote added, flushed if `flush` (if no vote was added since
+    /// the last record, only to flush an unflushed one). Returns the newest `PersistVote`
+    /// sequence number now durable, if this record is flushed. `decided_below`: the instances
     /// below it are decided (and handed to the storage thread). With more than
     /// [`VOTES_PENDING_MAX`] instances pending it first waits (at most [`LOG_WAIT_MAX`]) for
     /// the log to catch up with those.
     pub(crate) fn flush(
         &mut self,
         sh: &Shared,
-        sync: bool,
+        flush: bool,
         decided_below: u64,
     ) -> Result<Option<u64>, String> {
-        if !(self.dirty || sync && self.unsynced) {
+        if !(self.dirty || flush && self.unflushed) {
             return Ok(None);
         }
         let started = std::time::Instant::now();
@@ -142,38 +142,38 @@ impl VoteWriter {
             std::thread::sleep(Duration::from_millis(1));
         };
         let writing = std::time::Instant::now();
-        self.write_record(sync, logged_below)?;
-        if !sync {
+        self.write_record(flush, logged_below)?;
+        if !flush {
             return Ok(None);
         }
         let us = writing.elapsed().as_micros() as u64;
-        sh.metrics.vote_syncs.fetch_add(1, Ordering::Relaxed);
-        sh.metrics.vote_sync_us.fetch_add(us, Ordering::Relaxed);
+        sh.metrics.vote_flushes.fetch_add(1, Ordering::Relaxed);
+        sh.metrics.vote_flush_us.fetch_add(us, Ordering::Relaxed);
         Ok(Some(self.added))
     }
 
     /// Writes the next record (see [`VoteWriter::encode_record`]); the instances below
     /// `logged_below` are in the log and leave the records.
-    pub(crate) fn write_record(&mut self, sync: bool, logged_below: u64) -> Result<(), String> {
-        let newest = self.encode_record(sync, logged_below);
+    pub(crate) fn write_record(&mut self, flush: bool, logged_below: u64) -> Result<(), String> {
+        let newest = self.encode_record(flush, logged_below);
         self.store
-            .write(newest, &self.buf, sync)
+            .write(newest, &self.buf, flush)
             .map_err(|e| format!("cannot write this replica's votes: {e}"))?;
         self.dirty = false;
-        self.unsynced = !sync;
-        if sync {
+        self.unflushed = !flush;
+        if flush {
             self.changed.clear();
         }
         Ok(())
     }
 
-    /// Encodes into `buf` the next record (every pending instance if `sync`, else those
-    /// changed since the last synced record), with the regency marker when none of its
+    /// Encodes into `buf` the next record (every pending instance if `flush`, else those
+    /// changed since the last flushed record), with the regency marker when none of its
     /// collects carries the highest regency. Returns the newest instance it holds.
-    pub(crate) fn encode_record(&mut self, sync: bool, logged_below: u64) -> u64 {
+    pub(crate) fn encode_record(&mut self, flush: bool, logged_below: u64) -> u64 {
         self.pending.retain(|cid, _| *cid >= logged_below);
         self.changed.retain(|cid| *cid >= logged_below);
-        let held: Vec<(&u64, &(tagma_wire::Regency, Bytes))> = if sync {
+        let held: Vec<(&u64, &(tagma_wire::Regency, Bytes))> = if flush {
             self.pending.iter().collect()
         } else {
             self.pending
@@ -279,7 +279,7 @@ mod tests {
         writer.add(1, &in_regency(10, b"ten", 0));
         writer.add(2, &in_regency(11, b"eleven", 1));
         writer.write_record(true, 0).unwrap();
-        // Votes on an instance that is logged before the next (unsynced) record: that record
+        // Votes on an instance that is logged before the next (unflushed) record: that record
         // holds only the regency marker, at the first instance not logged (10).
         writer.add(3, &in_regency(9, b"nine", 1));
         writer.write_record(false, 10).unwrap();
@@ -328,8 +328,8 @@ mod tests {
             read_back(dir.path()),
             vec![collect(5, b"five"), collect(4, b"four")]
         );
-        // A second unsynced record overwrites the first: it holds everything changed since
-        // the synced one.
+        // A second unflushed record overwrites the first: it holds everything changed since
+        // the flushed one.
         writer.add(3, &collect(6, b"six"));
         writer.write_record(false, 0).unwrap();
         assert_eq!(
@@ -340,9 +340,9 @@ mod tests {
             read_back(dir.path()),
             vec![collect(5, b"five"), collect(6, b"six"), collect(4, b"four")]
         );
-        // After a restart from these records (the newest an unsynced one), the writer first
-        // writes every restored instance back as one synced record: the next write goes to
-        // the file that holds the synced record with instance 4.
+        // After a restart from these records (the newest an unflushed one), the writer first
+        // writes every restored instance back as one flushed record: the next write goes to
+        // the file that holds the flushed record with instance 4.
         {
             let restored = read_back(dir.path());
             let (store, _) = VoteStore::open(dir.path()).unwrap();
@@ -352,7 +352,7 @@ mod tests {
             let (_, stored) = VoteStore::open(dir.path()).unwrap();
             assert_eq!(decode_votes(&stored[0].payload), Some(all));
         }
-        // A synced record holds every instance not yet logged (4 is, now).
+        // A flushed record holds every instance not yet logged (4 is, now).
         writer.write_record(true, 5).unwrap();
         assert_eq!(
             decode_votes(&writer.buf),

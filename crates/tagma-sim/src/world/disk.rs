@@ -16,12 +16,12 @@ use crate::world::{Event, World, new_executor, order_seed};
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
 /// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
 /// behind, as the node keeps the last `decisions_kept`), and its newest votes. As in the node,
-/// a decided instance is appended unsynced and a sync completes a few milliseconds later;
-/// the instance's replies leave at once (the votes its accepters synced before their ACCEPTs
-/// hold it meanwhile), and an ACCEPT waits for the sync of its vote. A crash loses everything
-/// in memory (consensus state, regency, pending requests); of the unsynced records, a prefix
-/// may survive, ending in a torn one, and an unsynced vote may survive too. In BFT runs it may also damage the
-/// disk (a corrupt checkpoint, one flipped byte in a synced record, or a checkpoint that lies
+/// a decided instance is appended unflushed and a flush completes a few milliseconds later;
+/// the instance's replies leave at once (the votes its accepters flushed before their ACCEPTs
+/// hold it meanwhile), and an ACCEPT waits for the flush of its vote. A crash loses everything
+/// in memory (consensus state, regency, pending requests); of the unflushed records, a prefix
+/// may survive, ending in a torn one, and an unflushed vote may survive too. In BFT runs it may also damage the
+/// disk (a corrupt checkpoint, one flipped byte in a flushed record, or a checkpoint that lies
 /// under valid checksums), for at most f replicas counting the Byzantine ones. What survives is decided by the real segment reader on the
 /// log's real bytes (see [`World::crash_disk`]).
 #[derive(Default)]
@@ -30,8 +30,8 @@ pub(super) struct Disk {
     /// The checkpoint before it, still served to state transfers (as the node keeps two).
     pub(super) previous: Option<(u64, Bytes)>,
     pub(super) log: Vec<DecidedInstance>,
-    pub(super) unsynced: Vec<DecidedInstance>,
-    /// A checkpoint taken at an unsynced instance: written with the sync that makes that
+    pub(super) unflushed: Vec<DecidedInstance>,
+    /// A checkpoint taken at an unflushed instance: written with the flush that makes that
     /// instance's log record durable, lost with it in a crash (as the node's checkpoint
     /// thread waits for the log). A checkpoint durable before its instance's record would
     /// leave the replica, after a crash of all, ahead of every proof (regression seed 2095).
@@ -42,8 +42,8 @@ pub(super) struct Disk {
     /// Votes written but not flushed yet (the newest per instance): they become durable (and
     /// an ACCEPT behind them may leave) with the vote flush the core asks for
     /// (`Action::WriteVotes`); a crash before that may or may not leave them on disk.
-    pub(super) unsynced_votes: BTreeMap<u64, Collect>,
-    pub(super) sync_scheduled: bool,
+    pub(super) unflushed_votes: BTreeMap<u64, Collect>,
+    pub(super) log_flush_scheduled: bool,
     pub(super) vote_flush_scheduled: bool,
     pub(super) damaged: bool,
 }
@@ -62,7 +62,7 @@ pub(super) const SIM_CHUNK_BYTES: u32 = 512;
 /// Chance that a crash damages a durable replica's disk (BFT runs, within the f budget).
 pub(super) const DISK_DAMAGE_P: f64 = 0.2;
 
-/// Chance that a crash leaves part of a durable replica's unsynced log bytes on disk (whole
+/// Chance that a crash leaves part of a durable replica's unflushed log bytes on disk (whole
 /// records and a torn one).
 pub(super) const TEAR_P: f64 = 0.5;
 
@@ -108,7 +108,7 @@ impl World {
             }
         });
         debug_assert!(node.delivered >= next, "the disk holds no future");
-        // Instances lost with the unsynced tail (or the whole damaged disk) are decided again:
+        // Instances lost with the unflushed tail (or the whole damaged disk) are decided again:
         // forget that they were executed.
         node.delivered = next;
         node.executed.retain(|_, cid| *cid < next);
@@ -186,7 +186,7 @@ impl World {
                     disk.previous = None;
                 }
                 disk.log.clear();
-                disk.unsynced.clear();
+                disk.unflushed.clear();
                 disk.pending_checkpoint = None;
                 // As the node: the installed state is the durable checkpoint before the core
                 // hears the verdict.
@@ -203,9 +203,9 @@ impl World {
         }
     }
 
-    /// Durable runs: the decided instance is appended unsynced (its replies leave at once, as
+    /// Durable runs: the decided instance is appended unflushed (its replies leave at once, as
     /// in the node: the accepters' votes hold the decision until the log does); at the
-    /// replica's staggered point, a checkpoint is taken, written with the next sync. Returns
+    /// replica's staggered point, a checkpoint is taken, written with the next flush. Returns
     /// the replies, to send now.
     pub(super) fn log_to_disk(
         &mut self,
@@ -220,7 +220,7 @@ impl World {
             return replies;
         };
         let decided = decided.expect("a durable replica's decisions carry their proof");
-        disk.unsynced.push(decided);
+        disk.unflushed.push(decided);
 
         let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
         let checkpoint = tagma_storage::checkpoint_due(cid.0, r, n, period);
@@ -230,35 +230,35 @@ impl World {
         if checkpoint {
             self.count("checkpoints");
         }
-        self.schedule_sync(r);
+        self.schedule_log_flush(r);
         replies
     }
 
-    /// A durable replica wrote something unsynced: its next sync comes within 0–3 ms (one
-    /// pending at a time; it syncs everything written before it runs).
-    pub(super) fn schedule_sync(&mut self, r: usize) {
+    /// A durable replica wrote something unflushed: its next flush comes within 0–3 ms (one
+    /// pending at a time; it flushes everything written before it runs).
+    pub(super) fn schedule_log_flush(&mut self, r: usize) {
         let Some(disk) = self.nodes[r].disk.as_mut() else {
             return;
         };
-        if !disk.sync_scheduled {
-            disk.sync_scheduled = true;
+        if !disk.log_flush_scheduled {
+            disk.log_flush_scheduled = true;
             let at = self.now_ms + self.rng.range(0, 4);
-            self.schedule(at, Event::DiskSync(r as u32));
+            self.schedule(at, Event::LogFlush(r as u32));
         }
     }
 
-    /// A sync completes: the unsynced records and vote are durable.
-    pub(super) fn disk_sync(&mut self, r: usize) {
+    /// A flush completes: the unflushed records and vote are durable.
+    pub(super) fn log_flush(&mut self, r: usize) {
         if self.nodes[r].crashed {
             return;
         }
         let Some(disk) = self.nodes[r].disk.as_mut() else {
             return;
         };
-        disk.sync_scheduled = false;
-        let synced = std::mem::take(&mut disk.unsynced);
-        let last = synced.last().map(|d| d.cid);
-        disk.log.extend(synced);
+        disk.log_flush_scheduled = false;
+        let flushed = std::mem::take(&mut disk.unflushed);
+        let last = flushed.last().map(|d| d.cid);
+        disk.log.extend(flushed);
         let checkpoint = disk.pending_checkpoint.take();
         let info = checkpoint
             .as_ref()
@@ -272,7 +272,7 @@ impl World {
             self.replica_input(r, Input::CheckpointWritten(info));
         }
         if let Some(cid) = last {
-            self.count("log_syncs");
+            self.count("log_flushes");
             self.replica_input(r, Input::LogDurable(cid));
         }
     }
@@ -289,7 +289,7 @@ impl World {
         };
         disk.vote_flush_scheduled = false;
         let logged_below = disk.log.last().map_or(0, |d| d.cid.0 + 1);
-        disk.votes.append(&mut disk.unsynced_votes);
+        disk.votes.append(&mut disk.unflushed_votes);
         let newest = disk
             .votes
             .values()
@@ -301,14 +301,14 @@ impl World {
         {
             disk.votes.insert(newest.cid.0, newest);
         }
-        self.count("vote_syncs");
+        self.count("vote_flushes");
         self.replica_input(r, Input::VotesDurable { seq });
     }
 
-    /// A durable replica crashes: its unsynced records are lost — except that the kernel may have written some of them out already: a
-    /// prefix of the unsynced bytes may survive, ending in a torn record. In BFT runs, within
+    /// A durable replica crashes: its unflushed records are lost — except that the kernel may have written some of them out already: a
+    /// prefix of the unflushed bytes may survive, ending in a torn record. In BFT runs, within
     /// the f budget shared with the Byzantine replicas, the crash may also damage the disk:
-    /// all of it (a checkpoint that fails its checksum), one byte of one synced log record, or
+    /// all of it (a checkpoint that fails its checksum), one byte of one flushed log record, or
     /// the newest checkpoint, rewritten with a state nobody ordered under a valid digest (a
     /// lying disk, which only the state vote can catch).
     /// What survives is what the real segment reader (`tagma_storage::read_segment`) makes of
@@ -319,14 +319,14 @@ impl World {
         let damage = self.sc.mode == Mode::Bft
             && self.disk_damage_count < budget
             && self.rng.chance(DISK_DAMAGE_P);
-        // Damage is to the whole disk or to one synced record; a torn write hits the unsynced.
+        // Damage is to the whole disk or to one flushed record; a torn write hits the unflushed.
         let flip_record = damage && self.rng.chance(0.5);
         let tear = self.rng.chance(TEAR_P);
         let Some(disk) = self.nodes[r].disk.as_ref() else {
             return;
         };
         let survivors = if tear {
-            self.rng.below(disk.unsynced.len() as u64 + 1) as usize
+            self.rng.below(disk.unflushed.len() as u64 + 1) as usize
         } else {
             0
         };
@@ -346,19 +346,19 @@ impl World {
             disk.checkpoint = Some(lie);
         }
         disk.pending_checkpoint = None;
-        disk.sync_scheduled = false;
+        disk.log_flush_scheduled = false;
         disk.vote_flush_scheduled = false;
         // Unflushed votes may have reached the disk anyway: then the restarted replica claims
         // a vote whose ACCEPT it never sent, which must be harmless.
-        let vote_survived = tear && !disk.unsynced_votes.is_empty();
-        let mut unsynced_votes = std::mem::take(&mut disk.unsynced_votes);
+        let vote_survived = tear && !disk.unflushed_votes.is_empty();
+        let mut unflushed_votes = std::mem::take(&mut disk.unflushed_votes);
         if tear {
-            disk.votes.append(&mut unsynced_votes);
+            disk.votes.append(&mut unflushed_votes);
         }
         let first_cid = disk
             .log
             .first()
-            .or(disk.unsynced.first())
+            .or(disk.unflushed.first())
             .map_or(0, |d| d.cid.0);
         let (records, end) = tagma_storage::read_segment(&image, first_cid, true);
         let mut kept = Vec::with_capacity(records.len());
@@ -376,22 +376,22 @@ impl World {
             let msg = format!("replica {r}: a crash's torn tail was judged corrupt: {end:?}");
             return self.violation("disk", msg);
         }
-        let synced = disk.log.len();
-        let unsynced_lost = disk.unsynced.len().saturating_sub(survivors);
-        disk.unsynced.clear();
+        let flushed = disk.log.len();
+        let unflushed_lost = disk.unflushed.len().saturating_sub(survivors);
+        disk.unflushed.clear();
         disk.log = kept;
         let disk_damaged = damage && !flip_record && !lied;
         let newly_damaged = (disk_damaged || corrupt) && !disk.damaged;
         disk.damaged |= disk_damaged || corrupt;
-        let cut_synced = disk.log.len() < synced && !corrupt;
-        if unsynced_lost > 0 {
-            self.count("unsynced_records_lost");
+        let cut_flushed = disk.log.len() < flushed && !corrupt;
+        if unflushed_lost > 0 {
+            self.count("unflushed_records_lost");
         }
         if vote_survived {
-            self.count("unsynced_votes_survived");
+            self.count("unflushed_votes_survived");
         }
         if survivors > 0 {
-            self.count("unsynced_records_survived");
+            self.count("unflushed_records_survived");
         }
         if matches!(end, tagma_storage::SegmentEnd::Torn { .. }) {
             self.count("torn_tails_cut");
@@ -399,9 +399,9 @@ impl World {
         if corrupt {
             self.count("corrupt_logs_detected");
         }
-        if cut_synced {
-            // A damaged last record reads as a torn tail: a synced instance is gone.
-            self.count("synced_records_cut");
+        if cut_flushed {
+            // A damaged last record reads as a torn tail: a flushed instance is gone.
+            self.count("flushed_records_cut");
         }
         if lied {
             self.nodes[r].lying_disk = true;
@@ -421,9 +421,9 @@ impl World {
         crate::rng::splitmix64(&mut state) & 1 == 0
     }
 
-    /// The bytes of replica `r`'s log as a crash leaves them: its synced records, the first
-    /// `survivors` unsynced ones, with `tear` the beginning of the next one (or of garbage),
-    /// and with `flip` one byte of that synced record changed.
+    /// The bytes of replica `r`'s log as a crash leaves them: its flushed records, the first
+    /// `survivors` unflushed ones, with `tear` the beginning of the next one (or of garbage),
+    /// and with `flip` one byte of that flushed record changed.
     pub(super) fn disk_image(
         &mut self,
         r: usize,
@@ -437,7 +437,7 @@ impl World {
         for (i, d) in disk
             .log
             .iter()
-            .chain(&disk.unsynced[..survivors])
+            .chain(&disk.unflushed[..survivors])
             .enumerate()
         {
             let start = image.len();
@@ -446,7 +446,7 @@ impl World {
                 flip_at = Some((start, image.len()));
             }
         }
-        let partial = disk.unsynced.get(survivors).filter(|_| tear).map(|d| {
+        let partial = disk.unflushed.get(survivors).filter(|_| tear).map(|d| {
             let mut record = Vec::new();
             tagma_storage::encode_record(&mut record, d.cid.0, &d.to_bytes());
             record

@@ -90,8 +90,8 @@ enum Event {
     PartitionEnd(usize),
     Crash(u32),
     Restart(u32),
-    /// A durable replica's log flush completes: its unsynced log records become durable.
-    DiskSync(u32),
+    /// A durable replica's log flush completes: its unflushed log records become durable.
+    LogFlush(u32),
     /// A durable replica's vote flush completes: the vote it wrote becomes durable.
     VoteFlush(u32),
     Heal,
@@ -621,7 +621,7 @@ impl World {
                 }
             }
             Event::Restart(r) => self.restart(r as usize),
-            Event::DiskSync(r) => self.disk_sync(r as usize),
+            Event::LogFlush(r) => self.log_flush(r as usize),
             Event::VoteFlush(r) => self.vote_flush(r as usize),
             Event::Heal => self.heal(),
             Event::Reconfigure => self.send_view_change(),

@@ -284,7 +284,7 @@ impl World {
                 self.nodes[r].last_vote_seq = seq;
                 if let Some(disk) = self.nodes[r].disk.as_mut() {
                     // Written (a process crash keeps it) with the `WriteVotes` that follows.
-                    disk.unsynced_votes.insert(votes.cid.0, votes);
+                    disk.unflushed_votes.insert(votes.cid.0, votes);
                 }
             }
             Action::WriteVotes { flush, .. } => {
@@ -329,7 +329,7 @@ impl World {
             }
             Action::CheckpointNow { cid } => {
                 // The fresh checkpoint a peer the state vote contradicted repairs from, of the
-                // state now, written with the next sync (as the node's checkpoint thread waits
+                // state now, written with the next flush (as the node's checkpoint thread waits
                 // for the log).
                 let node = &mut self.nodes[r];
                 debug_assert!(node.delivered > cid.0, "asked after its delivery");
@@ -342,7 +342,7 @@ impl World {
                 };
                 disk.pending_checkpoint = Some((last, state));
                 self.count("fresh_checkpoints");
-                self.schedule_sync(r);
+                self.schedule_log_flush(r);
             }
             Action::StateTransferNeeded {
                 next_cid,

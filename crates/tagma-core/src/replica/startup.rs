@@ -19,7 +19,7 @@ use crate::quorum::Mode;
 /// the highest position it heard, so replicas that all restarted converge on the highest
 /// durable instance instead of deciding it again differently.
 #[derive(Debug)]
-pub(super) struct StartupSync {
+pub(super) struct Startup {
     /// The `next` instance each peer reported.
     pub(super) heard: BTreeMap<ReplicaId, ConsensusId>,
     /// Until then every peer's position is awaited; after it, n − f (this replica's own
@@ -71,7 +71,7 @@ impl Replica {
     /// Starts the start-up synchronisation (after [`Replica::resume`], or on a replica that
     /// keeps durable state and starts empty): tells every peer where this replica is and
     /// orders nothing until [`Replica::is_starting_up`] turns false.
-    pub(super) fn start_startup_sync(&mut self) {
+    pub(super) fn start_startup(&mut self) {
         if self.left {
             // Recovered into a view without this replica: it only serves (see
             // `serve_after_leaving`).
@@ -79,7 +79,7 @@ impl Replica {
         }
 
         let timeout = self.params.request_timeout_ms.max(1);
-        self.startup = Some(StartupSync {
+        self.startup = Some(Startup {
             heard: BTreeMap::new(),
             deadline_ms: self.now_ms + STARTUP_WAIT_TIMEOUTS * timeout,
             retransmit_ms: self.now_ms + timeout / 2,
@@ -94,7 +94,7 @@ impl Replica {
                 next: self.instance.cid,
                 reply: false,
             }));
-        self.progress_startup_sync();
+        self.progress_startup();
     }
 
     /// Whether the start-up synchronisation is still running (nothing is ordered then).
@@ -144,7 +144,7 @@ impl Replica {
         }
         if let Some(r) = self.startup.as_mut() {
             r.heard.insert(from, next);
-            self.progress_startup_sync();
+            self.progress_startup();
         }
     }
 
@@ -204,7 +204,7 @@ impl Replica {
     /// The next time the start-up synchronisation has something to do on its own: resend
     /// the position to peers not heard from, settle for n − f at the deadline, give up
     /// catching up after twice that. Only future times (a past one would spin the timer).
-    pub(super) fn startup_sync_timer(&self) -> Option<u64> {
+    pub(super) fn startup_timer(&self) -> Option<u64> {
         let r = self.startup.as_ref()?;
         let now = self.now_ms;
         let others = self.params.members.len() - 1;
@@ -256,7 +256,7 @@ impl Replica {
     /// Ends the start-up synchronisation once every peer's position is known (n − f after
     /// the deadline) and this replica has caught up to the highest of them; asks for the
     /// decisions it misses meanwhile.
-    pub(super) fn progress_startup_sync(&mut self) {
+    pub(super) fn progress_startup(&mut self) {
         let Some(r) = &self.startup else {
             return;
         };
