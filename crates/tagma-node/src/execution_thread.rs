@@ -1,6 +1,6 @@
 //! The execution thread: runs the service on every decided batch in order, answers clients
-//! (replies, cached replies, unordered reads), and takes checkpoints, state digests and fetched
-//! states for a durable replica.
+//! (replies, cached replies, unordered reads), takes checkpoints at this replica's staggered
+//! points, and computes state digests and installs fetched states when the core asks.
 
 use std::{
     collections::HashMap,
@@ -21,7 +21,7 @@ pub(crate) fn execution_loop<S: Service>(
     sh: &Arc<Shared>,
     mut executor: Executor<S>,
     rx: Receiver<ExecEvent>,
-    mut durable: Option<storage::ExecStorage>,
+    mut storage: Option<storage::ExecStorage>,
 ) {
     let clock = Clock::new();
     let mut routes: HashMap<ClientId, ConnHandle> = HashMap::new();
@@ -87,27 +87,27 @@ pub(crate) fn execution_loop<S: Service>(
                 sh.metrics
                     .executed_instances
                     .store(executor.executed_instances(), Ordering::Relaxed);
-                // Durable replicas: the replies leave at once. The decision is on the disks of
+                // The replies leave at once. With durability the decision is on the disks of
                 // the replicas that accepted it (each flushed its vote before its ACCEPT), so
                 // a crash of every replica decides this instance again with the same value;
                 // the storage thread logs it meanwhile (parallel logging).
-                if let Some(d) = durable.as_ref() {
+                if let Some(d) = storage.as_ref() {
                     d.maybe_checkpoint(cid, &executor);
                 }
                 send_replies(&routes, replies);
             }
             ExecEvent::CheckpointNow { cid } => {
-                if let Some(d) = durable.as_ref() {
+                if let Some(d) = storage.as_ref() {
                     d.checkpoint_now(cid, &executor);
                 }
             }
             ExecEvent::DigestState { cid } => {
-                if let Some(d) = durable.as_ref() {
+                if let Some(d) = storage.as_ref() {
                     d.digest_state(cid, &executor);
                 }
             }
             ExecEvent::Install(state) => {
-                let Some(d) = durable.as_mut() else {
+                let Some(d) = storage.as_mut() else {
                     continue;
                 };
                 let started = Instant::now();

@@ -8,7 +8,7 @@
 //!                  └──────► peer reader (1/peer) ─decode, hash, verify batch─► consensus_queue
 //!  consensus thread: Replica core ── Broadcast/Send ──► peer link queue (1/peer) ─► peer writer
 //!                                 ├─ Deliver/ResendReply ──► execution_queue
-//!                                 └─ (durable) Append ──► storage thread; vote records itself
+//!                                 └─ Append ──► storage thread; (durable) vote records itself
 //!  execution thread: Executor<Service> ── replies ──► connection queue (1/conn) ─► conn writer
 //! ```
 //! Every queue is bounded by a `[limits]` key. A full consensus or execution queue blocks its
@@ -137,9 +137,9 @@ impl NodeHandle {
     }
 }
 
-/// Starts replica `me` serving `service`, keeping its durable state (with
-/// `[storage] durability = "fsync"`) in `data_dir`, from which it first recovers. Returns
-/// once the listener is bound.
+/// Starts replica `me` serving `service`. With `[storage] durability = "fsync"` it keeps its
+/// state in `data_dir`, from which it first recovers; without, in memory. Returns once the
+/// listener is bound.
 pub fn start<S: Service>(
     cfg: ValidConfig,
     me: ReplicaId,

@@ -88,8 +88,8 @@ pub(crate) fn wait_for_log(sh: &Shared, cid: u64) -> bool {
     }
 }
 
-/// The execution thread's side of durability: replies held until their batch is logged,
-/// and the staggered checkpoint points.
+/// The execution thread's side of storage: the checkpoints it takes at this replica's
+/// staggered points (or when the core asks), state digests, and installing fetched states.
 pub(crate) struct ExecStorage {
     pub checkpoint_tx: Sender<CheckpointJob>,
     /// The consensus thread's internal channel (never full: see `Shared::internal_tx`).
