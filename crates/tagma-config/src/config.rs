@@ -229,8 +229,8 @@ impl Default for LimitSection {
 pub struct StorageSection {
     /// Data directory, relative to the cluster directory; replica `i` uses `<data_dir>/replica-<i>`.
     pub data_dir: String,
-    /// `none`: state lives in memory only (a replica that restarts rejoins empty and catches
-    /// up from the others). `fsync`: every replica forces its votes to disk before it
+    /// `none`: state lives in memory only, the log and checkpoints too (a replica that
+    /// restarts rejoins empty and gets the state from the others' memory). `fsync`: every replica forces its votes to disk before it
     /// ACCEPTs, decided batches are logged (in parallel with execution) and checkpoints are
     /// taken, so a reply a client received survives the crash of every replica.
     pub durability: Durability,

@@ -159,11 +159,11 @@ impl Config {
         s.push_str("\n[storage]\n");
         let st = &self.storage;
         s.push_str(&format!("# Data directory, relative to the cluster directory. Default \"data\".\ndata_dir = \"{}\"\n", st.data_dir));
-        s.push_str(&format!("# \"none\": in memory only; \"fsync\": every replica forces its votes to disk before it ACCEPTs,\n# logs decided batches and takes checkpoints (survives the crash of every replica). Default \"none\".\ndurability = \"{}\"\n", st.durability));
+        s.push_str(&format!("# \"none\": in memory only (the log and checkpoints too: a restarted replica gets the state\n# from the others); \"fsync\": every replica forces its votes to disk before it ACCEPTs,\n# logs decided batches and takes checkpoints (survives the crash of every replica). Default \"none\".\ndurability = \"{}\"\n", st.durability));
         s.push_str(&format!("# Instances between two checkpoints of a replica (staggered across replicas; at least n). Default 1000.\ncheckpoint_period = {}\n", st.checkpoint_period));
         s.push_str(&format!("# Bytes each log segment file is preallocated to. Default 67108864 (64 MiB).\nlog_segment_bytes = {}\n", st.log_segment_bytes));
         s.push_str(&format!("# The largest checkpoint accepted by state transfer. Default 17179869184 (16 GiB).\nstate_bytes_max = {}\n", st.state_bytes_max));
-        s.push_str(&format!("# BFT with durability: a restarted replica compares its recovered state with its peers'\n# (its state hashed once per restart) and fetches theirs if f+1 contradict it. Default true.\nhash_vote = {}\n", st.state_vote));
+        s.push_str(&format!("# BFT with durability: a restarted replica compares its recovered state with its peers'\n# (its state hashed once per restart) and fetches theirs if f+1 contradict it. Default true.\nstate_vote = {}\n", st.state_vote));
         s
     }
 }

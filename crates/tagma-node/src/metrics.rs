@@ -339,8 +339,18 @@ fn answer(mut stream: TcpStream, replica: ReplicaId, metrics: &Metrics) {
 
 /// Fetches a replica's metrics text (used by tests and the CLI).
 pub fn scrape(addr: SocketAddr) -> std::io::Result<String> {
-    let mut stream = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
-    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    scrape_within(addr, Duration::from_secs(2), Duration::from_secs(5))
+}
+
+/// [`scrape`], waiting at most `connect` for the connection and `read` for each read (a
+/// stopped process's socket accepts connections but never answers).
+pub fn scrape_within(
+    addr: SocketAddr,
+    connect: Duration,
+    read: Duration,
+) -> std::io::Result<String> {
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, connect)?;
+    stream.set_read_timeout(Some(read))?;
     stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: tagma\r\n\r\n")?;
     let mut out = String::new();
     stream.read_to_string(&mut out)?;

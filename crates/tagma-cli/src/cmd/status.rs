@@ -113,9 +113,25 @@ pub fn table(status: &ClusterStatus) -> String {
     s
 }
 
+/// How long `tagma status` waits for a replica's metrics: a stopped replica (its socket
+/// accepts connections, nothing answers) must not hold the others' answers up for long.
+const METRICS_WAIT: Duration = Duration::from_millis(1000);
+
+/// Reads every replica's metrics at once (`addrs`, in the order of `replicas`), each waited
+/// for at most [`METRICS_WAIT`], so the whole read takes about that long at most.
+fn read_all_metrics(replicas: &mut [ReplicaStatus], addrs: &[Option<std::net::SocketAddr>]) {
+    std::thread::scope(|s| {
+        for (r, addr) in replicas.iter_mut().zip(addrs) {
+            if let Some(addr) = *addr {
+                s.spawn(move || read_metrics(r, addr));
+            }
+        }
+    });
+}
+
 /// Reads replica `id`'s metrics at `addr` into `r`.
 fn read_metrics(r: &mut ReplicaStatus, addr: std::net::SocketAddr) {
-    let Ok(text) = tagma_node::metrics::scrape(addr) else {
+    let Ok(text) = tagma_node::metrics::scrape_within(addr, METRICS_WAIT, METRICS_WAIT) else {
         return;
     };
     let value = |name| tagma_node::metrics::value(&text, name).map(|v| v as u64);
@@ -145,18 +161,14 @@ fn collect(args: &StatusArgs) -> Result<ClusterStatus> {
     let mut replicas: Vec<ReplicaStatus> = cfg
         .replicas
         .iter()
-        .map(|info| {
-            let mut r = ReplicaStatus {
-                id: info.id.0,
-                addr: info.addr.to_string(),
-                ..Default::default()
-            };
-            if let Some(m) = info.metrics_addr {
-                read_metrics(&mut r, m);
-            }
-            r
+        .map(|info| ReplicaStatus {
+            id: info.id.0,
+            addr: info.addr.to_string(),
+            ..Default::default()
         })
         .collect();
+    let metrics: Vec<_> = cfg.replicas.iter().map(|info| info.metrics_addr).collect();
+    read_all_metrics(&mut replicas, &metrics);
     let options = || ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL);
     let mut digests_unavailable = None;
     match Proxy::connect(&cfg, key.clone(), options()) {
@@ -228,6 +240,33 @@ mod tests {
             decided_instances: Some(executed),
             ..Default::default()
         }
+    }
+
+    /// Four replicas whose metrics sockets accept connections and never answer (stopped
+    /// processes): their metrics are read at once, so the wait is one bounded wait, not four.
+    #[test]
+    fn stopped_replicas_hold_the_status_up_for_one_bounded_wait() {
+        let listeners: Vec<std::net::TcpListener> = (0..4)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addrs: Vec<_> = listeners
+            .iter()
+            .map(|l| Some(l.local_addr().unwrap()))
+            .collect();
+        let mut replicas: Vec<ReplicaStatus> = (0..4)
+            .map(|id| ReplicaStatus {
+                id,
+                ..Default::default()
+            })
+            .collect();
+        let started = std::time::Instant::now();
+        read_all_metrics(&mut replicas, &addrs);
+        let waited = started.elapsed();
+        assert!(replicas.iter().all(|r| !r.answering));
+        assert!(
+            waited < 2 * METRICS_WAIT + Duration::from_millis(500),
+            "waited {waited:?} for four stopped replicas"
+        );
     }
 
     #[test]

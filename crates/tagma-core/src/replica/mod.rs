@@ -1,27 +1,9 @@
 //! The Mod-SMaRt replica: a deterministic state machine with no IO.
 //!
-//! # Calling contract
-//! - [`Replica::new`] builds the core from its parameters, identity key and [`Start`] (fresh,
-//!   recovered from a disk, or joining), at the current time.
-//! - Every input goes through one entry point, [`Replica::handle`]`(now_ms, `[`Input`]`)`:
-//!   client requests, peer messages (prepared by the network stage:
-//!   [`PeerInput::from_message`]), timer ticks, and the driver's answers to earlier actions
-//!   (log and votes durable, checkpoint written, state digest, fetched state installed).
-//!   `now_ms` is the only clock the core knows.
-//! - Every output comes out of [`Replica::poll_action`]: after each input, drain it until
-//!   `None` and carry the [`Action`]s out in order. An action that waits for the driver
-//!   ([`Action::WriteVotes`] with a flush, [`Action::AwaitLogDurable`],
-//!   [`Action::DigestState`], [`Action::InstallState`], [`Action::CheckpointNow`]) names the
-//!   input that answers it; the driver may give that input while still draining.
-//! - [`Replica::next_timeout_ms`] says when to give [`Input::Tick`] next.
-//! - Getters ([`Replica::stats`], [`Replica::regency`], …) are for observability only: no
-//!   protocol decision of the driver depends on them.
-//!
-//! The production runtime (`tagma-node`) and the deterministic simulator (`tagma-sim`) drive
-//! exactly this API, so the simulator tests what runs.
+//! See [`Replica`] for the calling contract.
 //!
 //! # Where each protocol lives
-//! - [`normal_case`](self): PROPOSE → WRITE → ACCEPT → decide (CFT skips WRITE), one instance at
+//! - `normal_case`: PROPOSE → WRITE → ACCEPT → decide (CFT skips WRITE), one instance at
 //!   a time; messages for later instances wait in the bounded `future_buffer`.
 //! - `leader_change`: STOP, STOPDATA, SYNC and the value choice.
 //! - `catch_up`: decision forwarding to a replica that fell behind.
@@ -77,7 +59,27 @@ use crate::{
     transfer::Fetch,
 };
 
-/// The replica core. See the module documentation for the calling protocol.
+/// The replica core: the Mod-SMaRt state machine with no IO.
+///
+/// # Calling contract
+/// - [`Replica::new`] builds the core from its parameters, identity key and [`Start`] (fresh,
+///   recovered from a disk, or joining), at the current time.
+/// - Every input goes through one entry point, [`Replica::handle`]`(now_ms, `[`Input`]`)`:
+///   client requests, peer messages (prepared by the network stage:
+///   [`PeerInput::from_message`]), timer ticks, and the driver's answers to earlier actions
+///   (log and votes durable, checkpoint written, state digest, fetched state installed).
+///   `now_ms` is the only clock the core knows.
+/// - Every output comes out of [`Replica::poll_action`]: after each input, drain it until
+///   `None` and carry the [`Action`]s out in order. An action that waits for the driver
+///   ([`Action::WriteVotes`] with a flush, [`Action::AwaitLogDurable`],
+///   [`Action::DigestState`], [`Action::InstallState`], [`Action::CheckpointNow`]) names the
+///   input that answers it; the driver may give that input while still draining.
+/// - [`Replica::next_timeout_ms`] says when to give [`Input::Tick`] next.
+/// - Getters ([`Replica::stats`], [`Replica::regency`], …) are for observability only: no
+///   protocol decision of the driver depends on them.
+///
+/// The production runtime (`tagma-node`) and the deterministic simulator (`tagma-sim`) drive
+/// exactly this API, so the simulator tests what runs.
 pub struct Replica {
     params: ReplicaParams,
     /// When to ask the others for their positions if nothing is decided until then.
