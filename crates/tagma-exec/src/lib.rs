@@ -199,10 +199,16 @@ impl<S: Service> Executor<S> {
     /// transfer already covers instance `cid` (the core delivered it while the state was
     /// being fetched), else [`Executor::execute_batch`]'s replies.
     pub fn execute_decided(&mut self, cid: ConsensusId, batch: &Batch) -> Option<Vec<Reply>> {
-        if self.installed_through.is_some_and(|t| cid <= t) {
+        if self.covers(cid) {
             return None;
         }
         Some(self.execute_batch(cid, batch))
+    }
+
+    /// Whether a state installed by state transfer covers instance `cid` (its delivery is
+    /// skipped, see [`Executor::execute_decided`]).
+    pub fn covers(&self, cid: ConsensusId) -> bool {
+        self.installed_through.is_some_and(|t| cid <= t)
     }
 
     /// Executes every request of the batch decided in `cid` in order (cid must be the next

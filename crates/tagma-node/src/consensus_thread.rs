@@ -29,6 +29,10 @@ pub(crate) struct Links {
     /// Durable replicas: this thread writes its votes itself.
     pub(crate) votes: Option<std::cell::RefCell<storage::VoteWriter>>,
     pub(crate) transfer_tx: Sender<storage::TransferJob>,
+    /// The instance the core waits to see in the log (`Action::AwaitLogDurable`), until this
+    /// thread has reported it: looked at after every event, so a wake-up the storage thread
+    /// could not queue (a full internal channel) delays the report by one event at most.
+    pub(crate) awaited_log: std::cell::Cell<Option<u64>>,
 }
 
 pub(crate) fn consensus_loop(
@@ -62,7 +66,12 @@ pub(crate) fn consensus_loop(
             Ok(ConsensusEvent::StateDigest { cid, digest }) => {
                 Some(Input::StateDigest { cid, digest })
             }
-            Ok(ConsensusEvent::Durable) => log_durable(sh),
+            Ok(ConsensusEvent::Durable) => {
+                // Reported now; a report that falls short is answered by a new
+                // `AwaitLogDurable`.
+                links.awaited_log.set(None);
+                log_durable(sh)
+            }
             Ok(ConsensusEvent::Installed { outcome, log }) => {
                 // The installed state's decisions go to the log before any later instance's
                 // (sent from here, in order with the appends, never from execution).
@@ -91,6 +100,15 @@ pub(crate) fn consensus_loop(
             && !feed(sh, &mut core, links, clock, input)
         {
             return;
+        }
+        if let Some(cid) = links.awaited_log.get()
+            && sh.durable_below.load(Ordering::SeqCst) > cid
+            && let Some(input) = log_durable(sh)
+        {
+            links.awaited_log.set(None);
+            if !feed(sh, &mut core, links, clock, input) {
+                return;
+            }
         }
         // Timers are checked after every event, not only when the queue is idle: a steady
         // stream of messages must not starve the request timers (leader failure detection).
@@ -153,16 +171,13 @@ pub(crate) fn carry_out_actions(
                     send_peer(sh, &tx, msg.to_bytes());
                 }
             }
-            Action::Deliver(mut decision) => {
+            Action::Deliver(decision) => {
                 sh.metrics.decided_instances.fetch_add(1, Ordering::Relaxed);
                 // Parallel logging: the storage thread logs the instance (with its proof)
                 // while the execution thread executes it.
-                let Some(decided) = decision.logged.take() else {
-                    unreachable!("a replica's decisions carry their proof");
-                };
                 let event = storage::StorageEvent::Append {
                     cid: decision.cid.0,
-                    decided,
+                    decided: decision.logged.clone(),
                 };
                 if storage_tx.send(event).is_err() {
                     return false;
@@ -202,8 +217,10 @@ pub(crate) fn carry_out_actions(
                 // publishes the position before it looks at the flag, so no flush goes
                 // unnoticed.
                 sh.wake_on_durable.store(true, Ordering::SeqCst);
+                links.awaited_log.set(Some(cid.0));
                 if sh.durable_below.load(Ordering::SeqCst) > cid.0 {
                     sh.wake_on_durable.store(false, Ordering::SeqCst);
+                    links.awaited_log.set(None);
                     if let Some(input) = log_durable(sh)
                         && let Err(rejection) = core.handle(clock.now_ms(), input)
                     {

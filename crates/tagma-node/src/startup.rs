@@ -272,6 +272,7 @@ pub(crate) fn start_node<S: Service>(
                 storage_tx: tx,
                 votes,
                 transfer_tx: xfer_tx,
+                awaited_log: std::cell::Cell::new(None),
             };
             consensus_loop(&sh, core, consensus_rx, internal_rx, &links, &clock)
         }));

@@ -234,12 +234,13 @@ impl CheckpointStore {
         use std::os::unix::fs::FileExt;
         let path = self.incoming_path();
         // Chunks arrive in order from offset 0 (the fetcher only stores the next one): a
-        // chunk past the end would leave a hole of zeroes in the state.
-        debug_assert!(
-            offset == 0
-                || std::fs::metadata(&path).is_ok_and(|m| m.len() >= HEADER_BYTES as u64 + offset),
-            "chunk at {offset} stored past the end of the incoming checkpoint"
-        );
+        // chunk past the end (one before it was not stored) would leave a hole of zeroes.
+        let stored = std::fs::metadata(&path).map_or(0, |m| m.len());
+        if offset > 0 && stored < HEADER_BYTES as u64 + offset {
+            return Err(StorageError::Incoming {
+                reason: format!("a chunk at {offset} past the {stored} bytes stored"),
+            });
+        }
         let file = std::fs::OpenOptions::new()
             .write(true)
             .create(true)
@@ -278,11 +279,12 @@ impl CheckpointStore {
             .write(true)
             .open(&path)
             .map_err(StorageError::io(&path))?;
-        debug_assert!(
-            file.metadata()
-                .is_ok_and(|m| m.len() >= (HEADER_BYTES + len) as u64),
-            "promoting an incoming checkpoint shorter than its {len} bytes"
-        );
+        let stored = file.metadata().map_err(StorageError::io(&path))?.len();
+        if stored < (HEADER_BYTES + len) as u64 {
+            return Err(StorageError::Incoming {
+                reason: format!("{stored} bytes stored, {len} validated"),
+            });
+        }
         let header = header(cid, len);
         file.write_all_at(&header, 0)
             .and_then(|()| {

@@ -28,6 +28,9 @@ pub fn record_log(log: &mut dyn RecordLog) {
         "a range reads back in order"
     );
     let tail = log.read_range(8..100).expect("a range past the end");
+    #[allow(clippy::reversed_empty_ranges)]
+    let reversed = 6..3;
+    assert!(log.read_range(reversed).expect("an empty range").is_empty());
     assert_eq!(tail.iter().map(|(c, _)| *c).collect::<Vec<_>>(), vec![8, 9]);
     assert!(
         matches!(
@@ -103,4 +106,23 @@ pub fn checkpoints(store: &dyn Checkpoints) {
     store.store_chunk(0, b"rejected").expect("a new fetch");
     store.remove_incoming();
     assert_eq!(store.read_chunk(15, 0, 1).expect("kept"), vec![15]);
+    // A chunk past what is stored (an earlier one was lost) is refused, not a hole.
+    store.store_chunk(0, &[1; 10]).expect("a new fetch");
+    assert!(matches!(
+        store.store_chunk(20, &[2; 10]),
+        Err(StorageError::Incoming { .. })
+    ));
+    store.remove_incoming();
+    // One written below the newest (a fetched state promoted after this replica's own newer
+    // checkpoint) keeps the newer one and the one before it.
+    store.write(18, &state(18)).expect("write below the newest");
+    for cid in [15, 18, 20] {
+        store.read_chunk(cid, 0, 1).expect("kept");
+    }
+    store.write(25, &state(25)).expect("write");
+    assert!(
+        store.read_chunk(18, 0, 1).is_err(),
+        "older than the previous: gone"
+    );
+    assert_eq!(store.read_chunk(20, 0, 1).expect("the previous"), vec![0]);
 }

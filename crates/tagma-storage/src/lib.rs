@@ -65,6 +65,10 @@ pub enum StorageError {
     OutOfOrder { expected: u64, got: u64 },
     #[error("record of {len} bytes is larger than the largest record ({max} bytes)")]
     RecordTooLarge { len: usize, max: usize },
+    #[error(
+        "the checkpoint being fetched: {reason} (an earlier chunk was not stored) — the fetcher validates it and fetches it again"
+    )]
+    Incoming { reason: String },
 }
 
 impl StorageError {

@@ -48,6 +48,9 @@ impl RecordLog for MemoryLog {
     }
     fn read_range(&self, range: Range<u64>) -> Result<Vec<(u64, Vec<u8>)>, StorageError> {
         let mut records = Vec::new();
+        if range.is_empty() {
+            return Ok(records);
+        }
         for (expected, (cid, payload)) in (range.start..).zip(self.records.range(range)) {
             if *cid != expected {
                 return Err(StorageError::Gap {
@@ -92,13 +95,14 @@ impl MemoryCheckpoints {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// As the files keep them (`CheckpointStore::write`): the new one, the newest before it,
+    /// and any newer one (a fetched checkpoint promoted below this replica's own).
     fn keep(&self, cid: u64, state: Vec<u8>) {
         let mut held = self.held();
-        held.kept.retain(|(c, _)| *c < cid);
+        let previous = held.kept.iter().map(|(c, _)| *c).filter(|c| *c < cid).max();
+        held.kept.retain(|(c, _)| *c > cid || Some(*c) == previous);
         held.kept.push_back((cid, Arc::new(state)));
-        while held.kept.len() > 2 {
-            held.kept.pop_front();
-        }
+        held.kept.make_contiguous().sort_by_key(|(c, _)| *c);
         debug_assert!(
             held.kept
                 .iter()
@@ -141,7 +145,14 @@ impl Checkpoints for MemoryCheckpoints {
             held.incoming.clear();
         }
         let start = usize::try_from(offset).unwrap_or(usize::MAX);
-        debug_assert!(start <= held.incoming.len(), "chunks are stored in order");
+        if start > held.incoming.len() {
+            return Err(StorageError::Incoming {
+                reason: format!(
+                    "a chunk at {offset} past the {} bytes stored",
+                    held.incoming.len()
+                ),
+            });
+        }
         let end = start.saturating_add(data.len());
         if held.incoming.len() < end {
             held.incoming.resize(end, 0);
@@ -160,11 +171,11 @@ impl Checkpoints for MemoryCheckpoints {
     ) -> Result<(), StorageError> {
         let mut state = std::mem::take(&mut self.held().incoming);
         state.truncate(len);
-        debug_assert_eq!(
-            blake3::hash(&state).as_bytes(),
-            digest,
-            "promoted as validated"
-        );
+        if state.len() != len || blake3::hash(&state).as_bytes() != digest {
+            return Err(StorageError::Incoming {
+                reason: format!("{} bytes stored are not the {len} validated", state.len()),
+            });
+        }
         self.keep(cid, state);
         Ok(())
     }

@@ -15,9 +15,9 @@ pub struct Decision {
     pub epoch: Epoch,
     pub hash: Digest,
     pub batch: Batch,
-    /// Durable replicas (`state_transfer`): the instance with the signatures of its
-    /// decision, for the log.
-    pub logged: Option<DecidedInstance>,
+    /// The instance with the signatures of its decision (its proof), for the runtime's log,
+    /// from which it serves replicas that catch up or fetch state.
+    pub logged: DecidedInstance,
 }
 
 /// What the driver must do. Carry actions out in the order they are polled; an action that

@@ -22,7 +22,7 @@ impl Replica {
     /// own disk, so ordering never runs ahead of the log, and the requests that arrive while
     /// the log flushes join the next batch instead of making one more instance (one more flush,
     /// one more round of messages on every replica). `Some(c−1)` while a proposal waits for
-    /// it (requests are pending); the runtime then calls [`Replica::note_durable`] when the
+    /// it (requests are pending); the runtime then gives [`Input::LogDurable`](super::Input::LogDurable) when the
     /// flush completes.
     pub(super) fn awaits_durable(&self) -> Option<ConsensusId> {
         let previous = ConsensusId(self.instance.cid.0.checked_sub(1)?);

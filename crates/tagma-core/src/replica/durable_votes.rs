@@ -7,8 +7,8 @@ use tagma_wire::{Collect, Digest, Epoch};
 use super::{Replica, action::Action};
 
 /// Votes written without a flush (a WRITE's: the WRITE does not wait for them) are flushed
-/// once the replica has had no input for this long, or sooner with a timer that is due. Not
-/// as soon as nothing else is queued: under load the next input is usually the WRITE that
+/// once the replica has had no input (ticks do not count) for this long. Not as soon as
+/// nothing else is queued: under load the next input is usually the WRITE that
 /// completes the quorum, whose ACCEPT flushes a record covering them anyway, and a flush in
 /// between delays that ACCEPT (two vote flushes per instance instead of one).
 pub const VOTE_IDLE_FLUSH_MS: u64 = 10;
@@ -152,7 +152,7 @@ impl Replica {
     }
 
     /// `Some(seq)` while an ACCEPT waits for the vote [`Action::PersistVote`] `seq`; the
-    /// runtime then calls [`Replica::note_votes_durable`] when it is on disk.
+    /// runtime then gives [`Input::VotesDurable`](super::Input::VotesDurable) when it is on disk.
     pub(super) fn awaits_vote(&self) -> Option<u64> {
         if let Some((seq, _)) = self.leader_change.held_install {
             return Some(seq);

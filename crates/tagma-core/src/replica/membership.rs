@@ -124,8 +124,16 @@ impl Replica {
         }
         self.clients.set_view(view.id);
         // A fetch planned with the old members' offers, vouchers and f starts again if needed.
-        self.fetch = None;
-        self.catch_up.state_transfer_signalled = false;
+        // One the runtime is installing keeps going until its verdict: a new fetch would
+        // store its chunks over the ones being read.
+        if !self
+            .fetch
+            .as_ref()
+            .is_some_and(crate::transfer::Fetch::is_installing)
+        {
+            self.fetch = None;
+            self.catch_up.state_transfer_signalled = false;
+        }
         if !member {
             // Nothing of the ordering goes on: no buffered vote is replayed, no leader change
             // or catch-up continues, no request is proposed.

@@ -85,10 +85,10 @@ pub struct Replica {
     /// When to ask the others for their positions if nothing is decided until then.
     idle_probe_ms: Option<u64>,
     /// Durable replicas: the newest instance the runtime reported on this replica's disk
-    /// ([`Replica::note_durable`]); the leader proposes instance c only once c−1 is.
+    /// ([`Input::LogDurable`]); the leader proposes instance c only once c−1 is.
     durable_through: Option<ConsensusId>,
     /// Durable replicas: the sequence number of the last [`Action::PersistVote`] issued, and
-    /// of the newest one the runtime reported on disk ([`Replica::note_votes_durable`]).
+    /// of the newest one the runtime reported on disk ([`Input::VotesDurable`]).
     votes_issued: u64,
     votes_durable: u64,
     /// Durable replicas: the newest `PersistVote` written ([`Action::WriteVotes`]), and the

@@ -74,7 +74,7 @@ impl Replica {
             | PeerInput::UndecodablePropose { cid, epoch } => (*cid, *epoch),
             PeerInput::Write(v) => (v.cid, v.epoch),
             PeerInput::Accept(a) => (a.vote.cid, a.vote.epoch),
-            _ => unreachable!("non-consensus inputs are routed by handle_peer"),
+            _ => unreachable!("non-consensus inputs are routed by on_peer"),
         };
         let next = self.instance.cid;
         if cid < next {
@@ -113,7 +113,7 @@ impl Replica {
                 self.on_accept(from, accept);
                 Ok(())
             }
-            _ => unreachable!("non-consensus inputs are routed by handle_peer"),
+            _ => unreachable!("non-consensus inputs are routed by on_peer"),
         }
     }
 
@@ -466,7 +466,10 @@ impl Replica {
         tracing::debug!(%cid, %epoch, requests = batch.requests.len(), "decided");
         // Taken now: by the time the runtime logs it, more decisions may have pushed it out
         // of the bounded decision log.
-        let logged = self.decisions.as_decided(cid);
+        let logged = self
+            .decisions
+            .as_decided(cid)
+            .expect("the decision log keeps at least the newest decision");
         let new_view = self.judge_view_changes(&batch);
         self.actions.push_back(Action::Deliver(Decision {
             cid,

@@ -324,8 +324,17 @@ impl Replica {
                     stage: OwnVoteStage::Contradicted,
                 });
                 self.catch_up.state_transfer_signalled = true;
-                self.fetch = None;
-                self.start_fetch(false, true);
+                // A fetch the runtime is installing keeps going until its verdict (a new one
+                // would store its chunks over the ones being read); the repair then starts
+                // (`state_vote_pending`, stage `Repairing`).
+                if !self
+                    .fetch
+                    .as_ref()
+                    .is_some_and(crate::transfer::Fetch::is_installing)
+                {
+                    self.fetch = None;
+                    self.start_fetch(false, true);
+                }
                 true
             }
         }

@@ -106,7 +106,7 @@ impl StateToInstall {
     }
 }
 
-/// The runtime's verdict on a [`StateToInstall`] ([`crate::Replica::state_installed`]).
+/// The runtime's verdict on a [`StateToInstall`] ([`crate::Input::StateInstalled`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum InstallOutcome {
     /// The state is installed: every instance up to `last` is executed, the last batch's

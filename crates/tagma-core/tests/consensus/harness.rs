@@ -267,18 +267,19 @@ fn unsigned(action: Action) -> Action {
     }
 }
 
-/// A delivered decision without the proof it carries for the runtime's log (which holds
-/// whichever ACCEPT signatures this replica gathered), after checking that it carries one
-/// for its own instance: every decision reaches the log with its proof.
+/// A delivered decision without the signatures of the proof it carries for the runtime's
+/// log (whichever ACCEPT signatures this replica gathered), after checking that the proof is
+/// of its own instance, batch and epoch: every decision reaches the log with its proof.
 pub fn unlogged(mut decision: Decision) -> Decision {
-    let logged = decision.logged.take();
+    let logged = &mut decision.logged;
     assert!(
-        logged
-            .as_ref()
-            .is_some_and(|d| d.cid == decision.cid && d.batch == decision.batch.to_bytes()),
+        logged.cid == decision.cid
+            && logged.batch == decision.batch.to_bytes()
+            && logged.proof.epoch == decision.epoch,
         "the decision of {} reaches the log with its proof: {logged:?}",
         decision.cid
     );
+    logged.proof.accepts.clear();
     decision
 }
 
@@ -362,13 +363,22 @@ pub fn accept(cid: u64, hash: Digest) -> Action {
     Action::Broadcast(PeerMessage::Accept(acc(vote(cid, hash))))
 }
 
+/// A decision as the harness compares it (see [`unlogged`]).
 pub fn deliver(cid: u64, hash: Digest, batch: Batch) -> Action {
+    let logged = tagma_wire::DecidedInstance {
+        cid: ConsensusId(cid),
+        batch: batch.to_bytes(),
+        proof: tagma_wire::DecisionProof {
+            epoch: E0,
+            accepts: vec![],
+        },
+    };
     Action::Deliver(Decision {
         cid: ConsensusId(cid),
         epoch: E0,
         hash,
         batch,
-        logged: None,
+        logged,
     })
 }
 

@@ -211,7 +211,7 @@ impl World {
         &mut self,
         r: usize,
         cid: ConsensusId,
-        decided: Option<DecidedInstance>,
+        decided: DecidedInstance,
         replies: Vec<Reply>,
     ) -> Vec<Reply> {
         let n = self.nodes.len();
@@ -219,7 +219,6 @@ impl World {
         let Some(disk) = node.disk.as_mut() else {
             return replies;
         };
-        let decided = decided.expect("a durable replica's decisions carry their proof");
         disk.unflushed.push(decided);
 
         let period = CHECKPOINT_PERIOD_PER_REPLICA * n as u64;
@@ -243,7 +242,14 @@ impl World {
         if !disk.log_flush_scheduled {
             disk.log_flush_scheduled = true;
             let at = self.now_ms + self.rng.range(0, 4);
-            self.schedule(at, Event::LogFlush(r as u32));
+            let (replica, incarnation) = (r as u32, self.nodes[r].incarnation);
+            self.schedule(
+                at,
+                Event::LogFlush {
+                    replica,
+                    incarnation,
+                },
+            );
         }
     }
 

@@ -91,9 +91,15 @@ enum Event {
     Crash(u32),
     Restart(u32),
     /// A durable replica's log flush completes: its unflushed log records become durable.
-    LogFlush(u32),
+    LogFlush {
+        replica: u32,
+        incarnation: u32,
+    },
     /// A durable replica's vote flush completes: the vote it wrote becomes durable.
-    VoteFlush(u32),
+    VoteFlush {
+        replica: u32,
+        incarnation: u32,
+    },
     Heal,
     /// The administrator sends (or resends) the scenario's view change.
     Reconfigure,
@@ -132,9 +138,11 @@ struct Node {
     disk: Option<Disk>,
     /// A checkpoint being fetched by state transfer (memory only: lost on crash).
     incoming: Vec<u8>,
-    /// The newest `PersistVote` sequence number (a replica without a disk reports it durable
-    /// when asked to flush).
+    /// The newest `PersistVote` sequence number of this incarnation (a vote flush reports it
+    /// durable).
     last_vote_seq: u64,
+    /// Crashes so far: a flush scheduled before a crash must not complete in the next life.
+    incarnation: u32,
     /// Byzantine replicas: what their honest core decided, by instance.
     byz_decided: BTreeMap<u64, Digest>,
     /// The replica a join plan adds: outside the initial view, and `dormant` (down, deaf)
@@ -403,6 +411,7 @@ impl World {
                     executed: BTreeMap::new(),
                     incoming: Vec::new(),
                     last_vote_seq: 0,
+                    incarnation: 0,
                     byz_decided: BTreeMap::new(),
                     joiner: is_joiner,
                     dormant: is_joiner,
@@ -616,13 +625,28 @@ impl World {
                 if self.phase == Phase::Faults && !self.nodes[r as usize].crashed {
                     self.note(b'C', r as u64, 1, &[], || format!("replica {r} crashes"));
                     self.nodes[r as usize].crashed = true;
+                    self.nodes[r as usize].incarnation += 1;
                     self.count("crashes");
                     self.crash_disk(r as usize);
                 }
             }
             Event::Restart(r) => self.restart(r as usize),
-            Event::LogFlush(r) => self.log_flush(r as usize),
-            Event::VoteFlush(r) => self.vote_flush(r as usize),
+            // A flush scheduled before a crash died with the process.
+            Event::LogFlush {
+                replica,
+                incarnation,
+            } if incarnation == self.nodes[replica as usize].incarnation => {
+                self.log_flush(replica as usize)
+            }
+            Event::VoteFlush {
+                replica,
+                incarnation,
+            } if incarnation == self.nodes[replica as usize].incarnation => {
+                self.vote_flush(replica as usize)
+            }
+            Event::LogFlush { .. } | Event::VoteFlush { .. } => {
+                self.count("flushes_of_a_past_life")
+            }
             Event::Heal => self.heal(),
             Event::Reconfigure => self.send_view_change(),
             Event::StartJoiner(j) => self.start_joiner(j as usize),

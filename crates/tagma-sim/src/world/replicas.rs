@@ -67,6 +67,8 @@ impl World {
     pub(super) fn start_core(&mut self, r: usize, start: Start) {
         let node = &mut self.nodes[r];
         node.core = Replica::new(node.params.clone(), node.key.clone(), start, self.now_ms);
+        // A new core numbers its votes from 1 again.
+        node.last_vote_seq = 0;
         self.carry_out_actions(r);
     }
 
@@ -141,10 +143,19 @@ impl World {
             Action::Send { to, msg } => self.send_peer(r, &[to], msg),
             Action::Deliver(decision) => {
                 let (cid, hash) = (decision.cid, decision.hash);
-                let Some(replies) = self.nodes[r].exec.execute_decided(cid, &decision.batch) else {
+                if self.nodes[r].exec.covers(cid) {
+                    // The executor skips it (`execute_decided`); agreement still holds for it.
                     self.count("deliveries_covered_by_installed_state");
+                    if let Some(first) = self.decided.get(cid.0 as usize).filter(|h| **h != hash)
+                        && self.nodes[r].byz.is_none()
+                    {
+                        let msg = format!(
+                            "replica {r} delivered {hash:?} for cid {cid} (covered by its installed state), another correct replica {first:?}"
+                        );
+                        self.violation("agreement", msg);
+                    }
                     return;
-                };
+                }
                 self.note(b'D', r as u64, cid.0, &hash.0, || {
                     format!(
                         "replica {r} delivers cid {cid} epoch {} ({} requests, {hash:?})",
@@ -171,6 +182,11 @@ impl World {
                         byz.on_decided(&decision.batch);
                     }
                 }
+                // Checked first: an out-of-order delivery is an order violation, not a panic
+                // of the executor.
+                let Some(replies) = self.nodes[r].exec.execute_decided(cid, &decision.batch) else {
+                    unreachable!("covered deliveries return above");
+                };
                 let node = &mut self.nodes[r];
                 if let Some(byz) = node.byz.as_mut()
                     && byz.has(Behaviour::LyingState)
@@ -291,15 +307,21 @@ impl World {
                 if !flush {
                     return;
                 }
+                let incarnation = self.nodes[r].incarnation;
                 let Some(disk) = self.nodes[r].disk.as_mut() else {
-                    // Byzantine replicas keep no disk: their votes are durable at once.
-                    let seq = self.nodes[r].last_vote_seq;
-                    return self.replica_input(r, Input::VotesDurable { seq });
+                    unreachable!("only durable replicas (with a disk) write votes");
                 };
                 if !disk.vote_flush_scheduled {
                     disk.vote_flush_scheduled = true;
                     let at = self.now_ms + self.rng.range(0, 4);
-                    self.schedule(at, Event::VoteFlush(r as u32));
+                    let replica = r as u32;
+                    self.schedule(
+                        at,
+                        Event::VoteFlush {
+                            replica,
+                            incarnation,
+                        },
+                    );
                 }
             }
             Action::AwaitLogDurable { .. } => {

@@ -33,10 +33,10 @@ impl Scenario {
             Action::Deliver(d) => {
                 let batch = self.batch_named(&d.batch.to_bytes());
                 format!(
-                    "Deliver cid={} epoch={} batch={batch} logged={}",
+                    "Deliver cid={} epoch={} batch={batch} proof={}",
                     d.cid.0,
                     d.epoch.0,
-                    if d.logged.is_some() { "yes" } else { "no" }
+                    d.logged.proof.accepts.len()
                 )
             }
             Action::ViewInstalled { cid, view, member } => {
