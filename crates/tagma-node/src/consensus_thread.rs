@@ -30,8 +30,9 @@ pub(crate) struct Links {
     pub(crate) votes: Option<std::cell::RefCell<storage::VoteWriter>>,
     pub(crate) transfer_tx: Sender<storage::TransferJob>,
     /// The instance the core waits to see in the log (`Action::AwaitLogDurable`), until this
-    /// thread has reported it: looked at after every event, so a wake-up the storage thread
-    /// could not queue (a full internal channel) delays the report by one event at most.
+    /// thread has reported it: looked at before every wait for an event, so a wake-up the
+    /// storage thread could not queue (a full internal channel) delays the report by one event
+    /// at most.
     pub(crate) awaited_log: std::cell::Cell<Option<u64>>,
 }
 
@@ -49,6 +50,9 @@ pub(crate) fn consensus_loop(
         return;
     }
     loop {
+        if !report_log_reached(sh, &mut core, links, clock) {
+            return;
+        }
         let now = clock.now_ms();
         let wait_ms = core
             .next_timeout_ms()
@@ -66,12 +70,8 @@ pub(crate) fn consensus_loop(
             Ok(ConsensusEvent::StateDigest { cid, digest }) => {
                 Some(Input::StateDigest { cid, digest })
             }
-            Ok(ConsensusEvent::Durable) => {
-                // Reported now; a report that falls short is answered by a new
-                // `AwaitLogDurable`.
-                links.awaited_log.set(None);
-                log_durable(sh)
-            }
+            // The storage thread's wake-up: the position is reported before the next wait.
+            Ok(ConsensusEvent::Durable) => None,
             Ok(ConsensusEvent::Installed { outcome, log }) => {
                 // The installed state's decisions go to the log before any later instance's
                 // (sent from here, in order with the appends, never from execution).
@@ -100,15 +100,6 @@ pub(crate) fn consensus_loop(
             && !feed(sh, &mut core, links, clock, input)
         {
             return;
-        }
-        if let Some(cid) = links.awaited_log.get()
-            && sh.durable_below.load(Ordering::SeqCst) > cid
-            && let Some(input) = log_durable(sh)
-        {
-            links.awaited_log.set(None);
-            if !feed(sh, &mut core, links, clock, input) {
-                return;
-            }
         }
         // Timers are checked after every event, not only when the queue is idle: a steady
         // stream of messages must not starve the request timers (leader failure detection).
@@ -147,6 +138,24 @@ pub(crate) fn log_durable(sh: &Shared) -> Option<Input> {
     below
         .checked_sub(1)
         .map(|last| Input::LogDurable(tagma_wire::ConsensusId(last)))
+}
+
+/// Reports the log's position once it reaches the instance the core awaits (if it does):
+/// the only place that answers `Action::AwaitLogDurable`. A report that falls short is
+/// answered by the core with a new `AwaitLogDurable`. False when the replica stops.
+fn report_log_reached(sh: &Arc<Shared>, core: &mut Replica, links: &Links, clock: &Clock) -> bool {
+    let Some(cid) = links.awaited_log.get() else {
+        return true;
+    };
+    if sh.durable_below.load(Ordering::SeqCst) <= cid {
+        return true;
+    }
+    sh.wake_on_durable.store(false, Ordering::SeqCst);
+    links.awaited_log.set(None);
+    match log_durable(sh) {
+        Some(input) => feed(sh, core, links, clock, input),
+        None => true,
+    }
 }
 
 /// Carries out the core's actions in order, giving it back the answers to those that wait
@@ -212,21 +221,12 @@ pub(crate) fn carry_out_actions(
                 }
             }
             Action::AwaitLogDurable { cid } => {
-                // The storage thread wakes this thread after its next flush (`Durable`). The
-                // flag is raised before the position is read, and the storage thread
-                // publishes the position before it looks at the flag, so no flush goes
-                // unnoticed.
+                // The storage thread wakes this thread after its next flush (`Durable`), and
+                // the position is read before the next wait (`report_log_reached`). The flag is
+                // raised before the position is read, and the storage thread publishes the
+                // position before it looks at the flag, so no flush goes unnoticed.
                 sh.wake_on_durable.store(true, Ordering::SeqCst);
                 links.awaited_log.set(Some(cid.0));
-                if sh.durable_below.load(Ordering::SeqCst) > cid.0 {
-                    sh.wake_on_durable.store(false, Ordering::SeqCst);
-                    links.awaited_log.set(None);
-                    if let Some(input) = log_durable(sh)
-                        && let Err(rejection) = core.handle(clock.now_ms(), input)
-                    {
-                        sh.reject(rejection.reason(), format_args!("{rejection:?}"));
-                    }
-                }
             }
             Action::SendCurrentView { client, view } => {
                 if exec_tx
