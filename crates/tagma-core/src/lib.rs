@@ -22,7 +22,7 @@ pub mod value_choice;
 
 pub use replica::{
     Action, CoreStats, Decision, Input, PeerInput, PreparedBatch, ProposalFault, Recovered,
-    Rejection, Replica, ReplicaParams, Resume, Start,
+    Rejection, Replica, ReplicaParams, Resume, Start, WRITE_SET_MAX,
 };
 pub use tagma_config::{Config, ConfigError, Mode, Quorums, ValidConfig};
 pub use tagma_config::{config, quorum, view};

@@ -90,15 +90,12 @@ pub enum Action {
     PersistVote { seq: u64, votes: Collect },
     /// Durable replicas: write the vote record of everything persisted so far; with `flush`,
     /// flush it to the disk and give back [`Input::VotesDurable`](super::Input::VotesDurable)
-    /// with the newest `PersistVote` `seq`. The core asks for a flush when an ACCEPT (or an
-    /// installed regency's STOPDATA) waits for the votes behind it: an ACCEPT never leaves
-    /// before they are durable, so a replica that crashes and restarts never forgets a value
-    /// it may have helped decide (it reads its votes back: [`Recovered::votes`]). Votes
-    /// written without a flush (a WRITE's: a process crash keeps them, a power cut may not)
-    /// are flushed once the replica has had no input for [`VOTE_IDLE_FLUSH_MS`].
+    /// with the newest `PersistVote` `seq`. The core asks for a flush when a WRITE, an ACCEPT
+    /// or an installed regency's STOPDATA waits for the votes behind it: none leaves before
+    /// they are durable, so a replica that crashes and restarts never forgets a value it
+    /// wrote or may have helped decide (it reads its votes back: [`Recovered::votes`]).
     ///
     /// [`Recovered::votes`]: super::Recovered::votes
-    /// [`VOTE_IDLE_FLUSH_MS`]: super::VOTE_IDLE_FLUSH_MS
     ///
     /// The instances before `next` are decided: the record may leave out the votes of those
     /// already in the log, and a driver may hold the write back (bounded) while the log

@@ -1,17 +1,11 @@
-//! Durable consensus votes: the collect a durable replica writes before its ACCEPT leaves, when
-//! its vote records are written and flushed, and the votes it reads back after a restart.
+//! Durable consensus votes: the collect a durable replica writes before its WRITE, ACCEPT or
+//! installed regency leaves, when its vote records are written and flushed, and the votes it
+//! reads back after a restart.
 
 use bytes::Bytes;
 use tagma_wire::{Collect, Digest, Epoch};
 
 use super::{Replica, action::Action};
-
-/// Votes written without a flush (a WRITE's: the WRITE does not wait for them) are flushed
-/// once the replica has had no input (ticks do not count) for this long. Not as soon as
-/// nothing else is queued: under load the next input is usually the WRITE that
-/// completes the quorum, whose ACCEPT flushes a record covering them anyway, and a flush in
-/// between delays that ACCEPT (two vote flushes per instance instead of one).
-pub const VOTE_IDLE_FLUSH_MS: u64 = 10;
 
 /// A replica's votes on one instance, read back from its disk after a crash.
 ///
@@ -77,10 +71,10 @@ impl RecoveredVotes {
 
 impl Replica {
     /// The vote-flush policy, after every input: the votes persisted by it go into one
-    /// record ([`Action::WriteVotes`]), flushed if an ACCEPT or an installed regency waits for
-    /// them; a record written without a flush is flushed once no input came for
-    /// [`VOTE_IDLE_FLUSH_MS`] (the timer moves with every input but ticks: `activity`).
-    pub(super) fn write_votes_after_input(&mut self, activity: bool) {
+    /// record ([`Action::WriteVotes`]), flushed if a WRITE, an ACCEPT or an installed regency
+    /// waits for them. A record nothing waits for (its epoch ended first) is written without a
+    /// flush: no message depends on it, and the next flush covers it.
+    pub(super) fn write_votes_after_input(&mut self) {
         if !self.params.durable {
             return;
         }
@@ -96,23 +90,6 @@ impl Replica {
             if flush {
                 self.votes_flush_asked = self.votes_written;
             }
-        }
-        if self.votes_written <= self.votes_flush_asked {
-            self.votes_idle_flush_ms = None;
-        } else if activity || self.votes_idle_flush_ms.is_none() {
-            self.votes_idle_flush_ms = Some(self.now_ms + VOTE_IDLE_FLUSH_MS);
-        }
-    }
-
-    /// The idle flush of [`Replica::write_votes_after_input`], when its time has come.
-    pub(super) fn flush_idle_votes(&mut self) {
-        if self.votes_idle_flush_ms.is_some_and(|t| t <= self.now_ms) {
-            self.votes_idle_flush_ms = None;
-            self.votes_flush_asked = self.votes_written;
-            self.actions.push_back(Action::WriteVotes {
-                flush: true,
-                next: self.instance.cid,
-            });
         }
     }
 
@@ -148,17 +125,23 @@ impl Replica {
             }
         }
         let epoch = self.epoch();
+        self.release_write(epoch);
         self.check_quorums(epoch);
     }
 
-    /// `Some(seq)` while an ACCEPT waits for the vote [`Action::PersistVote`] `seq`; the
-    /// runtime then gives [`Input::VotesDurable`](super::Input::VotesDurable) when it is on disk.
+    /// `Some(seq)` while a WRITE, an ACCEPT or an installed regency waits for the vote
+    /// [`Action::PersistVote`] `seq`; the runtime then gives
+    /// [`Input::VotesDurable`](super::Input::VotesDurable) when it is on disk.
     pub(super) fn awaits_vote(&self) -> Option<u64> {
         if let Some((seq, _)) = self.leader_change.held_install {
             return Some(seq);
         }
         let state = self.instance.epochs.get(&self.epoch())?;
-        (!state.accept_sent && state.accept_seq > self.votes_durable).then_some(state.accept_seq)
+        if !state.accept_sent && state.accept_seq > self.votes_durable {
+            return Some(state.accept_seq);
+        }
+        (state.write_sent && !state.write_out && state.write_seq > self.votes_durable)
+            .then_some(state.write_seq)
     }
 
     /// Restart: the votes read back from this replica's disk ([`Action::PersistVote`]), after

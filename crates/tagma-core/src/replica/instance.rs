@@ -35,8 +35,14 @@ pub(super) struct EpochState {
     pub(super) accept_signatures: BTreeMap<ReplicaId, (Digest, Signature)>,
     /// Senders whose ACCEPT signature was checked and found valid.
     pub(super) verified_accepts: std::collections::BTreeSet<ReplicaId>,
-    /// This replica has voted for the proposal (WRITE in BFT, ACCEPT in CFT).
+    /// This replica has voted for the proposal (WRITE in BFT, ACCEPT in CFT): its own WRITE
+    /// counts (the message itself may still wait for its record: `write_seq`).
     pub(super) write_sent: bool,
+    /// Durable BFT replicas: the [`Action::PersistVote`] that records the value this replica
+    /// writes in this epoch (0: none); its WRITE leaves once that record is durable.
+    pub(super) write_seq: u64,
+    /// The WRITE message has left (durable BFT replicas hold it until `write_seq` is durable).
+    pub(super) write_out: bool,
     /// This replica has sent (and counted) its ACCEPT.
     pub(super) accept_sent: bool,
     /// Durable replicas: the [`Action::PersistVote`] that records the write quorum this

@@ -22,7 +22,7 @@ pub(super) const STOP_REQUESTS_MAX: usize = 64;
 /// Values kept in a collect's write set: the most recent writes. Enough for safety — once a
 /// value may have been decided, every later epoch writes that same value, so it is always
 /// among the newest — and it bounds the size of STOPDATA and SYNC.
-pub(super) const WRITE_SET_MAX: usize = 2;
+pub const WRITE_SET_MAX: usize = 2;
 
 /// Leader-change state (Mod-SMaRt's synchronization phase).
 #[derive(Default)]

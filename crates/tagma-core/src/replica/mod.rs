@@ -42,8 +42,8 @@ use tagma_wire::{
 
 pub use self::{
     action::{Action, Decision},
-    durable_votes::VOTE_IDLE_FLUSH_MS,
     input::{Input, PeerInput, PreparedBatch},
+    leader_change::WRITE_SET_MAX,
     params::{ReplicaParams, chunk_bytes},
     start::{Recovered, Resume, Start},
     stats::CoreStats,
@@ -95,9 +95,6 @@ pub struct Replica {
     /// newest whose flush was asked for.
     votes_written: u64,
     votes_flush_asked: u64,
-    /// When votes written without a flush are flushed if no input comes first
-    /// ([`VOTE_IDLE_FLUSH_MS`]).
-    votes_idle_flush_ms: Option<u64>,
     /// The instance the leader's next proposal waits to see in the log, once announced
     /// ([`Action::AwaitLogDurable`]).
     log_wait_announced: Option<ConsensusId>,
@@ -220,7 +217,6 @@ impl Replica {
             votes_durable: 0,
             votes_written: 0,
             votes_flush_asked: 0,
-            votes_idle_flush_ms: None,
             log_wait_announced: None,
             resent_to: BTreeMap::new(),
             recovered_votes: BTreeMap::new(),
@@ -314,8 +310,6 @@ impl Replica {
     /// An input the core refuses comes back as a [`Rejection`] (for the driver to count and
     /// log); it changes nothing, and never panics, whatever the bytes behind it.
     pub fn handle(&mut self, now_ms: u64, input: Input) -> Result<(), Rejection> {
-        // A tick is the passing of time, not activity: it does not put off the idle flush.
-        let activity = !matches!(input, Input::Tick);
         let result = match input {
             Input::ClientRequest(request) => self.on_client_request(now_ms, request),
             Input::Peer { from, input } => self.on_peer(now_ms, from, input),
@@ -338,7 +332,7 @@ impl Replica {
                 Ok(())
             }
         };
-        self.write_votes_after_input(activity);
+        self.write_votes_after_input();
         self.announce_log_wait();
         result
     }

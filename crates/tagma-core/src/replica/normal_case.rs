@@ -216,21 +216,43 @@ impl Replica {
                 let fresh = state.writes.add(me, hash);
                 debug_assert!(fresh, "own WRITE counted twice");
                 if self.params.durable {
-                    // Durable: the value written goes to disk too (the WRITE does not wait),
-                    // so that after a crash this replica still vouches for it.
-                    self.persist_votes();
+                    // Durable: the value written goes to disk before the WRITE leaves, so
+                    // that after a crash this replica still vouches for it in its collects
+                    // and never writes another value in this epoch.
+                    let seq = self.persist_votes();
+                    self.instance.epoch_mut(epoch).write_seq = seq;
                 }
-                self.actions
-                    .push_back(Action::Broadcast(PeerMessage::Write(Vote {
-                        cid,
-                        epoch,
-                        hash,
-                    })));
+                self.release_write(epoch);
             }
             // CFT has no WRITE step: valid PROPOSE → ACCEPT (`check_quorums`, which every
             // caller runs next).
             Mode::Cft => {}
         }
+    }
+
+    /// BFT: broadcasts this replica's WRITE for the epoch once its record is durable (at once
+    /// without durability); the write counted already.
+    pub(super) fn release_write(&mut self, epoch: Epoch) {
+        if self.params.quorums.mode != Mode::Bft {
+            return; // CFT has no WRITE step
+        }
+        let cid = self.instance.cid;
+        let votes_durable = self.votes_durable;
+        let state = self.instance.epoch_mut(epoch);
+        if !state.write_sent || state.write_out || state.write_seq > votes_durable {
+            return;
+        }
+        let ProposalSlot::Valid(batch) = &state.proposal else {
+            return;
+        };
+        let hash = batch.hash;
+        state.write_out = true;
+        self.actions
+            .push_back(Action::Broadcast(PeerMessage::Write(Vote {
+                cid,
+                epoch,
+                hash,
+            })));
     }
 
     /// Signs, counts and broadcasts this replica's ACCEPT.

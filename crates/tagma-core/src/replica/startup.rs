@@ -183,7 +183,7 @@ impl Replica {
             epoch,
             hash: b.hash,
         };
-        if state.write_sent && self.params.quorums.mode == Mode::Bft {
+        if state.write_out && self.params.quorums.mode == Mode::Bft {
             msgs.push(PeerMessage::Write(vote));
         }
         if let Some((_, signature)) = state

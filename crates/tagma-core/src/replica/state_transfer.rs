@@ -83,6 +83,9 @@ impl Replica {
                 if repaired {
                     // The checkpoints this replica held before are its disk's wrong state.
                     self.served.retain(|c| c.cid >= last);
+                    // Its log restarts after the fetched checkpoint: the instances up to
+                    // `last` are durable again only with the flush the runtime reports.
+                    self.durable_through = None;
                 }
                 self.instance = Instance::new(last.next());
                 self.last_decided = Some(last);

@@ -15,7 +15,6 @@ impl Replica {
             return;
         }
         self.set_now(now_ms);
-        self.flush_idle_votes();
         let mut expired = self.clients.take_expired(now_ms);
         if self.startup.is_some() {
             // Not ordering yet: no request timer may forward or suspect meanwhile (they
@@ -101,7 +100,6 @@ impl Replica {
             catch_up,
             startup,
             fetch,
-            self.votes_idle_flush_ms,
         ]
         .into_iter()
         .flatten()

@@ -47,7 +47,10 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
     let mut follower = restarted_with_votes(1, vec![restored.clone()]);
     let (input_v, _) = propose(0, &v);
     follower.receive(3, r(0), input_v).unwrap();
-    assert_eq!(sent(&drain(&mut follower)), vec![write(0, hash_v)]);
+    assert_eq!(
+        sent(&drain_durable(&mut follower, 3)),
+        vec![write(0, hash_v)]
+    );
 
     // A leader proposes the restored value again as soon as it orders, whatever requests
     // are waiting.
@@ -59,7 +62,8 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
         0,
     );
     leader.receive_request(0, req(2, 1)).unwrap();
-    let (bytes, hash, _) = take_proposal(&finish_startup(&mut leader, 1), 0, Mode::Bft);
+    let started = finish_startup(&mut leader, 1);
+    let (bytes, hash, _) = take_proposal(&flushed(&mut leader, 1, started), 0, Mode::Bft);
     assert_eq!((bytes, hash), (v.to_bytes(), hash_v));
 
     // Votes for instances already decided are ignored.
@@ -73,7 +77,7 @@ fn a_vote_restored_after_a_crash_binds_the_replica_to_its_value() {
     finish_startup(&mut later, 1);
     let (input, hash) = propose(1, &w);
     later.receive(3, r(0), input).unwrap();
-    assert_eq!(sent(&drain(&mut later)), vec![write(1, hash)]);
+    assert_eq!(sent(&drain_durable(&mut later, 3)), vec![write(1, hash)]);
 
     // In a leader change the vote is reported: the collect of the STOPDATA claims a write
     // quorum for the value in its epoch, with the value.

@@ -355,6 +355,28 @@ pub fn drain(replica: &mut Replica) -> Vec<Action> {
         .collect()
 }
 
+/// Drains a durable replica as a driver whose vote flushes complete at once: every flush it
+/// asks for is reported (at `now_ms`) and what that releases follows in the same list.
+pub fn drain_durable(replica: &mut Replica, now_ms: u64) -> Vec<Action> {
+    let actions = drain(replica);
+    flushed(replica, now_ms, actions)
+}
+
+/// `actions` (drained from a durable replica) followed by what reporting their vote flushes
+/// durable at `now_ms` releases, until no flush is left unreported.
+pub fn flushed(replica: &mut Replica, now_ms: u64, mut all: Vec<Action>) -> Vec<Action> {
+    let mut reported = 0;
+    loop {
+        let newest = persisted(&all).iter().map(|p| p.0).max().unwrap_or(0);
+        if flushes(&all) == 0 || newest <= reported {
+            return all;
+        }
+        reported = newest;
+        replica.report_votes_durable(now_ms, newest);
+        all.extend(drain(replica));
+    }
+}
+
 pub fn write(cid: u64, hash: Digest) -> Action {
     Action::Broadcast(PeerMessage::Write(vote(cid, hash)))
 }

@@ -30,7 +30,7 @@ fn a_resumed_replica_continues_after_its_durable_state() {
     let mut logged = Vec::new();
     for cid in 0..3u64 {
         before.receive_request(cid, req(1, cid + 1)).unwrap();
-        let (_, hash, _) = take_proposal(&drain(&mut before), cid, Mode::Bft);
+        let (_, hash, _) = take_proposal(&drain_durable(&mut before, cid), cid, Mode::Bft);
         let done = complete_on_leader(&mut before, cid, hash);
         assert!(
             done.iter()
@@ -56,7 +56,7 @@ fn a_resumed_replica_continues_after_its_durable_state() {
     );
     // The next request of that client is ordered in instance 3.
     after.receive_request(11, req(1, 4)).unwrap();
-    let (_, hash, batch) = take_proposal(&drain(&mut after), 3, Mode::Bft);
+    let (_, hash, batch) = take_proposal(&drain_durable(&mut after, 11), 3, Mode::Bft);
     assert_eq!(ids(&batch), vec![(1, 4)]);
     let actions = complete_on_leader(&mut after, 3, hash);
     let seq = persisted(&actions)
@@ -137,7 +137,7 @@ fn a_recovering_leader_waits_for_every_position_before_ordering() {
     }));
     r0.receive(103, r(3), position(3, true)).unwrap();
     assert!(!r0.is_starting_up());
-    let mut actions = drain(&mut r0);
+    let mut actions = drain_durable(&mut r0, 103);
     // Done: it asks and announces its position (peers on instance 3 resend what it
     // refused), then proposes.
     for reply in [false, true] {

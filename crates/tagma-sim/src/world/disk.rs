@@ -2,7 +2,7 @@
 //! flushed when the core asks, what a crash keeps (torn tails, damaged or lying disks, judged by
 //! the real segment reader), recovery from it, and installing a fetched state.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use tagma_core::{
@@ -11,7 +11,7 @@ use tagma_core::{
 };
 use tagma_wire::{Batch, Collect, ConsensusId, DecidedInstance, Decode, Encode, Reply};
 
-use crate::world::{Event, World, new_executor, order_seed};
+use crate::world::{Event, Phase, World, crash::SentVote, new_executor, order_seed};
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
 /// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
@@ -46,6 +46,15 @@ pub(super) struct Disk {
     pub(super) log_flush_scheduled: bool,
     pub(super) vote_flush_scheduled: bool,
     pub(super) damaged: bool,
+    /// The WRITEs and ACCEPTs sent in this life whose instance the flushed log does not hold
+    /// yet: a crash checks that the flushed votes hold them.
+    pub(super) sent_votes: BTreeSet<SentVote>,
+    /// The newest instance reported durable to the core in this life (`LogDurable`): a crash
+    /// checks that the flushed log or checkpoint holds it.
+    pub(super) reported_durable: Option<u64>,
+    /// A fetched state was installed and the log records after its checkpoint are not flushed
+    /// yet (a crash point); `Some(true)`: the state repairs one the state vote contradicted.
+    pub(super) installed_unflushed: Option<bool>,
 }
 
 /// Instances between two checkpoints of one replica in durable runs (staggered over the
@@ -58,6 +67,10 @@ pub(super) const DURABLE_DECISIONS_KEPT: usize = 8;
 
 /// State-transfer chunk size in the simulator: small, so a checkpoint takes several chunks.
 pub(super) const SIM_CHUNK_BYTES: u32 = 512;
+
+/// Chance that a durable replica that installs a fetched state during the faults crashes
+/// before the log records after the state's checkpoint are flushed (and restarts soon).
+pub(super) const INSTALL_CRASH_P: f64 = 0.3;
 
 /// Chance that a crash damages a durable replica's disk (BFT runs, within the f budget).
 pub(super) const DISK_DAMAGE_P: f64 = 0.2;
@@ -176,30 +189,59 @@ impl World {
                     return;
                 }
             }
-            let node = &mut self.nodes[r];
-            if let Some(disk) = node.disk.as_mut() {
-                let ckp = node.exec.checkpoint();
-                let info = checkpoint_info(target.0, &ckp);
-                disk.previous = disk.checkpoint.replace((target.0, ckp));
-                if state.repair {
-                    // The checkpoints it held came from its lying disk.
-                    disk.previous = None;
-                }
-                disk.log.clear();
-                disk.unflushed.clear();
-                disk.pending_checkpoint = None;
-                // As the node: the installed state is the durable checkpoint before the core
-                // hears the verdict.
-                self.replica_input(r, Input::CheckpointWritten(info));
-            }
+            self.store_installed(r, &state, bytes);
         } else {
             self.count("state_transfers_rejected");
         }
-        let durable = matches!(outcome, InstallOutcome::Installed { .. });
         self.replica_input(r, Input::StateInstalled(outcome));
-        if durable {
-            // The simulated disk holds the installed state at once.
-            self.replica_input(r, Input::LogDurable(target));
+    }
+
+    /// The steps that make an installed state durable, as the node takes them
+    /// (`ExecStorage::install`, then `log_installed` on the storage thread), each its own
+    /// crash point: the fetched checkpoint becomes the durable checkpoint at once (it is
+    /// already on disk: the node only seals it); the decisions after it are appended to the
+    /// log unflushed — after what the log holds, or in a log restarted after the checkpoint
+    /// when the log does not reach it or the state repairs a contradicted one — and become
+    /// durable with the next flush, which reports `LogDurable`. A crash in between recovers
+    /// the replica at the checkpoint.
+    fn store_installed(&mut self, r: usize, state: &StateToInstall, fetched: Bytes) {
+        let Some(disk) = self.nodes[r].disk.as_mut() else {
+            return;
+        };
+        let info = state.checkpoint;
+        if let Some(c) = info {
+            let previous = disk.checkpoint.replace((c.cid.0, fetched));
+            // A repair's earlier checkpoints came from its lying disk.
+            disk.previous = if state.repair { None } else { previous };
+        }
+        // Taken at an instance the installed state passed: never written.
+        disk.pending_checkpoint = None;
+        let last = disk.unflushed.last().or(disk.log.last()).map(|d| d.cid.0);
+        let from = match (last, info.map(|c| c.cid.0)) {
+            (Some(last), Some(c)) if last >= c && !state.repair => last + 1,
+            (last, None) => last.map_or(0, |l| l + 1),
+            (_, Some(c)) => {
+                disk.log.clear();
+                disk.unflushed.clear();
+                // The log restarts: what was reported durable of the old one is gone.
+                disk.reported_durable = None;
+                c + 1
+            }
+        };
+        disk.unflushed
+            .extend(state.log.iter().filter(|d| d.cid.0 >= from).cloned());
+        disk.installed_unflushed = Some(state.repair);
+        self.schedule_log_flush(r);
+        if self.phase == Phase::Faults && self.rng.chance(INSTALL_CRASH_P) {
+            // Crash before the log records are flushed (the crash point this event leaves),
+            // and come back soon.
+            self.nodes[r].crash_point_armed = true;
+            let at = self.now_ms + self.rng.range(20, 300);
+            self.schedule(at, Event::Restart(r as u32));
+        }
+        if let Some(info) = info {
+            // As the node: the fetched checkpoint is durable before the core hears the verdict.
+            self.replica_input(r, Input::CheckpointWritten(info));
         }
     }
 
@@ -265,6 +307,11 @@ impl World {
         let flushed = std::mem::take(&mut disk.unflushed);
         let last = flushed.last().map(|d| d.cid);
         disk.log.extend(flushed);
+        disk.installed_unflushed = None;
+        if let Some(cid) = last {
+            disk.sent_votes.retain(|v| v.cid > cid);
+            disk.reported_durable = Some(cid.0);
+        }
         let checkpoint = disk.pending_checkpoint.take();
         let info = checkpoint
             .as_ref()
@@ -352,6 +399,7 @@ impl World {
             disk.checkpoint = Some(lie);
         }
         disk.pending_checkpoint = None;
+        disk.installed_unflushed = None;
         disk.log_flush_scheduled = false;
         disk.vote_flush_scheduled = false;
         // Unflushed votes may have reached the disk anyway: then the restarted replica claims

@@ -14,6 +14,7 @@ use crate::world::{
 };
 mod checks;
 mod clients;
+mod crash;
 mod disk;
 mod network;
 mod reconfig;
@@ -88,7 +89,14 @@ enum Event {
     ByzTick(u32),
     PartitionStart(usize),
     PartitionEnd(usize),
-    Crash(u32),
+    /// A scenario's crash of a replica: at once, or (`at_point`, durable runs) at its first
+    /// crash point within [`crash::CRASH_POINT_WAIT_MS`].
+    Crash {
+        replica: u32,
+        at_point: bool,
+    },
+    /// A crash armed for a crash point that none came to: it happens now.
+    CrashPointMissed(u32),
     Restart(u32),
     /// A durable replica's log flush completes: its unflushed log records become durable.
     LogFlush {
@@ -153,6 +161,8 @@ struct Node {
     /// ordered, under a valid digest and checksum): one of the f faulty until a state
     /// transfer replaces its state (the state vote's repair, or a later fetch).
     lying_disk: bool,
+    /// A crash waits for this replica's next crash point ([`World::crash_at_points`]).
+    crash_point_armed: bool,
 }
 
 impl Node {
@@ -416,6 +426,7 @@ impl World {
                     joiner: is_joiner,
                     dormant: is_joiner,
                     lying_disk: false,
+                    crash_point_armed: false,
                 }
             })
             .collect();
@@ -524,7 +535,10 @@ impl World {
                 break;
             }
             // A panic in the code under test is a finding: keep the trace and counters.
-            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| self.handle(event))) {
+            if let Err(payload) = panic::catch_unwind(AssertUnwindSafe(|| {
+                self.handle(event);
+                self.crash_at_points();
+            })) {
                 self.violation("panic", panic_message(payload.as_ref()));
                 break;
             }
@@ -550,7 +564,14 @@ impl World {
             self.schedule(p.end_ms, Event::PartitionEnd(i));
         }
         for c in self.sc.crashes.clone() {
-            self.schedule(c.start_ms, Event::Crash(c.replica));
+            let at_point = self.sc.durable && self.rng.chance(crash::CRASH_POINT_P);
+            self.schedule(
+                c.start_ms,
+                Event::Crash {
+                    replica: c.replica,
+                    at_point,
+                },
+            );
             if let Some(end) = c.end_ms {
                 self.schedule(end, Event::Restart(c.replica));
             }
@@ -558,7 +579,9 @@ impl World {
         if let Some((start, end)) = self.sc.crash_all {
             for r in 0..self.nodes.len() {
                 if self.nodes[r].byz.is_none() {
-                    self.schedule(start, Event::Crash(r as u32));
+                    let replica = r as u32;
+                    let at_point = false;
+                    self.schedule(start, Event::Crash { replica, at_point });
                     self.schedule(end, Event::Restart(r as u32));
                 }
             }
@@ -621,13 +644,11 @@ impl World {
                     self.note(b'P', i as u64, 0, &[], || format!("partition {i} healed"));
                 }
             }
-            Event::Crash(r) => {
-                if self.phase == Phase::Faults && !self.nodes[r as usize].crashed {
-                    self.note(b'C', r as u64, 1, &[], || format!("replica {r} crashes"));
-                    self.nodes[r as usize].crashed = true;
-                    self.nodes[r as usize].incarnation += 1;
-                    self.count("crashes");
-                    self.crash_disk(r as usize);
+            Event::Crash { replica, at_point } => self.on_crash(replica as usize, at_point),
+            Event::CrashPointMissed(r) => {
+                if self.nodes[r as usize].crash_point_armed {
+                    self.count("crash_points_missed");
+                    self.crash(r as usize);
                 }
             }
             Event::Restart(r) => self.restart(r as usize),

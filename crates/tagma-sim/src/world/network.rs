@@ -142,6 +142,7 @@ impl World {
         let outs: Vec<Out> = match self.nodes[from].byz.as_mut() {
             Some(byz) => byz.rewrite(&mut self.rng, &mut self.exercised, dests, msg),
             None => {
+                self.note_sent_vote(from, &msg);
                 // Honest: encode once for every receiver.
                 let bytes = msg.to_bytes();
                 for &to in dests {
