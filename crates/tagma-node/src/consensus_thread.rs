@@ -67,6 +67,7 @@ pub(crate) fn consensus_loop(
             Ok(ConsensusEvent::Request(request)) => Some(Input::ClientRequest(request)),
             Ok(ConsensusEvent::Peer { from, input }) => Some(Input::Peer { from, input }),
             Ok(ConsensusEvent::Checkpointed(info)) => Some(Input::CheckpointWritten(info)),
+            Ok(ConsensusEvent::LogServed { to, unused }) => Some(Input::LogServed { to, unused }),
             Ok(ConsensusEvent::StateDigest { cid, digest }) => {
                 Some(Input::StateDigest { cid, digest })
             }
@@ -128,6 +129,9 @@ pub(crate) fn feed(
             sh.reject(rejection.reason(), format_args!("{rejection:?}"));
         }
     }
+    sh.metrics
+        .answers_refused
+        .store(core.stats().answers_refused, Ordering::Relaxed);
     carry_out_actions(sh, core, links, clock)
 }
 
@@ -304,11 +308,17 @@ pub(crate) fn carry_out_actions(
                     len,
                 });
             }
-            Action::ReadLog { to, from, count } => {
+            Action::ReadLog {
+                to,
+                from,
+                count,
+                bytes_max,
+            } => {
                 let _ = storage_tx.try_send(storage::StorageEvent::ReadLog {
                     to,
                     from: from.0,
                     count,
+                    bytes_max,
                 });
             }
             Action::StoreChunk { offset, data, .. } => {

@@ -66,6 +66,9 @@ pub struct Metrics {
     pub state_transfer_ms: AtomicU64,
     /// Instances executed (the next instance to execute), whatever brought the state there.
     pub executed_instances: AtomicU64,
+    /// Peers' requests answered in part or not at all for their answer budget
+    /// (`CoreStats::answers_refused`).
+    pub answers_refused: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -87,7 +90,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 29] = [
+        let counters: [(&str, &str, &AtomicU64); 30] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -232,6 +235,11 @@ impl Metrics {
                 "tagma_executed_instances",
                 "Consensus instances executed: the position of the replica's state",
                 &self.executed_instances,
+            ),
+            (
+                "tagma_answers_refused_total",
+                "Peers' requests (positions, decisions, log runs, state offers, chunks) answered in part or not at all because the peer's answer budget for the period was spent",
+                &self.answers_refused,
             ),
         ];
         for (name, help, v) in counters {

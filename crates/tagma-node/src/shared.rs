@@ -45,6 +45,11 @@ pub(crate) enum ConsensusEvent {
     /// The storage thread flushed the log while the leader's next proposal waited for it (the
     /// position itself is read from `Shared::durable_below`).
     Durable,
+    /// What a log read for a peer did not use of its answer budget (`Input::LogServed`).
+    LogServed {
+        to: ReplicaId,
+        unused: tagma_core::Allowance,
+    },
     /// The execution thread's verdict on a fetched state, with what the storage thread must
     /// log for it.
     Installed {

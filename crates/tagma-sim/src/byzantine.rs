@@ -10,10 +10,12 @@
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::{Bytes, BytesMut};
+use tagma_core::transfer::LOG_RUN;
 use tagma_crypto::IdentityKey;
 use tagma_wire::{
-    Accept, Batch, DecidedInstance, Decode, Digest, Encode, PeerMessage, Propose, Regency,
-    ReplicaId, RequestEnvelope, Signature, Stop, Vote, accept_signing_bytes, collect_signing_bytes,
+    Accept, Batch, CheckpointInfo, ConsensusId, DecidedInstance, Decode, Digest, Encode,
+    PeerMessage, Propose, Regency, ReplicaId, RequestEnvelope, Signature, Stop, Vote,
+    accept_signing_bytes, collect_signing_bytes,
 };
 
 use crate::rng::Rng;
@@ -26,6 +28,17 @@ const HISTORY_MAX: usize = 16;
 const OWN_STATES_MAX: usize = 256;
 /// Sent messages remembered for [`Behaviour::Replay`].
 const REPLAY_RING_MAX: usize = 64;
+/// [`Behaviour::AnswerFlood`]: copies of each request sent to each peer per tick.
+const FLOOD_BURST: usize = 8;
+
+/// What [`Behaviour::AnswerFlood`] needs from the replica's honest core.
+#[derive(Clone, Copy, Debug)]
+pub struct FloodContext {
+    /// The instance its core works on (announced so that peers there resend their votes).
+    pub next: ConsensusId,
+    /// The largest chunk a peer serves.
+    pub chunk_bytes: u32,
+}
 
 /// One message as the Byzantine replica finally sends it.
 #[derive(Clone, Debug)]
@@ -55,6 +68,8 @@ pub struct Byzantine {
     state_lie: Option<(tagma_wire::CheckpointInfo, Bytes)>,
     /// [`Behaviour::LyingState`]: its own recent executor checkpoints, by instance.
     own_states: VecDeque<(u64, Bytes)>,
+    /// [`Behaviour::AnswerFlood`]: the newest checkpoint each peer offered it.
+    offered: BTreeMap<ReplicaId, CheckpointInfo>,
 }
 
 fn bump(exercised: &mut Exercised, b: Behaviour) {
@@ -73,6 +88,7 @@ impl Byzantine {
             spam_regency: 0,
             state_lie: None,
             own_states: VecDeque::new(),
+            offered: BTreeMap::new(),
         }
     }
 
@@ -109,7 +125,16 @@ impl Byzantine {
 
     /// Whether this replica needs periodic [`Byzantine::tick`]s.
     pub fn wants_ticks(&self) -> bool {
-        self.has(Behaviour::StopSpam) || self.has(Behaviour::Replay)
+        self.has(Behaviour::StopSpam)
+            || self.has(Behaviour::Replay)
+            || self.has(Behaviour::AnswerFlood)
+    }
+
+    /// A peer offered it a checkpoint (chunk requests for it cost that peer reads).
+    pub fn note_offer(&mut self, from: ReplicaId, checkpoint: Option<CheckpointInfo>) {
+        if let Some(c) = checkpoint {
+            self.offered.insert(from, c);
+        }
     }
 
     pub fn on_regency(&mut self, regency: Regency) {
@@ -175,14 +200,28 @@ impl Byzantine {
         out
     }
 
-    /// Periodic misbehaviour that is not a rewrite: STOP spam and replays.
+    /// Periodic misbehaviour that is not a rewrite: STOP spam, replays and answer floods.
     pub fn tick(
         &mut self,
         rng: &mut Rng,
         exercised: &mut Exercised,
         peers: &[ReplicaId],
+        flood: FloodContext,
     ) -> Vec<Out> {
         let mut out = Vec::new();
+        if self.has(Behaviour::AnswerFlood) && !peers.is_empty() {
+            bump(exercised, Behaviour::AnswerFlood);
+            for &to in peers {
+                for msg in self.flood_requests(to, flood) {
+                    out.extend((0..FLOOD_BURST).map(|_| Out {
+                        to,
+                        msg: msg.clone(),
+                        extra_delay_ms: 0,
+                        bad_mac: false,
+                    }));
+                }
+            }
+        }
         if self.has(Behaviour::StopSpam) && rng.chance(0.7) {
             bump(exercised, Behaviour::StopSpam);
             self.spam_regency = self.spam_regency.max(self.regency) + 1;
@@ -215,6 +254,35 @@ impl Byzantine {
             }
         }
         out
+    }
+
+    /// [`Behaviour::AnswerFlood`]: the requests sent to `to`, each of which costs it an
+    /// answer: a position query, an announcement at this replica's instance (a peer there
+    /// resends its PROPOSE, WRITE and ACCEPT), a decision request and a log request for the
+    /// oldest decisions (a run of 64 each), a state query, and a chunk request for the
+    /// checkpoint `to` offered last.
+    fn flood_requests(&self, to: ReplicaId, flood: FloodContext) -> Vec<PeerMessage> {
+        let next = flood.next;
+        let mut msgs = vec![
+            PeerMessage::Position { next, reply: false },
+            PeerMessage::Position { next, reply: true },
+            PeerMessage::DecisionRequest {
+                cid: ConsensusId(0),
+            },
+            PeerMessage::LogRequest {
+                from: ConsensusId(0),
+                count: LOG_RUN,
+            },
+            PeerMessage::StateQuery { next },
+        ];
+        if let Some(c) = self.offered.get(&to).filter(|c| c.len > 0) {
+            msgs.push(PeerMessage::ChunkRequest {
+                cid: c.cid,
+                offset: 0,
+                len: c.len.min(u64::from(flood.chunk_bytes)) as u32,
+            });
+        }
+        msgs
     }
 
     /// The reply this replica sends a client instead of `payload` (`None`: withheld).

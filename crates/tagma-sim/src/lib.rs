@@ -44,6 +44,9 @@ pub struct SeedReport {
     pub liveness_failure: Option<String>,
     pub behaviours_exercised: BTreeMap<String, u64>,
     pub counters: BTreeMap<String, u64>,
+    /// The largest values seen, by name (e.g. `answer_bytes_per_peer_period_max`: the most
+    /// bytes a correct replica answered one peer with in one period).
+    pub maxima: BTreeMap<String, u64>,
     /// BLAKE3 over every event: equal for two runs of the same seed.
     pub trace_hash: String,
     pub events: u64,
@@ -112,6 +115,7 @@ pub fn run_seed(seed: u64, options: &SimOptions) -> SeedReport {
             .map(|(k, v)| (k.to_string(), v))
             .collect(),
         counters: outcome.counters,
+        maxima: outcome.maxima,
         trace_hash: outcome.trace_hash.to_hex(),
         events: outcome.events,
         virtual_ms: outcome.virtual_ms,
@@ -137,6 +141,7 @@ fn error_report(seed: u64, invariant: &str, detail: String) -> SeedReport {
         liveness_failure: None,
         behaviours_exercised: BTreeMap::new(),
         counters: BTreeMap::new(),
+        maxima: BTreeMap::new(),
         trace_hash: String::new(),
         events: 0,
         virtual_ms: 0,
@@ -164,6 +169,8 @@ pub struct Summary {
     pub failures: Vec<Failure>,
     pub behaviours_exercised: BTreeMap<String, u64>,
     pub counters: BTreeMap<String, u64>,
+    /// The largest value of each of the seeds' maxima.
+    pub maxima: BTreeMap<String, u64>,
     pub events: u64,
     pub ops_completed: u64,
     pub decided_instances: u64,
@@ -190,6 +197,10 @@ impl Summary {
         }
         for (k, v) in &report.counters {
             *self.counters.entry(k.clone()).or_default() += v;
+        }
+        for (k, v) in &report.maxima {
+            let m = self.maxima.entry(k.clone()).or_default();
+            *m = (*m).max(*v);
         }
         if !report.violations.is_empty() {
             self.violations += 1;

@@ -29,6 +29,9 @@ pub struct SimOptions {
     /// half of the time — start with one replica dormant and have the administrator add it
     /// (it joins by state transfer). See [`ReconfigPlan`].
     pub reconfig: u8,
+    /// Whether the Byzantine replicas that are not silent flood their peers with requests
+    /// ([`Behaviour::AnswerFlood`]): `None` draws it for each of them.
+    pub flood: Option<bool>,
 }
 
 pub const FAULT_PERIOD_MS_DEFAULT: u64 = 3_000;
@@ -40,7 +43,7 @@ pub const LIVENESS_OPS: u64 = 2;
 
 impl SimOptions {
     /// Parses the options part of a regression line or command line: `key=value` tokens
-    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1|2`).
+    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1|2 flood=0|1`).
     pub fn parse_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Self, String> {
         let mut o = SimOptions::default();
         for token in tokens {
@@ -69,6 +72,13 @@ impl SimOptions {
                         n => return Err(format!("reconfig must be 0, 1 or 2, got {n}")),
                     }
                 }
+                "flood" => {
+                    o.flood = match num()? {
+                        0 => Some(false),
+                        1 => Some(true),
+                        n => return Err(format!("flood must be 0 or 1, got {n}")),
+                    }
+                }
                 _ => return Err(format!("unknown option {k:?}")),
             }
         }
@@ -95,6 +105,9 @@ impl SimOptions {
         }
         if self.reconfig > 0 {
             t.push(format!("reconfig={}", self.reconfig));
+        }
+        if let Some(flood) = self.flood {
+            t.push(format!("flood={}", u8::from(flood)));
         }
         t
     }
@@ -128,10 +141,16 @@ pub enum Behaviour {
     /// Offers replicas that fetch state a well-formed but wrong checkpoint (its own state
     /// plus a write nobody ordered, under its correct digest) and serves it.
     LyingState,
+    /// Floods its peers with requests that cost answers: position queries and announcements,
+    /// decision and log requests for the oldest decisions, state queries and chunk requests.
+    AnswerFlood,
 }
 
 impl Behaviour {
-    pub const ALL: [Behaviour; 11] = [
+    /// The behaviours drawn together for a Byzantine replica that is not silent (each with
+    /// probability 0.35). [`Behaviour::AnswerFlood`] is drawn from a stream of its own
+    /// ([`Scenario::draw`]).
+    pub const DRAWN: [Behaviour; 11] = [
         Behaviour::Silent,
         Behaviour::Equivocate,
         Behaviour::InvalidPropose,
@@ -158,6 +177,7 @@ impl Behaviour {
             Behaviour::Slow => "slow",
             Behaviour::WrongReply => "wrong_reply",
             Behaviour::LyingState => "lying_state",
+            Behaviour::AnswerFlood => "answer_flood",
         }
     }
 }
@@ -317,7 +337,14 @@ impl Scenario {
         } else {
             rng.range(0, byzantine_cap as u64) as usize
         };
-        let byzantine = Self::draw_byzantine(&mut rng, n, byz_count);
+        let mut byzantine = Self::draw_byzantine(&mut rng, n, byz_count);
+        let mut flood_rng = Rng::new(seed ^ 0xf100_d000_0000_0009);
+        for (_, behaviours) in &mut byzantine {
+            let flood = options.flood.unwrap_or_else(|| flood_rng.chance(0.4));
+            if behaviours != &[Behaviour::Silent] && flood {
+                behaviours.push(Behaviour::AnswerFlood);
+            }
+        }
         let net = NetParams {
             delay_min_ms: rng.range(1, 3),
             delay_max_ms: rng.range(5, 60),
@@ -436,14 +463,14 @@ impl Scenario {
                 let mut behaviours: Vec<Behaviour> = if rng.chance(0.15) {
                     vec![Behaviour::Silent]
                 } else {
-                    Behaviour::ALL[1..]
+                    Behaviour::DRAWN[1..]
                         .iter()
                         .copied()
                         .filter(|_| rng.chance(0.35))
                         .collect()
                 };
                 if behaviours.is_empty() {
-                    behaviours.push(Behaviour::ALL[1 + rng.index(Behaviour::ALL.len() - 1)]);
+                    behaviours.push(Behaviour::DRAWN[1 + rng.index(Behaviour::DRAWN.len() - 1)]);
                 }
                 (r, behaviours)
             })
@@ -503,6 +530,9 @@ impl Scenario {
         }
         if options.reconfig > 0 {
             cmd.push_str(&format!(" --reconfig {}", options.reconfig));
+        }
+        if let Some(flood) = options.flood {
+            cmd.push_str(&format!(" --flood {flood}"));
         }
         cmd.push_str(" --trace");
         cmd

@@ -86,7 +86,9 @@ fn seed_range_holds_every_invariant() {
         // from checkpoints and state transfer, not only restarts that keep memory; and disk
         // faults at record level: torn tails cut off, unflushed records that survive a crash,
         // corrupt records detected, a damaged last record cut off; and view changes that
-        // remove a replica or add one (which fetches its state), with clients following them.
+        // remove a replica or add one (which fetches its state), with clients following them;
+        // and Byzantine replicas flooding their peers with requests that the answer budget
+        // refuses.
         for counter in [
             "durable_restarts",
             "checkpoints",
@@ -103,6 +105,7 @@ fn seed_range_holds_every_invariant() {
             "joiners_started",
             "joiner_states_installed",
             "f_changes_installed",
+            "answers_refused",
         ] {
             let seen = summary.counters.get(counter).copied().unwrap_or(0);
             assert!(seen > 0, "no {counter} in {count} seeds");
@@ -179,11 +182,13 @@ fn regression_seeds() {
 
 #[test]
 fn regression_lines_parse_and_round_trip() {
-    let (seed, options) = parse_regression_line("  42 mode=cft f=2 replicas=5 byzantine=0 # why")
-        .unwrap()
-        .unwrap();
+    let (seed, options) =
+        parse_regression_line("  42 mode=cft f=2 replicas=5 byzantine=0 flood=0 # why")
+            .unwrap()
+            .unwrap();
     assert_eq!(seed, 42);
     assert_eq!(options.mode, Some(Mode::Cft));
+    assert_eq!(options.flood, Some(false));
     assert_eq!(
         (options.f, options.replicas, options.byzantine_max),
         (Some(2), Some(5), Some(0))
@@ -193,4 +198,5 @@ fn regression_lines_parse_and_round_trip() {
     assert_eq!(parse_regression_line("# only a comment").unwrap(), None);
     assert!(parse_regression_line("x mode=bft").is_err());
     assert!(parse_regression_line("1 colour=red").is_err());
+    assert!(parse_regression_line("1 flood=2").is_err());
 }

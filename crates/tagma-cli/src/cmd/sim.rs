@@ -34,6 +34,10 @@ pub struct SimArgs {
     /// forged change is ordered first in half the seeds. `--reconfig` alone means 2.
     #[arg(long, num_args = 0..=1, default_missing_value = "2", value_parser = clap::value_parser!(u8).range(0..=2))]
     pub reconfig: Option<u8>,
+    /// Whether the Byzantine replicas that are not silent flood their peers with requests
+    /// that cost answers (true or false) [default: drawn per replica].
+    #[arg(long)]
+    pub flood: Option<bool>,
     /// Print one line per event (with --seed).
     #[arg(long)]
     pub trace: bool,
@@ -57,6 +61,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         byzantine_max: args.byzantine,
         trace: args.trace,
         reconfig: args.reconfig.unwrap_or(0),
+        flood: args.flood,
         ..Default::default()
     };
     if let Some(seed) = args.seed {
@@ -107,6 +112,14 @@ pub fn run(args: SimArgs) -> Result<()> {
             summary.liveness_failures
         );
         println!("behaviours exercised: {:?}", summary.behaviours_exercised);
+        let counter = |name: &str| summary.counters.get(name).copied().unwrap_or(0);
+        let maximum = |name: &str| summary.maxima.get(name).copied().unwrap_or(0);
+        println!(
+            "answer budget: {} requests refused; most answered to one peer in one period: {} messages, {} bytes",
+            counter("answers_refused"),
+            maximum("answer_messages_per_peer_period_max"),
+            maximum("answer_bytes_per_peer_period_max")
+        );
         for f in summary.failures.iter().take(20) {
             let first: String = f.first_violation.chars().take(300).collect();
             println!("  seed {}: {first}\n    replay: {}", f.seed, f.replay);

@@ -66,12 +66,16 @@ pub enum Action {
         offset: u64,
         len: u32,
     },
-    /// State transfer, serving side: send `to` the logged decisions `from ..` (at most
-    /// `count`, stopping at the first the log lacks) as [`PeerMessage::LogEntry`]s.
+    /// State transfer and catch-up, serving side: send `to` the logged decisions `from ..`
+    /// as [`PeerMessage::LogEntry`]s: at most `count`, stopping at the first the log lacks
+    /// and before the first that would take the encoded messages past `bytes_max` (what is
+    /// left of the peer's answer budget). Then give back
+    /// [`Input::LogServed`](super::Input::LogServed) with what was not used.
     ReadLog {
         to: ReplicaId,
         from: ConsensusId,
         count: u32,
+        bytes_max: u64,
     },
     /// State transfer, fetching side: store this part of the incoming checkpoint (chunks come
     /// in order from offset 0; a new fetch starts again from 0).

@@ -179,25 +179,34 @@ impl Replica {
     }
 
     /// Answers a catch-up request with the run of consecutive decisions starting at `cid`
-    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`); those no longer among
-    /// the decisions kept in the core come from the runtime's log.
+    /// that this replica can prove (at most `FUTURE_DECISIONS_MAX`, within the peer's answer
+    /// budget); those no longer among the decisions kept in the core come from the runtime's
+    /// log.
     pub(super) fn on_decision_request(&mut self, from: ReplicaId, cid: ConsensusId) {
         if cid < self.instance.cid && self.decisions.first_cid().is_none_or(|first| cid < first) {
             // No longer in the core's memory: the runtime reads it from its log.
-            self.actions.push_back(Action::ReadLog {
-                to: from,
-                from: cid,
-                count: FUTURE_DECISIONS_MAX as u32,
-            });
+            self.read_log(from, cid, FUTURE_DECISIONS_MAX as u32);
             return;
         }
+        let mut run = Vec::new();
         for c in cid.0..cid.0.saturating_add(FUTURE_DECISIONS_MAX as u64) {
             let Some(d) = self.decisions.proven(ConsensusId(c), &self.checker) else {
                 break;
             };
-            self.actions.push_back(Action::Send {
-                to: from,
-                msg: PeerMessage::Decision(d),
+            run.push(PeerMessage::Decision(d));
+        }
+        self.answer_run(from, run);
+    }
+
+    /// Asks the runtime to send `to` up to `count` logged decisions from `from`, within what
+    /// is left of the peer's answer budget.
+    pub(super) fn read_log(&mut self, to: ReplicaId, from: ConsensusId, count: u32) {
+        if let Some(reserved) = self.reserve_log_read(to, count) {
+            self.actions.push_back(Action::ReadLog {
+                to,
+                from,
+                count: reserved.messages as u32,
+                bytes_max: reserved.bytes,
             });
         }
     }

@@ -44,6 +44,13 @@ pub enum Input {
     StateDigest { cid: ConsensusId, digest: Digest },
     /// The verdict on [`Action::InstallState`](super::Action::InstallState).
     StateInstalled(InstallOutcome),
+    /// What an [`Action::ReadLog`](super::Action::ReadLog) for `to` did not use: its `count`
+    /// less the entries sent, its `bytes_max` less their bytes. It goes back to the peer's
+    /// answer budget; without it the whole reservation counts as spent.
+    LogServed {
+        to: ReplicaId,
+        unused: super::Allowance,
+    },
 }
 
 /// A PROPOSE's batch as prepared by the network stage.

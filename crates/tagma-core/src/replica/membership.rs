@@ -1,9 +1,7 @@
 //! Views: judging ordered view changes, installing a view, proofs judged under the view they
 //! were decided in, and what a replica that left still serves.
 
-use tagma_wire::{
-    Batch, ConsensusId, DecidedInstance, Digest, PeerMessage, ReplicaId, RequestKind, View,
-};
+use tagma_wire::{Batch, ConsensusId, DecidedInstance, Digest, ReplicaId, RequestKind, View};
 
 use super::{
     Replica, action::Action, future_buffer::FutureBuffer, input::PeerInput,
@@ -52,13 +50,7 @@ impl Replica {
         // Only the serving side runs: no buffered message is replayed, nothing is settled.
         match input {
             PeerInput::Position { reply: false, .. } => {
-                self.actions.push_back(Action::Send {
-                    to: from,
-                    msg: PeerMessage::Position {
-                        next: self.instance.cid,
-                        reply: true,
-                    },
-                });
+                self.answer_position(from);
                 Ok(())
             }
             PeerInput::DecisionRequest { cid } => {

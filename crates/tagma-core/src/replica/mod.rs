@@ -14,6 +14,7 @@
 //! - `timers`: what a tick fires.
 
 mod action;
+mod answer_budget;
 mod catch_up;
 mod durable_log;
 mod durable_votes;
@@ -42,6 +43,7 @@ use tagma_wire::{
 
 pub use self::{
     action::{Action, Decision},
+    answer_budget::{Allowance, AnswerBudget, AnswerKind},
     input::{Input, PeerInput, PreparedBatch},
     leader_change::WRITE_SET_MAX,
     params::{ReplicaParams, chunk_bytes},
@@ -49,8 +51,9 @@ pub use self::{
     stats::CoreStats,
 };
 use self::{
-    catch_up::CatchUp, durable_votes::RecoveredVotes, future_buffer::FutureBuffer,
-    instance::Instance, leader_change::LeaderChange, startup::Startup, state_vote::OwnStateVote,
+    answer_budget::AnswerLedger, catch_up::CatchUp, durable_votes::RecoveredVotes,
+    future_buffer::FutureBuffer, instance::Instance, leader_change::LeaderChange, startup::Startup,
+    state_vote::OwnStateVote,
 };
 pub use crate::error::{ProposalFault, Rejection};
 use crate::{
@@ -101,6 +104,8 @@ pub struct Replica {
     /// The (instance, epoch) whose messages were last resent to each peer
     /// (`resend_own_messages`).
     resent_to: BTreeMap<ReplicaId, (ConsensusId, Epoch)>,
+    /// What each peer was answered in its current period ([`AnswerBudget`]).
+    answers: AnswerLedger,
     /// Votes read back from disk after a restart, by instance ([`Replica::restore_votes`]).
     recovered_votes: BTreeMap<ConsensusId, RecoveredVotes>,
     key: IdentityKey,
@@ -219,6 +224,7 @@ impl Replica {
             votes_flush_asked: 0,
             log_wait_announced: None,
             resent_to: BTreeMap::new(),
+            answers: AnswerLedger::default(),
             recovered_votes: BTreeMap::new(),
             rng: SplitMix64(params.seed),
             key,
@@ -325,6 +331,7 @@ impl Replica {
                     Input::CheckpointWritten(info) => self.on_checkpoint_written(info),
                     Input::StateDigest { cid, digest } => self.on_state_digest(cid, digest),
                     Input::StateInstalled(outcome) => self.on_state_installed(outcome),
+                    Input::LogServed { to, unused } => self.on_log_served(to, unused),
                     Input::ClientRequest(_) | Input::Peer { .. } | Input::Tick => {
                         unreachable!("matched above")
                     }

@@ -2,6 +2,7 @@
 
 use tagma_wire::{PublicKey, ReplicaId, View, ViewId, ViewMember};
 
+use super::answer_budget::AnswerBudget;
 use crate::{config::ValidConfig, quorum::Quorums, view::Membership};
 
 /// Everything the core needs from the configuration.
@@ -45,6 +46,9 @@ pub struct ReplicaParams {
     pub member_addrs: Vec<String>,
     /// The administrator's key, which signs view changes (`None`: all are refused).
     pub admin_key: Option<PublicKey>,
+    /// What answering one peer may cost per period (position queries, decision and log
+    /// requests, state queries and chunk requests): [`AnswerBudget::for_limits`] by default.
+    pub answer_budget: AnswerBudget,
 }
 
 impl ReplicaParams {
@@ -107,6 +111,10 @@ impl ReplicaParams {
             state_bytes_max: r.storage.state_bytes_max,
             member_addrs: cfg.replicas.iter().map(|r| r.addr.to_string()).collect(),
             admin_key: cfg.admin,
+            answer_budget: AnswerBudget::for_limits(
+                r.batch.batch_bytes_max,
+                chunk_bytes(r.limits.frame_bytes_max),
+            ),
         }
     }
 }

@@ -5,33 +5,29 @@ use tagma_wire::{CheckpointInfo, PeerMessage, ReplicaId};
 
 use super::{
     Replica,
-    action::Action,
+    answer_budget::AnswerKind,
     state_vote::{OwnStateVote, OwnVoteStage},
 };
 
 impl Replica {
     /// The answer to a `StateQuery`: this replica's vote, if it has one (first, so that a
     /// peer weighing its vote never reads the offer of a position past the vote without it), then
-    /// its newest checkpoint and position.
+    /// its newest checkpoint and position; within the peer's answer budget.
     pub(super) fn answer_state_query(&mut self, to: ReplicaId) {
+        let mut msgs = Vec::new();
         if let Some(OwnStateVote {
             cid,
             digest,
             stage: OwnVoteStage::Cast | OwnVoteStage::Stands { .. },
         }) = self.own_state_vote
         {
-            self.actions.push_back(Action::Send {
-                to,
-                msg: PeerMessage::StateVote { cid, digest },
-            });
+            msgs.push(PeerMessage::StateVote { cid, digest });
         }
-        self.actions.push_back(Action::Send {
-            to,
-            msg: PeerMessage::StateOffer {
-                checkpoint: self.served.back().copied(),
-                next: self.instance.cid,
-            },
+        msgs.push(PeerMessage::StateOffer {
+            checkpoint: self.served.back().copied(),
+            next: self.instance.cid,
         });
+        self.answer(to, AnswerKind::State, msgs);
     }
 
     /// A durable checkpoint of this replica is written (the runtime reports each one): it is

@@ -8,6 +8,7 @@ use tagma_wire::{Accept, ConsensusId, Digest, PeerMessage, Propose, ReplicaId, V
 use super::{
     Replica,
     action::Action,
+    answer_budget::AnswerKind,
     instance::{Instance, ProposalSlot},
     start::Resume,
     state_vote::StateVoteStage,
@@ -103,20 +104,11 @@ impl Replica {
     }
 
     pub(super) fn on_position(&mut self, from: ReplicaId, next: ConsensusId, reply: bool) {
-        if !reply {
-            self.actions.push_back(Action::Send {
-                to: from,
-                msg: PeerMessage::Position {
-                    next: self.instance.cid,
-                    reply: true,
-                },
-            });
-        }
-        if !reply {
+        if !reply && self.answer_position(from) {
             // The peer asks (it is starting, or probing): what it refused before it answers
-            // again may be resent.
+            // again may be resent. A query refused for the answer budget changes nothing.
             self.resent_to.remove(&from);
-        } else if next == self.instance.cid && self.startup.is_none() {
+        } else if reply && next == self.instance.cid && self.startup.is_none() {
             // The peer works on this instance too, and may have missed what this replica
             // sent for it (it refused consensus messages while it synchronised after a
             // restart, and announces its position when done).
@@ -157,17 +149,20 @@ impl Replica {
             return;
         }
         let (cid, epoch, me) = (self.instance.cid, self.epoch(), self.params.me);
-        // Once per peer, instance and epoch: a peer's repeated positions cannot make this
-        // replica send its batch again and again.
+        // Once per peer, instance and epoch (a peer's repeated positions cannot make this
+        // replica send its batch again and again), unless the peer queries again; and within
+        // the peer's answer budget (queries and announcements repeated at will cannot
+        // either).
         if self.resent_to.get(&to) == Some(&(cid, epoch)) {
             return;
         }
-        self.resent_to.insert(to, (cid, epoch));
         let leader = self.is_leader();
         let Some(state) = self.instance.epochs.get(&epoch) else {
+            self.resent_to.insert(to, (cid, epoch));
             return;
         };
         let ProposalSlot::Valid(b) = &state.proposal else {
+            self.resent_to.insert(to, (cid, epoch));
             return;
         };
         let mut msgs = Vec::new();
@@ -196,9 +191,19 @@ impl Replica {
                 signature: *signature,
             }));
         }
-        for msg in msgs {
-            self.actions.push_back(Action::Send { to, msg });
+        if self.answer(to, AnswerKind::Position, msgs) {
+            self.resent_to.insert(to, (cid, epoch));
         }
+    }
+
+    /// Answers `to`'s position query with this replica's position, within the peer's answer
+    /// budget; true if answered.
+    pub(super) fn answer_position(&mut self, to: ReplicaId) -> bool {
+        let msg = PeerMessage::Position {
+            next: self.instance.cid,
+            reply: true,
+        };
+        self.answer(to, AnswerKind::Position, vec![msg])
     }
 
     /// The next time the start-up synchronisation has something to do on its own: resend

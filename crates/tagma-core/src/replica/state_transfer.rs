@@ -7,6 +7,7 @@ use tagma_wire::{ConsensusId, DecidedInstance, PeerMessage, ReplicaId};
 use super::{
     Replica,
     action::Action,
+    answer_budget::{AnswerKind, cost_of},
     instance::Instance,
     state_vote::{OwnStateVote, OwnVoteStage, StateVoteStage},
 };
@@ -182,14 +183,12 @@ impl Replica {
                 let Some(ckp) = self.served.iter().find(|c| c.cid == cid) else {
                     // Released since it was offered (two newer ones were written): an empty
                     // chunk tells the fetcher at once, which then asks for fresh offers.
-                    self.actions.push_back(Action::Send {
-                        to: from,
-                        msg: PeerMessage::Chunk {
-                            cid,
-                            offset,
-                            data: Bytes::new(),
-                        },
-                    });
+                    let refusal = PeerMessage::Chunk {
+                        cid,
+                        offset,
+                        data: Bytes::new(),
+                    };
+                    self.answer(from, AnswerKind::State, vec![refusal]);
                     return Ok(());
                 };
                 if len == 0
@@ -199,6 +198,16 @@ impl Replica {
                         .is_none_or(|end| end > ckp.len)
                 {
                     return bad("chunk outside the checkpoint");
+                }
+                let header = PeerMessage::Chunk {
+                    cid,
+                    offset,
+                    data: Bytes::new(),
+                };
+                let mut cost = cost_of([&header]);
+                cost.bytes += u64::from(len);
+                if !self.charge_answer(from, AnswerKind::State, cost) {
+                    return Ok(());
                 }
                 self.actions.push_back(Action::ReadChunk {
                     to: from,
@@ -228,18 +237,9 @@ impl Replica {
                     .map_while(|c| self.decisions.proven(ConsensusId(c), &self.checker))
                     .collect();
                 if run.len() == count as usize {
-                    for d in run {
-                        self.actions.push_back(Action::Send {
-                            to: from,
-                            msg: PeerMessage::LogEntry(d),
-                        });
-                    }
+                    self.answer_run(from, run.into_iter().map(PeerMessage::LogEntry));
                 } else {
-                    self.actions.push_back(Action::ReadLog {
-                        to: from,
-                        from: first,
-                        count,
-                    });
+                    self.read_log(from, first, count);
                 }
             }
             TransferInput::LogEntry(decided) => {

@@ -23,4 +23,7 @@ pub struct CoreStats {
     pub state_votes_contradicted: u64,
     /// Views installed by view changes.
     pub views_installed: u64,
+    /// Requests from peers answered in part or not at all because the peer's answer budget
+    /// for the period was spent (see `AnswerBudget`).
+    pub answers_refused: u64,
 }

@@ -10,8 +10,8 @@ pub mod cluster;
 use bytes::Bytes;
 use tagma_core::transfer::{self, TransferInput};
 use tagma_core::{
-    Action, Decision, Input, Mode, PeerInput, PreparedBatch, Quorums, Recovered, Rejection,
-    Replica, ReplicaParams, Resume, Start,
+    Action, AnswerBudget, Decision, Input, Mode, PeerInput, PreparedBatch, Quorums, Recovered,
+    Rejection, Replica, ReplicaParams, Resume, Start,
 };
 use tagma_wire::{
     Accept, Batch, CheckpointInfo, ClientId, Collect, ConsensusId, DecidedInstance, Decode, Digest,
@@ -56,6 +56,7 @@ pub fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         state_bytes_max: 1 << 30,
         member_addrs: (0..n).map(addr).collect(),
         admin_key: Some(admin().public()),
+        answer_budget: AnswerBudget::for_limits(64 << 10, 1 << 20),
     }
 }
 

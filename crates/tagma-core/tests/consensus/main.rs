@@ -5,6 +5,7 @@
 
 mod harness;
 
+mod answer_budget;
 mod catch_up;
 mod clusters;
 mod durable_votes;

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender};
+use tagma_core::Allowance;
 use tagma_storage::RecordLog;
 use tagma_wire::{DecidedInstance, Decode, Encode, PeerMessage};
 use tracing::{error, warn};
@@ -47,9 +48,28 @@ pub(crate) fn storage_loop(
                     last = Some(cid);
                 }
                 StorageEvent::Release { cid } => release = release.max(Some(cid)),
-                StorageEvent::ReadLog { to, from, count } => {
-                    if let Some(tx) = peers.get(to) {
-                        serve_log(sh, log.as_ref(), &tx, from, count);
+                StorageEvent::ReadLog {
+                    to,
+                    from,
+                    count,
+                    bytes_max,
+                } => {
+                    let sent = match peers.get(to) {
+                        Some(tx) => serve_log(sh, log.as_ref(), &tx, from, count, bytes_max),
+                        None => Allowance::default(),
+                    };
+                    // What the read did not use goes back to the peer's answer budget. Never
+                    // into more than half the internal channel, which the threads that block
+                    // on it need; dropped otherwise (the core then counts all of it as spent).
+                    let unused = Allowance {
+                        messages: u64::from(count).saturating_sub(sent.messages),
+                        bytes: bytes_max.saturating_sub(sent.bytes),
+                    };
+                    let room = sh.internal_tx.capacity().unwrap_or(0) / 2;
+                    if sh.internal_tx.len() < room {
+                        let _ = sh
+                            .internal_tx
+                            .try_send(ConsensusEvent::LogServed { to, unused });
                     }
                 }
                 StorageEvent::Installed {
@@ -97,30 +117,40 @@ pub(crate) fn storage_loop(
 }
 
 /// Sends `to` the logged decisions `from ..` (at most `count`), stopping at the first the
-/// log does not hold.
+/// log does not hold and before the first that would take the messages past `bytes_max`;
+/// returns what it sent.
 pub(crate) fn serve_log(
     sh: &Shared,
     log: &dyn RecordLog,
     tx: &Sender<Bytes>,
     from: u64,
     count: u32,
-) {
+    bytes_max: u64,
+) -> Allowance {
+    let mut sent = Allowance::default();
     let first = log.first_cid().unwrap_or(u64::MAX);
     let last = log.last_cid().unwrap_or(0);
     if from < first || from > last {
-        return;
+        return sent;
     }
     let end = from.saturating_add(u64::from(count)).min(last + 1);
     let records = match log.read_range(from..end) {
         Ok(records) => records,
         Err(e) => {
             warn!("cannot read the log for a replica fetching state: {e}");
-            return;
+            return sent;
         }
     };
     for (_, payload) in records {
         if let Ok(d) = DecidedInstance::decode(&Bytes::from(payload)) {
-            send_peer(sh, tx, PeerMessage::LogEntry(d).to_bytes());
+            let msg = PeerMessage::LogEntry(d).to_bytes();
+            if sent.bytes + msg.len() as u64 > bytes_max {
+                break;
+            }
+            sent.messages += 1;
+            sent.bytes += msg.len() as u64;
+            send_peer(sh, tx, msg);
         }
     }
+    sent
 }

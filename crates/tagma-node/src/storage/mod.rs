@@ -59,11 +59,14 @@ pub(crate) enum StorageEvent {
     Append { cid: u64, decided: DecidedInstance },
     /// A checkpoint of `cid` is durable: drop the log segments it covers.
     Release { cid: u64 },
-    /// Send `to` the logged decisions `from ..` (at most `count`) as `LogEntry`s.
+    /// Send `to` the logged decisions `from ..` (at most `count`, and at most `bytes_max`
+    /// bytes of messages) as `LogEntry`s, then tell the consensus thread what was not used
+    /// (`ConsensusEvent::LogServed`).
     ReadLog {
         to: ReplicaId,
         from: u64,
         count: u32,
+        bytes_max: u64,
     },
     /// State transfer: the checkpoint of `checkpoint` is durable and `entries` are the
     /// proven decisions after it; log those not logged yet (restarting the log after the

@@ -12,6 +12,7 @@ use crate::world::{
     disk::{DURABLE_DECISIONS_KEPT, Disk, SIM_CHUNK_BYTES},
     reconfig::joiner_member,
 };
+mod answers;
 mod checks;
 mod clients;
 mod crash;
@@ -203,6 +204,8 @@ pub struct Outcome {
     pub liveness_failure: Option<String>,
     pub exercised: Exercised,
     pub counters: BTreeMap<String, u64>,
+    /// The largest values seen, by name (e.g. the most answer bytes one peer got in a period).
+    pub maxima: BTreeMap<String, u64>,
     pub trace: Vec<String>,
     pub trace_hash: Digest,
     pub events: u64,
@@ -243,6 +246,9 @@ pub struct World {
     liveness_failure: Option<String>,
     exercised: Exercised,
     counters: BTreeMap<String, u64>,
+    maxima: BTreeMap<String, u64>,
+    /// What each correct replica answered each peer in the current period.
+    answers: BTreeMap<(u32, u32), answers::AnswerWindow>,
     trace: Vec<String>,
     hasher: blake3::Hasher,
 }
@@ -386,6 +392,7 @@ impl World {
                     state_bytes_max: 1 << 30,
                     member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),
                     admin_key: Some(admin.public()),
+                    answer_budget: answers::sim_answer_budget(),
                 };
                 let genesis = params.membership();
                 let mut params = params;
@@ -477,6 +484,8 @@ impl World {
             liveness_failure: None,
             exercised: Exercised::new(),
             counters: BTreeMap::new(),
+            maxima: BTreeMap::new(),
+            answers: BTreeMap::new(),
             trace: Vec::new(),
             hasher: blake3::Hasher::new(),
             sc,
@@ -490,7 +499,11 @@ impl World {
     }
 
     fn count(&mut self, name: &str) {
-        *self.counters.entry(name.to_string()).or_default() += 1;
+        self.count_by(name, 1);
+    }
+
+    fn count_by(&mut self, name: &str, n: u64) {
+        *self.counters.entry(name.to_string()).or_default() += n;
     }
 
     fn violation(&mut self, invariant: &str, detail: String) {
@@ -719,6 +732,7 @@ impl World {
             liveness_failure: self.liveness_failure,
             exercised: self.exercised,
             counters: self.counters,
+            maxima: self.maxima,
             trace: self.trace,
             trace_hash: Digest(*self.hasher.finalize().as_bytes()),
             events: self.step,

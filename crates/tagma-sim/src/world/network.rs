@@ -44,6 +44,9 @@ impl World {
         });
         if let Some(byz) = self.nodes[r].byz.as_mut() {
             byz.on_received(&msg);
+            if let PeerMessage::StateOffer { checkpoint, .. } = &msg {
+                byz.note_offer(ReplicaId(from), *checkpoint);
+            }
         }
         if self.nodes[r]
             .byz

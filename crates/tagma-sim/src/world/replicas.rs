@@ -2,14 +2,18 @@
 //! restarts, and client requests and replies at the replica.
 
 use bytes::Bytes;
-use tagma_core::{Action, Input, Replica, Start};
+use tagma_core::{Action, Allowance, Input, Replica, Start};
 use tagma_wire::{
     ClientId, DecidedInstance, Encode, PeerMessage, ReplicaId, Reply, RequestEnvelope, RequestKind,
 };
 
 use crate::{
+    byzantine::FloodContext,
     scenario::Behaviour,
-    world::{Event, World, disk::Disk},
+    world::{
+        Event, World,
+        disk::{Disk, SIM_CHUNK_BYTES},
+    },
 };
 
 impl World {
@@ -53,11 +57,16 @@ impl World {
     /// Gives replica `r` one input, then carries out every action it produced.
     pub(super) fn replica_input(&mut self, r: usize, input: Input) {
         let now = self.now_ms;
+        let refused = self.nodes[r].core.stats().answers_refused;
         if let Err(rejection) = self.nodes[r].core.handle(now, input) {
             self.count(&format!("rejected_{}", rejection.reason()));
             self.note(b'X', r as u64, 0, rejection.reason().as_bytes(), || {
                 format!("replica {r} rejects: {rejection:?}")
             });
+        }
+        let refused = self.nodes[r].core.stats().answers_refused - refused;
+        if refused > 0 {
+            self.count_by("answers_refused", refused);
         }
         self.carry_out_actions(r);
     }
@@ -67,8 +76,9 @@ impl World {
     pub(super) fn start_core(&mut self, r: usize, start: Start) {
         let node = &mut self.nodes[r];
         node.core = Replica::new(node.params.clone(), node.key.clone(), start, self.now_ms);
-        // A new core numbers its votes from 1 again.
+        // A new core numbers its votes from 1 again, and answers with a fresh budget.
         node.last_vote_seq = 0;
+        self.forget_answers(r);
         self.carry_out_actions(r);
     }
 
@@ -140,7 +150,10 @@ impl World {
                     .collect();
                 self.send_peer(r, &dests, msg);
             }
-            Action::Send { to, msg } => self.send_peer(r, &[to], msg),
+            Action::Send { to, msg } => {
+                self.note_answer(r, to, &msg);
+                self.send_peer(r, &[to], msg);
+            }
             Action::Deliver(decision) => {
                 let (cid, hash) = (decision.cid, decision.hash);
                 if self.nodes[r].exec.covers(cid) {
@@ -273,26 +286,47 @@ impl World {
                     // As the node's transfer thread: an empty chunk says it is gone.
                     self.count("chunk_of_dropped_checkpoint");
                     let data = Bytes::new();
-                    self.send_peer(r, &[to], PeerMessage::Chunk { cid, offset, data });
+                    let msg = PeerMessage::Chunk { cid, offset, data };
+                    self.note_answer(r, to, &msg);
+                    self.send_peer(r, &[to], msg);
                     return;
                 };
                 let data = state.slice(offset as usize..offset as usize + len as usize);
                 self.count("chunks_served");
-                self.send_peer(r, &[to], PeerMessage::Chunk { cid, offset, data });
+                let msg = PeerMessage::Chunk { cid, offset, data };
+                self.note_answer(r, to, &msg);
+                self.send_peer(r, &[to], msg);
             }
-            Action::ReadLog { to, from, count } => {
-                let Some(disk) = self.nodes[r].disk.as_ref() else {
-                    return;
-                };
-                let entries: Vec<DecidedInstance> = disk
-                    .log
+            Action::ReadLog {
+                to,
+                from,
+                count,
+                bytes_max,
+            } => {
+                let entries: Vec<DecidedInstance> = self.nodes[r]
+                    .disk
                     .iter()
+                    .flat_map(|disk| &disk.log)
                     .filter(|d| d.cid >= from && d.cid.0 < from.0 + u64::from(count))
                     .cloned()
                     .collect();
+                let mut sent = Allowance::default();
                 for d in entries {
-                    self.send_peer(r, &[to], PeerMessage::LogEntry(d));
+                    let msg = PeerMessage::LogEntry(d);
+                    let bytes = msg.encoded_len() as u64;
+                    if sent.bytes + bytes > bytes_max {
+                        break;
+                    }
+                    sent.messages += 1;
+                    sent.bytes += bytes;
+                    self.note_answer(r, to, &msg);
+                    self.send_peer(r, &[to], msg);
                 }
+                let unused = Allowance {
+                    messages: u64::from(count).saturating_sub(sent.messages),
+                    bytes: bytes_max.saturating_sub(sent.bytes),
+                };
+                self.replica_input(r, Input::LogServed { to, unused });
             }
             Action::PersistVote { seq, votes } => {
                 self.nodes[r].last_vote_seq = seq;
@@ -383,8 +417,12 @@ impl World {
             .filter(|&d| d as usize != r)
             .map(ReplicaId)
             .collect();
+        let flood = FloodContext {
+            next: self.nodes[r].core.next_cid(),
+            chunk_bytes: SIM_CHUNK_BYTES,
+        };
         if let Some(byz) = self.nodes[r].byz.as_mut() {
-            let outs = byz.tick(&mut self.rng, &mut self.exercised, &peers);
+            let outs = byz.tick(&mut self.rng, &mut self.exercised, &peers, flood);
             for out in outs {
                 let bytes = out.msg.to_bytes();
                 self.transmit_peer(r as u32, out.to.0, bytes, out.extra_delay_ms, out.bad_mac);
