@@ -125,6 +125,10 @@ pub enum Rejection {
     /// first catches up to the others' positions; the votes it persisted before the crash are
     /// restored, the WRITEs it did not persist are lost).
     StartingUp,
+    /// A vote, leader-change message or decision while f+1 peers' checkpoints contradict this
+    /// replica's state and it fetches theirs (see `StateCheck`): it takes part again once the
+    /// fetched state is installed.
+    RepairingState,
     /// This replica left the view (a view without it was installed): it takes no input.
     NotMember,
     /// A state-transfer message that does not fit (out of range, unexpected, unproven).
@@ -158,6 +162,7 @@ impl Rejection {
             Rejection::InvalidProof { .. } => "invalid_proof",
             Rejection::Unauthentic => "unauthentic",
             Rejection::StartingUp => "starting_up",
+            Rejection::RepairingState => "repairing_state",
             Rejection::NotMember => "not_member",
             Rejection::InvalidTransfer { .. } => "invalid_transfer",
         }

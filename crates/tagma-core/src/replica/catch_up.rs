@@ -221,6 +221,10 @@ impl Replica {
             // Asked for again once the vote ends (catch-up).
             return Err(Rejection::StartingUp);
         }
+        if self.state_check_holds() && decided.cid >= next {
+            // Not on a state known to be wrong: asked for again after the repair.
+            return Err(Rejection::RepairingState);
+        }
         if decided.cid < next {
             if self.catch_up.behind_since_ms.is_some() {
                 self.catch_up.duplicates = self.catch_up.duplicates.saturating_add(1);

@@ -28,6 +28,7 @@ mod params;
 mod serving;
 mod start;
 mod startup;
+mod state_check;
 mod state_transfer;
 mod state_vote;
 mod stats;
@@ -145,6 +146,8 @@ pub struct Replica {
     own_state_vote: Option<OwnStateVote>,
     /// State transfer in progress.
     fetch: Option<Fetch>,
+    /// The later check of a state the state vote left unconfirmed (see [`state_check`]).
+    state_check: Option<state_check::StateCheck>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
     installing_recent: Vec<DecidedInstance>,
     now_ms: u64,
@@ -247,6 +250,7 @@ impl Replica {
             served: VecDeque::new(),
             own_state_vote: None,
             fetch: None,
+            state_check: None,
             installing_recent: Vec::new(),
             now_ms: 0,
             params,
@@ -291,6 +295,7 @@ impl Replica {
         CoreStats {
             pending_requests: self.clients.pending_total() as u64,
             future_messages_buffered: self.future.len as u64,
+            state_unconfirmed: u64::from(self.state_check.is_some()),
             ..self.stats
         }
     }
@@ -384,7 +389,8 @@ impl Replica {
         if !self.params.members.contains(&from) {
             return Err(Rejection::NotAMember { from });
         }
-        if self.startup.is_some()
+        let holds = self.startup.is_some() || self.state_check_holds();
+        if holds
             && matches!(
                 input,
                 PeerInput::Propose { .. }
@@ -399,7 +405,10 @@ impl Replica {
             // Not buffered either: after a restart of the sender, its earlier incarnation's
             // votes could be replayed against what it votes now (with them buffered, two
             // values were decided: regression seed 6563 with `--reconfig 2`).
-            return Err(Rejection::StartingUp);
+            if self.startup.is_some() {
+                return Err(Rejection::StartingUp);
+            }
+            return Err(Rejection::RepairingState);
         }
         let result = match input {
             PeerInput::Forward { request, authentic } => self.on_forward(request, authentic),

@@ -500,6 +500,7 @@ impl Replica {
             batch,
             logged,
         }));
+        self.state_check_after_delivery(cid);
         if let Some(view) = new_view {
             self.install_view(cid, view);
         }
@@ -569,6 +570,7 @@ impl Replica {
         let epoch = self.epoch();
         if !self.is_leader()
             || self.startup.is_some()
+            || self.state_check_holds()
             || self.leader_change.waiting_sync
             || self.leader_change.pending.is_some()
             || !self.instance.epoch_mut(epoch).proposal.is_empty()

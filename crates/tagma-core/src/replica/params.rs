@@ -38,6 +38,10 @@ pub struct ReplicaParams {
     /// With `durable`, in BFT mode: end the start-up synchronisation with the state vote on
     /// the recovered state (see `StateVoteRound`; `[storage] state_vote`).
     pub state_vote: bool,
+    /// Instances between two checkpoints of one replica (`[storage] checkpoint_period`): a
+    /// replica whose state the state vote left unconfirmed expects each peer's next
+    /// checkpoint this far after its last one (see `StateCheck`). 0: no later check.
+    pub checkpoint_period: u64,
     /// Bytes per state-transfer chunk (fits in a frame).
     pub chunk_bytes: u32,
     /// The largest checkpoint fetched by state transfer.
@@ -107,6 +111,7 @@ impl ReplicaParams {
             decisions_kept: r.limits.decisions_kept,
             durable: r.storage.durability == crate::config::Durability::Fsync,
             state_vote: r.storage.state_vote,
+            checkpoint_period: r.storage.checkpoint_period,
             chunk_bytes: chunk_bytes(r.limits.frame_bytes_max),
             state_bytes_max: r.storage.state_bytes_max,
             member_addrs: cfg.replicas.iter().map(|r| r.addr.to_string()).collect(),

@@ -71,6 +71,7 @@ impl Replica {
                     self.maybe_start_state_transfer();
                     return;
                 }
+                self.end_state_check_on_install();
                 tracing::info!(
                     %last,
                     from = %self.instance.cid,
@@ -171,8 +172,9 @@ impl Replica {
             }
             TransferInput::Offer { checkpoint, next } => {
                 let Some(fetch) = self.fetch.as_mut() else {
-                    // A late answer (to a fetch or a state vote that ended): nothing to do.
+                    // A state vote's or a state check's answer (or a late one: nothing to do).
                     self.note_state_offer(from, checkpoint, next);
+                    self.state_check_offer(from, checkpoint);
                     return Ok(());
                 };
                 let mut out = Vec::new();

@@ -238,6 +238,7 @@ impl Replica {
             }
             tracing::warn!(cid = %a.cid, "state vote: this replica's state was not hashed in time; ordering without it");
             r.state_vote = StateVoteStage::Done;
+            self.start_state_check();
             return false;
         };
         let mut matches = 0;
@@ -310,6 +311,9 @@ impl Replica {
                 if let Some(peer) = contradicted_by {
                     self.fresh_checkpoint_for_repair(peer);
                 }
+                if verdict == StateVoteVerdict::Inconclusive {
+                    self.start_state_check();
+                }
                 false
             }
             StateVoteVerdict::Contradicted => {
@@ -369,6 +373,9 @@ impl Replica {
     /// The runtime's answer to [`Action::DigestState`]: the digest a checkpoint of the state
     /// after `cid` would have. It is this replica's vote in the state vote (see [`StateVoteRound`]).
     pub(super) fn on_state_digest(&mut self, cid: ConsensusId, digest: Digest) {
+        if self.state_check_digest(cid, digest) {
+            return;
+        }
         self.cast_state_vote(cid, digest);
         self.progress_startup();
     }

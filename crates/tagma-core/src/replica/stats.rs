@@ -21,6 +21,15 @@ pub struct CoreStats {
     pub state_votes_confirmed: u64,
     /// Hash votes after a restart that contradicted the recovered state (see `StateVoteRound`).
     pub state_votes_contradicted: u64,
+    /// 1 while this replica's state is unconfirmed: the state vote after its restart was
+    /// inconclusive and the later check against its peers' checkpoints has not settled yet
+    /// (see `StateCheck`).
+    pub state_unconfirmed: u64,
+    /// Later checks that confirmed the state (f+1 peers' checkpoints matched it).
+    pub state_checks_confirmed: u64,
+    /// Later checks that contradicted the state (f+1 peers' checkpoints differ): it was
+    /// fetched from the others.
+    pub state_checks_contradicted: u64,
     /// Views installed by view changes.
     pub views_installed: u64,
     /// Requests from peers answered in part or not at all because the peer's answer budget

@@ -16,6 +16,12 @@ impl Replica {
         }
         self.set_now(now_ms);
         let mut expired = self.clients.take_expired(now_ms);
+        if self.state_check_holds() {
+            // Not ordering on a state known to be wrong: no request timer may forward or
+            // suspect while it is repaired.
+            expired.clear();
+        }
+        self.state_check_tick();
         if self.startup.is_some() {
             // Not ordering yet: no request timer may forward or suspect meanwhile (they
             // restart when recovery ends).
@@ -100,6 +106,7 @@ impl Replica {
             catch_up,
             startup,
             fetch,
+            self.state_check_deadline_ms(),
         ]
         .into_iter()
         .flatten()

@@ -52,6 +52,7 @@ pub fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         decisions_kept: 64,
         durable: false,
         state_vote: true,
+        checkpoint_period: 100,
         chunk_bytes: 1 << 20,
         state_bytes_max: 1 << 30,
         member_addrs: (0..n).map(addr).collect(),

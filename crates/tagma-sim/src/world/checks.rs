@@ -178,6 +178,35 @@ impl World {
                 }
             }
         }
+        for r in 0..self.nodes.len() {
+            let stats = self.nodes[r].core.stats();
+            for (name, n) in [
+                ("state_checks_confirmed", stats.state_checks_confirmed),
+                ("state_checks_contradicted", stats.state_checks_contradicted),
+                ("states_unconfirmed_at_end", stats.state_unconfirmed),
+            ] {
+                if n > 0 {
+                    *self.counters.entry(name.to_string()).or_default() += n;
+                }
+            }
+        }
+        // A replica whose disk lied is repaired by now, or says that its state is unconfirmed:
+        // never silently diverged.
+        for r in 0..self.nodes.len() {
+            let node = &self.nodes[r];
+            if !node.lying_disk || node.crashed || node.left() {
+                continue;
+            }
+            if node.core.is_starting_up() || node.core.stats().state_unconfirmed > 0 {
+                self.count("lying_disks_unconfirmed_at_end");
+                continue;
+            }
+            let msg = format!(
+                "replica {r}'s disk lied, its state was not replaced, and it does not report it unconfirmed"
+            );
+            self.violation("state_check", msg);
+            return;
+        }
         // Correct replicas at the same execution position hold the same state.
         let mut by_position: BTreeMap<u64, (usize, Digest)> = BTreeMap::new();
         for r in 0..self.nodes.len() {

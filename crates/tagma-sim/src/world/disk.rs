@@ -165,6 +165,9 @@ impl World {
             if std::mem::take(&mut self.nodes[r].lying_disk) {
                 // The state its disk lied about is replaced by one f+1 replicas vouched for.
                 self.count("lying_disks_replaced");
+                if self.nodes[r].core.stats().state_checks_contradicted > 0 {
+                    self.count("lying_disks_replaced_after_a_state_check");
+                }
             }
             if self.nodes[r].joiner {
                 self.count("joiner_states_installed");

@@ -9,7 +9,7 @@
 //! client must complete its pending operation and [`LIVENESS_OPS`] more within the bound.
 
 use crate::world::{
-    disk::{DURABLE_DECISIONS_KEPT, Disk, SIM_CHUNK_BYTES},
+    disk::{CHECKPOINT_PERIOD_PER_REPLICA, DURABLE_DECISIONS_KEPT, Disk, SIM_CHUNK_BYTES},
     reconfig::joiner_member,
 };
 mod answers;
@@ -388,6 +388,7 @@ impl World {
                     },
                     durable: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
                     state_vote: true,
+                    checkpoint_period: CHECKPOINT_PERIOD_PER_REPLICA * n as u64,
                     chunk_bytes: SIM_CHUNK_BYTES,
                     state_bytes_max: 1 << 30,
                     member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),

@@ -90,8 +90,13 @@ impl World {
                 return;
             }
         }
-        if self.nodes[r].lying_disk && self.nodes[r].core.stats().state_votes_confirmed > 0 {
-            let msg = format!("replica {r}'s state vote confirmed the state its disk lied about");
+        let stats = self.nodes[r].core.stats();
+        if self.nodes[r].lying_disk
+            && stats.state_votes_confirmed + stats.state_checks_confirmed > 0
+        {
+            let msg = format!(
+                "replica {r}'s state vote or check confirmed the state its disk lied about"
+            );
             return self.violation("state_vote", msg);
         }
         self.arm_timer(r);
