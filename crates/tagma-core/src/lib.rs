@@ -21,8 +21,8 @@ pub mod transfer;
 pub mod value_choice;
 
 pub use replica::{
-    Action, CoreStats, Decision, Input, PeerInput, PreparedBatch, ProposalFault, Recovered,
-    Rejection, Replica, ReplicaParams, Resume, Start,
+    Action, CoreStats, Decision, Input, LOG_LAG_MAX, PeerInput, PreparedBatch, ProposalFault,
+    Recovered, Rejection, Replica, ReplicaParams, Resume, Start,
 };
 pub use tagma_config::{Config, ConfigError, Mode, Quorums, ValidConfig};
 pub use tagma_config::{config, quorum, view};

@@ -16,6 +16,12 @@ impl Replica {
         }
         self.set_now(now_ms);
         self.flush_idle_votes();
+        if self.log_lags() && self.clients.next_deadline_ms().is_some_and(|t| t <= now_ms) {
+            // Holding the instance in progress, this replica cannot tell a slow leader from
+            // its own slow disk: its request timers stand still (restarted once the log
+            // catches up) instead of forwarding requests and suspecting the leader.
+            self.clients.restart_timers(now_ms);
+        }
         let mut expired = self.clients.take_expired(now_ms);
         if self.startup.is_some() {
             // Not ordering yet: no request timer may forward or suspect meanwhile (they

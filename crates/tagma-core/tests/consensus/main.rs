@@ -7,6 +7,7 @@ mod harness;
 
 mod catch_up;
 mod clusters;
+mod durable_log;
 mod durable_votes;
 mod leader_change;
 mod membership;
