@@ -20,6 +20,8 @@
 //! - `wipe-disk`: stop every replica, delete the data directories (log, checkpoints, votes)
 //!   of `--damaged` replicas, restart all: the others recover the service, and the wiped
 //!   ones get the state back from them.
+//! - `slow-disk` (its own report: `slow_disk`): the disk of a follower, then of the leader,
+//!   stalls for a while under load; each falls behind and catches up once its disk is back.
 //!
 //! The cluster has n = 3f+1 replicas (2f+1 in CFT mode) for `--f` (default 1).
 
@@ -62,6 +64,9 @@ pub enum Scenario {
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
     /// time with the events marked.
     ReconfigTour,
+    /// The disk of a follower, then of the leader, stalls for --down-s each under load (every
+    /// flush waits), then recovers: throughput during and after, time to catch up.
+    SlowDisk,
 }
 
 impl Scenario {
@@ -87,6 +92,7 @@ impl Scenario {
             Scenario::WipeDisk => "wipe-disk",
             Scenario::LyingDisk => "lying-disk",
             Scenario::ReconfigTour => "reconfig-tour",
+            Scenario::SlowDisk => "slow-disk",
         }
     }
 }
@@ -296,8 +302,11 @@ pub(crate) fn wait_until(
 
 /// Runs `scenario` on a fresh local cluster of `exe` processes.
 pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosReport> {
-    if scenario == Scenario::ReconfigTour {
-        bail!("the reconfig-tour scenario has a report of its own (tour::run), not a chaos report");
+    if matches!(scenario, Scenario::ReconfigTour | Scenario::SlowDisk) {
+        bail!(
+            "the {} scenario has a report of its own (tour::run, slow_disk::run), not a chaos report",
+            scenario.name()
+        );
     }
     opts.check(scenario)?;
     let (mut cluster, n) = launch(exe, opts)?;
@@ -406,6 +415,15 @@ pub(crate) fn account(reader: &Proxy, counts: &[Counts]) -> Result<(u64, u64)> {
 /// The scenarios' cluster: [`ChaosOptions::n`] replicas tolerating `opts.f` faults, with
 /// `durability = "fsync"` and a 500 ms request timeout, started. Returns it and n.
 pub(crate) fn launch(exe: &Path, opts: &ChaosOptions) -> Result<(LocalCluster, usize)> {
+    launch_with(exe, opts, |_| {})
+}
+
+/// [`launch`], with `edit` applied to the configuration last.
+pub(crate) fn launch_with(
+    exe: &Path,
+    opts: &ChaosOptions,
+    edit: impl Fn(&mut tagma_core::Config),
+) -> Result<(LocalCluster, usize)> {
     let n = opts.n();
     let launch = LaunchOptions {
         replicas: n,
@@ -422,8 +440,35 @@ pub(crate) fn launch(exe: &Path, opts: &ChaosOptions) -> Result<(LocalCluster, u
         // was down long enough needs state transfer (a checkpoint and the log after it).
         cfg.storage.log_segment_bytes = 64 << 10;
         cfg.timeouts.request_timeout_ms = 500;
+        edit(cfg);
     })?;
     Ok((cluster, n))
+}
+
+/// Waits (at most `timeout`) until replica `lagging` has executed as far as every other
+/// member, within 2 instances.
+pub(crate) fn wait_caught_up(
+    cluster: &LocalCluster,
+    lagging: usize,
+    timeout: Duration,
+) -> Result<()> {
+    let probe = cluster.proxy(Duration::from_secs(30))?;
+    let members = cluster.cfg.n();
+    let position = |states: &[(tagma_wire::ReplicaId, Option<tagma_wire::StateInfo>)], i: usize| {
+        states
+            .iter()
+            .find(|(id, _)| id.0 as usize == i)
+            .and_then(|(_, s)| s.as_ref())
+            .map(|s| s.executed_instances)
+    };
+    wait_until(&format!("replica {lagging} catches up"), timeout, || {
+        let states = probe.query_states(Duration::from_secs(1));
+        let others = (0..members)
+            .filter(|&i| i != lagging)
+            .filter_map(|i| position(&states, i))
+            .min();
+        matches!((position(&states, lagging), others), (Some(l), Some(o)) if l + 2 >= o)
+    })
 }
 
 /// Injects the scenario's fault under the running load; returns the recovery time.
@@ -445,27 +490,10 @@ fn fault(
             let restarted = Instant::now();
             cluster.start(lagging)?;
             cluster.wait_ready(lagging, ready)?;
-            let probe = cluster.proxy(ready)?;
-            let position = |states: &[(tagma_wire::ReplicaId, Option<tagma_wire::StateInfo>)],
-                            i: usize| {
-                states
-                    .iter()
-                    .find(|(id, _)| id.0 as usize == i)
-                    .and_then(|(_, s)| s.as_ref())
-                    .map(|s| s.executed_instances)
-            };
-            wait_until(
-                "the lagging replica catches up",
-                Duration::from_secs(120),
-                || {
-                    let states = probe.query_states(Duration::from_secs(1));
-                    let others = (0..lagging).filter_map(|i| position(&states, i)).min();
-                    matches!((position(&states, lagging), others), (Some(l), Some(o)) if l + 2 >= o)
-                },
-            )?;
+            wait_caught_up(cluster, lagging, Duration::from_secs(120))?;
             restarted.elapsed().as_secs_f64() * 1000.0
         }
-        Scenario::ReconfigTour => unreachable!("refused by run"),
+        Scenario::ReconfigTour | Scenario::SlowDisk => unreachable!("refused by run"),
         Scenario::KillAll
         | Scenario::CorruptLog
         | Scenario::CorruptCheckpoint
@@ -561,6 +589,7 @@ mod tests {
             (Mode::Cft, 2, 2, WipeDisk),
             (Mode::Bft, F_MAX, F_MAX, CorruptBoth),
             (Mode::Bft, 1, 1, ReconfigTour),
+            (Mode::Cft, 2, 1, SlowDisk),
         ] {
             opts(mode, f, damaged).check(scenario).unwrap();
         }

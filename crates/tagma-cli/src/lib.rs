@@ -5,8 +5,11 @@
 //! - [`cmd`]: one module per subcommand: its arguments and the code that runs it;
 //! - [`chaos`]: the failure scenarios of `tagma chaos` (durability under crashes and
 //!   damaged disks);
-//! - [`tour`]: `tagma chaos --scenario reconfig-tour`, the reconfiguration timeline.
+//! - [`tour`]: `tagma chaos --scenario reconfig-tour`, the reconfiguration timeline;
+//! - [`slow_disk`]: `tagma chaos --scenario slow-disk`, a follower's and the leader's disk
+//!   stalling under load.
 
 pub mod chaos;
 pub mod cmd;
+pub mod slow_disk;
 pub mod tour;

@@ -9,7 +9,7 @@ use std::time::Duration;
 use tagma_cluster::LocalCluster;
 use tagma_cluster::workload::{self, WorkloadOptions};
 use tagma_core::Mode;
-use tagma_core::config::Durability;
+use tagma_core::config::{Durability, StallFlush};
 use tagma_node::metrics::{scrape, value};
 
 mod common;
@@ -99,6 +99,118 @@ fn cft_every_replica_killed_and_restarted_loses_nothing() {
     kill_all_and_recover(3, Mode::Cft);
 }
 
+/// One replica's log flushes stall (`[testing] stall_file`, log only: its votes still reach
+/// its disk, so it keeps voting) for 13 s under a model-checked load: longer than the
+/// cluster takes to decide `LOG_LAG_MAX` instances, and longer than any wait of the runtime
+/// for its log. The stalled replica holds the instance in progress once its log lags that
+/// far, and the others go on without it: the load never pauses for more than a leader
+/// change, and the stalled replica's process keeps running. Once the stall ends, it catches
+/// up (decision forwarding, or state transfer when the others are too far ahead) and every
+/// replica holds the same state; no operation fails, is lost or applied twice.
+fn log_stall_under_load(stall_leader: bool) {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let n = 4;
+    let mut c = LocalCluster::launch(exe(), n, Mode::Bft, |cfg| {
+        cfg.storage.durability = Durability::Fsync;
+        cfg.storage.checkpoint_period = 200;
+        cfg.storage.log_segment_bytes = 64 << 10;
+        cfg.timeouts.request_timeout_ms = 500;
+        cfg.testing.stall_file = "stall".into();
+        cfg.testing.stall_flushes = vec![StallFlush::Log];
+    })
+    .expect("start a local cluster");
+    let clients = (0..4)
+        .map(|_| c.proxy(READY).expect("connect client"))
+        .collect();
+    let progress = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(120),
+        ..Default::default()
+    };
+    let report = std::thread::scope(|s| {
+        let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
+        let ops = || progress.load(Ordering::Relaxed);
+        wait_until("the cluster serves 300 ops", READY, || ops() >= 300);
+        let stalled = if stall_leader {
+            c.current_leader()
+        } else {
+            n - 1
+        };
+        let dir = tagma_node::cluster_dir::data_dir(
+            &c.dir,
+            &c.cfg,
+            tagma_wire::ReplicaId(stalled as u32),
+        );
+        let stall_file = dir.join("stall");
+        std::fs::write(&stall_file, b"").expect("create the stall file");
+        let stalled_at = std::time::Instant::now();
+        // How far the stalled replica is behind the others (instances executed).
+        let lag = || {
+            (0..n)
+                .filter(|&i| i != stalled)
+                .map(|i| metric(&c, i, "tagma_executed_instances"))
+                .fold(f64::MAX, f64::min)
+                - metric(&c, stalled, "tagma_executed_instances")
+        };
+        // The longest time without a completed operation while the log stalls, and the
+        // largest lag seen.
+        let (mut last_ops, mut last_progress) = (ops(), stalled_at);
+        let (mut longest_pause, mut lag_max) = (Duration::ZERO, 0.0f64);
+        for tick in 1.. {
+            std::thread::sleep(Duration::from_millis(100));
+            if ops() > last_ops {
+                (last_ops, last_progress) = (ops(), std::time::Instant::now());
+            }
+            longest_pause = longest_pause.max(last_progress.elapsed());
+            if tick % 10 == 0 {
+                lag_max = lag_max.max(lag());
+            }
+            if stalled_at.elapsed() >= Duration::from_secs(13) {
+                break;
+            }
+        }
+        let stall_ops = ops();
+        assert!(
+            c.is_running(stalled),
+            "the stalled replica's process exited"
+        );
+        std::fs::remove_file(&stall_file).expect("remove the stall file");
+        wait_until("ops go on after the stall", READY, || {
+            ops() >= stall_ops + 300
+        });
+        stop.store(true, Ordering::Relaxed);
+        (worker.join().unwrap(), longest_pause, lag_max, stalled)
+    });
+    let (report, longest_pause, lag, stalled) = report;
+    eprintln!(
+        "replica {stalled}'s log stalled 13 s: longest pause of the load {longest_pause:?}, \
+         it lagged up to {lag} instances behind"
+    );
+    assert!(
+        longest_pause < Duration::from_secs(5),
+        "the load paused {longest_pause:?} while replica {stalled}'s log stalled"
+    );
+    assert!(
+        lag > tagma_core::LOG_LAG_MAX as f64,
+        "replica {stalled} did not fall behind while its log stalled (lag {lag})"
+    );
+    assert_history_clean(&c, &report, "while a replica's log stalls");
+    assert_converged(&c, &c.cfg.members(), Duration::from_secs(60));
+}
+
+#[test]
+fn a_follower_whose_log_stalls_lags_and_catches_up_while_the_others_serve() {
+    log_stall_under_load(false);
+}
+
+/// The leader's log stalls: its log back-pressure stops its proposals, the others change
+/// leader and go on.
+#[test]
+fn a_leader_whose_log_stalls_is_replaced_and_catches_up_while_the_others_serve() {
+    log_stall_under_load(true);
+}
+
 /// `tagma chaos` as a user runs it: its JSON report accounts for every acknowledged
 /// operation.
 fn chaos(args: &[&str]) -> serde_json::Value {
@@ -158,6 +270,39 @@ fn chaos_lagging_replica_catches_up_while_the_others_serve() {
     assert!(
         report["state_transfers"].as_u64().unwrap() >= 1,
         "the others released the log it missed: it must have fetched state: {report}"
+    );
+}
+
+/// `tagma chaos --scenario slow-disk` as a user runs it: a follower's disk, then the
+/// leader's, stalls (every flush) under load; the others serve throughout, each stalled
+/// replica catches up, and nothing acknowledged is lost or applied twice.
+#[test]
+fn chaos_slow_disk_of_a_follower_then_the_leader_degrades_neither_the_cluster_nor_the_state() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = chaos_passes(&[
+        "--scenario",
+        "slow-disk",
+        "--before-s",
+        "1",
+        "--down-s",
+        "3",
+        "--after-s",
+        "1",
+    ]);
+    assert_eq!(report["scenario"], "slow-disk", "{report}");
+    for field in [
+        "ops_per_s_before",
+        "ops_per_s_follower_stall",
+        "ops_per_s_leader_stall",
+        "ops_per_s_after",
+        "follower_catch_up_ms",
+        "leader_catch_up_ms",
+    ] {
+        assert!(report[field].as_f64().unwrap() > 0.0, "{field}: {report}");
+    }
+    assert_ne!(
+        report["follower_stalled"], report["leader_stalled"],
+        "{report}"
     );
 }
 

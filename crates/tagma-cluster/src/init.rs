@@ -177,6 +177,7 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ValidConfig> {
         timeouts: Default::default(),
         limits: Default::default(),
         storage: Default::default(),
+        testing: Default::default(),
     };
     let valid = config
         .clone()
@@ -313,7 +314,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         init_cluster(dir.path(), &options(4, Mode::Bft)).unwrap();
         let text = std::fs::read_to_string(cluster_dir::config_path(dir.path())).unwrap();
-        use tagma_core::config::{BatchSection, LimitSection, StorageSection, TimeoutSection};
+        use tagma_core::config::{
+            BatchSection, LimitSection, StorageSection, TestingSection, TimeoutSection,
+        };
         let value = |v: Result<toml::Value, _>| v.unwrap();
         let defaults = toml::Value::Table(toml::map::Map::from_iter([
             (
@@ -335,6 +338,10 @@ mod tests {
             (
                 "storage".to_string(),
                 value(toml::Value::try_from(StorageSection::default())),
+            ),
+            (
+                "testing".to_string(),
+                value(toml::Value::try_from(TestingSection::default())),
             ),
         ]));
         let mut section = String::new();

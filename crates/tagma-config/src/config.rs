@@ -69,6 +69,8 @@ pub struct Config {
     pub limits: LimitSection,
     #[serde(default)]
     pub storage: StorageSection,
+    #[serde(default)]
+    pub testing: TestingSection,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -260,6 +262,49 @@ impl Default for StorageSection {
             state_bytes_max: 16 << 30,
             state_vote: true,
         }
+    }
+}
+
+/// Fault injection for testing (`[testing]`): a disk that stalls, on one replica at a time.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TestingSection {
+    /// While a file of this name exists in a replica's data directory, that replica's
+    /// flushes named in `stall_flushes` wait until it is gone: its disk stalls (`tagma chaos
+    /// --scenario slow-disk`). Empty: never.
+    pub stall_file: String,
+    /// The flushes the stall file holds.
+    pub stall_flushes: Vec<StallFlush>,
+}
+
+impl Default for TestingSection {
+    fn default() -> Self {
+        TestingSection {
+            stall_file: String::new(),
+            stall_flushes: vec![StallFlush::Log, StallFlush::Votes, StallFlush::Checkpoints],
+        }
+    }
+}
+
+/// A kind of flush the stall file of `[testing]` holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum StallFlush {
+    /// The log's group commit (storage thread).
+    Log,
+    /// This replica's vote records (consensus thread; an ACCEPT waits for them).
+    Votes,
+    /// Checkpoint writes (checkpoint thread).
+    Checkpoints,
+}
+
+impl std::fmt::Display for StallFlush {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            StallFlush::Log => "log",
+            StallFlush::Votes => "votes",
+            StallFlush::Checkpoints => "checkpoints",
+        })
     }
 }
 
@@ -580,6 +625,14 @@ impl Config {
                 "remove the key to use the default (64 MiB), or set at least 4096",
             ));
         }
+        let stall = &self.testing.stall_file;
+        if stall.contains(['/', '\\']) || stall == "." || stall == ".." {
+            return Err(err(
+                "testing.stall_file",
+                format!("{stall:?} is not a file name"),
+                "name a file (no directory): it is looked for in each replica's data directory",
+            ));
+        }
         if t.connect_timeout_ms == 0 {
             return Err(err(
                 "timeouts.connect_timeout_ms",
@@ -674,6 +727,7 @@ mod tests {
             timeouts: Default::default(),
             limits: Default::default(),
             storage: Default::default(),
+            testing: Default::default(),
         }
     }
 
@@ -683,6 +737,17 @@ mod tests {
         let v = Config::from_toml(&c.documented_toml()).unwrap();
         assert_eq!(v.raw, c);
         assert_eq!(v.n(), 4);
+        // The fault injection of a test cluster reaches its replicas the same way.
+        let mut stalling = config(4, Mode::Bft, 1);
+        stalling.testing = TestingSection {
+            stall_file: "stall".into(),
+            stall_flushes: vec![StallFlush::Log],
+        };
+        let v = Config::from_toml(&stalling.documented_toml()).unwrap();
+        assert_eq!(v.raw, stalling);
+        stalling.testing.stall_file = "../stall".into();
+        let e = stalling.validate().unwrap_err();
+        assert_eq!(e.key, "testing.stall_file", "{e}");
     }
 
     #[test]

@@ -164,6 +164,15 @@ impl Config {
         s.push_str(&format!("# Bytes each log segment file is preallocated to. Default 67108864 (64 MiB).\nlog_segment_bytes = {}\n", st.log_segment_bytes));
         s.push_str(&format!("# The largest checkpoint accepted by state transfer. Default 17179869184 (16 GiB).\nstate_bytes_max = {}\n", st.state_bytes_max));
         s.push_str(&format!("# BFT with durability: a restarted replica compares its recovered state with its peers'\n# (its state hashed once per restart) and fetches theirs if f+1 contradict it. Default true.\nstate_vote = {}\n", st.state_vote));
+        let te = &self.testing;
+        s.push_str("\n[testing]\n");
+        s.push_str(&format!("# Fault injection: while a file of this name exists in a replica's data directory, that\n# replica's flushes named in stall_flushes wait until it is gone (a stalled disk: the\n# replica falls behind and catches up once the file is removed). Default \"\" (never).\nstall_file = \"{}\"\n", te.stall_file));
+        let flushes: Vec<String> = te
+            .stall_flushes
+            .iter()
+            .map(|f| format!("\"{f}\""))
+            .collect();
+        s.push_str(&format!("# The flushes it holds, of \"log\", \"votes\", \"checkpoints\". Default [\"log\", \"votes\", \"checkpoints\"].\nstall_flushes = [{}]\n", flushes.join(", ")));
         s
     }
 }

@@ -21,8 +21,9 @@ pub mod transfer;
 pub mod value_choice;
 
 pub use replica::{
-    Action, Allowance, AnswerBudget, CoreStats, Decision, Input, PeerInput, PreparedBatch,
-    ProposalFault, Recovered, Rejection, Replica, ReplicaParams, Resume, Start, WRITE_SET_MAX,
+    Action, Allowance, AnswerBudget, CoreStats, Decision, Input, LOG_LAG_MAX, PeerInput,
+    PreparedBatch, ProposalFault, Recovered, Rejection, Replica, ReplicaParams, Resume, Start,
+    WRITE_SET_MAX,
 };
 pub use tagma_config::{Config, ConfigError, Mode, Quorums, ValidConfig};
 pub use tagma_config::{config, quorum, view};

@@ -205,11 +205,11 @@ pub(crate) fn carry_out_actions(
                 };
                 writer.borrow_mut().add(seq, &votes);
             }
-            Action::WriteVotes { flush, next } => {
+            Action::WriteVotes { flush, .. } => {
                 let Some(writer) = &links.votes else {
                     unreachable!("only durable replicas write votes");
                 };
-                let flushed = writer.borrow_mut().flush(sh, flush, next.0);
+                let flushed = writer.borrow_mut().flush(sh, flush);
                 match flushed {
                     Ok(Some(seq)) => {
                         let input = Input::VotesDurable { seq };

@@ -158,6 +158,8 @@ pub(crate) struct Shared {
     /// Set by the consensus thread while the leader's proposal waits for the log: the
     /// storage thread then sends `ConsensusEvent::Durable` after its flush.
     pub(crate) wake_on_durable: std::sync::atomic::AtomicBool,
+    /// Fault injection for tests (`[testing] stall_file`): the flushes it holds wait.
+    pub(crate) stall: crate::storage::FlushStall,
     /// Per peer, wakes its outbound link's writer out of a reconnection pause: sent when
     /// that peer connects to us, since it is then listening again. Links are never removed
     /// (a removal must also drop the writer, whose wait would otherwise end at once).

@@ -171,6 +171,10 @@ pub(crate) fn start_node<S: Service>(
                 .map_or(0, |c| c.0 + 1),
         ),
         wake_on_durable: std::sync::atomic::AtomicBool::new(false),
+        stall: match (&data_dir, &recovered) {
+            (Some(dir), Some(_)) => storage::FlushStall::new(&cfg.raw.testing, dir),
+            _ => storage::FlushStall::none(),
+        },
         reconnect_now: std::sync::Mutex::new(HashMap::new()),
     });
 

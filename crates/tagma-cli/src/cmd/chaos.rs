@@ -1,6 +1,6 @@
 //! `tagma chaos`: checks its arguments, runs the chosen failure scenario
-//! ([`crate::chaos`], or [`crate::tour`] for the reconfiguration tour) and prints the
-//! verdict.
+//! ([`crate::chaos`], [`crate::tour`] for the reconfiguration tour, [`crate::slow_disk`] for
+//! the stalled disks) and prints the verdict.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -20,7 +20,9 @@ pub struct ChaosArgs {
     /// their data directories while all are stopped; lying-disk: replace their newest
     /// checkpoint by a state never ordered; reconfig-tour: a replica joins, the leader
     /// crashes and restarts, the joiner leaves, with throughput sampled every second
-    /// (--after-s between events).
+    /// (--after-s between events); slow-disk: the disk of a follower, then of the leader,
+    /// stalls for --down-s each under load, then recovers (throughput during and after,
+    /// time to catch up).
     #[arg(long, value_enum)]
     pub scenario: Scenario,
     /// Crash-fault-tolerant mode, n = 2f+1 (the default is Byzantine, n = 3f+1).
@@ -39,7 +41,8 @@ pub struct ChaosArgs {
     /// Seconds of load before the fault.
     #[arg(long, default_value_t = 2.0)]
     pub before_s: f64,
-    /// lagging-replica: seconds the replica stays down.
+    /// lagging-replica: seconds the replica stays down; slow-disk: seconds each disk
+    /// stalls.
     #[arg(long, default_value_t = 3.0)]
     pub down_s: f64,
     /// Seconds of load after recovery.
@@ -90,6 +93,10 @@ pub fn run(args: ChaosArgs) -> Result<()> {
                 eprintln!("wrote {}", path.display());
             }
         }
+        return print_verdict(args.json, &report, report.table(), report.passed());
+    }
+    if args.scenario == Scenario::SlowDisk {
+        let report = crate::slow_disk::run(&exe, &opts)?;
         return print_verdict(args.json, &report, report.table(), report.passed());
     }
     if args.plot.is_some() {

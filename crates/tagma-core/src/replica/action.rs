@@ -102,13 +102,15 @@ pub enum Action {
     /// [`Recovered::votes`]: super::Recovered::votes
     ///
     /// The instances before `next` are decided: the record may leave out the votes of those
-    /// already in the log, and a driver may hold the write back (bounded) while the log
-    /// catches up with them.
+    /// already in the log (at most [`LOG_LAG_MAX`](super::LOG_LAG_MAX) of them are not).
     WriteVotes { flush: bool, next: ConsensusId },
-    /// Durable leaders: the next proposal waits until instance `cid` is in the log, flushed
-    /// (so ordering never runs ahead of the log, and requests arriving meanwhile join the next
-    /// batch). Give [`Input::LogDurable`](super::Input::LogDurable) once it is; a report
-    /// that falls short is answered by this action again.
+    /// Durable replicas: the next proposal of a leader waits until instance `cid` is in the
+    /// log, flushed (so ordering never runs ahead of the log, and requests arriving meanwhile
+    /// join the next batch); so does the instance in progress of a replica that decided
+    /// [`LOG_LAG_MAX`](super::LOG_LAG_MAX) instances beyond its log (a stalled disk holds it
+    /// back instead of queueing without bound). Give
+    /// [`Input::LogDurable`](super::Input::LogDurable) once it is; a report that falls short
+    /// is answered by this action again.
     AwaitLogDurable { cid: ConsensusId },
     /// State transfer, fetching side: every part arrived; validate and install it (see
     /// [`crate::transfer`]), then give back

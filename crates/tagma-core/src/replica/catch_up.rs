@@ -145,6 +145,11 @@ impl Replica {
     /// Signals (and, when durable, starts) state transfer once the (f+1)-th highest position
     /// the peers claim is further ahead than they keep decisions in memory.
     pub(super) fn maybe_start_state_transfer(&mut self) {
+        if self.log_lags() {
+            // A fetched state would wait for the same log before this replica goes on: it
+            // fetches once the log has caught up, if it is still that far behind.
+            return;
+        }
         let cid = self.instance.cid;
         // The (f+1)-th highest claim: at least one correct replica is that far ahead.
         let mut claims: Vec<ConsensusId> = self.catch_up.highest_seen.values().copied().collect();
@@ -237,7 +242,7 @@ impl Replica {
                 cid: decided.cid,
             });
         };
-        if decided.cid == next {
+        if decided.cid == next && !self.log_lags() {
             self.commit_proven(decided, hash);
         } else if self.catch_up.future.len() < FUTURE_DECISIONS_MAX {
             self.catch_up.future.insert(decided.cid, decided);

@@ -1,9 +1,20 @@
 //! Log back-pressure: a durable leader proposes an instance only once the previous one is on
-//! its disk.
+//! its disk, and a durable replica decides at most [`LOG_LAG_MAX`] instances beyond its log
+//! (a replica whose disk stalls falls behind and catches up later, rather than queueing
+//! without bound).
 
 use tagma_wire::ConsensusId;
 
 use super::{Replica, action::Action};
+
+/// A durable replica decides at most this many instances that are not in its log yet. Beyond
+/// it, it holds the instance in progress: it casts no vote on it, decides nothing, and keeps
+/// what it receives for it (bounded, in the buffers for later instances) until its log
+/// catches up. The others decide without it meanwhile; it then goes on from what it kept and
+/// catches up on the rest by decision forwarding or state transfer. This bounds everything a
+/// stalled disk leaves waiting in the runtime (the log's queue, the votes kept until their
+/// instance is logged).
+pub const LOG_LAG_MAX: u64 = 32;
 
 impl Replica {
     /// A durable replica's runtime reports that every instance up to `cid` it delivered is on
@@ -14,8 +25,21 @@ impl Replica {
         if self.durable_through.is_some_and(|d| d >= cid) {
             return;
         }
+        let lagged = self.log_lags();
         self.durable_through = Some(cid);
-        self.try_propose();
+        if lagged && !self.log_lags() {
+            tracing::info!(next = %self.instance.cid, logged = %cid, "the log caught up: ordering again");
+            // The request timers stood still while the log lagged: a full period from now.
+            self.clients.restart_timers(self.now_ms);
+        }
+        self.settle();
+    }
+
+    /// Whether this durable replica's log lags [`LOG_LAG_MAX`] instances or more behind its
+    /// decisions: it then holds the instance in progress.
+    pub(super) fn log_lags(&self) -> bool {
+        let logged_below = self.durable_through.map_or(0, |d| d.0 + 1);
+        self.params.durable && self.instance.cid.0 >= logged_below.saturating_add(LOG_LAG_MAX)
     }
 
     /// Storage back-pressure: a durable leader proposes instance c only once c−1 is on its
@@ -34,10 +58,14 @@ impl Replica {
             .then_some(previous)
     }
 
-    /// After every input: a durable leader whose next proposal waits for the log says so,
-    /// once per instance ([`Action::AwaitLogDurable`]).
+    /// After every input: a durable leader whose next proposal waits for the log, or a
+    /// durable replica whose log lags ([`Replica::log_lags`]), says which instance it waits
+    /// for, once per instance ([`Action::AwaitLogDurable`]).
     pub(super) fn announce_log_wait(&mut self) {
-        let Some(cid) = self.awaits_durable() else {
+        let lag = self
+            .log_lags()
+            .then(|| ConsensusId(self.instance.cid.0 - LOG_LAG_MAX));
+        let Some(cid) = self.awaits_durable().max(lag) else {
             return;
         };
         if self.log_wait_announced != Some(cid) {

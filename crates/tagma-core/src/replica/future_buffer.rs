@@ -38,7 +38,8 @@ impl FutureBuffer {
         from: ReplicaId,
         input: PeerInput,
     ) -> Result<(), Rejection> {
-        debug_assert!(cid > current);
+        // The current instance's own messages too, while it is held (`durable_log`).
+        debug_assert!(cid >= current);
         let sender_len = self.per_sender.get(&from).copied().unwrap_or(0);
         if cid.0 - current.0 > self.len_max as u64
             || self.len >= self.len_max

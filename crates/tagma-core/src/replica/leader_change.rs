@@ -553,6 +553,11 @@ impl Replica {
     /// Applies a verified SYNC: catch up to its last decided instance,
     /// then run the instance in progress in the new epoch with the chosen value.
     pub(super) fn finalise(&mut self, f: Finalise) {
+        if self.log_lags() {
+            // Held with the instance in progress until the log catches up (`settle`).
+            self.leader_change.pending = Some(f);
+            return;
+        }
         if let Some(d) = &f.last_decided
             && d.cid >= self.instance.cid
         {

@@ -8,7 +8,7 @@
 //! - `leader_change`: STOP, STOPDATA, SYNC and the value choice.
 //! - `catch_up`: decision forwarding to a replica that fell behind.
 //! - `startup`, `state_vote`, `durable_votes`, `durable_log`: what a durable replica does
-//!   to never forget a vote and to rejoin after a crash.
+//!   to never forget a vote, to never run far ahead of its log, and to rejoin after a crash.
 //! - `serving`, `state_transfer`: checkpoints offered to, and fetched from, other replicas.
 //! - `membership`: views installed by ordered view changes.
 //! - `timers`: what a tick fires.
@@ -45,6 +45,7 @@ use tagma_wire::{
 pub use self::{
     action::{Action, Decision},
     answer_budget::{Allowance, AnswerBudget, AnswerKind},
+    durable_log::LOG_LAG_MAX,
     input::{Input, PeerInput, PreparedBatch},
     leader_change::WRITE_SET_MAX,
     params::{ReplicaParams, chunk_bytes},
@@ -89,7 +90,8 @@ pub struct Replica {
     /// When to ask the others for their positions if nothing is decided until then.
     idle_probe_ms: Option<u64>,
     /// Durable replicas: the newest instance the runtime reported on this replica's disk
-    /// ([`Input::LogDurable`]); the leader proposes instance c only once c−1 is.
+    /// ([`Input::LogDurable`]); the leader proposes instance c only once c−1 is, and no
+    /// replica decides more than [`LOG_LAG_MAX`] instances beyond it.
     durable_through: Option<ConsensusId>,
     /// Durable replicas: the sequence number of the last [`Action::PersistVote`] issued, and
     /// of the newest one the runtime reported on disk ([`Input::VotesDurable`]).

@@ -88,6 +88,11 @@ impl Replica {
             tracing::trace!(%from, %cid, "buffering a message for a later instance");
             return self.future.push(next, cid, from, input);
         }
+        if self.log_lags() {
+            // The instance is held until the log catches up (`durable_log`): its messages
+            // wait with those of later instances.
+            return self.future.push(next, cid, from, input);
+        }
         // Votes of the current regency and of later ones (bounded) are kept: a replica that
         // installs a regency late must not lose them. Earlier epochs are frozen.
         self.note_epoch(from, epoch);
@@ -530,9 +535,12 @@ impl Replica {
     }
 
     /// After every input: apply forwarded decisions and buffered messages of the instance
-    /// that became current, a pending SYNC, and let the leader propose, until nothing moves.
+    /// that became current, a pending SYNC, and let the leader propose, until nothing moves
+    /// or the log lags too far behind.
     pub(super) fn settle(&mut self) {
-        if self.left {
+        // A replica whose log lags holds the instance in progress (`durable_log`): what it
+        // kept for it is applied once the log catches up.
+        if self.left || self.log_lags() {
             return;
         }
         loop {

@@ -15,6 +15,12 @@ impl Replica {
             return;
         }
         self.set_now(now_ms);
+        if self.log_lags() && self.clients.next_deadline_ms().is_some_and(|t| t <= now_ms) {
+            // Holding the instance in progress, this replica cannot tell a slow leader from
+            // its own slow disk: its request timers stand still (restarted once the log
+            // catches up) instead of forwarding requests and suspecting the leader.
+            self.clients.restart_timers(now_ms);
+        }
         let mut expired = self.clients.take_expired(now_ms);
         if self.state_check_holds() {
             // Not ordering on a state known to be wrong: no request timer may forward or

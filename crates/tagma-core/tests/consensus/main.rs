@@ -8,6 +8,7 @@ mod harness;
 mod answer_budget;
 mod catch_up;
 mod clusters;
+mod durable_log;
 mod durable_votes;
 mod leader_change;
 mod membership;

@@ -38,6 +38,7 @@ pub(crate) fn checkpoint_loop(
         let serialising = std::time::Instant::now();
         let state = job.state.finish();
         let serialise_ms = serialising.elapsed().as_millis() as u64;
+        sh.stall.wait(tagma_core::config::StallFlush::Checkpoints);
         match store.write(cid, &state) {
             Ok(digest) => {
                 sh.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);

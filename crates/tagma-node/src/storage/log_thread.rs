@@ -91,6 +91,7 @@ pub(crate) fn storage_loop(
         }
         if let Some(cid) = last {
             let flushing = std::time::Instant::now();
+            sh.stall.wait(tagma_core::config::StallFlush::Log);
             if let Err(e) = log.flush() {
                 error!("cannot flush the log: {e}; this replica stops replying");
                 return;

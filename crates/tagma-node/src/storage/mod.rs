@@ -37,6 +37,7 @@
 mod checkpoint_thread;
 mod log_thread;
 mod recovery;
+mod stall;
 mod transfer_thread;
 mod votes;
 
@@ -48,6 +49,7 @@ pub(crate) use self::{
     checkpoint_thread::{ExecStorage, checkpoint_loop},
     log_thread::storage_loop,
     recovery::recover_or_quarantine,
+    stall::FlushStall,
     transfer_thread::transfer_loop,
     votes::VoteWriter,
 };

@@ -1,7 +1,7 @@
 //! Vote records: the consensus thread writes this replica's votes on every instance not yet in
 //! the log ([`VoteWriter`]), flushed when the core asks (an ACCEPT waits for them).
 
-use std::{sync::atomic::Ordering, time::Duration};
+use std::sync::atomic::Ordering;
 
 use bytes::Bytes;
 use tagma_storage::VoteStore;
@@ -9,21 +9,15 @@ use tagma_wire::{ConsensusId, Decode, Encode, ReplicaId};
 
 use crate::shared::Shared;
 
-/// Instances whose votes the vote writer keeps while their decisions are not yet in the log;
-/// beyond it, it waits for the log (this replica's ACCEPTs wait with it).
-pub(crate) const VOTES_PENDING_MAX: usize = 64;
-
-/// How long the vote writer waits for a log that does not advance before this replica stops.
-pub(crate) const LOG_WAIT_MAX: Duration = Duration::from_secs(10);
-
 /// This replica's votes on disk (`VoteStore`), written by the consensus thread itself: the
 /// ACCEPT that waits for them leaves right after their flush, with no thread hop on the way
 /// (on a busy machine a hop costs a scheduling delay per replica and instance).
 ///
 /// Every record holds the votes of each instance whose decision the storage thread has not
-/// flushed yet (at most [`VOTES_PENDING_MAX`]), the newest per instance: an instance's votes
-/// leave the records only once its decision is durable, so the two writers need no order
-/// between them. Every record also carries the highest regency installed (an empty collect
+/// flushed yet, the newest per instance: an instance's votes leave the records only once its
+/// decision is durable, so the two writers need no order between them. They are few: the
+/// core decides at most [`tagma_core::LOG_LAG_MAX`] instances beyond what the log holds (a
+/// log that stalls holds this replica back; it never waits here). Every record also carries the highest regency installed (an empty collect
 /// when no other carries it). A record is flushed only when an ACCEPT (or an installed
 /// regency) waits for it; otherwise it is written unflushed, a best effort that survives a
 /// process crash.
@@ -109,38 +103,16 @@ impl VoteWriter {
 
     /// Writes a record of every vote added, flushed if `flush` (if no vote was added since
     /// the last record, only to flush an unflushed one). Returns the newest `PersistVote`
-    /// sequence number now durable, if this record is flushed. `decided_below`: the instances
-    /// below it are decided (and handed to the storage thread). With more than
-    /// [`VOTES_PENDING_MAX`] instances pending it first waits (at most [`LOG_WAIT_MAX`]) for
-    /// the log to catch up with those.
-    pub(crate) fn flush(
-        &mut self,
-        sh: &Shared,
-        flush: bool,
-        decided_below: u64,
-    ) -> Result<Option<u64>, String> {
+    /// sequence number now durable, if this record is flushed. The instances the storage
+    /// thread has logged leave the records.
+    pub(crate) fn flush(&mut self, sh: &Shared, flush: bool) -> Result<Option<u64>, String> {
         if !(self.dirty || flush && self.unflushed) {
             return Ok(None);
         }
-        let started = std::time::Instant::now();
-        let logged_below = loop {
-            let logged_below = sh.durable_below.load(Ordering::SeqCst);
-            self.pending.retain(|cid, _| *cid >= logged_below);
-            // Waiting helps only while the log has decided instances to catch up with: the
-            // others (votes restored after a crash on instances not decided yet) only this
-            // thread can retire, by deciding them.
-            if self.pending.len() <= VOTES_PENDING_MAX || logged_below >= decided_below {
-                break logged_below;
-            }
-            if started.elapsed() > LOG_WAIT_MAX {
-                return Err(format!(
-                    "the log stays below instance {decided_below} for {} s while the votes of {} instances wait for it",
-                    LOG_WAIT_MAX.as_secs(),
-                    self.pending.len()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(1));
-        };
+        let logged_below = sh.durable_below.load(Ordering::SeqCst);
+        if flush {
+            sh.stall.wait(tagma_core::config::StallFlush::Votes);
+        }
         let writing = std::time::Instant::now();
         self.write_record(flush, logged_below)?;
         if !flush {
