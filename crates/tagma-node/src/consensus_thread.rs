@@ -129,9 +129,16 @@ pub(crate) fn feed(
             sh.reject(rejection.reason(), format_args!("{rejection:?}"));
         }
     }
-    sh.metrics
-        .answers_refused
-        .store(core.stats().answers_refused, Ordering::Relaxed);
+    let stats = core.stats();
+    let m = &sh.metrics;
+    m.answers_refused
+        .store(stats.answers_refused, Ordering::Relaxed);
+    m.state_unconfirmed
+        .store(stats.state_unconfirmed, Ordering::Relaxed);
+    m.state_checks_confirmed
+        .store(stats.state_checks_confirmed, Ordering::Relaxed);
+    m.state_checks_contradicted
+        .store(stats.state_checks_contradicted, Ordering::Relaxed);
     carry_out_actions(sh, core, links, clock)
 }
 

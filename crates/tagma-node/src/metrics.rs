@@ -69,6 +69,13 @@ pub struct Metrics {
     /// Peers' requests answered in part or not at all for their answer budget
     /// (`CoreStats::answers_refused`).
     pub answers_refused: AtomicU64,
+    /// 1 while this replica's state is unconfirmed (`CoreStats::state_unconfirmed`): the
+    /// state vote after its restart was inconclusive and its peers' checkpoints have not yet
+    /// confirmed or contradicted it.
+    pub state_unconfirmed: AtomicU64,
+    /// Later state checks that confirmed, or contradicted (and repaired), the state.
+    pub state_checks_confirmed: AtomicU64,
+    pub state_checks_contradicted: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -90,7 +97,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 30] = [
+        let counters: [(&str, &str, &AtomicU64); 33] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -240,6 +247,21 @@ impl Metrics {
                 "tagma_answers_refused_total",
                 "Peers' requests (positions, decisions, log runs, state offers, chunks) answered in part or not at all because the peer's answer budget for the period was spent",
                 &self.answers_refused,
+            ),
+            (
+                "tagma_state_unconfirmed",
+                "1 while the state is unconfirmed: the state vote after a restart was inconclusive and f+1 peers' checkpoints have not yet confirmed or contradicted it",
+                &self.state_unconfirmed,
+            ),
+            (
+                "tagma_state_checks_confirmed_total",
+                "Later state checks that f+1 peers' checkpoints confirmed",
+                &self.state_checks_confirmed,
+            ),
+            (
+                "tagma_state_checks_contradicted_total",
+                "Later state checks that f+1 peers' checkpoints contradicted (the state was then fetched from them)",
+                &self.state_checks_contradicted,
             ),
         ];
         for (name, help, v) in counters {

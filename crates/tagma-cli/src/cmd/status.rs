@@ -41,6 +41,9 @@ pub struct ReplicaStatus {
     pub state_digest: Option<String>,
     /// Instances it has executed fewer than the replica that executed most.
     pub behind_by: Option<u64>,
+    /// Whether its state is unconfirmed: the state vote after its restart was inconclusive
+    /// and its peers' checkpoints have not confirmed or contradicted it yet.
+    pub state_unconfirmed: Option<bool>,
 }
 
 /// The whole cluster's status.
@@ -105,6 +108,12 @@ pub fn table(status: &ClusterStatus) -> String {
         if let Some(d) = &r.state_digest {
             let _ = write!(s, "; state digest {d}");
         }
+        if r.state_unconfirmed == Some(true) {
+            let _ = write!(
+                s,
+                "; STATE UNCONFIRMED (restarted alone: its state is checked against its peers' checkpoints as they come)"
+            );
+        }
         s.push('\n');
     }
     if let Some(why) = &status.digests_unavailable {
@@ -141,6 +150,7 @@ fn read_metrics(r: &mut ReplicaStatus, addr: std::net::SocketAddr) {
     r.view = value("tagma_view");
     r.executed_instances = value("tagma_executed_instances");
     r.decided_instances = value("tagma_decided_instances_total");
+    r.state_unconfirmed = value("tagma_state_unconfirmed").map(|v| v > 0);
 }
 
 /// Adds a state query's answer to `r`.
@@ -306,5 +316,25 @@ mod tests {
         assert_eq!(json["replicas"][2]["behind_by"], 7);
         assert_eq!(json["replicas"][3]["answering"], false);
         assert!(json["replicas"][3]["leader"].is_null());
+    }
+
+    #[test]
+    fn a_replica_whose_state_is_unconfirmed_says_so() {
+        let mut replicas = vec![up(0, 40), up(1, 40)];
+        replicas[1].state_unconfirmed = Some(true);
+        replicas[0].state_unconfirmed = Some(false);
+        mark_behind(&mut replicas);
+        let status = ClusterStatus {
+            replicas,
+            answering: 2,
+            digests_unavailable: None,
+        };
+        let text = table(&status);
+        let lines: Vec<&str> = text.lines().collect();
+        assert!(!lines[1].contains("UNCONFIRMED"), "{text}");
+        assert!(lines[2].contains("; STATE UNCONFIRMED ("), "{text}");
+        let json = serde_json::to_value(&status).unwrap();
+        assert_eq!(json["replicas"][1]["state_unconfirmed"], true);
+        assert_eq!(json["replicas"][0]["state_unconfirmed"], false);
     }
 }

@@ -15,5 +15,6 @@ mod membership;
 mod normal_case;
 mod scenarios;
 mod startup;
+mod state_check;
 mod state_transfer;
 mod state_vote;

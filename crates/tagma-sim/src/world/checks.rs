@@ -99,10 +99,20 @@ impl World {
     }
 
     pub(super) fn all_correct_done(&self) -> bool {
-        self.clients
+        !self.lying_disk_unconfirmed()
+            && self
+                .clients
+                .iter()
+                .filter(|c| c.is_correct())
+                .all(|c| c.liveness_left == Some(0) && c.out.is_none())
+    }
+
+    /// A running replica whose disk lied still has its state unconfirmed: the liveness phase
+    /// goes on (its clients keep ordering) until the later state check repairs it.
+    pub(super) fn lying_disk_unconfirmed(&self) -> bool {
+        self.nodes
             .iter()
-            .filter(|c| c.is_correct())
-            .all(|c| c.liveness_left == Some(0) && c.out.is_none())
+            .any(|n| n.lying_disk && !n.crashed && !n.left() && n.byz.is_none())
     }
 
     pub(super) fn fail_liveness(&mut self, why: &str) {

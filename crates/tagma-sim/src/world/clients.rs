@@ -56,7 +56,8 @@ impl World {
             return;
         }
         if matches!(self.phase, Phase::Liveness { .. })
-            && (!client.is_correct() || client.liveness_left == Some(0))
+            && (!client.is_correct()
+                || client.liveness_left == Some(0) && !self.lying_disk_unconfirmed())
         {
             return;
         }
@@ -251,7 +252,7 @@ impl World {
         client.completed += 1;
         if let Some(left) = client.liveness_left.as_mut() {
             *left = left.saturating_sub(1);
-            if *left == 0 {
+            if *left == 0 && !self.lying_disk_unconfirmed() {
                 return;
             }
         }

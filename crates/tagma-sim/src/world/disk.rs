@@ -59,7 +59,7 @@ pub(super) struct Disk {
 
 /// Instances between two checkpoints of one replica in durable runs (staggered over the
 /// replicas; small, so runs checkpoint, truncate the log and recover from checkpoints).
-pub(super) const CHECKPOINT_PERIOD_PER_REPLICA: u64 = 6;
+pub(super) const CHECKPOINT_PERIOD_PER_REPLICA: u64 = 2;
 
 /// Decisions kept in memory in durable runs: fewer than a checkpoint period, so state
 /// transfer is exercised.
@@ -70,7 +70,7 @@ pub(super) const SIM_CHUNK_BYTES: u32 = 512;
 
 /// Chance that a durable replica that installs a fetched state during the faults crashes
 /// before the log records after the state's checkpoint are flushed (and restarts soon).
-pub(super) const INSTALL_CRASH_P: f64 = 0.3;
+pub(super) const INSTALL_CRASH_P: f64 = 0.5;
 
 /// Chance that a crash damages a durable replica's disk (BFT runs, within the f budget).
 pub(super) const DISK_DAMAGE_P: f64 = 0.2;
