@@ -77,6 +77,14 @@ pub(crate) fn storage_loop(
                     entries,
                     repair,
                 } => {
+                    // A log that restarts after the checkpoint holds nothing past it until its
+                    // flush: the published position goes back to the checkpoint (durable
+                    // already) first, so the core is told of nothing the reset dropped.
+                    if let Some(c) = checkpoint
+                        && (repair || log.last_cid().is_none_or(|l| l < c))
+                    {
+                        sh.durable_below.store(c + 1, Ordering::SeqCst);
+                    }
                     if let Err(e) = log_installed(log.as_mut(), checkpoint, &entries, repair) {
                         error!(
                             "cannot log the decisions of an installed state: {e}; this replica stops replying"

@@ -660,7 +660,7 @@ impl World {
             }
             Event::Crash { replica, at_point } => self.on_crash(replica as usize, at_point),
             Event::CrashPointMissed(r) => {
-                if self.nodes[r as usize].crash_point_armed {
+                if self.phase == Phase::Faults && self.nodes[r as usize].crash_point_armed {
                     self.count("crash_points_missed");
                     self.crash(r as usize);
                 }
@@ -694,6 +694,10 @@ impl World {
         self.phase = Phase::Liveness { deadline_ms };
         self.partitions_active.clear();
         self.net = NetParams::healed();
+        // Crashes belong to the faults: one still waiting for a crash point does not happen.
+        for node in &mut self.nodes {
+            node.crash_point_armed = false;
+        }
         // Faults: the Byzantine replicas, the disks damaged (their replicas lost the votes
         // they cast), and the replicas that stay down.
         let mut keep_down = self
