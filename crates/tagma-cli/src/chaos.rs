@@ -61,6 +61,11 @@ pub enum Scenario {
     /// existed (one more key) under valid checksums — a lying disk, which only the state vote
     /// after the restart catches — restart all. BFT only.
     LyingDisk,
+    /// Kill --damaged replicas alone while the others serve, rewrite their newest checkpoint
+    /// with a state that never existed under valid checksums, restart them: their state vote
+    /// is inconclusive (the others moved on), and the later state check against the peers'
+    /// checkpoints catches the lie and repairs it. BFT only.
+    LoneLyingDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
     /// time with the events marked.
     ReconfigTour,
@@ -79,6 +84,7 @@ impl Scenario {
                 | Scenario::CorruptBoth
                 | Scenario::WipeDisk
                 | Scenario::LyingDisk
+                | Scenario::LoneLyingDisk
         )
     }
 
@@ -91,6 +97,7 @@ impl Scenario {
             Scenario::CorruptBoth => "corrupt-both",
             Scenario::WipeDisk => "wipe-disk",
             Scenario::LyingDisk => "lying-disk",
+            Scenario::LoneLyingDisk => "lone-lying-disk",
             Scenario::ReconfigTour => "reconfig-tour",
             Scenario::SlowDisk => "slow-disk",
         }
@@ -139,10 +146,13 @@ impl ChaosOptions {
         if self.clients == 0 {
             bail!("--clients must be at least 1");
         }
-        if scenario == Scenario::LyingDisk && self.mode == Mode::Cft {
+        if matches!(scenario, Scenario::LyingDisk | Scenario::LoneLyingDisk)
+            && self.mode == Mode::Cft
+        {
             bail!(
                 "a disk whose wrong content passes its checksums is a Byzantine fault, which \
-                 crash-tolerant replicas do not audit: run lying-disk without --cft"
+                 crash-tolerant replicas do not audit: run {} without --cft",
+                scenario.name()
             );
         }
         if scenario.damages_disks() && !(1..=self.f).contains(&self.damaged) {
@@ -201,6 +211,10 @@ pub struct ChaosReport {
     /// lying-disk: whether every damaged replica's recovered state was contradicted by the
     /// state vote and replaced (`None` for the other scenarios).
     pub repaired_by_state_vote: Option<bool>,
+    /// lone-lying-disk: whether every damaged replica's state was left unconfirmed by its
+    /// state vote, contradicted by the later state check and replaced (`None` for the other
+    /// scenarios).
+    pub repaired_by_state_check: Option<bool>,
     /// States the restarted (lagging or damaged) replicas installed by state transfer, and
     /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
@@ -215,6 +229,7 @@ impl ChaosReport {
             && self.state_digests_equal
             && self.damaged_state_discarded != Some(false)
             && self.repaired_by_state_vote != Some(false)
+            && self.repaired_by_state_check != Some(false)
     }
 
     pub fn table(&self) -> String {
@@ -228,6 +243,7 @@ impl ChaosReport {
              state_digests_equal    {}\n\
              damaged_state_discarded {}\n\
              repaired_by_state_vote  {}\n\
+             repaired_by_state_check {}\n\
              state_transfers        {} ({:.0} ms)\n\
              {}",
             self.scenario,
@@ -244,6 +260,8 @@ impl ChaosReport {
             self.damaged_state_discarded
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.repaired_by_state_vote
+                .map_or_else(|| "—".to_string(), |d| d.to_string()),
+            self.repaired_by_state_check
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.state_transfers,
             self.state_transfer_ms,
@@ -350,6 +368,8 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
             .iter()
             .all(|&i| cluster.metric(i, "tagma_state_repaired_total") > 0.0)
     });
+    let repaired_by_state_check = (scenario == Scenario::LoneLyingDisk)
+        .then(|| watched.iter().all(|&i| repaired_by_state_check(&cluster, i)));
     let state_transfers = watched
         .iter()
         .map(|&i| cluster.metric(i, "tagma_state_transfers_total") as u64)
@@ -372,6 +392,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         state_digests_equal: digests_equal(&states),
         damaged_state_discarded,
         repaired_by_state_vote,
+        repaired_by_state_check,
         state_transfers,
         state_transfer_ms,
     })
@@ -494,6 +515,37 @@ fn fault(
             restarted.elapsed().as_secs_f64() * 1000.0
         }
         Scenario::ReconfigTour | Scenario::SlowDisk => unreachable!("refused by run"),
+        Scenario::LoneLyingDisk => {
+            let lying: Vec<usize> = opts.damaged_replicas(scenario).collect();
+            for &i in &lying {
+                let dir = tagma_node::cluster_dir::data_dir(
+                    &cluster.dir,
+                    &cluster.cfg,
+                    tagma_wire::ReplicaId(i as u32),
+                );
+                wait_until(
+                    "the replica to damage writes its first checkpoint",
+                    Duration::from_secs(60),
+                    || files(&dir.join("checkpoints"), "ckp").is_ok_and(|f| !f.is_empty()),
+                )?;
+                cluster.kill(i);
+                lie_in_checkpoint(&dir.join("checkpoints"))?;
+            }
+            let restarted = Instant::now();
+            for &i in &lying {
+                cluster.start(i)?;
+            }
+            for &i in &lying {
+                cluster.wait_ready(i, ready)?;
+                wait_until(
+                    "the restarted replica's state check to find and repair the lie",
+                    Duration::from_secs(120),
+                    || repaired_by_state_check(cluster, i),
+                )?;
+                wait_caught_up(cluster, i, Duration::from_secs(120))?;
+            }
+            restarted.elapsed().as_secs_f64() * 1000.0
+        }
         Scenario::KillAll
         | Scenario::CorruptLog
         | Scenario::CorruptCheckpoint
@@ -552,6 +604,14 @@ fn fault(
     };
     std::thread::sleep(opts.after);
     Ok(recovery_ms)
+}
+
+/// Whether replica `i`'s later state check contradicted its state and a fetched state replaced
+/// it (its state is no longer unconfirmed).
+fn repaired_by_state_check(cluster: &LocalCluster, i: usize) -> bool {
+    cluster.metric(i, "tagma_state_checks_contradicted_total") > 0.0
+        && cluster.metric(i, "tagma_state_repaired_total") > 0.0
+        && cluster.metric(i, "tagma_state_unconfirmed") == 0.0
 }
 
 #[cfg(test)]

@@ -445,6 +445,17 @@ fn chaos_lying_disk_is_caught_by_the_state_vote_and_repaired() {
     assert!(report["state_transfers"].as_u64().unwrap() >= 1, "{report}");
 }
 
+/// A lying disk on a replica that restarts alone: the others moved on, so its state vote is
+/// inconclusive and it orders with its state unconfirmed; the later state check finds f+1
+/// peers' checkpoints contradicting it, and the replica fetches their state.
+#[test]
+fn chaos_lone_lying_disk_is_caught_by_the_state_check_and_repaired() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = chaos(&["--scenario", "lone-lying-disk"]);
+    assert_eq!(report["repaired_by_state_check"], true, "{report}");
+    assert!(report["state_transfers"].as_u64().unwrap() >= 1, "{report}");
+}
+
 /// Damaging more disks than f is refused before anything starts, naming the fix.
 #[test]
 fn chaos_refuses_more_damaged_disks_than_f() {
