@@ -368,8 +368,11 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
             .iter()
             .all(|&i| cluster.metric(i, "tagma_state_repaired_total") > 0.0)
     });
-    let repaired_by_state_check = (scenario == Scenario::LoneLyingDisk)
-        .then(|| watched.iter().all(|&i| repaired_by_state_check(&cluster, i)));
+    let repaired_by_state_check = (scenario == Scenario::LoneLyingDisk).then(|| {
+        watched
+            .iter()
+            .all(|&i| repaired_by_state_check(&cluster, i))
+    });
     let state_transfers = watched
         .iter()
         .map(|&i| cluster.metric(i, "tagma_state_transfers_total") as u64)

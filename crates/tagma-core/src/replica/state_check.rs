@@ -223,15 +223,8 @@ impl Replica {
             );
             check.repairing = true;
             self.stats.state_checks_contradicted += 1;
-            self.catch_up.state_transfer_signalled = true;
-            if !self
-                .fetch
-                .as_ref()
-                .is_some_and(crate::transfer::Fetch::is_installing)
-            {
-                self.fetch = None;
-                self.start_fetch(false, true);
-            }
+            // Started later if a fetch is installing (`state_check_tick`).
+            self.start_repair();
         }
     }
 

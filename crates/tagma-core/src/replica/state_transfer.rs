@@ -36,6 +36,18 @@ impl Replica {
         self.fetch_actions(out);
     }
 
+    /// Fetches the state at this replica's position to replace its own, which f+1 peers
+    /// contradicted. A fetch the runtime is installing keeps going until its verdict (a new
+    /// one would store its chunks over the ones being read); the caller starts the repair
+    /// again once no fetch is left.
+    pub(super) fn start_repair(&mut self) {
+        self.catch_up.state_transfer_signalled = true;
+        if !self.fetch.as_ref().is_some_and(Fetch::is_installing) {
+            self.fetch = None;
+            self.start_fetch(false, true);
+        }
+    }
+
     /// Starts a replica that a view change added (its parameters carry that view) and that
     /// has no state: it fetches a checkpoint and the decisions after it by state transfer
     /// before taking part, because the history before it joined was decided in views it

@@ -327,18 +327,9 @@ impl Replica {
                     digest: own,
                     stage: OwnVoteStage::Contradicted,
                 });
-                self.catch_up.state_transfer_signalled = true;
-                // A fetch the runtime is installing keeps going until its verdict (a new one
-                // would store its chunks over the ones being read); the repair then starts
-                // (`state_vote_pending`, stage `Repairing`).
-                if !self
-                    .fetch
-                    .as_ref()
-                    .is_some_and(crate::transfer::Fetch::is_installing)
-                {
-                    self.fetch = None;
-                    self.start_fetch(false, true);
-                }
+                // Started later if a fetch is installing (`state_vote_pending`, stage
+                // `Repairing`).
+                self.start_repair();
                 true
             }
         }

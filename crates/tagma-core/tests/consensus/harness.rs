@@ -536,6 +536,22 @@ pub fn decided_run(count: u64) -> Vec<DecidedInstance> {
         .collect()
 }
 
+/// The state queries sent to one peer among `actions`.
+pub fn state_queries(actions: Vec<Action>) -> Vec<Action> {
+    actions
+        .into_iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::Send {
+                    msg: PeerMessage::StateQuery { .. },
+                    ..
+                }
+            )
+        })
+        .collect()
+}
+
 pub fn ckp_info(cid: u64, digest: u8) -> CheckpointInfo {
     CheckpointInfo {
         cid: ConsensusId(cid),

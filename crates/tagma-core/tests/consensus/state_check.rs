@@ -41,18 +41,7 @@ fn unconfirmed_restart() -> (Replica, Vec<DecidedInstance>) {
     offer_from(&mut r3, 103, 2, None, 7);
     assert!(!r3.is_starting_up());
     assert_eq!(r3.stats().state_unconfirmed, 1, "inconclusive: unconfirmed");
-    let asked: Vec<Action> = drain(&mut r3)
-        .into_iter()
-        .filter(|a| {
-            matches!(
-                a,
-                Action::Send {
-                    msg: PeerMessage::StateQuery { .. },
-                    ..
-                }
-            )
-        })
-        .collect();
+    let asked = state_queries(drain(&mut r3));
     assert_eq!(asked.len(), 3, "every peer is asked: {asked:?}");
     (r3, log)
 }
@@ -103,19 +92,7 @@ fn f_plus_one_peers_checkpoints_that_match_confirm_the_state() {
     // The peers are asked again once they had time to write those checkpoints.
     let due = r3.next_timeout_ms().unwrap();
     r3.tick(due);
-    let asked = drain(&mut r3)
-        .iter()
-        .filter(|a| {
-            matches!(
-                a,
-                Action::Send {
-                    msg: PeerMessage::StateQuery { .. },
-                    ..
-                }
-            )
-        })
-        .count();
-    assert_eq!(asked, 3);
+    assert_eq!(state_queries(drain(&mut r3)).len(), 3);
     offer_from(&mut r3, due + 1, 2, Some((4, 0x44)), 8);
     assert_eq!(r3.stats().state_unconfirmed, 1, "one match is not enough");
     offer_from(&mut r3, due + 1, 0, Some((5, 0x45)), 8);

@@ -120,18 +120,7 @@ fn the_state_vote_is_inconclusive_when_the_peers_are_past_the_instance() {
     assert!(r3.is_starting_up(), "replica 1 may still vote there");
     let due = r3.next_timeout_ms().unwrap();
     r3.tick(due);
-    let asked: Vec<Action> = drain(&mut r3)
-        .into_iter()
-        .filter(|a| {
-            matches!(
-                a,
-                Action::Send {
-                    msg: PeerMessage::StateQuery { .. },
-                    ..
-                }
-            )
-        })
-        .collect();
+    let asked = state_queries(drain(&mut r3));
     assert_eq!(asked.len(), 2, "replicas 1 and 2, not 0: {asked:?}");
     offer_from(&mut r3, due + 1, 1, Some((1, 0xcc)), 4);
     offer_from(&mut r3, due + 1, 2, None, 7);
