@@ -409,6 +409,16 @@ impl ValidConfig {
 /// that the limits fit together.
 pub const FRAME_OVERHEAD_BYTES: usize = 256;
 
+/// A durable replica decides at most this many instances that are not in its log yet. Beyond
+/// it, it holds the instance in progress: it casts no vote on it, decides nothing, and keeps
+/// what it receives for it (bounded, in the buffers for later instances) until its log
+/// catches up. The others decide without it meanwhile; it then goes on from what it kept and
+/// catches up on the rest by decision forwarding or state transfer. This bounds everything a
+/// stalled disk leaves waiting in the runtime (the log's queue, the votes kept until their
+/// instance is logged); `limits.execution_queue_max`, which also bounds the log's queue, must
+/// hold twice as many.
+pub const LOG_LAG_MAX: u64 = 32;
+
 impl Config {
     /// Parses and validates a `tagma.toml`. Every error names its key and, where the key
     /// is in `text`, its line and column.
@@ -596,6 +606,16 @@ impl Config {
                 ));
             }
         }
+        if (l.execution_queue_max as u64) < 2 * LOG_LAG_MAX {
+            return Err(err(
+                "limits.execution_queue_max",
+                format!(
+                    "{} is too small: the log's queue, which it also bounds, must hold the {LOG_LAG_MAX} instances a durable replica may decide beyond its log, twice over",
+                    l.execution_queue_max
+                ),
+                format!("set it to {} or more (default 1024)", 2 * LOG_LAG_MAX),
+            ));
+        }
         let st = &self.storage;
         if st.checkpoint_period < self.replicas.len() as u64 {
             return Err(err(
@@ -768,6 +788,19 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "limits.frame_bytes_max");
         let single = config(1, Mode::Cft, 0).validate().unwrap();
         assert_eq!(single.quorums().reply_quorum(true), 1);
+    }
+
+    /// A stalled disk leaves up to `LOG_LAG_MAX` decisions in the log's queue, which
+    /// `execution_queue_max` bounds: a smaller queue is refused, naming the fix.
+    #[test]
+    fn the_execution_queue_holds_what_a_stalled_log_leaves_waiting() {
+        let mut c = config(4, Mode::Bft, 1);
+        c.limits.execution_queue_max = 40;
+        let e = c.clone().validate().unwrap_err();
+        assert_eq!(e.key, "limits.execution_queue_max");
+        assert!(e.to_string().contains("set it to 64 or more"), "{e}");
+        c.limits.execution_queue_max = 64;
+        assert!(c.validate().is_ok());
     }
 
     #[test]

@@ -124,7 +124,7 @@ impl Config {
             ),
             (
                 "execution_queue_max",
-                "Batches and reads waiting for the execution thread",
+                "Batches and reads waiting for the execution thread (and decisions for the log; at least 64)",
                 l.execution_queue_max,
                 d.execution_queue_max,
             ),

@@ -7,14 +7,7 @@ use tagma_wire::ConsensusId;
 
 use super::{Replica, action::Action};
 
-/// A durable replica decides at most this many instances that are not in its log yet. Beyond
-/// it, it holds the instance in progress: it casts no vote on it, decides nothing, and keeps
-/// what it receives for it (bounded, in the buffers for later instances) until its log
-/// catches up. The others decide without it meanwhile; it then goes on from what it kept and
-/// catches up on the rest by decision forwarding or state transfer. This bounds everything a
-/// stalled disk leaves waiting in the runtime (the log's queue, the votes kept until their
-/// instance is logged).
-pub const LOG_LAG_MAX: u64 = 32;
+pub use crate::config::LOG_LAG_MAX;
 
 impl Replica {
     /// A durable replica's runtime reports that every instance up to `cid` it delivered is on
