@@ -296,6 +296,32 @@ pub(crate) fn increment_loop(proxy: &Proxy, client: usize, counts: &Counts, stop
     }
 }
 
+/// The clients of the load, one per `--clients`.
+pub(crate) fn load_clients(cluster: &LocalCluster, opts: &ChaosOptions) -> Result<Vec<Proxy>> {
+    let ready = Duration::from_secs(30);
+    (0..opts.clients).map(|_| cluster.proxy(ready)).collect()
+}
+
+/// Runs `fault` while each of `proxies` increments its own counter in a loop; returns what
+/// `fault` returned and what each client counted.
+pub(crate) fn under_load<T>(
+    proxies: &[Proxy],
+    fault: impl FnOnce(&[Counts]) -> Result<T>,
+) -> Result<(T, Vec<Counts>)> {
+    let counts: Vec<Counts> = proxies.iter().map(|_| Counts::default()).collect();
+    let stop = AtomicBool::new(false);
+    let result = std::thread::scope(|s| -> Result<T> {
+        for (i, proxy) in proxies.iter().enumerate() {
+            let (counts, stop) = (&counts[i], &stop);
+            s.spawn(move || increment_loop(proxy, i, counts, stop));
+        }
+        let result = fault(&counts);
+        stop.store(true, Ordering::Relaxed);
+        result
+    })?;
+    Ok((result, counts))
+}
+
 pub(crate) fn total(counts: &[Counts]) -> u64 {
     counts
         .iter()
@@ -329,19 +355,9 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     opts.check(scenario)?;
     let (mut cluster, n) = launch(exe, opts)?;
     let ready = Duration::from_secs(30);
-    let proxies: Vec<Proxy> = (0..opts.clients)
-        .map(|_| cluster.proxy(ready))
-        .collect::<Result<_>>()?;
-    let counts: Vec<Counts> = (0..opts.clients).map(|_| Counts::default()).collect();
-    let stop = AtomicBool::new(false);
-    let recovery_ms = std::thread::scope(|s| -> Result<f64> {
-        for (i, proxy) in proxies.iter().enumerate() {
-            let (counts, stop) = (&counts[i], &stop);
-            s.spawn(move || increment_loop(proxy, i, counts, stop));
-        }
-        let result = fault(&mut cluster, scenario, opts, &counts);
-        stop.store(true, Ordering::Relaxed);
-        result
+    let proxies = load_clients(&cluster, opts)?;
+    let (recovery_ms, counts) = under_load(&proxies, |counts| {
+        fault(&mut cluster, scenario, opts, counts)
     })?;
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;

@@ -9,17 +9,14 @@
 //! gives the throughput before, during each stall and after, and how long each stalled
 //! replica took to catch up with the others.
 
-use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use serde::Serialize;
-use tagma_client::Proxy;
 use tagma_cluster::{LocalCluster, digests_equal};
 
 use crate::chaos::{
-    ChaosOptions, Counts, Scenario, account, in_doubt, increment_loop, total, wait_caught_up,
-    wait_until,
+    ChaosOptions, Counts, Scenario, account, in_doubt, total, wait_caught_up, wait_until,
 };
 
 /// The stall file's name in a replica's data directory (`[testing] stall_file`).
@@ -125,20 +122,9 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<SlowDiskReport>
         cfg.testing.stall_file = STALL_FILE.into();
     })?;
     let ready = Duration::from_secs(30);
-    let proxies: Vec<Proxy> = (0..opts.clients)
-        .map(|_| cluster.proxy(ready))
-        .collect::<Result<_>>()?;
-    let counts: Vec<Counts> = (0..opts.clients).map(|_| Counts::default()).collect();
-    let stop = AtomicBool::new(false);
-    let figures = std::thread::scope(|s| -> Result<Figures> {
-        for (i, proxy) in proxies.iter().enumerate() {
-            let (counts, stop) = (&counts[i], &stop);
-            s.spawn(move || increment_loop(proxy, i, counts, stop));
-        }
-        let result = stalls(&cluster, opts, &counts);
-        stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        result
-    })?;
+    let proxies = crate::chaos::load_clients(&cluster, opts)?;
+    let (figures, counts) =
+        crate::chaos::under_load(&proxies, |counts| stalls(&cluster, opts, counts))?;
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
