@@ -1,6 +1,7 @@
 //! `tagma status`: every replica of a cluster directory — whether it answers, the leader,
 //! regency and view it has installed, how far it has executed and decided, whether it is
-//! behind the others, and its state digest. Positions come from each replica's metrics
+//! behind the others, whether its state is unconfirmed (a lone restart whose state vote was
+//! inconclusive, until its peers' checkpoints settle it), and its state digest. Positions come from each replica's metrics
 //! endpoint, which answers whether or not a quorum is up; digests come from the replicas'
 //! answers to a client's state query when enough of them are up for a client to connect.
 
