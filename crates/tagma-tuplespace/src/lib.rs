@@ -17,6 +17,11 @@
 //! (1 defined, 0 wildcard — templates only) and, if defined, `u32` LE length and the bytes.
 //! Reply: `u8` 1 and the tuple (count `u8`, per field `u32` length and bytes) for a tuple
 //! returned or an `out` done, `u8` 0 for no match, `u8` 0xff for bytes that are no operation.
+//!
+//! [`typed`] holds the coordination service's typed tuples and templates (integer, string and
+//! bytes fields; typed wildcards; limits; their encoding).
+
+pub mod typed;
 
 use std::sync::{Arc, PoisonError, RwLock};
 
