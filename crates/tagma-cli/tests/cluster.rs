@@ -25,7 +25,8 @@ use tagma_wire::{
 
 mod common;
 use common::{
-    READY, add_replica, all_in_view, assert_converged, assert_history_clean, exe, wait_until,
+    READY, add_replica, all_in_view, assert_converged, assert_history_clean, exe, under_workload,
+    wait_until,
 };
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -361,15 +362,7 @@ fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
     })
     .unwrap();
     let clients = proxies(&c, 4);
-    let progress = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let opts = WorkloadOptions {
-        duration: Duration::from_secs(120),
-        ..Default::default()
-    };
-    let report = std::thread::scope(|s| {
-        let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
-        let ops = || progress.load(Ordering::Relaxed);
+    let (report, ()) = under_workload(clients, |ops| {
         wait_until("the cluster serves 300 ops", READY, || ops() >= 300);
         // 1. Kill the leader (replica 0); regency 1 (leader 1) takes over.
         c.kill(0);
@@ -408,8 +401,6 @@ fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
         wait_until("ops resume after the second kill", READY, || {
             ops() >= at + 300
         });
-        stop.store(true, Ordering::Relaxed);
-        worker.join().unwrap()
     });
     assert_history_clean(&c, &report, "every request completes");
     assert_converged(

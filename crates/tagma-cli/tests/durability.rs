@@ -3,17 +3,15 @@
 //! restarted from their own disks.
 
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tagma_cluster::LocalCluster;
-use tagma_cluster::workload::{self, WorkloadOptions};
 use tagma_core::Mode;
 use tagma_core::config::{Durability, StallFlush};
 use tagma_node::metrics::{scrape, value};
 
 mod common;
-use common::{READY, assert_converged, assert_history_clean, exe, wait_until};
+use common::{READY, assert_converged, assert_history_clean, exe, under_workload, wait_until};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -42,15 +40,7 @@ fn kill_all_and_recover(n: usize, mode: Mode) {
     let clients = (0..4)
         .map(|_| c.proxy(READY).expect("connect client"))
         .collect();
-    let progress = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let opts = WorkloadOptions {
-        duration: Duration::from_secs(120),
-        ..Default::default()
-    };
-    let report = std::thread::scope(|s| {
-        let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
-        let ops = || progress.load(Ordering::Relaxed);
+    let report = under_workload(clients, |ops| {
         wait_until("the cluster serves 600 ops", READY, || ops() >= 600);
         // A slow replica may trail the quorum that serves the clients: the kill must find
         // every one with instances on disk, or "recovered nothing" proves nothing.
@@ -76,8 +66,7 @@ fn kill_all_and_recover(n: usize, mode: Mode) {
         wait_until("ops resume after the restart", READY, || {
             ops() >= at_kill + 300
         });
-        stop.store(true, Ordering::Relaxed);
-        (worker.join().unwrap(), checkpoints)
+        checkpoints
     });
     let (report, checkpoints) = report;
     assert!(
@@ -122,15 +111,7 @@ fn log_stall_under_load(stall_leader: bool) {
     let clients = (0..4)
         .map(|_| c.proxy(READY).expect("connect client"))
         .collect();
-    let progress = AtomicU64::new(0);
-    let stop = AtomicBool::new(false);
-    let opts = WorkloadOptions {
-        duration: Duration::from_secs(120),
-        ..Default::default()
-    };
-    let report = std::thread::scope(|s| {
-        let worker = s.spawn(|| workload::run(clients, &opts, &progress, &stop));
-        let ops = || progress.load(Ordering::Relaxed);
+    let report = under_workload(clients, |ops| {
         wait_until("the cluster serves 300 ops", READY, || ops() >= 300);
         let stalled = if stall_leader {
             c.current_leader()
@@ -179,10 +160,9 @@ fn log_stall_under_load(stall_leader: bool) {
         wait_until("ops go on after the stall", READY, || {
             ops() >= stall_ops + 300
         });
-        stop.store(true, Ordering::Relaxed);
-        (worker.join().unwrap(), longest_pause, lag_max, stalled)
+        (longest_pause, lag_max, stalled)
     });
-    let (report, longest_pause, lag, stalled) = report;
+    let (report, (longest_pause, lag, stalled)) = report;
     eprintln!(
         "replica {stalled}'s log stalled 13 s: longest pause of the load {longest_pause:?}, \
          it lagged up to {lag} instances behind"

@@ -3,10 +3,11 @@
 #![allow(dead_code)]
 
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tagma_client::Proxy;
-use tagma_cluster::workload::WorkloadReport;
+use tagma_cluster::workload::{self, WorkloadOptions, WorkloadReport};
 use tagma_cluster::{LocalCluster, digests_equal};
 use tagma_crypto::IdentityKey;
 use tagma_wire::{ReplicaId, StateInfo, ViewId};
@@ -108,4 +109,25 @@ pub fn all_in_view(c: &LocalCluster, id: u32) -> Vec<tagma_wire::StateInfo> {
         );
     }
     states
+}
+
+/// Runs the model-checked key-value workload (for 120 s at most) on `proxies` while `body`
+/// runs, giving it the count of operations completed so far; stops the load once `body`
+/// returns. Returns the workload's report and what `body` returned.
+pub fn under_workload<T>(
+    proxies: Vec<Proxy>,
+    body: impl FnOnce(&dyn Fn() -> u64) -> T,
+) -> (WorkloadReport, T) {
+    let progress = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let opts = WorkloadOptions {
+        duration: Duration::from_secs(120),
+        ..Default::default()
+    };
+    std::thread::scope(|s| {
+        let worker = s.spawn(|| workload::run(proxies, &opts, &progress, &stop));
+        let result = body(&|| progress.load(Ordering::Relaxed));
+        stop.store(true, Ordering::Relaxed);
+        (worker.join().unwrap(), result)
+    })
 }
