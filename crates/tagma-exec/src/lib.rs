@@ -31,6 +31,20 @@ pub struct Context {
     pub seed: u64,
 }
 
+/// A reply to an ordered request executed earlier, whose reply its service deferred
+/// ([`Service::execute_ordered_run`] answered it with `None`): a blocked operation answered by
+/// a later request, or by the agreed time passing ([`Service::advance_time`]).
+///
+/// Every correct replica executes the same requests at the same agreed times, so each gives
+/// the same late reply at the same point of the order; the executor caches it like any reply,
+/// so a retransmission of the deferred request is answered from the cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LateReply {
+    pub client: ClientId,
+    pub seq: RequestSeq,
+    pub payload: Bytes,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ServiceError {
     #[error("invalid snapshot: {0}")]
@@ -52,6 +66,37 @@ pub trait Service: Send + 'static {
             .iter()
             .map(|(request, ctx)| self.execute_ordered(request, ctx))
             .collect()
+    }
+    /// Executes consecutive ordered requests of one decided batch, in order, where the service
+    /// may defer replies: `None` at position `i` defers the reply to request `i`, which the
+    /// service gives later as a [`LateReply`] (exactly once); late replies to requests
+    /// deferred earlier go into `late`, in the order the service gives them. The default
+    /// defers nothing ([`Service::execute_ordered_batch`]). Same calling rules as
+    /// [`Service::execute_ordered_batch`]; a service that overrides this one is only ever
+    /// called through it.
+    fn execute_ordered_run(
+        &mut self,
+        requests: &[(Bytes, Context)],
+        late: &mut Vec<LateReply>,
+    ) -> Vec<Option<Bytes>> {
+        let _ = late;
+        self.execute_ordered_batch(requests)
+            .into_iter()
+            .map(Some)
+            .collect()
+    }
+    /// The agreed time reached `timestamp_ms` (the timestamp of the decided batch about to
+    /// execute, time-only batches included; it never goes back): the service does what is
+    /// due by then (timeouts of waiting requests, leases running out), and gives the late
+    /// replies that makes into `late`. Called before the batch's first request.
+    fn advance_time(&mut self, timestamp_ms: u64, late: &mut Vec<LateReply>) {
+        let _ = (timestamp_ms, late);
+    }
+    /// The earliest agreed time at which [`Service::advance_time`] has something to do, if
+    /// any. When it passes with no request to order, the leader orders a batch that carries
+    /// only the time, so a wait times out even when no client sends anything.
+    fn next_due_ms(&self) -> Option<u64> {
+        None
     }
     /// Executes a read-only request without ordering. Must not change the state.
     fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes;
@@ -212,7 +257,10 @@ impl<S: Service> Executor<S> {
     }
 
     /// Executes every request of the batch decided in `cid` in order (cid must be the next
-    /// instance: asserted), caches the replies and returns them in batch order.
+    /// instance: asserted), caches the replies and returns them: first the late replies the
+    /// agreed time's advance gave ([`Service::advance_time`]), then each run's replies in batch
+    /// order followed by the late replies the run gave. A request whose reply the service
+    /// deferred has none here.
     ///
     /// Request `i` of the batch (its position in `batch.requests`) gets the seed
     /// [`request_seed`]`(batch.seed, i)`. Unordered requests never belong in a batch; they are
@@ -225,6 +273,9 @@ impl<S: Service> Executor<S> {
             self.executed_instances
         );
         let mut replies = Vec::with_capacity(batch.requests.len());
+        let mut late = Vec::new();
+        self.service.advance_time(batch.timestamp_ms, &mut late);
+        self.record_late(late, &mut replies);
         // Runs of ordered requests go to the service together (a parallel service runs them
         // at once); a view change is executed alone between runs, with nothing running.
         let mut run: Vec<(usize, Bytes, Context)> = Vec::new();
@@ -275,7 +326,8 @@ impl<S: Service> Executor<S> {
             .iter()
             .map(|(_, payload, ctx)| (payload.clone(), *ctx))
             .collect();
-        let payloads = self.service.execute_ordered_batch(&requests);
+        let mut late = Vec::new();
+        let payloads = self.service.execute_ordered_run(&requests, &mut late);
         assert_eq!(
             payloads.len(),
             requests.len(),
@@ -284,8 +336,47 @@ impl<S: Service> Executor<S> {
             payloads.len()
         );
         for ((index, _, _), payload) in run.drain(..).zip(payloads) {
-            self.record(&batch.requests[index].request, payload, replies);
+            let request = &batch.requests[index].request;
+            match payload {
+                Some(payload) => self.record(request, payload, replies),
+                None => self.record_deferred(request),
+            }
         }
+        self.record_late(late, replies);
+    }
+
+    /// Caches and returns the late replies a service gave.
+    fn record_late(&mut self, late: Vec<LateReply>, replies: &mut Vec<Reply>) {
+        for LateReply {
+            client,
+            seq,
+            payload,
+        } in late
+        {
+            debug_assert!(
+                self.last_executed.get(&client).is_some_and(|s| *s >= seq),
+                "a late reply to {client}/{seq}, which was never executed"
+            );
+            debug_assert!(
+                self.reply_cache.get(client, seq).is_none(),
+                "a second reply to {client}/{seq}"
+            );
+            let reply = Reply {
+                client,
+                seq,
+                kind: RequestKind::Ordered,
+                view: self.view,
+                payload,
+            };
+            self.reply_cache.insert(reply.clone());
+            replies.push(reply);
+        }
+    }
+
+    /// Counts an executed request whose reply the service deferred.
+    fn record_deferred(&mut self, request: &tagma_wire::Request) {
+        self.executed_requests += 1;
+        self.last_executed.insert(request.client, request.seq);
     }
 
     /// Counts an executed request and caches its reply.
@@ -357,6 +448,11 @@ impl<S: Service> Executor<S> {
     }
     pub fn state_digest(&self) -> Digest {
         self.service.state_digest()
+    }
+    /// The service's [`Service::next_due_ms`]: when the leader is to order a time-only batch
+    /// if no request comes first.
+    pub fn next_due_ms(&self) -> Option<u64> {
+        self.service.next_due_ms()
     }
     /// The service, read-only (every change goes through ordered batches).
     pub fn service(&self) -> &S {
