@@ -76,7 +76,7 @@ impl Service for Gate {
         out.freeze()
     }
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {
-        if snapshot.len() % 24 != 0 {
+        if !snapshot.len().is_multiple_of(24) {
             return Err(ServiceError::InvalidSnapshot("not whole waiters".into()));
         }
         let mut b = snapshot.clone();
