@@ -407,7 +407,8 @@ impl Clients {
         if !authentic {
             return Err(ProposalFault::Unauthentic);
         }
-        if batch.requests.is_empty() {
+        // A batch with no request only carries the agreed time forward (a time-only batch).
+        if batch.requests.is_empty() && batch.timestamp_ms <= previous_timestamp_ms {
             return Err(ProposalFault::Empty);
         }
         if batch.requests.len() > limits.batch_size_max {
@@ -773,10 +774,12 @@ mod tests {
             c.validate_proposal(&ok, 100, false, 10),
             Err(ProposalFault::Unauthentic)
         );
+        // A batch with no request must carry the agreed time forward.
         assert_eq!(
-            c.validate_proposal(&batch(vec![]), 100, true, 0),
+            c.validate_proposal(&batch(vec![]), 100, true, 10),
             Err(ProposalFault::Empty)
         );
+        assert_eq!(c.validate_proposal(&batch(vec![]), 100, true, 9), Ok(()));
         assert_eq!(
             c.validate_proposal(&batch(vec![req(2, 1, 0); 5]), 100, true, 0),
             Err(ProposalFault::TooManyRequests { count: 5 })

@@ -36,6 +36,8 @@ pub enum ProposalFault {
     TooManyBytes {
         bytes: usize,
     },
+    /// A batch with no request whose timestamp does not advance the agreed time (a
+    /// time-only batch must).
     Empty,
     TimestampRegressed {
         timestamp_ms: u64,

@@ -68,6 +68,13 @@ pub(crate) fn consensus_loop(
             Ok(ConsensusEvent::Peer { from, input }) => Some(Input::Peer { from, input }),
             Ok(ConsensusEvent::Checkpointed(info)) => Some(Input::CheckpointWritten(info)),
             Ok(ConsensusEvent::LogServed { to, unused }) => Some(Input::LogServed { to, unused }),
+            Ok(ConsensusEvent::ServiceDue {
+                executed_through,
+                due_ms,
+            }) => Some(Input::ServiceDue {
+                executed_through,
+                due_ms,
+            }),
             Ok(ConsensusEvent::StateDigest { cid, digest }) => {
                 Some(Input::StateDigest { cid, digest })
             }

@@ -60,11 +60,26 @@ pub(crate) fn execution_loop<S: Service>(
             *published = current;
         }
     };
+    let mut due = DueReport::default();
     loop {
         // Before every event, and at least every 100 ms when idle: a change executed by the
         // last event before a pause is published too.
         publish(&executor, &mut published_view);
-        let event = match rx.recv_timeout(Duration::from_millis(100)) {
+        if sh.unreplicated {
+            // No leader orders time-only batches: the agreed time is this replica's clock.
+            let now = clock.now_ms();
+            if executor.next_due_ms().is_some_and(|t| t <= now) {
+                let replies = execute_time_only(&mut executor, now);
+                send_replies(&routes, replies);
+            }
+        } else {
+            due.report(sh, &executor);
+        }
+        let wait = match executor.next_due_ms().filter(|_| sh.unreplicated) {
+            Some(t) => t.saturating_sub(clock.now_ms()).clamp(1, 100),
+            None => 100,
+        };
+        let event = match rx.recv_timeout(Duration::from_millis(wait)) {
             Ok(event) => event,
             Err(RecvTimeoutError::Timeout) => continue,
             Err(RecvTimeoutError::Disconnected) => break,
@@ -84,6 +99,11 @@ pub(crate) fn execution_loop<S: Service>(
                     // Decided while this replica fetched state; the state covers it.
                     continue;
                 };
+                if decision.batch.requests.is_empty() {
+                    // A time-only batch: the leader waits for this report before it orders
+                    // another.
+                    due.executed_time_batch();
+                }
                 sh.metrics
                     .executed_instances
                     .store(executor.executed_instances(), Ordering::Relaxed);
@@ -141,6 +161,12 @@ pub(crate) fn execution_loop<S: Service>(
                 }
             }
             ExecEvent::Execute(request) => {
+                // Unreplicated: what is due by now happens before the request runs.
+                let now = clock.now_ms();
+                if executor.next_due_ms().is_some_and(|t| t <= now) {
+                    let replies = execute_time_only(&mut executor, now);
+                    send_replies(&routes, replies);
+                }
                 let (client, seq) = (request.request.client, request.request.seq);
                 if last_executed.get(&client).is_some_and(|last| seq <= *last) {
                     // A retransmission: answer from the cache, never execute twice.
@@ -207,6 +233,61 @@ pub(crate) fn execution_loop<S: Service>(
                     send(&conn, ReplicaMessage::ViewHistory(history));
                 }
             }
+        }
+    }
+}
+
+/// An unreplicated server's time-only batch at its clock's `now_ms` (never before the last
+/// batch's time): the service does what is due by then.
+fn execute_time_only<S: Service>(
+    executor: &mut Executor<S>,
+    now_ms: u64,
+) -> Vec<tagma_wire::Reply> {
+    let cid = ConsensusId(executor.executed_instances());
+    let batch = Batch {
+        timestamp_ms: now_ms.max(executor.last_timestamp_ms()),
+        seed: cid.0,
+        requests: Vec::new(),
+    };
+    executor.execute_batch(cid, &batch)
+}
+
+/// What the execution thread last told the consensus thread about the service's next due
+/// time ([`ConsensusEvent::ServiceDue`]): it reports again when the time changes or a
+/// time-only batch was executed, and retries a report the internal channel had no room for.
+#[derive(Default)]
+struct DueReport {
+    /// The due time last reported (`None`: none reported yet).
+    reported: Option<Option<u64>>,
+    /// A time-only batch executed since the last report.
+    time_batch_executed: bool,
+}
+
+impl DueReport {
+    fn executed_time_batch(&mut self) {
+        self.time_batch_executed = true;
+    }
+
+    fn report<S: Service>(&mut self, sh: &Shared, executor: &Executor<S>) {
+        let due_ms = executor.next_due_ms();
+        if self.reported == Some(due_ms) && !self.time_batch_executed {
+            return;
+        }
+        let executed_through = executor
+            .executed_instances()
+            .checked_sub(1)
+            .map(ConsensusId);
+        let event = ConsensusEvent::ServiceDue {
+            executed_through,
+            due_ms,
+        };
+        // The internal channel is shared with the storage and checkpoint threads, which count
+        // on its room: never wait on it, never take more than half of it; a report that finds
+        // no room is retried after the next event (only the newest counts).
+        let room = sh.internal_tx.capacity().unwrap_or(0) / 2;
+        if sh.internal_tx.len() < room && sh.internal_tx.try_send(event).is_ok() {
+            self.reported = Some(due_ms);
+            self.time_batch_executed = false;
         }
     }
 }

@@ -50,6 +50,12 @@ pub(crate) enum ConsensusEvent {
         to: ReplicaId,
         unused: tagma_core::Allowance,
     },
+    /// The service's next due time after the execution of `executed_through`
+    /// (`Input::ServiceDue`: the leader orders a time-only batch when it passes).
+    ServiceDue {
+        executed_through: Option<tagma_wire::ConsensusId>,
+        due_ms: Option<u64>,
+    },
     /// The execution thread's verdict on a fetched state, with what the storage thread must
     /// log for it.
     Installed {

@@ -51,6 +51,14 @@ pub enum Input {
         to: ReplicaId,
         unused: super::Allowance,
     },
+    /// After executing through `executed_through` (`None`: nothing yet), the service next has
+    /// work at agreed time `due_ms` (`None`: nothing due). While this replica leads and no
+    /// request waits, it orders a batch carrying only the time once `due_ms` has passed. May
+    /// be given at any time; only the newest report counts.
+    ServiceDue {
+        executed_through: Option<ConsensusId>,
+        due_ms: Option<u64>,
+    },
 }
 
 /// A PROPOSE's batch as prepared by the network stage.

@@ -11,6 +11,7 @@
 //!   to never forget a vote, to never run far ahead of its log, and to rejoin after a crash.
 //! - `serving`, `state_transfer`: checkpoints offered to, and fetched from, other replicas.
 //! - `membership`: views installed by ordered view changes.
+//! - `time_batch`: the leader's batches that carry only the agreed time.
 //! - `timers`: what a tick fires.
 
 mod action;
@@ -32,6 +33,7 @@ mod state_check;
 mod state_transfer;
 mod state_vote;
 mod stats;
+mod time_batch;
 mod timers;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -152,6 +154,8 @@ pub struct Replica {
     state_check: Option<state_check::StateCheck>,
     /// The newest decisions of the state being installed (kept for forwarding once it is).
     installing_recent: Vec<DecidedInstance>,
+    /// The service's next due time, for time-only batches (`time_batch`).
+    service_due: time_batch::ServiceDue,
     now_ms: u64,
 }
 
@@ -254,6 +258,7 @@ impl Replica {
             fetch: None,
             state_check: None,
             installing_recent: Vec::new(),
+            service_due: time_batch::ServiceDue::default(),
             now_ms: 0,
             params,
         }
@@ -339,6 +344,10 @@ impl Replica {
                     Input::StateDigest { cid, digest } => self.on_state_digest(cid, digest),
                     Input::StateInstalled(outcome) => self.on_state_installed(outcome),
                     Input::LogServed { to, unused } => self.on_log_served(to, unused),
+                    Input::ServiceDue {
+                        executed_through,
+                        due_ms,
+                    } => self.on_service_due(executed_through, due_ms),
                     Input::ClientRequest(_) | Input::Peer { .. } | Input::Tick => {
                         unreachable!("matched above")
                     }

@@ -627,7 +627,7 @@ impl Replica {
     pub(super) fn build_batch(&mut self) -> Option<(Bytes, Batch)> {
         let requests = self.clients.select_batch();
         if requests.is_empty() {
-            return None;
+            return self.time_batch();
         }
         let batch = Batch {
             timestamp_ms: self.now_ms.max(self.last_decided_timestamp_ms),

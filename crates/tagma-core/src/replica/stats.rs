@@ -35,4 +35,6 @@ pub struct CoreStats {
     /// Requests from peers answered in part or not at all because the peer's answer budget
     /// for the period was spent (see `AnswerBudget`).
     pub answers_refused: u64,
+    /// Batches this replica proposed with no request, only the agreed time (see `time_batch`).
+    pub time_batches_proposed: u64,
 }

@@ -113,6 +113,7 @@ impl Replica {
             startup,
             fetch,
             self.state_check_deadline_ms(),
+            self.time_batch_deadline_ms(),
         ]
         .into_iter()
         .flatten()

@@ -18,3 +18,4 @@ mod startup;
 mod state_check;
 mod state_transfer;
 mod state_vote;
+mod time_batch;

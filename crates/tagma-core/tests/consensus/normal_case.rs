@@ -134,9 +134,11 @@ fn oversized_batches_are_invalid() {
     let mut small = replica(p);
     let (input, _) = propose(0, &batch);
     assert_invalid(&mut small, 0, input, ProposalFault::TooManyBytes { bytes });
+    // A batch with no request that does not advance the agreed time.
     let mut follower = bft(1);
-    let (input, _) = propose(0, &batch_of(1, vec![]));
-    assert_invalid(&mut follower, 0, input, ProposalFault::Empty);
+    decide_on_follower(&mut follower, 0, &batch_of(5, vec![req(1, 1)]));
+    let (input, _) = propose(1, &batch_of(5, vec![]));
+    assert_invalid(&mut follower, 1, input, ProposalFault::Empty);
 }
 
 #[test]

@@ -1,0 +1,95 @@
+//! Time-only batches: a leader orders a batch with no request once the service's due time
+//! passes, one per due time until its execution is reported; followers accept an empty batch
+//! only if it advances the agreed time.
+
+use tagma_core::{Input, Mode, Replica};
+use tagma_wire::ConsensusId;
+
+use crate::harness::*;
+
+fn due(replica: &mut Replica, now_ms: u64, executed_through: Option<u64>, due_ms: Option<u64>) {
+    replica
+        .handle(
+            now_ms,
+            Input::ServiceDue {
+                executed_through: executed_through.map(ConsensusId),
+                due_ms,
+            },
+        )
+        .unwrap();
+}
+
+#[test]
+fn a_leader_orders_one_time_only_batch_per_due_time_once_it_passes() {
+    let mut leader = bft(0);
+    due(&mut leader, 10, None, Some(100));
+    assert!(!proposes(&drain(&mut leader)), "not due yet");
+    assert!(leader.next_timeout_ms().is_some_and(|t| t <= 100));
+    leader.tick(99);
+    assert!(!proposes(&drain(&mut leader)));
+
+    leader.tick(100);
+    let (_, hash, batch) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert!(batch.requests.is_empty());
+    assert_eq!(batch.timestamp_ms, 100);
+    assert_eq!(leader.stats().time_batches_proposed, 1);
+    assert_eq!(
+        complete_on_leader(&mut leader, 0, hash),
+        vec![accept(0, hash), deliver(0, hash, batch)]
+    );
+
+    // Decided but not yet executed: the due time reported before it still stands, and no
+    // second time-only batch follows.
+    leader.tick(200);
+    assert!(!proposes(&drain(&mut leader)));
+    // Its execution is reported, with a due time already passed: the next one leaves at once,
+    // its timestamp after the last decided one.
+    due(&mut leader, 200, Some(0), Some(150));
+    let (_, hash, batch) = take_proposal(&drain(&mut leader), 1, Mode::Bft);
+    assert!(batch.requests.is_empty());
+    assert_eq!(batch.timestamp_ms, 200);
+    complete_on_leader(&mut leader, 1, hash);
+    due(&mut leader, 300, Some(1), None);
+    leader.tick(10_000);
+    assert!(!proposes(&drain(&mut leader)), "nothing due");
+    assert_eq!(leader.stats().time_batches_proposed, 2);
+}
+
+#[test]
+fn a_request_waiting_goes_in_a_batch_of_its_own_kind_and_a_follower_never_orders_time() {
+    let mut leader = bft(0);
+    due(&mut leader, 10, None, Some(5));
+    // Due already, but a request waits too: it is proposed (carrying the time with it).
+    let mut leader_with_request = bft(0);
+    leader_with_request.receive_request(10, req(1, 1)).unwrap();
+    due(&mut leader_with_request, 10, None, Some(5));
+    let (_, _, batch) = take_proposal(&drain(&mut leader_with_request), 0, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 1)]);
+    assert_eq!(leader_with_request.stats().time_batches_proposed, 0);
+    // The plain leader proposed the time-only batch when told.
+    let (_, _, batch) = take_proposal(&drain(&mut leader), 0, Mode::Bft);
+    assert!(batch.requests.is_empty());
+
+    let mut follower = bft(1);
+    due(&mut follower, 10, None, Some(5));
+    follower.tick(1_000);
+    assert!(!proposes(&drain(&mut follower)));
+    assert_eq!(follower.stats().time_batches_proposed, 0);
+}
+
+#[test]
+fn a_follower_decides_a_time_only_batch_that_advances_the_agreed_time() {
+    let mut follower = bft(1);
+    decide_on_follower(&mut follower, 0, &batch_of(5, vec![req(1, 1)]));
+    decide_on_follower(&mut follower, 1, &batch_of(6, vec![]));
+}
+
+#[test]
+fn an_older_report_than_one_taken_changes_nothing() {
+    let mut leader = bft(0);
+    due(&mut leader, 10, Some(3), None);
+    // A report from before instance 3 executed (delayed behind an installed state).
+    due(&mut leader, 20, Some(1), Some(15));
+    leader.tick(50);
+    assert!(!proposes(&drain(&mut leader)));
+}
