@@ -149,6 +149,11 @@ pub struct TimeoutSection {
     /// Replica request timer: first expiry forwards a pending request, second suspects the
     /// leader.
     pub request_timeout_ms: u64,
+    /// How far ahead of a replica's clock a leader's new batch may be timestamped: a later
+    /// one is refused and the leader suspected. It bounds how early a faulty leader can make
+    /// leases and waits run out (the agreed time is at most this far ahead of a correct
+    /// replica's clock); the replicas' clocks must agree to well within it.
+    pub clock_skew_max_ms: u64,
     /// Client proxy: retransmit a request not answered within this time.
     pub client_retransmit_ms: u64,
     /// Client proxy: give up on an invocation after this time.
@@ -166,6 +171,7 @@ impl Default for TimeoutSection {
     fn default() -> Self {
         TimeoutSection {
             request_timeout_ms: 1000,
+            clock_skew_max_ms: 5000,
             client_retransmit_ms: 1000,
             client_invoke_timeout_ms: 30_000,
             connect_timeout_ms: 1000,
@@ -570,7 +576,7 @@ impl Config {
         let b = &self.batch;
         let l = &self.limits;
         let t = &self.timeouts;
-        let positive: [(&str, u64); 19] = [
+        let positive: [(&str, u64); 20] = [
             ("batch.batch_size_max", b.batch_size_max as u64),
             ("batch.batch_bytes_max", b.batch_bytes_max as u64),
             ("limits.frame_bytes_max", l.frame_bytes_max as u64),
@@ -590,6 +596,7 @@ impl Config {
             ("limits.signature_threads", l.signature_threads as u64),
             ("limits.decisions_kept", l.decisions_kept as u64),
             ("timeouts.request_timeout_ms", t.request_timeout_ms),
+            ("timeouts.clock_skew_max_ms", t.clock_skew_max_ms),
             ("timeouts.client_retransmit_ms", t.client_retransmit_ms),
             (
                 "timeouts.client_invoke_timeout_ms",

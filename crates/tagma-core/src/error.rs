@@ -43,6 +43,12 @@ pub enum ProposalFault {
         timestamp_ms: u64,
         previous_ms: u64,
     },
+    /// A new batch timestamped further ahead of this replica's clock than
+    /// `clock_skew_max_ms` allows.
+    TimestampAhead {
+        timestamp_ms: u64,
+        local_ms: u64,
+    },
     /// The batch would open more client sessions than `clients_max` allows.
     TooManySessions,
 }

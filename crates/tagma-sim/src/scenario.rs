@@ -38,6 +38,9 @@ pub const FAULT_PERIOD_MS_DEFAULT: u64 = 3_000;
 pub const LIVENESS_BOUND_MS_DEFAULT: u64 = 30_000;
 /// Core request timeout: short so that leader changes happen quickly in virtual time.
 pub const REQUEST_TIMEOUT_MS: u64 = 200;
+/// How far ahead of a replica's virtual clock a new batch may be timestamped (all replicas
+/// share the virtual clock, so only a faulty leader comes near it).
+pub const CLOCK_SKEW_MAX_MS: u64 = 5_000;
 /// Operations each correct client must complete after the network heals.
 pub const LIVENESS_OPS: u64 = 2;
 

@@ -148,12 +148,15 @@ impl Replica {
         }
         let verdict = match &batch {
             None => Err(ProposalFault::Undecodable),
-            Some(b) => self.clients.validate_proposal(
-                &b.batch,
-                b.bytes.len(),
-                true,
-                self.last_decided_timestamp_ms,
-            ),
+            Some(b) => self
+                .clients
+                .validate_proposal(
+                    &b.batch,
+                    b.bytes.len(),
+                    true,
+                    self.last_decided_timestamp_ms,
+                )
+                .and_then(|()| self.check_timestamp_ahead(&b.batch)),
         };
         match (verdict, batch) {
             (Ok(()), Some(b)) if b.authentic => {
@@ -179,6 +182,22 @@ impl Replica {
             }
             (Ok(()), None) => unreachable!("an undecodable proposal never validates"),
         }
+    }
+
+    /// A fresh PROPOSE's timestamp may be at most `clock_skew_max_ms` ahead of this replica's
+    /// clock. Judged on the local clock, so correct replicas may judge a proposal near the
+    /// bound differently; that costs at most a leader change, never agreement, and only
+    /// fresh proposals are judged so (a value chosen in a leader change or a proven decision
+    /// is not).
+    fn check_timestamp_ahead(&self, batch: &tagma_wire::Batch) -> Result<(), ProposalFault> {
+        let bound = self.now_ms.saturating_add(self.params.clock_skew_max_ms);
+        if batch.timestamp_ms > bound {
+            return Err(ProposalFault::TimestampAhead {
+                timestamp_ms: batch.timestamp_ms,
+                local_ms: self.now_ms,
+            });
+        }
+        Ok(())
     }
 
     /// A valid proposal becomes the value of the epoch: vote for it (WRITE in BFT, ACCEPT in

@@ -21,6 +21,10 @@ pub struct ReplicaParams {
     pub clients_max: usize,
     pub future_messages_max: usize,
     pub request_timeout_ms: u64,
+    /// How far ahead of this replica's clock a leader's new batch may be timestamped
+    /// (`[timeouts] clock_skew_max_ms`): a later one is refused as a faulty proposal, so a
+    /// faulty leader cannot run the agreed time (and with it leases and waits) ahead.
+    pub clock_skew_max_ms: u64,
     /// Seed for the leader's choice of per-batch seeds (deterministic).
     pub seed: u64,
     /// Members' Ed25519 public keys, in the order of `members` (to check signed ACCEPTs,
@@ -106,6 +110,7 @@ impl ReplicaParams {
             clients_max: r.limits.clients_max,
             future_messages_max: r.limits.future_messages_max,
             request_timeout_ms: r.timeouts.request_timeout_ms,
+            clock_skew_max_ms: r.timeouts.clock_skew_max_ms,
             seed: 0x7461_676d_6100_0000 ^ me.0 as u64,
             member_keys: cfg.replicas.iter().map(|r| r.public_key).collect(),
             decisions_kept: r.limits.decisions_kept,

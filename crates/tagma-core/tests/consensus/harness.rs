@@ -47,6 +47,7 @@ pub fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         clients_max: 1000,
         future_messages_max: 1000,
         request_timeout_ms: 1000,
+        clock_skew_max_ms: 1_000_000,
         seed: u64::from(me),
         member_keys: (0..n).map(|i| key(i).public()).collect(),
         decisions_kept: 64,

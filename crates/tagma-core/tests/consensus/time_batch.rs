@@ -93,3 +93,33 @@ fn an_older_report_than_one_taken_changes_nothing() {
     leader.tick(50);
     assert!(!proposes(&drain(&mut leader)));
 }
+
+#[test]
+fn a_follower_refuses_a_batch_timestamped_further_ahead_of_its_clock_than_the_skew_allows() {
+    use tagma_core::{ProposalFault, Rejection};
+    let mut p = params(Mode::Bft, 4, 1);
+    p.clock_skew_max_ms = 1_000;
+    let mut follower = replica(p.clone());
+    let (input, _) = propose(0, &batch_of(2_001, vec![req(1, 1)]));
+    assert_eq!(
+        follower.receive(1_000, r(0), input),
+        Err(Rejection::InvalidProposal {
+            from: r(0),
+            cid: ConsensusId(0),
+            fault: ProposalFault::TimestampAhead {
+                timestamp_ms: 2_001,
+                local_ms: 1_000,
+            },
+        })
+    );
+    // At the bound it is taken.
+    let mut follower = replica(p);
+    let (input, _) = propose(0, &batch_of(2_000, vec![req(1, 1)]));
+    follower.receive(1_000, r(0), input).unwrap();
+    assert!(matches!(
+        drain(&mut follower).as_slice(),
+        [tagma_core::Action::Broadcast(
+            tagma_wire::PeerMessage::Write(_)
+        )]
+    ));
+}

@@ -42,7 +42,7 @@ use crate::{
     client::SimClient,
     linearizability::Entry,
     rng::Rng,
-    scenario::{LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario},
+    scenario::{CLOCK_SKEW_MAX_MS, LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario},
 };
 
 /// A run stops (as a liveness failure) after this many events.
@@ -376,6 +376,7 @@ impl World {
                     clients_max: 64,
                     future_messages_max: 256,
                     request_timeout_ms: REQUEST_TIMEOUT_MS,
+                    clock_skew_max_ms: CLOCK_SKEW_MAX_MS,
                     seed: sc.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
                     member_keys: member_keys.clone(),
                     // Durable runs keep few decisions in memory, so replicas that fall behind
