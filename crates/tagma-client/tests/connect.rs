@@ -5,7 +5,7 @@ mod replicas;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use replicas::{Behaviour, PRINCIPAL, client_key, cluster, stranger_key};
+use replicas::{Behaviour, PRINCIPAL, client_key, cluster, cluster_with, stranger_key};
 use tagma_client::{ClientError, ClientOptions, Proxy};
 use tagma_wire::ReplicaId;
 
@@ -63,4 +63,34 @@ fn a_replica_that_never_answers_the_handshake_holds_up_neither_connect_nor_calls
         queried < Duration::from_secs(3),
         "connect {connected:?}, ordered call {called:?}, view and states {queried:?}"
     );
+}
+
+/// A reply that comes later than the invocation timeout: a plain call gives up at the
+/// timeout; a call made for a deferred reply waits as long as it was told to.
+#[test]
+fn a_call_for_a_deferred_reply_waits_beyond_the_invocation_timeout() {
+    let cfg = cluster_with(
+        [Behaviour::Echo; 4],
+        5_000,
+        "client_invoke_timeout_ms = 300\nclient_retransmit_ms = 5000",
+    );
+    let proxy = Proxy::connect(&cfg, client_key(), ClientOptions::new(PRINCIPAL)).unwrap();
+    let started = Instant::now();
+    let err = proxy
+        .invoke_ordered(Bytes::from_static(b"sleep:900"))
+        .unwrap_err();
+    assert!(
+        matches!(err, ClientError::Timeout { after_ms: 300, .. }),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(850));
+
+    let proxy = Proxy::connect(&cfg, client_key(), ClientOptions::new(PRINCIPAL)).unwrap();
+    let reply = proxy
+        .invoke_ordered_waiting(
+            Bytes::from_static(b"sleep:900"),
+            Duration::from_millis(2_000),
+        )
+        .unwrap();
+    assert_eq!(&reply[..], b"sleep:900");
 }

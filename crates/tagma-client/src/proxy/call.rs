@@ -2,7 +2,7 @@
 //! was sent in.
 
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tagma_wire::RequestKind;
@@ -18,6 +18,9 @@ pub(super) struct Call {
     /// The view the frame was built in: only its members' replies count.
     pub(super) members: Arc<Members>,
     pub(super) first_sent: Instant,
+    /// How long the caller waits for the reply (the configured invocation timeout, longer
+    /// for a request whose reply may come later than its execution).
+    pub(super) timeout: Duration,
     pub(super) last_sent: Instant,
     pub(super) slot: Arc<Slot>,
     /// The caller was told the call timed out, but the request keeps being retransmitted:

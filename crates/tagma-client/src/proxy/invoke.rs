@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tagma_wire::{
@@ -45,7 +45,13 @@ impl Inner {
         ClientMessage::Request(RequestEnvelope { request, auth }).to_bytes()
     }
 
-    pub(super) fn start_call(&self, payload: Bytes, kind: RequestKind, slot: Arc<Slot>) {
+    pub(super) fn start_call(
+        &self,
+        payload: Bytes,
+        kind: RequestKind,
+        timeout: Duration,
+        slot: Arc<Slot>,
+    ) {
         let sequence = &self.next_seq[usize::from(!kind.is_ordered())];
         let seq = RequestSeq(sequence.fetch_add(1, Ordering::Relaxed));
         let members = self.members();
@@ -57,6 +63,7 @@ impl Inner {
             voter: voter(&members, kind),
             members: members.clone(),
             first_sent: now,
+            timeout,
             last_sent: now,
             slot,
             abandoned: false,
@@ -98,7 +105,7 @@ impl Inner {
             client = self.client.0,
             "unordered replies disagree or time out: retrying ordered"
         );
-        self.start_call(call.payload, RequestKind::Ordered, call.slot);
+        self.start_call(call.payload, RequestKind::Ordered, call.timeout, call.slot);
     }
 
     pub(super) fn send_all(&self, frame: &Bytes) {

@@ -43,10 +43,11 @@ impl Inner {
             let keys: Vec<_> = calls.keys().copied().collect();
             for key in keys {
                 let call = calls.get_mut(&key).expect("present");
-                if !call.abandoned && now.duration_since(call.first_sent) >= self.invoke_timeout {
+                if !call.abandoned && now.duration_since(call.first_sent) >= call.timeout {
                     call.abandoned = true;
                     let (replies, quorum) = (call.voter.replies(), call.voter.quorum());
-                    expired.push((call.slot.clone(), replies, quorum));
+                    let after_ms = call.timeout.as_millis() as u64;
+                    expired.push((call.slot.clone(), after_ms, replies, quorum));
                 }
                 if now.duration_since(call.last_sent) >= self.retransmit {
                     if key.0 == RequestKind::Unordered {
@@ -64,8 +65,7 @@ impl Inner {
         for call in fallback {
             self.fall_back_to_ordered(call);
         }
-        let after_ms = self.invoke_timeout.as_millis() as u64;
-        for (slot, replies, quorum) in expired {
+        for (slot, after_ms, replies, quorum) in expired {
             slot.complete(Err(ClientError::Timeout {
                 after_ms,
                 replies,

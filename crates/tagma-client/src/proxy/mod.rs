@@ -231,12 +231,36 @@ impl Proxy {
         self.invoke_async(request, RequestKind::Unordered)?.wait()
     }
 
+    /// Totally ordered invocation of a request whose reply may come up to `wait` after its
+    /// execution (a service that defers replies: a blocking read answered by a later write,
+    /// or by its own timeout in the service). The call gives up `wait` later than
+    /// [`Proxy::invoke_ordered`] would.
+    pub fn invoke_ordered_waiting(
+        &self,
+        request: Bytes,
+        wait: Duration,
+    ) -> Result<Bytes, ClientError> {
+        self.invoke_async_waiting(request, RequestKind::Ordered, wait)?
+            .wait()
+    }
+
     /// Sends a request and returns immediately (after waiting for a free slot when
     /// `outstanding_max` requests are in flight).
     pub fn invoke_async(
         &self,
         request: Bytes,
         kind: RequestKind,
+    ) -> Result<ReplyFuture, ClientError> {
+        self.invoke_async_waiting(request, kind, Duration::ZERO)
+    }
+
+    /// [`Proxy::invoke_async`] for a request whose reply may come up to `wait` after its
+    /// execution (see [`Proxy::invoke_ordered_waiting`]).
+    pub fn invoke_async_waiting(
+        &self,
+        request: Bytes,
+        kind: RequestKind,
+        wait: Duration,
     ) -> Result<ReplyFuture, ClientError> {
         let inner = &self.inner;
         if request.len() > inner.request_bytes_max {
@@ -268,7 +292,12 @@ impl Proxy {
             *n += 1;
         }
         let slot = Arc::new(Slot::default());
-        inner.start_call(request, kind, slot.clone());
+        inner.start_call(
+            request,
+            kind,
+            inner.invoke_timeout.saturating_add(wait),
+            slot.clone(),
+        );
         Ok(ReplyFuture { slot })
     }
 

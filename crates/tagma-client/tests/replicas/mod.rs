@@ -1,5 +1,6 @@
 //! Stand-in replicas for the proxy's tests: real TCP listeners and real handshakes
-//! (`tagma-net`), without consensus. An echo replica answers every request with its payload,
+//! (`tagma-net`), without consensus. An echo replica answers every request with its payload
+//! (a payload `sleep:<ms>` after that many milliseconds, as a service that defers its reply),
 //! a view query with the configured view and a state query with an empty state;
 //! a hung replica's listener accepts TCP connections and never reads (a stopped process: the
 //! kernel completes the connection, nobody answers the handshake).
@@ -46,6 +47,15 @@ pub enum Behaviour {
 /// `handshake_timeout_ms`; returns its configuration. The listeners live as long as the test
 /// process.
 pub fn cluster(behaviours: [Behaviour; 4], handshake_timeout_ms: u64) -> ValidConfig {
+    cluster_with(behaviours, handshake_timeout_ms, "")
+}
+
+/// [`cluster`] with more lines for its `[timeouts]` section.
+pub fn cluster_with(
+    behaviours: [Behaviour; 4],
+    handshake_timeout_ms: u64,
+    timeouts: &str,
+) -> ValidConfig {
     let listeners: Vec<TcpListener> = (0..4)
         .map(|_| TcpListener::bind("127.0.0.1:0").unwrap())
         .collect();
@@ -58,7 +68,7 @@ pub fn cluster(behaviours: [Behaviour; 4], handshake_timeout_ms: u64) -> ValidCo
         ));
     }
     toml.push_str(&format!(
-        "[[client]]\nid = {PRINCIPAL}\npublic_key = \"{}\"\n\n[timeouts]\nhandshake_timeout_ms = {handshake_timeout_ms}\n",
+        "[[client]]\nid = {PRINCIPAL}\npublic_key = \"{}\"\n\n[timeouts]\nhandshake_timeout_ms = {handshake_timeout_ms}\n{timeouts}\n",
         client_key().public().to_hex()
     ));
     let cfg = Config::from_toml(&toml).unwrap();
@@ -111,13 +121,22 @@ fn echo(stream: TcpStream, id: u32, clients: &Clients, view: &View, limits: NetL
     };
     while let Ok(frame) = reader.read_frame() {
         let reply = match ClientMessage::decode(&frame) {
-            Ok(ClientMessage::Request(envelope)) => ReplicaMessage::Reply(Reply {
-                client: envelope.request.client,
-                seq: envelope.request.seq,
-                kind: envelope.request.kind,
-                view: envelope.request.view,
-                payload: envelope.request.payload,
-            }),
+            Ok(ClientMessage::Request(envelope)) => {
+                if let Some(ms) = std::str::from_utf8(&envelope.request.payload)
+                    .ok()
+                    .and_then(|p| p.strip_prefix("sleep:"))
+                    .and_then(|ms| ms.parse().ok())
+                {
+                    thread::sleep(Duration::from_millis(ms));
+                }
+                ReplicaMessage::Reply(Reply {
+                    client: envelope.request.client,
+                    seq: envelope.request.seq,
+                    kind: envelope.request.kind,
+                    view: envelope.request.view,
+                    payload: envelope.request.payload,
+                })
+            }
             Ok(ClientMessage::ViewQuery) => ReplicaMessage::CurrentView(view.clone()),
             Ok(ClientMessage::StateQuery { nonce }) => ReplicaMessage::StateInfo(StateInfo {
                 nonce,
