@@ -21,6 +21,7 @@
 //! [`typed`] holds the coordination service's typed tuples and templates (integer, string and
 //! bytes fields; typed wildcards; limits; their encoding).
 
+pub mod text;
 pub mod typed;
 
 use std::sync::{Arc, PoisonError, RwLock};
