@@ -5,7 +5,7 @@
 
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use tagma_tuplespace::typed::{Limits, TypedTemplate, TypedTuple};
+use tagma_space::typed::{Limits, TypedTemplate, TypedTuple};
 
 fuzz_target!(|data: &[u8]| {
     let (limits, rest) = match data.split_first() {

@@ -1,6 +1,6 @@
 //! `tagma-tuplespace`: a tuple space (Linda's, as in DepSpace by Bessani, Alchieri, Correia and
-//! Fraga) — the base of the coordination service, and the second benchmark service of
-//! parallel execution.
+//! Fraga) of untyped tuples: the second benchmark service of parallel execution. The
+//! coordination service's typed tuple space is `tagma-space` with `tagma-space-service`.
 //!
 //! A tuple has 1 to [`FIELDS_MAX`] fields of bytes. Operations:
 //! - `out(t)`: insert tuple `t`;
@@ -17,12 +17,6 @@
 //! (1 defined, 0 wildcard — templates only) and, if defined, `u32` LE length and the bytes.
 //! Reply: `u8` 1 and the tuple (count `u8`, per field `u32` length and bytes) for a tuple
 //! returned or an `out` done, `u8` 0 for no match, `u8` 0xff for bytes that are no operation.
-//!
-//! [`typed`] holds the coordination service's typed tuples and templates (integer, string and
-//! bytes fields; typed wildcards; limits; their encoding).
-
-pub mod text;
-pub mod typed;
 
 use std::sync::{Arc, PoisonError, RwLock};
 

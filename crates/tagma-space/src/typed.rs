@@ -183,7 +183,13 @@ impl TypedTemplate {
     }
 
     pub fn encode(&self) -> Bytes {
-        let mut out = BytesMut::new();
+        let mut out = BytesMut::with_capacity(self.encoded_len());
+        self.encode_into(&mut out);
+        out.freeze()
+    }
+
+    /// Appends the encoding to `out` (a template inside a larger message).
+    pub fn encode_into(&self, out: &mut BytesMut) {
         out.put_u8(self.0.len() as u8);
         for p in &self.0 {
             match p {
@@ -191,20 +197,37 @@ impl TypedTemplate {
                 Pattern::AnyOf(FieldType::Int) => out.put_u8(4),
                 Pattern::AnyOf(FieldType::Str) => out.put_u8(5),
                 Pattern::AnyOf(FieldType::Bytes) => out.put_u8(6),
-                Pattern::Is(f) => f.encode(&mut out),
+                Pattern::Is(f) => f.encode(out),
             }
         }
-        out.freeze()
+    }
+
+    /// The bytes [`TypedTemplate::encode`] writes.
+    pub fn encoded_len(&self) -> usize {
+        1 + self
+            .0
+            .iter()
+            .map(|p| match p {
+                Pattern::Is(f) => f.encoded_len(),
+                _ => 1,
+            })
+            .sum::<usize>()
     }
 
     /// Decodes a whole template and checks it against `limits`.
     pub fn decode(bytes: &Bytes, limits: &Limits) -> Result<Self, DecodeError> {
         let mut buf = bytes.clone();
-        let template = decode_patterns(&mut buf, true)?;
+        let template = Self::decode_from(&mut buf, limits)?;
         if buf.has_remaining() {
             return Err(DecodeError::TrailingBytes(buf.remaining()));
         }
-        let template = TypedTemplate(template);
+        Ok(template)
+    }
+
+    /// Decodes one template from the front of `buf` (a template inside a larger message),
+    /// leaves the rest in `buf`, and checks the template against `limits`.
+    pub fn decode_from(buf: &mut Bytes, limits: &Limits) -> Result<Self, DecodeError> {
+        let template = TypedTemplate(decode_patterns(buf, true)?);
         template.check(limits)?;
         Ok(template)
     }
@@ -234,21 +257,33 @@ impl TypedTuple {
 
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(self.encoded_len());
-        out.put_u8(self.0.len() as u8);
-        for f in &self.0 {
-            f.encode(&mut out);
-        }
+        self.encode_into(&mut out);
         out.freeze()
     }
 
-    /// Decodes a whole tuple and checks it against `limits`. String and bytes fields share
-    /// the input's buffer (no copy of bytes fields).
+    /// Appends the encoding to `out` (a tuple inside a larger message).
+    pub fn encode_into(&self, out: &mut BytesMut) {
+        out.put_u8(self.0.len() as u8);
+        for f in &self.0 {
+            f.encode(out);
+        }
+    }
+
+    /// Decodes a whole tuple and checks it against `limits`. Bytes fields share the input's
+    /// buffer (no copy).
     pub fn decode(bytes: &Bytes, limits: &Limits) -> Result<Self, DecodeError> {
         let mut buf = bytes.clone();
-        let patterns = decode_patterns(&mut buf, false)?;
+        let tuple = Self::decode_from(&mut buf, limits)?;
         if buf.has_remaining() {
             return Err(DecodeError::TrailingBytes(buf.remaining()));
         }
+        Ok(tuple)
+    }
+
+    /// Decodes one tuple from the front of `buf` (a tuple inside a larger message), leaves
+    /// the rest in `buf`, and checks the tuple against `limits`.
+    pub fn decode_from(buf: &mut Bytes, limits: &Limits) -> Result<Self, DecodeError> {
+        let patterns = decode_patterns(buf, false)?;
         let fields = patterns
             .into_iter()
             .enumerate()
@@ -498,6 +533,25 @@ mod tests {
             TypedTuple::decode(&Bytes::from_static(b"\x01\x03\xff\xff\xff\xff"), &limits),
             Err(DecodeError::Truncated)
         );
+    }
+
+    #[test]
+    fn decode_from_reads_one_value_and_leaves_the_rest() {
+        let limits = Limits::default();
+        let tuple = job("build", 1);
+        let template = TypedTemplate(vec![Pattern::Any, Pattern::Is(Field::Int(2))]);
+        assert_eq!(template.encode().len(), template.encoded_len());
+        let mut out = BytesMut::new();
+        tuple.encode_into(&mut out);
+        template.encode_into(&mut out);
+        out.put_u8(0xaa);
+        let mut buf = out.freeze();
+        assert_eq!(TypedTuple::decode_from(&mut buf, &limits).unwrap(), tuple);
+        assert_eq!(
+            TypedTemplate::decode_from(&mut buf, &limits).unwrap(),
+            template
+        );
+        assert_eq!(&buf[..], &[0xaa]);
     }
 
     /// Every prefix and every one-byte change of valid encodings decodes or fails with a

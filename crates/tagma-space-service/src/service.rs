@@ -1,0 +1,269 @@
+//! [`SpaceService`]: the coordination service as a [`Service`] — the set of spaces, the
+//! operations that act on it (create, destroy, list), the agreed time's advance, and the
+//! splitting of each run of ordered requests into segments that run by space.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use tagma_exec::{Context, LateReply, Service, ServiceError};
+use tagma_space::{DecodeError, SpaceError, SpaceReply, SpaceRequest, typed};
+use tagma_wire::Digest;
+
+use crate::limits::{LimitsError, SpaceLimits};
+use crate::parallel::{Run, execute_segment};
+use crate::snapshot;
+use crate::space::Space;
+use crate::waits::{WaitBudget, WaitCounts};
+
+/// The coordination service's replicated state machine (see the crate docs).
+///
+/// The executor always calls [`Service::execute_ordered_run`], which can defer a reply.
+/// [`Service::execute_ordered`] runs a run of one request and has no way to give a late
+/// reply: a request it defers gets an empty reply, and late replies it makes are dropped.
+pub struct SpaceService {
+    limits: SpaceLimits,
+    /// Threads that run different spaces of a segment side by side (1: one after another).
+    threads: usize,
+    spaces: BTreeMap<String, Space>,
+    /// The agreed time the service has reached.
+    now_ms: u64,
+    /// The lowest revision a space created now may give: above every revision a destroyed
+    /// space gave, so a space created again under an old name never gives a revision again.
+    revision_floor: u64,
+    /// Operations waiting per principal, over all spaces (derived from the spaces).
+    counts: WaitCounts,
+}
+
+impl Default for SpaceService {
+    fn default() -> Self {
+        SpaceService::new(SpaceLimits::default()).expect("the default limits work")
+    }
+}
+
+impl SpaceService {
+    /// An empty service with these limits, running one space at a time.
+    pub fn new(limits: SpaceLimits) -> Result<Self, LimitsError> {
+        limits.check()?;
+        Ok(SpaceService {
+            limits,
+            threads: 1,
+            spaces: BTreeMap::new(),
+            now_ms: 0,
+            revision_floor: 1,
+            counts: WaitCounts::default(),
+        })
+    }
+
+    /// Runs the operations of different spaces in one segment on up to `threads` threads
+    /// (at least 1). Replies and state are the same for every count.
+    pub fn with_threads(mut self, threads: usize) -> Self {
+        self.threads = threads.max(1);
+        self
+    }
+
+    pub fn limits(&self) -> &SpaceLimits {
+        &self.limits
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    /// The agreed time the service has reached (the latest [`Service::advance_time`]).
+    pub fn now_ms(&self) -> u64 {
+        self.now_ms
+    }
+
+    fn decode(&self, bytes: &Bytes) -> Result<SpaceRequest, SpaceError> {
+        SpaceRequest::decode(bytes, &self.limits.typed).map_err(|e| match e {
+            DecodeError::Field(typed::DecodeError::Shape(shape)) => SpaceError::Shape(shape),
+            other => SpaceError::Malformed(other.to_string()),
+        })
+    }
+
+    /// Create, destroy or list: operations on the set of spaces, run alone.
+    fn execute_global(
+        &mut self,
+        request: &SpaceRequest,
+        ctx: &Context,
+        late: &mut Vec<LateReply>,
+    ) -> SpaceReply {
+        let invoker = ctx.client.principal();
+        match request {
+            SpaceRequest::Create { space, policy } => {
+                if self.spaces.contains_key(space) {
+                    return SpaceReply::Error(SpaceError::SpaceExists(space.clone()));
+                }
+                if self.spaces.len() >= self.limits.spaces_max {
+                    return SpaceReply::Error(SpaceError::TooManySpaces {
+                        max: self.limits.spaces_max.min(u32::MAX as usize) as u32,
+                    });
+                }
+                if let Err(e) = policy.check(&self.limits.typed) {
+                    return SpaceReply::Error(SpaceError::BadPolicy(e.to_string()));
+                }
+                let created =
+                    Space::new(space.clone(), policy.clone(), invoker, self.revision_floor);
+                self.spaces.insert(space.clone(), created);
+                SpaceReply::Created
+            }
+            SpaceRequest::Destroy { space } => {
+                let Some(existing) = self.spaces.get(space) else {
+                    return SpaceReply::Error(SpaceError::UnknownSpace(space.clone()));
+                };
+                if let Some(denied) = existing.deny(tagma_space::OpClass::Admin, invoker) {
+                    return denied;
+                }
+                let Some(destroyed) = self.spaces.remove(space) else {
+                    return SpaceReply::Error(SpaceError::UnknownSpace(space.clone()));
+                };
+                self.revision_floor = self.revision_floor.max(destroyed.next_revision);
+                let mut budget = WaitBudget::new(&self.counts);
+                destroyed.destroy(&mut budget, late);
+                let delta = budget.delta;
+                self.counts.apply(&delta);
+                SpaceReply::Destroyed
+            }
+            SpaceRequest::ListSpaces => {
+                SpaceReply::Spaces(self.spaces.values().map(Space::info).collect())
+            }
+            other => SpaceReply::Error(SpaceError::Malformed(format!(
+                "`{}` acts inside a space",
+                other.op_name()
+            ))),
+        }
+    }
+}
+
+impl Service for SpaceService {
+    fn execute_ordered(&mut self, request: &Bytes, ctx: &Context) -> Bytes {
+        let mut late = Vec::new();
+        self.execute_ordered_run(&[(request.clone(), *ctx)], &mut late)
+            .pop()
+            .flatten()
+            .unwrap_or_default()
+    }
+
+    /// Splits the run into segments at every create, destroy and list (each runs alone) and
+    /// where the agreed time moves on (the service advances to it first); each segment runs
+    /// by space ([`crate::parallel`]).
+    fn execute_ordered_run(
+        &mut self,
+        requests: &[(Bytes, Context)],
+        late: &mut Vec<LateReply>,
+    ) -> Vec<Option<Bytes>> {
+        let decoded: Vec<Result<SpaceRequest, SpaceError>> = requests
+            .iter()
+            .map(|(bytes, _)| self.decode(bytes))
+            .collect();
+        let mut replies: Vec<Option<Bytes>> = vec![None; requests.len()];
+        let global = |i: usize| matches!(&decoded[i], Ok(r) if r.is_global());
+        let mut i = 0;
+        while i < requests.len() {
+            let timestamp_ms = requests[i].1.timestamp_ms;
+            if timestamp_ms > self.now_ms {
+                self.advance_time(timestamp_ms, late);
+            }
+            if global(i) {
+                if let Ok(request) = &decoded[i] {
+                    let reply = self.execute_global(request, &requests[i].1, late);
+                    replies[i] = Some(reply.encode());
+                }
+                i += 1;
+                continue;
+            }
+            let end = (i + 1..requests.len())
+                .find(|&j| global(j) || requests[j].1.timestamp_ms > self.now_ms)
+                .unwrap_or(requests.len());
+            let run = Run {
+                requests,
+                decoded: &decoded,
+            };
+            execute_segment(
+                &mut self.spaces,
+                &mut self.counts,
+                &self.limits,
+                self.threads,
+                &run,
+                i..end,
+                &mut replies,
+                late,
+            );
+            i = end;
+        }
+        replies
+    }
+
+    /// Removes the tuples whose lease ended by `timestamp_ms` (waking no one) and answers
+    /// `TimedOut` to the waiting operations whose deadline passed, space by space in name
+    /// order, each space's in deadline order.
+    fn advance_time(&mut self, timestamp_ms: u64, late: &mut Vec<LateReply>) {
+        self.now_ms = self.now_ms.max(timestamp_ms);
+        let now_ms = self.now_ms;
+        for space in self.spaces.values_mut() {
+            if space.next_due_ms().is_some_and(|due| due <= now_ms) {
+                let mut budget = WaitBudget::new(&self.counts);
+                space.advance(now_ms, &mut budget, late);
+                let delta = budget.delta;
+                self.counts.apply(&delta);
+            }
+        }
+    }
+
+    fn next_due_ms(&self) -> Option<u64> {
+        self.spaces.values().filter_map(Space::next_due_ms).min()
+    }
+
+    /// `rdp` and `rdAll` only, at the request's time as this replica sees it: a tuple whose
+    /// lease ended by then is left out, and nothing is removed.
+    fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes {
+        let reply = match self.decode(request) {
+            Err(e) => SpaceReply::Error(e),
+            Ok(request) if !request.runs_unordered() => {
+                SpaceReply::Error(SpaceError::NotOrdered(request.op_name().into()))
+            }
+            Ok(request) => {
+                let name = request.space().unwrap_or_default();
+                match self.spaces.get(name) {
+                    None => SpaceReply::Error(SpaceError::UnknownSpace(name.into())),
+                    Some(space) => space.read(
+                        &request,
+                        ctx.client.principal(),
+                        ctx.timestamp_ms,
+                        &self.limits,
+                    ),
+                }
+            }
+        };
+        reply.encode()
+    }
+
+    fn snapshot(&self) -> Bytes {
+        let mut out = Vec::new();
+        self.write_snapshot(&mut out)
+            .expect("writing to memory never fails");
+        Bytes::from(out)
+    }
+
+    fn write_snapshot(&self, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+        snapshot::write(&self.spaces, self.now_ms, self.revision_floor, out)
+    }
+
+    fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {
+        let restored =
+            snapshot::read(snapshot, &self.limits).map_err(ServiceError::InvalidSnapshot)?;
+        self.spaces = restored.spaces;
+        self.now_ms = restored.now_ms;
+        self.revision_floor = restored.revision_floor;
+        self.counts = restored.counts;
+        Ok(())
+    }
+
+    /// BLAKE3 of the snapshot, streamed into the hash.
+    fn state_digest(&self) -> Digest {
+        let mut hasher = blake3::Hasher::new();
+        self.write_snapshot(&mut hasher)
+            .expect("hashing never fails to write");
+        Digest(*hasher.finalize().as_bytes())
+    }
+}

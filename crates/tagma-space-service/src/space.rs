@@ -1,0 +1,613 @@
+//! One space executing one operation: its policy checked first (a denial changes nothing),
+//! then the operation on its tuples and waiting operations.
+//!
+//! Matching takes the oldest live tuple (lowest revision) that matches the template and that
+//! the policy's field rules let the invoker see. A tuple inserted (`out`, the insert of `cas`
+//! and `replace`) is first offered to the waiting operations in arrival order: every
+//! matching `rd` gets it, the first matching `in` takes it — it is then not stored, and the
+//! walk stops. Time comes only from the request's agreed timestamp.
+
+use tagma_exec::{Context, LateReply};
+use tagma_space::{
+    CasOutcome, Field, OpClass, Policy, Receipt, Replacement, Rule, SpaceError, SpaceInfo,
+    SpaceReply, SpaceRequest, Stored, TypedTemplate, TypedTuple, WaitScope,
+};
+
+use crate::limits::SpaceLimits;
+use crate::store::{Entry, Store, entry_bytes};
+use crate::waits::{WaitBudget, Waiter, Waits, wait_bytes};
+
+/// One space.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct Space {
+    pub(crate) name: String,
+    pub(crate) policy: Policy,
+    /// The principal that created it (the policy's `creator`).
+    pub(crate) creator: u32,
+    pub(crate) store: Store,
+    pub(crate) waits: Waits,
+    /// The revision the next inserted tuple gets.
+    pub(crate) next_revision: u64,
+    /// The arrival number the next waiting operation gets.
+    pub(crate) next_wait_id: u64,
+}
+
+/// A late reply to a waiting operation.
+fn answer(waiter: &Waiter, reply: &SpaceReply) -> LateReply {
+    LateReply {
+        client: waiter.client,
+        seq: waiter.seq,
+        payload: reply.encode(),
+    }
+}
+
+/// The end of a lease of `lease_ms` from `now_ms`, checked against the limit.
+fn lease_end(
+    lease_ms: Option<u64>,
+    now_ms: u64,
+    limits: &SpaceLimits,
+) -> Result<Option<u64>, SpaceError> {
+    match lease_ms {
+        None => Ok(None),
+        Some(lease_ms) if lease_ms == 0 || lease_ms > limits.lease_ms_max => {
+            Err(SpaceError::BadLease {
+                lease_ms,
+                max_ms: limits.lease_ms_max,
+            })
+        }
+        Some(lease_ms) => Ok(Some(now_ms.saturating_add(lease_ms))),
+    }
+}
+
+fn check_arity(template: &TypedTemplate, tuple: &TypedTuple) -> Result<(), SpaceError> {
+    if template.0.len() == tuple.0.len() {
+        Ok(())
+    } else {
+        Err(SpaceError::ArityMismatch {
+            template: template.0.len() as u32,
+            tuple: tuple.0.len() as u32,
+        })
+    }
+}
+
+fn check_count(max: u32, limits: &SpaceLimits) -> Result<(), SpaceError> {
+    if max == 0 || max > limits.all_max {
+        Err(SpaceError::BadCount {
+            max,
+            limit: limits.all_max,
+        })
+    } else {
+        Ok(())
+    }
+}
+
+impl Space {
+    pub(crate) fn new(name: String, policy: Policy, creator: u32, first_revision: u64) -> Self {
+        Space {
+            name,
+            policy,
+            creator,
+            store: Store::default(),
+            waits: Waits::default(),
+            next_revision: first_revision,
+            next_wait_id: 1,
+        }
+    }
+
+    pub(crate) fn info(&self) -> SpaceInfo {
+        SpaceInfo {
+            name: self.name.clone(),
+            tuples: self.store.len() as u32,
+            waiting: self.waits.len() as u32,
+        }
+    }
+
+    /// The earliest agreed time at which a lease ends or a wait times out here.
+    pub(crate) fn next_due_ms(&self) -> Option<u64> {
+        match (self.store.next_expiry(), self.waits.next_deadline()) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// A denial if the policy does not let `invoker` run operations of `class`.
+    pub(crate) fn deny(&self, class: OpClass, invoker: u32) -> Option<SpaceReply> {
+        if self.policy.allows(class, invoker, self.creator) {
+            return None;
+        }
+        Some(SpaceReply::Denied(format!(
+            "space `{}` admits `{}` (creator: principal {}) to {class} operations, not \
+             principal {invoker}",
+            self.name,
+            self.policy.principals(class),
+            self.creator
+        )))
+    }
+
+    /// Whether `class`'s field rules let `invoker` see `entry`.
+    fn sees(&self, class: OpClass, invoker: u32) -> impl Fn(&Entry) -> bool + '_ {
+        move |entry| self.policy.field_rules_hold(class, invoker, &entry.tuple)
+    }
+
+    /// The oldest live tuple matching `template` that `invoker` may see for `class`.
+    fn first_match(
+        &self,
+        template: &TypedTemplate,
+        class: OpClass,
+        invoker: u32,
+        now_ms: u64,
+    ) -> Option<u64> {
+        self.store
+            .matching(template, now_ms, self.sees(class, invoker))
+            .next()
+    }
+
+    fn stored(&self, revision: u64) -> Option<Stored> {
+        self.store.get(revision).map(|e| e.stored(revision))
+    }
+
+    /// Why `tuple` may not be inserted by `invoker` (with `replacing` taken out first), if
+    /// it may not: a field rule, a `unique` template, or the space's capacity.
+    fn insert_refusal(
+        &self,
+        tuple: &TypedTuple,
+        invoker: u32,
+        replacing: Option<u64>,
+        now_ms: u64,
+        limits: &SpaceLimits,
+    ) -> Option<SpaceReply> {
+        for rule in &self.policy.rules {
+            if let Rule::FieldIsInvoker {
+                class: OpClass::Insert,
+                field,
+            } = rule
+                && tuple.0.get(*field as usize) != Some(&Field::Int(i64::from(invoker)))
+            {
+                return Some(SpaceReply::Denied(format!(
+                    "space `{}` takes only tuples whose field {field} is the inserting \
+                     principal's number ({invoker})",
+                    self.name
+                )));
+            }
+        }
+        for template in self.policy.unique_templates(tuple) {
+            let existing = self
+                .store
+                .matching(template, now_ms, |_| true)
+                .find(|r| Some(*r) != replacing);
+            if let Some(revision) = existing {
+                return Some(SpaceReply::Denied(format!(
+                    "space `{}` holds a tuple matching `unique {template}` already (revision \
+                     {revision}): take it first",
+                    self.name
+                )));
+            }
+        }
+        let freed = replacing.and_then(|r| self.store.get(r));
+        let count = self.store.len() - usize::from(freed.is_some());
+        if count >= limits.tuples_per_space_max {
+            return Some(SpaceReply::Error(SpaceError::SpaceFull {
+                space: self.name.clone(),
+                max: limits.tuples_per_space_max.min(u32::MAX as usize) as u32,
+            }));
+        }
+        let bytes = self.store.bytes() + self.waits.bytes() - freed.map_or(0, Entry::bytes)
+            + entry_bytes(tuple);
+        if bytes > limits.space_bytes_max {
+            return Some(SpaceReply::Error(SpaceError::SpaceTooLarge {
+                space: self.name.clone(),
+                bytes_max: limits.space_bytes_max as u64,
+            }));
+        }
+        None
+    }
+
+    /// Inserts a tuple the checks allowed: assigns its revision, offers it to the waiting
+    /// operations, and stores it unless an `in` took it.
+    fn insert(
+        &mut self,
+        tuple: TypedTuple,
+        owner: u32,
+        lease_expires_ms: Option<u64>,
+        budget: &mut WaitBudget<'_>,
+        late: &mut Vec<LateReply>,
+    ) -> Receipt {
+        let revision = self.next_revision;
+        self.next_revision += 1;
+        let receipt = Receipt {
+            revision,
+            lease_expires_ms,
+        };
+        let stored = Stored {
+            tuple,
+            revision,
+            lease_expires_ms,
+        };
+        if !self.offer(&stored, budget, late) {
+            let Stored { tuple, .. } = stored;
+            self.store.insert(
+                revision,
+                Entry {
+                    tuple,
+                    owner,
+                    lease_expires_ms,
+                },
+            );
+        }
+        receipt
+    }
+
+    /// Offers a new tuple to the waiting operations in arrival order; returns whether an
+    /// `in` took it.
+    fn offer(
+        &mut self,
+        stored: &Stored,
+        budget: &mut WaitBudget<'_>,
+        late: &mut Vec<LateReply>,
+    ) -> bool {
+        if self.waits.is_empty() {
+            return false;
+        }
+        let candidates: Vec<u64> = self
+            .waits
+            .iter()
+            .filter(|(_, w)| {
+                let class = if w.take { OpClass::Take } else { OpClass::Read };
+                w.template.matches(&stored.tuple)
+                    && self
+                        .policy
+                        .field_rules_hold(class, w.client.principal(), &stored.tuple)
+            })
+            .map(|(id, _)| id)
+            .collect();
+        let reply = SpaceReply::Tuple(Some(stored.clone()));
+        for id in candidates {
+            let Some(waiter) = self.waits.remove(id) else {
+                continue;
+            };
+            late.push(answer(&waiter, &reply));
+            budget.ended(waiter.client.principal());
+            if waiter.take {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Executes an operation inside this space (not create, destroy or list). `None`: the
+    /// operation waits; its reply comes later as a late reply.
+    pub(crate) fn execute(
+        &mut self,
+        request: &SpaceRequest,
+        ctx: &Context,
+        limits: &SpaceLimits,
+        budget: &mut WaitBudget<'_>,
+        late: &mut Vec<LateReply>,
+    ) -> Option<SpaceReply> {
+        let invoker = ctx.client.principal();
+        let now_ms = ctx.timestamp_ms;
+        Some(match request {
+            SpaceRequest::Rdp { .. } | SpaceRequest::RdAll { .. } => {
+                self.read(request, invoker, now_ms, limits)
+            }
+            SpaceRequest::Inp { template, .. } => {
+                if let Some(denied) = self.deny(OpClass::Take, invoker) {
+                    return Some(denied);
+                }
+                let found = self.first_match(template, OpClass::Take, invoker, now_ms);
+                SpaceReply::Tuple(found.and_then(|r| self.take(r)))
+            }
+            SpaceRequest::Rd {
+                template,
+                timeout_ms,
+                ..
+            } => return self.rd_or_in(false, template, *timeout_ms, ctx, limits, budget),
+            SpaceRequest::In {
+                template,
+                timeout_ms,
+                ..
+            } => return self.rd_or_in(true, template, *timeout_ms, ctx, limits, budget),
+            SpaceRequest::Out {
+                tuple, lease_ms, ..
+            } => {
+                if let Some(denied) = self.deny(OpClass::Insert, invoker) {
+                    return Some(denied);
+                }
+                let end = match lease_end(*lease_ms, now_ms, limits) {
+                    Ok(end) => end,
+                    Err(e) => return Some(SpaceReply::Error(e)),
+                };
+                if let Some(refusal) = self.insert_refusal(tuple, invoker, None, now_ms, limits) {
+                    return Some(refusal);
+                }
+                SpaceReply::Inserted(self.insert(tuple.clone(), invoker, end, budget, late))
+            }
+            SpaceRequest::Cas {
+                template,
+                tuple,
+                lease_ms,
+                ..
+            } => self.cas(
+                template, tuple, *lease_ms, invoker, now_ms, limits, budget, late,
+            ),
+            SpaceRequest::Replace {
+                template,
+                tuple,
+                lease_ms,
+                ..
+            } => self.replace(
+                template, tuple, *lease_ms, invoker, now_ms, limits, budget, late,
+            ),
+            SpaceRequest::InAll { template, max, .. } => {
+                if let Some(denied) = self.deny(OpClass::Take, invoker) {
+                    return Some(denied);
+                }
+                if let Err(e) = check_count(*max, limits) {
+                    return Some(SpaceReply::Error(e));
+                }
+                let revisions =
+                    self.collect(template, *max, OpClass::Take, invoker, now_ms, limits);
+                SpaceReply::Tuples(revisions.into_iter().filter_map(|r| self.take(r)).collect())
+            }
+            SpaceRequest::Renew {
+                template, lease_ms, ..
+            } => self
+                .renew(template, *lease_ms, invoker, now_ms, limits)
+                .unwrap_or_else(SpaceReply::Error),
+            SpaceRequest::Create { .. }
+            | SpaceRequest::Destroy { .. }
+            | SpaceRequest::ListSpaces => SpaceReply::Error(SpaceError::Malformed(format!(
+                "`{}` acts on the set of spaces, not inside one",
+                request.op_name()
+            ))),
+        })
+    }
+
+    /// `rdp` and `rdAll`, which only read: ordered, or unordered at a replica's own view of
+    /// the agreed time (a tuple whose lease ended at `now_ms` is left out, nothing removed).
+    pub(crate) fn read(
+        &self,
+        request: &SpaceRequest,
+        invoker: u32,
+        now_ms: u64,
+        limits: &SpaceLimits,
+    ) -> SpaceReply {
+        if let Some(denied) = self.deny(OpClass::Read, invoker) {
+            return denied;
+        }
+        match request {
+            SpaceRequest::Rdp { template, .. } => SpaceReply::Tuple(
+                self.first_match(template, OpClass::Read, invoker, now_ms)
+                    .and_then(|r| self.stored(r)),
+            ),
+            SpaceRequest::RdAll { template, max, .. } => match check_count(*max, limits) {
+                Err(e) => SpaceReply::Error(e),
+                Ok(()) => SpaceReply::Tuples(
+                    self.collect(template, *max, OpClass::Read, invoker, now_ms, limits)
+                        .into_iter()
+                        .filter_map(|r| self.stored(r))
+                        .collect(),
+                ),
+            },
+            other => SpaceReply::Error(SpaceError::NotOrdered(other.op_name().into())),
+        }
+    }
+
+    /// Up to `max` matches, oldest first, stopping before their reply passes
+    /// `reply_bytes_max`.
+    fn collect(
+        &self,
+        template: &TypedTemplate,
+        max: u32,
+        class: OpClass,
+        invoker: u32,
+        now_ms: u64,
+        limits: &SpaceLimits,
+    ) -> Vec<u64> {
+        let mut bytes = 5;
+        let mut out = Vec::new();
+        for revision in self
+            .store
+            .matching(template, now_ms, self.sees(class, invoker))
+        {
+            let Some(stored) = self.stored(revision) else {
+                continue;
+            };
+            bytes += stored.encoded_len();
+            if out.len() as u32 >= max || bytes > limits.reply_bytes_max {
+                break;
+            }
+            out.push(revision);
+        }
+        out
+    }
+
+    /// Removes a stored tuple and returns it.
+    fn take(&mut self, revision: u64) -> Option<Stored> {
+        self.store.remove(revision).map(|e| e.stored(revision))
+    }
+
+    /// `rd` or `in`: the answer now if a tuple matches, else a waiting operation.
+    fn rd_or_in(
+        &mut self,
+        take: bool,
+        template: &TypedTemplate,
+        timeout_ms: u64,
+        ctx: &Context,
+        limits: &SpaceLimits,
+        budget: &mut WaitBudget<'_>,
+    ) -> Option<SpaceReply> {
+        let invoker = ctx.client.principal();
+        let class = if take { OpClass::Take } else { OpClass::Read };
+        if let Some(denied) = self.deny(class, invoker) {
+            return Some(denied);
+        }
+        if timeout_ms == 0 || timeout_ms > limits.wait_ms_max {
+            return Some(SpaceReply::Error(SpaceError::BadTimeout {
+                timeout_ms,
+                max_ms: limits.wait_ms_max,
+            }));
+        }
+        if let Some(revision) = self.first_match(template, class, invoker, ctx.timestamp_ms) {
+            let found = if take {
+                self.take(revision)
+            } else {
+                self.stored(revision)
+            };
+            return Some(SpaceReply::Tuple(found));
+        }
+        let cap = |scope, max: usize| {
+            Some(SpaceReply::Error(SpaceError::TooManyWaits {
+                scope,
+                max: max.min(u32::MAX as usize) as u32,
+            }))
+        };
+        if self.waits.len() >= limits.waits_per_space_max {
+            return cap(WaitScope::Space, limits.waits_per_space_max);
+        }
+        if budget.count(invoker) >= limits.waits_per_client_max as u64 {
+            return cap(WaitScope::Client, limits.waits_per_client_max);
+        }
+        if self.store.bytes() + self.waits.bytes() + wait_bytes(template) > limits.space_bytes_max {
+            return Some(SpaceReply::Error(SpaceError::SpaceTooLarge {
+                space: self.name.clone(),
+                bytes_max: limits.space_bytes_max as u64,
+            }));
+        }
+        let id = self.next_wait_id;
+        self.next_wait_id += 1;
+        self.waits.push(
+            id,
+            Waiter {
+                client: ctx.client,
+                seq: ctx.seq,
+                take,
+                template: template.clone(),
+                deadline_ms: ctx.timestamp_ms.saturating_add(timeout_ms),
+            },
+        );
+        budget.started(invoker);
+        None
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn cas(
+        &mut self,
+        template: &TypedTemplate,
+        tuple: &TypedTuple,
+        lease_ms: Option<u64>,
+        invoker: u32,
+        now_ms: u64,
+        limits: &SpaceLimits,
+        budget: &mut WaitBudget<'_>,
+        late: &mut Vec<LateReply>,
+    ) -> SpaceReply {
+        for class in [OpClass::Read, OpClass::Insert] {
+            if let Some(denied) = self.deny(class, invoker) {
+                return denied;
+            }
+        }
+        let end =
+            match check_arity(template, tuple).and_then(|()| lease_end(lease_ms, now_ms, limits)) {
+                Ok(end) => end,
+                Err(e) => return SpaceReply::Error(e),
+            };
+        if let Some(existing) = self
+            .first_match(template, OpClass::Read, invoker, now_ms)
+            .and_then(|r| self.stored(r))
+        {
+            return SpaceReply::Cas(CasOutcome::Exists(existing));
+        }
+        if let Some(refusal) = self.insert_refusal(tuple, invoker, None, now_ms, limits) {
+            return refusal;
+        }
+        let receipt = self.insert(tuple.clone(), invoker, end, budget, late);
+        SpaceReply::Cas(CasOutcome::Inserted(receipt))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn replace(
+        &mut self,
+        template: &TypedTemplate,
+        tuple: &TypedTuple,
+        lease_ms: Option<u64>,
+        invoker: u32,
+        now_ms: u64,
+        limits: &SpaceLimits,
+        budget: &mut WaitBudget<'_>,
+        late: &mut Vec<LateReply>,
+    ) -> SpaceReply {
+        for class in [OpClass::Take, OpClass::Insert] {
+            if let Some(denied) = self.deny(class, invoker) {
+                return denied;
+            }
+        }
+        let end =
+            match check_arity(template, tuple).and_then(|()| lease_end(lease_ms, now_ms, limits)) {
+                Ok(end) => end,
+                Err(e) => return SpaceReply::Error(e),
+            };
+        let Some(revision) = self.first_match(template, OpClass::Take, invoker, now_ms) else {
+            return SpaceReply::Replaced(None);
+        };
+        if let Some(refusal) = self.insert_refusal(tuple, invoker, Some(revision), now_ms, limits) {
+            return refusal;
+        }
+        let Some(taken) = self.take(revision) else {
+            return SpaceReply::Replaced(None);
+        };
+        let inserted = self.insert(tuple.clone(), invoker, end, budget, late);
+        SpaceReply::Replaced(Some(Replacement { taken, inserted }))
+    }
+
+    fn renew(
+        &mut self,
+        template: &TypedTemplate,
+        lease_ms: u64,
+        invoker: u32,
+        now_ms: u64,
+        limits: &SpaceLimits,
+    ) -> Result<SpaceReply, SpaceError> {
+        if let Some(denied) = self.deny(OpClass::Insert, invoker) {
+            return Ok(denied);
+        }
+        let end = lease_end(Some(lease_ms), now_ms, limits)?.unwrap_or(now_ms);
+        let revisions: Vec<u64> = self
+            .store
+            .matching(template, now_ms, |e| {
+                e.owner == invoker && e.lease_expires_ms.is_some()
+            })
+            .collect();
+        for revision in &revisions {
+            self.store.set_lease(*revision, end);
+        }
+        Ok(SpaceReply::Renewed(
+            revisions.len().min(u32::MAX as usize) as u32
+        ))
+    }
+
+    /// The agreed time reached `now_ms`: tuples whose lease ended are removed (waking no
+    /// one), then waiting operations whose deadline passed are answered `TimedOut`.
+    pub(crate) fn advance(
+        &mut self,
+        now_ms: u64,
+        budget: &mut WaitBudget<'_>,
+        late: &mut Vec<LateReply>,
+    ) {
+        self.store.expire(now_ms);
+        for waiter in self.waits.take_due(now_ms) {
+            late.push(answer(&waiter, &SpaceReply::TimedOut));
+            budget.ended(waiter.client.principal());
+        }
+    }
+
+    /// The space is destroyed: every waiting operation is answered `UnknownSpace`, in
+    /// arrival order.
+    pub(crate) fn destroy(mut self, budget: &mut WaitBudget<'_>, late: &mut Vec<LateReply>) {
+        let reply = SpaceReply::Error(SpaceError::UnknownSpace(self.name.clone()));
+        for waiter in self.waits.drain() {
+            late.push(answer(&waiter, &reply));
+            budget.ended(waiter.client.principal());
+        }
+    }
+}
