@@ -1,4 +1,5 @@
-//! `tagma-crypto`: digests, MACs, signatures, key files and the key-exchange primitives.
+//! `tagma-crypto`: digests, MACs, signatures, key files, the key-exchange primitives and the
+//! sealing of private data among replicas ([`sealing`]).
 //!
 //! Choices (measured in `shared/reference/deps.md`): BLAKE3 for every hash, keyed BLAKE3
 //! truncated to 16 bytes for MACs, Ed25519 (ed25519-dalek) for identities and signatures,
@@ -159,15 +160,7 @@ impl IdentityKey {
     /// `derive_key("tagma v1 request mac", ...)` together with both public keys in a
     /// canonical (sorted) order, so both ends derive the same key without talking.
     pub fn request_mac_key(&self, peer: &PublicKey) -> Result<MacKey, CryptoError> {
-        let peer_key =
-            VerifyingKey::from_bytes(&peer.0).map_err(|_| CryptoError::InvalidPublicKey)?;
-        let mut scalar = self.signing.to_scalar_bytes();
-        let shared = x25519_dalek::x25519(scalar, peer_key.to_montgomery().to_bytes());
-        scalar.fill(0);
-        if shared == [0u8; 32] {
-            // Small-order peer key: the "shared" secret would be known to everyone.
-            return Err(CryptoError::InvalidPublicKey);
-        }
+        let mut shared = self.agree(&montgomery(peer)?)?;
         let own = self.public();
         let (lo, hi) = if own.0 <= peer.0 {
             (own.0, peer.0)
@@ -180,7 +173,20 @@ impl IdentityKey {
         material[64..].copy_from_slice(&hi);
         let key = derive_key(REQUEST_MAC_CONTEXT, &material);
         material.fill(0);
+        shared.fill(0);
         Ok(key)
+    }
+    /// X25519 between this key's scalar and `peer` (an X25519 public key, or an Ed25519 key
+    /// in Montgomery form); refuses a small-order peer key, whose "shared" secret would be
+    /// all zeros and so known to everyone.
+    pub(crate) fn agree(&self, peer: &KexPublic) -> Result<[u8; 32], CryptoError> {
+        let mut scalar = self.signing.to_scalar_bytes();
+        let shared = x25519_dalek::x25519(scalar, peer.0);
+        scalar.fill(0);
+        if shared == [0u8; 32] {
+            return Err(CryptoError::InvalidPublicKey);
+        }
+        Ok(shared)
     }
     /// Writes the secret seed as a text file (`tagma-secret-key v1 <hex>`), mode 0600.
     pub fn write_file(&self, path: &Path) -> std::io::Result<()> {
@@ -254,6 +260,13 @@ impl IdentityKey {
         seed.fill(0);
         Ok(key)
     }
+}
+
+/// The X25519 (Montgomery) form of an Ed25519 public key, so that one identity key serves
+/// both signatures and key agreement.
+pub(crate) fn montgomery(public: &PublicKey) -> Result<KexPublic, CryptoError> {
+    let key = VerifyingKey::from_bytes(&public.0).map_err(|_| CryptoError::InvalidPublicKey)?;
+    Ok(KexPublic(key.to_montgomery().to_bytes()))
 }
 
 /// Verifies an Ed25519 signature (strict verification).
@@ -380,6 +393,8 @@ impl Authenticator {
             .collect()
     }
 }
+
+pub mod sealing;
 
 #[cfg(test)]
 mod tests;
