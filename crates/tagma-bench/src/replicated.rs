@@ -198,7 +198,7 @@ fn bench_one(exe: &Path, opts: &BenchOptions) -> Result<(BenchReport, bool)> {
         mode,
         f: Some(opts.f),
         service: Some(opts.workload.name().into()),
-        replica_args: opts.replica_args.clone(),
+        replica_args: [opts.replica_args.clone(), opts.workload.replica_args()].concat(),
         unreplicated: false,
     };
     let request = generator(&RequestShape {

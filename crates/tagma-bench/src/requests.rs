@@ -20,7 +20,13 @@ pub enum Workload {
     TuplespaceTs1,
     /// The tuple space, one conflict class per arity.
     TuplespaceTs2,
+    /// The coordination service: inserts of tuples of four strings into the space
+    /// [`BENCH_SPACE`], which the replicas start with.
+    Space,
 }
+
+/// The space the coordination service's benchmark inserts into.
+pub const BENCH_SPACE: &str = "bench";
 
 impl Workload {
     /// The name `tagma replica --service` takes.
@@ -31,6 +37,15 @@ impl Workload {
             Workload::List => "list",
             Workload::TuplespaceTs1 => "tuplespace-ts1",
             Workload::TuplespaceTs2 => "tuplespace-ts2",
+            Workload::Space => "space",
+        }
+    }
+
+    /// What `tagma replica` needs besides `--service` to serve this workload.
+    pub fn replica_args(self) -> Vec<String> {
+        match self {
+            Workload::Space => vec!["--spaces".into(), BENCH_SPACE.into()],
+            _ => Vec::new(),
         }
     }
 }
@@ -61,6 +76,25 @@ pub fn generator(shape: &RequestShape) -> Box<load::RequestGen> {
             let pct = shape.conflict_pct;
             let initial = crate::exec::initial_tuples(shape.state_size, crate::exec::TUPLES_SEED);
             Box::new(move |driver, n| crate::exec::space_op(&initial, pct, driver, n))
+        }
+        Workload::Space => {
+            // Four string fields sharing the payload (the DDS benchmark's 1 KB tuples of four
+            // strings), each driver's tuples distinct.
+            let field = payload.div_ceil(4).max(8);
+            Box::new(move |driver, n| {
+                let mut fields = Vec::with_capacity(4);
+                for i in 0..4 {
+                    let mut s = format!("{driver}/{n}/{i}/");
+                    s.extend(std::iter::repeat_n('x', field.saturating_sub(s.len())));
+                    fields.push(tagma_space::Field::Str(s));
+                }
+                tagma_space::SpaceRequest::Out {
+                    space: BENCH_SPACE.into(),
+                    tuple: tagma_space::TypedTuple(fields),
+                    lease_ms: None,
+                }
+                .encode()
+            })
         }
         Workload::List => {
             let (pct, size) = (u64::from(shape.conflict_pct), shape.state_size as u64);

@@ -61,6 +61,34 @@ impl SpaceService {
         self
     }
 
+    /// Starts with the space `name` already created by principal `creator` under
+    /// `policy`: part of the initial state, so every replica must start with the same
+    /// spaces (a replica's command line names them).
+    pub fn with_space(
+        mut self,
+        name: &str,
+        policy: tagma_space::Policy,
+        creator: u32,
+    ) -> Result<Self, SpaceError> {
+        let ctx = Context {
+            client: tagma_wire::ClientId::new(creator, 0),
+            seq: tagma_wire::RequestSeq(0),
+            cid: None,
+            timestamp_ms: 0,
+            seed: 0,
+        };
+        let request = SpaceRequest::Create {
+            space: name.to_owned(),
+            policy,
+        };
+        tagma_space::check_space_name(name).map_err(SpaceError::Malformed)?;
+        match self.execute_global(&request, &ctx, &mut Vec::new()) {
+            SpaceReply::Created => Ok(self),
+            SpaceReply::Error(e) => Err(e),
+            other => Err(SpaceError::Malformed(format!("{other:?}"))),
+        }
+    }
+
     pub fn limits(&self) -> &SpaceLimits {
         &self.limits
     }

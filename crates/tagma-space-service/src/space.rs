@@ -301,12 +301,20 @@ impl Space {
                 template,
                 timeout_ms,
                 ..
-            } => return self.rd_or_in(false, template, *timeout_ms, ctx, limits, budget),
+            } => return self.rd_or_in(false, template, 0, *timeout_ms, ctx, limits, budget),
+            SpaceRequest::RdAfter {
+                template,
+                after,
+                timeout_ms,
+                ..
+            } => {
+                return self.rd_or_in(false, template, *after, *timeout_ms, ctx, limits, budget);
+            }
             SpaceRequest::In {
                 template,
                 timeout_ms,
                 ..
-            } => return self.rd_or_in(true, template, *timeout_ms, ctx, limits, budget),
+            } => return self.rd_or_in(true, template, 0, *timeout_ms, ctx, limits, budget),
             SpaceRequest::Out {
                 tuple, lease_ms, ..
             } => {
@@ -428,10 +436,14 @@ impl Space {
     }
 
     /// `rd` or `in`: the answer now if a tuple matches, else a waiting operation.
+    /// A blocking `rd` or `in` (with `after`, an `rdAfter`: only tuples of higher
+    /// revisions count; a tuple inserted while it waits always has one).
+    #[allow(clippy::too_many_arguments)]
     fn rd_or_in(
         &mut self,
         take: bool,
         template: &TypedTemplate,
+        after: u64,
         timeout_ms: u64,
         ctx: &Context,
         limits: &SpaceLimits,
@@ -448,7 +460,11 @@ impl Space {
                 max_ms: limits.wait_ms_max,
             }));
         }
-        if let Some(revision) = self.first_match(template, class, invoker, ctx.timestamp_ms) {
+        let found = self
+            .store
+            .matching(template, ctx.timestamp_ms, self.sees(class, invoker))
+            .find(|revision| *revision > after);
+        if let Some(revision) = found {
             let found = if take {
                 self.take(revision)
             } else {

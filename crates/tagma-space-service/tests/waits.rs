@@ -207,3 +207,36 @@ fn late_replies_of_a_run_follow_the_requests_that_gave_them() {
         );
     }
 }
+
+#[test]
+fn rd_after_answers_only_with_a_tuple_newer_than_the_revision_it_saw() {
+    let mut h = Harness::new();
+    h.now(1, create("cfg"));
+    h.now(1, out("cfg", "(\"v\", 1)"));
+    // Nothing newer than revision 1: it waits, where a plain rd answers at once.
+    assert_eq!(
+        h.batch(vec![(
+            client(11),
+            rd_after("cfg", "(\"v\", *int)", 1, 5_000)
+        )]),
+        vec![None]
+    );
+    assert_eq!(
+        h.now(1, rd("cfg", "(\"v\", *int)", 5_000)),
+        got("(\"v\", 1)", 1)
+    );
+    // An older revision is answered at once, with the oldest newer match.
+    assert_eq!(
+        h.now(1, rd_after("cfg", "(\"v\", *int)", 0, 5_000)),
+        got("(\"v\", 1)", 1)
+    );
+    h.now(1, out("cfg", "(\"v\", 2)"));
+    assert_eq!(
+        h.late(),
+        vec![(client(11), RequestSeq(1), got("(\"v\", 2)", 2))]
+    );
+    assert_eq!(
+        h.now(1, rd_after("cfg", "(\"v\", *int)", 1, 5_000)),
+        got("(\"v\", 2)", 2)
+    );
+}

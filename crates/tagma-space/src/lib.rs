@@ -10,20 +10,26 @@
 //! - [`request`]: [`SpaceRequest`], the operations, and their encoding;
 //! - [`reply`]: [`SpaceReply`], the answers, and their encoding;
 //! - [`error`]: [`SpaceError`], why an operation was refused;
-//! - [`codec`]: the byte layout the messages share and [`DecodeError`].
+//! - [`codec`]: the byte layout the messages share and [`DecodeError`];
+//! - [`client`]: [`SpaceClient`], the operations over a `tagma_client::Proxy`;
+//! - [`recipes`]: locks, leader election, barriers, work queues, counters and a
+//!   configuration store built on those operations.
 //!
 //! The service itself (`tagma-space-service`) executes these requests as a replicated state
 //! machine.
 
+pub mod client;
 pub mod codec;
 pub mod error;
 pub mod name;
 pub mod policy;
+pub mod recipes;
 pub mod reply;
 pub mod request;
 pub mod text;
 pub mod typed;
 
+pub use client::{Pending, SpaceClient, SpaceClientError};
 pub use codec::DecodeError;
 pub use error::{SpaceError, WaitScope};
 pub use name::{SPACE_NAME_BYTES_MAX, check_space_name};

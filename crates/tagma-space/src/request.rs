@@ -21,6 +21,7 @@
 //! | 11 | rdAll | space, template, max |
 //! | 12 | inAll | space, template, max |
 //! | 13 | renew | space, template, lease (`u64`, not optional) |
+//! | 14 | rdAfter | space, template, revision `u64`, timeout |
 //!
 //! [`SpaceRequest::decode`] rejects unknown tags, bad space names, tuples and templates
 //! beyond the limits, and trailing bytes; what it accepts encodes back to the same bytes.
@@ -104,6 +105,14 @@ pub enum SpaceRequest {
         template: TypedTemplate,
         lease_ms: u64,
     },
+    /// The oldest matching tuple inserted after revision `after`; waits up to `timeout_ms`
+    /// for one if none exists (a watch: every tuple inserted later has a higher revision).
+    RdAfter {
+        space: String,
+        template: TypedTemplate,
+        after: u64,
+        timeout_ms: u64,
+    },
 }
 
 impl SpaceRequest {
@@ -122,7 +131,8 @@ impl SpaceRequest {
             | SpaceRequest::Replace { space, .. }
             | SpaceRequest::RdAll { space, .. }
             | SpaceRequest::InAll { space, .. }
-            | SpaceRequest::Renew { space, .. } => Some(space),
+            | SpaceRequest::Renew { space, .. }
+            | SpaceRequest::RdAfter { space, .. } => Some(space),
         }
     }
 
@@ -142,6 +152,7 @@ impl SpaceRequest {
             SpaceRequest::RdAll { .. } => "rdAll",
             SpaceRequest::InAll { .. } => "inAll",
             SpaceRequest::Renew { .. } => "renew",
+            SpaceRequest::RdAfter { .. } => "rdAfter",
         }
     }
 
@@ -187,7 +198,8 @@ impl SpaceRequest {
             | SpaceRequest::In { template, .. }
             | SpaceRequest::RdAll { template, .. }
             | SpaceRequest::InAll { template, .. }
-            | SpaceRequest::Renew { template, .. } => (Some(template), None),
+            | SpaceRequest::Renew { template, .. }
+            | SpaceRequest::RdAfter { template, .. } => (Some(template), None),
         };
         if let Some(template) = template {
             template.check(limits).map_err(SpaceError::Shape)?;
@@ -216,6 +228,7 @@ impl SpaceRequest {
             SpaceRequest::RdAll { .. } => 11,
             SpaceRequest::InAll { .. } => 12,
             SpaceRequest::Renew { .. } => 13,
+            SpaceRequest::RdAfter { .. } => 14,
         };
         out.put_u8(tag);
         if let Some(space) = self.space() {
@@ -273,6 +286,16 @@ impl SpaceRequest {
                 template.encode_into(&mut out);
                 out.put_u64_le(*lease_ms);
             }
+            SpaceRequest::RdAfter {
+                template,
+                after,
+                timeout_ms,
+                ..
+            } => {
+                template.encode_into(&mut out);
+                out.put_u64_le(*after);
+                out.put_u64_le(*timeout_ms);
+            }
         }
         out.freeze()
     }
@@ -286,7 +309,7 @@ impl SpaceRequest {
             r.finish()?;
             return Ok(SpaceRequest::ListSpaces);
         }
-        if !(1..=13).contains(&tag) {
+        if !(1..=14).contains(&tag) {
             return Err(DecodeError::UnknownTag {
                 what: "operation",
                 tag,
@@ -366,10 +389,16 @@ impl SpaceRequest {
                     }
                 }
             }
-            _ => SpaceRequest::Renew {
+            13 => SpaceRequest::Renew {
                 space,
                 template: r.template(limits)?,
                 lease_ms: r.u64("a lease")?,
+            },
+            _ => SpaceRequest::RdAfter {
+                space,
+                template: r.template(limits)?,
+                after: r.u64("a revision")?,
+                timeout_ms: r.u64("a timeout")?,
             },
         };
         r.finish()?;

@@ -88,6 +88,12 @@ fn requests() -> Vec<SpaceRequest> {
             template: template(),
             lease_ms: 60_000,
         },
+        SpaceRequest::RdAfter {
+            space: space(),
+            template: template(),
+            after: 41,
+            timeout_ms: 30_000,
+        },
     ]
 }
 

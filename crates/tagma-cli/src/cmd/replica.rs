@@ -113,6 +113,7 @@ fn start_service(
             let space = tagma_bench::exec::tuple_space(class, &initial);
             start_as(cfg, id, key, exec.parallel(space), how)?
         }
+        ServiceKind::Space => start_as(cfg, id, key, exec.space_service()?, how)?,
     })
 }
 

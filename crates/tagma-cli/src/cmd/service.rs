@@ -14,6 +14,9 @@ pub enum ServiceKind {
     TuplespaceTs1,
     /// The tuple space, one conflict class per tuple size.
     TuplespaceTs2,
+    /// The coordination service: named tuple spaces with blocking operations, leases and
+    /// access policies (`tagma space`); --exec-threads runs different spaces at once.
+    Space,
 }
 
 impl ServiceKind {
@@ -26,6 +29,7 @@ impl ServiceKind {
             ServiceKind::List => Workload::List,
             ServiceKind::TuplespaceTs1 => Workload::TuplespaceTs1,
             ServiceKind::TuplespaceTs2 => Workload::TuplespaceTs2,
+            ServiceKind::Space => Workload::Space,
         }
     }
 }
@@ -45,6 +49,11 @@ pub struct ExecArgs {
     /// pseudo-random tuples on every replica).
     #[arg(long, default_value_t = 100_000)]
     pub state_size: usize,
+    /// Spaces the coordination service starts with (comma-separated names), each with the
+    /// default policy (everyone reads, inserts and takes) and administered by the cluster's
+    /// client principal. Every replica must be given the same list.
+    #[arg(long, value_delimiter = ',', value_name = "NAMES")]
+    pub spaces: Vec<String>,
     /// What decides which requests conflict: the service itself, or the group each
     /// client names with its request.
     #[arg(long, value_enum, default_value_t = ClassifyArg::Service)]
@@ -116,5 +125,22 @@ impl ExecArgs {
                 ClassifyArg::Groups => tagma_parallel::Classify::Groups,
             },
         )
+    }
+
+    /// The coordination service with these settings: `--exec-threads` threads, the spaces
+    /// of `--spaces`.
+    pub fn space_service(&self) -> anyhow::Result<tagma_space_service::SpaceService> {
+        let mut service =
+            tagma_space_service::SpaceService::default().with_threads(self.exec_threads.max(1));
+        for name in &self.spaces {
+            service = service
+                .with_space(
+                    name,
+                    tagma_space::Policy::default(),
+                    tagma_node::cluster_dir::DEFAULT_CLIENT_PRINCIPAL,
+                )
+                .map_err(|e| anyhow::anyhow!("--spaces {name}: {e}"))?;
+        }
+        Ok(service)
     }
 }

@@ -82,6 +82,15 @@ pub fn rd(space: &str, p: &str, timeout_ms: u64) -> SpaceRequest {
     }
 }
 
+pub fn rd_after(space: &str, p: &str, after: u64, timeout_ms: u64) -> SpaceRequest {
+    SpaceRequest::RdAfter {
+        space: space.into(),
+        template: template(p),
+        after,
+        timeout_ms,
+    }
+}
+
 pub fn in_(space: &str, p: &str, timeout_ms: u64) -> SpaceRequest {
     SpaceRequest::In {
         space: space.into(),
