@@ -12,6 +12,7 @@ use tagma_cli::cmd::{
     kv::KvArgs,
     replica::{ReplicaArgs, UnreplicatedArgs},
     sim::SimArgs,
+    space::SpaceArgs,
     status::StatusArgs,
     view::ViewArgs,
 };
@@ -60,6 +61,9 @@ enum Cmd {
     Bench(BenchArgs),
     /// Invoke the replicated key-value service.
     Kv(KvArgs),
+    /// Invoke the coordination service (tuple spaces: create, out, rd, in, cas, replace,
+    /// watch…) of a cluster whose replicas run `--service space`.
+    Space(SpaceArgs),
     /// Show or change the replica set (the view): changes are signed with the administrator's
     /// key, ordered like requests, and installed at the same point by every replica; each
     /// command waits for the outcome and prints the view.
@@ -97,6 +101,7 @@ fn main() {
         Cmd::Unreplicated(args) => tagma_cli::cmd::replica::run_unreplicated(args),
         Cmd::Bench(args) => tagma_cli::cmd::bench::run(args),
         Cmd::Kv(args) => tagma_cli::cmd::kv::run(args),
+        Cmd::Space(args) => tagma_cli::cmd::space::run(args),
         Cmd::View(args) => tagma_cli::cmd::view::run(args),
         Cmd::Status(args) => tagma_cli::cmd::status::run(args),
         Cmd::Sim(args) => tagma_cli::cmd::sim::run(args),

@@ -11,6 +11,7 @@ pub mod kv;
 pub mod replica;
 pub mod service;
 pub mod sim;
+pub mod space;
 pub mod status;
 pub mod view;
 
