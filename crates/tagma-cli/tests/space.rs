@@ -299,3 +299,34 @@ fn a_waiting_in_survives_the_leaders_death_and_is_answered_once() {
             .is_none()
     );
 }
+
+/// `tagma demo --service space --json` at its defaults: 50 clients on one lock, elections
+/// whose leaders die, a barrier, 10,000 items drained by 20 workers while the leader replica
+/// is killed, members whose leases end; nothing taken twice or lost, no violation.
+#[test]
+fn the_coordination_demo_checks_out() {
+    let out = Command::new(exe())
+        .args(["demo", "--service", "space", "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["items_put"], 10_000);
+    assert_eq!(v["items_taken"], 10_000);
+    assert_eq!(v["items_taken_twice"], 0);
+    assert_eq!(v["items_lost"], 0);
+    assert_eq!(v["lock_clients"], 50);
+    assert_eq!(v["lock_acquisitions"], 100);
+    assert_eq!(v["lock_violations"], 0);
+    assert_eq!(v["election_violations"], 0);
+    assert!(v["elections"].as_u64().unwrap() >= 3);
+    assert_eq!(v["barrier_rounds_ok"], 5);
+    assert!(v["lease_expiries"].as_u64().unwrap() >= 8);
+    assert!(v["replica_killed"].is_u64());
+    assert_eq!(v["state_digests_equal"], true);
+    assert!(v["ops"].as_u64().unwrap() > 20_000);
+}

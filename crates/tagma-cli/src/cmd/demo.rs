@@ -4,9 +4,23 @@ use anyhow::Result;
 use tagma_bench::demo::DemoOptions;
 use tagma_core::Mode;
 
+/// The service `tagma demo` runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoService {
+    /// The key-value store under a checked mixed workload.
+    Kv,
+    /// The coordination service: a contended lock, elections whose leaders die, a barrier,
+    /// a work queue drained by many workers while the leader replica is killed, and members
+    /// whose leases run out; every result checked.
+    Space,
+}
+
 /// `tagma demo`.
 #[derive(clap::Args)]
 pub struct DemoArgs {
+    /// The replicated service to demonstrate.
+    #[arg(long, value_enum, default_value_t = DemoService::Kv)]
+    pub service: DemoService,
     /// Number of replicas [default: 4 in Byzantine mode, 3 with --cft]. Byzantine mode
     /// needs at least 4 (3f+1 for f = 1), --cft at least 3 (2f+1).
     #[arg(long)]
@@ -14,9 +28,16 @@ pub struct DemoArgs {
     /// Crash-fault-tolerant mode (the default is Byzantine fault tolerance).
     #[arg(long)]
     pub cft: bool,
-    /// Concurrent closed-loop clients.
-    #[arg(long, default_value_t = 8)]
-    pub clients: usize,
+    /// Concurrent closed-loop clients (with --service space: the clients contending for
+    /// the lock [default: 50]).
+    #[arg(long)]
+    pub clients: Option<usize>,
+    /// With --service space: items put in the work queue.
+    #[arg(long, default_value_t = 10_000)]
+    pub items: usize,
+    /// With --service space: workers draining the work queue.
+    #[arg(long, default_value_t = 20)]
+    pub workers: usize,
     /// Length of the measured run, in seconds.
     #[arg(long, default_value_t = 10)]
     pub duration_s: u64,
@@ -39,10 +60,24 @@ pub struct DemoArgs {
 
 /// `tagma demo`.
 pub fn run(args: DemoArgs) -> Result<()> {
+    let mode = if args.cft { Mode::Cft } else { Mode::Bft };
+    if args.service == DemoService::Space {
+        let opts = tagma_bench::space_demo::SpaceDemoOptions {
+            replicas: args.replicas,
+            mode,
+            lock_clients: args.clients.unwrap_or(50),
+            items: args.items,
+            workers: args.workers,
+            json: args.json,
+            keep: args.keep,
+            ..Default::default()
+        };
+        return tagma_bench::space_demo::run(&super::tagma_exe()?, &opts);
+    }
     let opts = DemoOptions {
         replicas: args.replicas,
-        mode: if args.cft { Mode::Cft } else { Mode::Bft },
-        clients: args.clients,
+        mode,
+        clients: args.clients.unwrap_or(8),
         duration_s: args.duration_s,
         json: args.json,
         keep: args.keep,
