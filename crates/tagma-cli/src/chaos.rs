@@ -273,8 +273,8 @@ impl ChaosReport {
 /// Per client: acknowledged and in-doubt increments.
 #[derive(Default)]
 pub(crate) struct Counts {
-    acknowledged: AtomicU64,
-    in_doubt: AtomicU64,
+    pub(crate) acknowledged: AtomicU64,
+    pub(crate) in_doubt: AtomicU64,
 }
 
 fn counter_key(client: usize) -> Bytes {
@@ -464,13 +464,25 @@ pub(crate) fn launch_with(
     opts: &ChaosOptions,
     edit: impl Fn(&mut tagma_core::Config),
 ) -> Result<(LocalCluster, usize)> {
+    launch_serving(exe, opts, None, Vec::new(), edit)
+}
+
+/// [`launch_with`] for the replicated service `service` (`None`: the key-value store), each
+/// replica given `replica_args` too.
+pub(crate) fn launch_serving(
+    exe: &Path,
+    opts: &ChaosOptions,
+    service: Option<&str>,
+    replica_args: Vec<String>,
+    edit: impl Fn(&mut tagma_core::Config),
+) -> Result<(LocalCluster, usize)> {
     let n = opts.n();
     let launch = LaunchOptions {
         replicas: n,
         mode: opts.mode,
         f: Some(opts.f as u32),
-        service: None,
-        replica_args: Vec::new(),
+        service: service.map(str::to_owned),
+        replica_args,
         unreplicated: false,
     };
     let cluster = LocalCluster::launch_with(exe, &launch, |cfg| {
@@ -512,7 +524,7 @@ pub(crate) fn wait_caught_up(
 }
 
 /// Injects the scenario's fault under the running load; returns the recovery time.
-fn fault(
+pub(crate) fn fault(
     cluster: &mut LocalCluster,
     scenario: Scenario,
     opts: &ChaosOptions,

@@ -25,6 +25,11 @@ pub struct ChaosArgs {
     /// time to catch up).
     #[arg(long, value_enum)]
     pub scenario: Scenario,
+    /// The load: counters of the key-value service, or the coordination service's items
+    /// put and taken, with operations waiting and leases running across the fault
+    /// (kill-all, lagging-replica, corrupt-log, corrupt-checkpoint, corrupt-both, wipe-disk).
+    #[arg(long, value_enum, default_value_t = super::demo::DemoService::Kv)]
+    pub service: super::demo::DemoService,
     /// Crash-fault-tolerant mode, n = 2f+1 (the default is Byzantine, n = 3f+1).
     #[arg(long)]
     pub cft: bool,
@@ -101,6 +106,10 @@ pub fn run(args: ChaosArgs) -> Result<()> {
     }
     if args.plot.is_some() {
         bail!("--plot draws the reconfig-tour timeline; the other scenarios have no plot");
+    }
+    if args.service == super::demo::DemoService::Space {
+        let report = crate::chaos_space::run(&exe, args.scenario, &opts)?;
+        return print_verdict(args.json, &report, report.table(), report.passed());
     }
     let report = crate::chaos::run(&exe, args.scenario, &opts)?;
     print_verdict(args.json, &report, report.table(), report.passed())
