@@ -3,6 +3,8 @@
 //! it in the same invocation; the local clusters come from `tagma-cluster`.
 //!
 //! - [`demo`]: `tagma demo`, a local cluster under the checked key-value workload;
+//! - [`space_bench`]: `tagma bench space`, the coordination service's inserts by client count
+//!   with and without durability, and its execution stage by space in parallel;
 //! - [`space_demo`]: `tagma demo --service space`, the coordination service's recipes under
 //!   concurrency while a replica dies, checked;
 //! - [`replicated`]: `tagma bench` itself (one configuration, or a sweep and its figure);
@@ -33,6 +35,7 @@ pub mod plot;
 pub mod replicated;
 pub mod report;
 pub mod requests;
+pub mod space_bench;
 pub mod space_demo;
 pub mod state_transfer;
 pub mod sweep;

@@ -9,8 +9,9 @@
 //! replies and state. Replies take their requests' positions; late replies are ordered by the
 //! position of the request that gave them, then in the order it gave them.
 //!
-//! Threads live for one segment (`std::thread::scope`), each running a share of the spaces;
-//! a segment of one space, or a service of one thread, starts none.
+//! Threads live for one segment (`std::thread::scope`), each running a share of the spaces,
+//! the calling thread one of them; a segment of one space, or a service of one thread,
+//! starts none.
 
 use std::collections::BTreeMap;
 use std::ops::Range;
@@ -110,6 +111,7 @@ pub(crate) fn execute_segment(
             buckets[k % workers].push(job);
         }
         let run_job = &run_job;
+        let own = buckets.remove(0);
         std::thread::scope(|scope| {
             let handles: Vec<_> = buckets
                 .into_iter()
@@ -117,10 +119,12 @@ pub(crate) fn execute_segment(
                     scope.spawn(move || bucket.into_iter().map(run_job).collect::<Vec<_>>())
                 })
                 .collect();
-            handles
-                .into_iter()
-                .flat_map(|h| h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)))
-                .collect()
+            // The calling thread runs the first share itself: one thread fewer to start.
+            let mut outs: Vec<GroupOut> = own.into_iter().map(run_job).collect();
+            for h in handles {
+                outs.extend(h.join().unwrap_or_else(|e| std::panic::resume_unwind(e)));
+            }
+            outs
         })
     };
 

@@ -83,6 +83,46 @@ pub enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
+    /// The coordination service's inserts (tuples of four strings, --payload bytes in all,
+    /// 4 replicas) for each client count, with and without durability measured alternately
+    /// (their ratio per client count), throughput and mean/p50/p99 latency; then the
+    /// execution stage alone on mixed out/rdp/inp/cas over many spaces, one thread against
+    /// several.
+    Space {
+        /// Client counts, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,10000")]
+        clients: Vec<usize>,
+        /// Durability settings, comma-separated (both: alternating windows, and the ratio).
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "none,fsync")]
+        durability: Vec<DurabilityArg>,
+        /// Bytes of each tuple's four strings together.
+        #[arg(long, default_value_t = 1024)]
+        payload: usize,
+        /// Load before each measured window, in seconds.
+        #[arg(long, default_value_t = 2.0)]
+        warmup_s: f64,
+        /// Each measured window, in seconds.
+        #[arg(long, default_value_t = 5.0)]
+        duration_s: f64,
+        /// Alternating windows per cluster; each figure is the median window.
+        #[arg(long, default_value_t = 1)]
+        rounds: u32,
+        /// The execution part: spaces of the mixed workload.
+        #[arg(long, default_value_t = 16)]
+        spaces: usize,
+        /// The execution part: requests per run.
+        #[arg(long, default_value_t = 50_000)]
+        exec_requests: usize,
+        /// The execution part: threads of the parallel run.
+        #[arg(long, default_value_t = 2)]
+        exec_threads: usize,
+        /// One JSON object on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Draw inserts/s per client count into this PNG.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<PathBuf>,
+    },
 }
 
 /// `tagma bench`.
@@ -278,6 +318,40 @@ pub fn run(args: BenchArgs) -> Result<()> {
             checkpoint_period,
             json,
         }) => return state_transfer(state_mb, checkpoint_period, json),
+        Some(BenchWhat::Space {
+            clients,
+            durability,
+            payload,
+            warmup_s,
+            duration_s,
+            rounds,
+            spaces,
+            exec_requests,
+            exec_threads,
+            json,
+            plot,
+        }) => {
+            let opts = tagma_bench::space_bench::SpaceBenchOptions {
+                clients,
+                durability: durability.iter().map(|d| d.config()).collect(),
+                payload,
+                warmup_s,
+                duration_s,
+                rounds,
+                spaces,
+                exec_requests,
+                exec_threads,
+                json,
+                plot,
+            };
+            let report = tagma_bench::space_bench::run(&super::tagma_exe()?, &opts)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", tagma_bench::space_bench::table(&report));
+            }
+            return Ok(());
+        }
         None => {}
     }
     let opts = BenchOptions {
