@@ -5,6 +5,8 @@
 //! - [`demo`]: `tagma demo`, a local cluster under the checked key-value workload;
 //! - [`space_bench`]: `tagma bench space`, the coordination service's inserts by client count
 //!   with and without durability, and its execution stage by space in parallel;
+//! - [`space_recovery`]: `tagma bench space-recovery`, the coordination service back after
+//!   every replica stopped, by state size, with one log or one state damaged;
 //! - [`space_demo`]: `tagma demo --service space`, the coordination service's recipes under
 //!   concurrency while a replica dies, checked;
 //! - [`replicated`]: `tagma bench` itself (one configuration, or a sweep and its figure);
@@ -37,5 +39,6 @@ pub mod report;
 pub mod requests;
 pub mod space_bench;
 pub mod space_demo;
+pub mod space_recovery;
 pub mod state_transfer;
 pub mod sweep;

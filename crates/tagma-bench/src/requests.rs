@@ -50,6 +50,21 @@ impl Workload {
     }
 }
 
+/// Room for a benchmark's inserts into [`BENCH_SPACE`]: the most bytes and tuples a space
+/// holds in the coordination service's benchmarks (`--space-bytes-max`, `--space-tuples-max`).
+pub const BENCH_SPACE_BYTES_MAX: usize = 8 << 30;
+pub const BENCH_SPACE_TUPLES_MAX: usize = 100_000_000;
+
+/// The replica arguments that give [`BENCH_SPACE`] room for a benchmark's inserts.
+pub fn bench_space_limits() -> Vec<String> {
+    vec![
+        "--space-bytes-max".into(),
+        BENCH_SPACE_BYTES_MAX.to_string(),
+        "--space-tuples-max".into(),
+        BENCH_SPACE_TUPLES_MAX.to_string(),
+    ]
+}
+
 /// What the requests of a run look like.
 #[derive(Clone, Copy, Debug)]
 pub struct RequestShape {

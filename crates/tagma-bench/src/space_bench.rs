@@ -97,7 +97,11 @@ fn launch(exe: &Path, durability: Durability) -> Result<LocalCluster> {
         mode: Mode::Bft,
         f: Some(1),
         service: Some("space".into()),
-        replica_args: SPACE_ARGS.iter().map(|s| s.to_string()).collect(),
+        replica_args: [
+            SPACE_ARGS.iter().map(|s| s.to_string()).collect(),
+            crate::requests::bench_space_limits(),
+        ]
+        .concat(),
         unreplicated: false,
     };
     LocalCluster::launch_with(exe, &launch, |cfg| cfg.storage.durability = durability)
@@ -160,6 +164,24 @@ pub fn run(exe: &Path, opts: &SpaceBenchOptions) -> Result<SpaceBenchReport> {
             for (i, (d, cluster)) in clusters.iter().enumerate() {
                 let label = format!("{clients} clients, durability {d}, {round}/{}", opts.rounds);
                 runs[i].push(measure(cluster, &window, &*request, &label)?);
+            }
+        }
+        // Every insert must have been applied (a full space would answer with an error,
+        // which the load counts as completed): the space holds at least every insert the
+        // windows counted.
+        for ((d, cluster), runs) in clusters.iter().zip(&runs) {
+            let counted: u64 = runs.iter().map(|m| m.load.completed).sum();
+            let client = tagma_space::SpaceClient::new(cluster.proxy(Duration::from_secs(30))?);
+            let held = client
+                .list()
+                .wait()?
+                .into_iter()
+                .find(|s| s.name == crate::requests::BENCH_SPACE)
+                .map_or(0, |s| u64::from(s.tuples));
+            if held < counted {
+                bail!(
+                    "durability {d}, {clients} clients: the space holds {held} tuples but {counted} inserts were counted: inserts were refused"
+                );
             }
         }
         let points: Vec<InsertPoint> = clusters

@@ -377,7 +377,7 @@ fn restart_all(cluster: &mut LocalCluster, probe: &Proxy, corrupt: Option<&Path>
 }
 
 /// Every replica's executed position, from its metrics (0 while it does not answer).
-fn positions(cluster: &LocalCluster) -> Vec<u64> {
+pub(crate) fn positions(cluster: &LocalCluster) -> Vec<u64> {
     (0..cluster.cfg.n())
         .map(|i| cluster.metric(i, "tagma_executed_instances") as u64)
         .collect()

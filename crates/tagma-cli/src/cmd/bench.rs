@@ -123,6 +123,28 @@ pub enum BenchWhat {
         #[arg(long, value_name = "FILE.png")]
         plot: Option<PathBuf>,
     },
+    /// The coordination service back after every replica stopped: for each state size, a
+    /// durable 4-replica cluster filled with tuples, then every replica restarted with all
+    /// disks intact, with one replica's log damaged, and with one replica's newest
+    /// checkpoint damaged; reports the time until a new operation completes and until every
+    /// replica has recovered.
+    SpaceRecovery {
+        /// State sizes in MB, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "0,50,100")]
+        state_mb: Vec<u64>,
+        /// Bytes of each tuple's four strings together.
+        #[arg(long, default_value_t = 1024)]
+        tuple_bytes: usize,
+        /// Instances between two checkpoints of a replica.
+        #[arg(long, default_value_t = 1000)]
+        checkpoint_period: u64,
+        /// One JSON object per state size instead of the table.
+        #[arg(long)]
+        json: bool,
+        /// Draw the recovery times per state size into this PNG.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<PathBuf>,
+    },
 }
 
 /// `tagma bench`.
@@ -133,7 +155,10 @@ pub struct BenchArgs {
     /// `micro`: empty requests with replies of --payload bytes; `kv`: puts (or, with
     /// --unordered, gets) on the key-value service; `list`: a linked list executed in
     /// parallel (--exec-threads, --exec-policy), --conflict-pct of add/remove among
-    /// get/contains; `tuplespace-*`: the tuple space, --conflict-pct of out/inp.
+    /// get/contains; `tuplespace-*`: the tuple space, --conflict-pct of out/inp; `space`:
+    /// the coordination service, inserts of tuples of four strings (--payload bytes), with
+    /// --space-bytes-max and --space-tuples-max raised to 8 GiB and 100 million tuples unless
+    /// given (see also `tagma bench space`).
     #[arg(long, value_enum, default_value_t = ServiceKind::Micro, alias = "service")]
     pub workload: ServiceKind,
     /// With --workload list or tuplespace-*: share of conflicting requests (add/remove,
@@ -352,13 +377,50 @@ pub fn run(args: BenchArgs) -> Result<()> {
             }
             return Ok(());
         }
+        Some(BenchWhat::SpaceRecovery {
+            state_mb,
+            tuple_bytes,
+            checkpoint_period,
+            json,
+            plot,
+        }) => {
+            let opts = tagma_bench::space_recovery::SpaceRecoveryOptions {
+                state_mb,
+                tuple_bytes,
+                checkpoint_period,
+                json,
+                plot,
+            };
+            let rows = tagma_bench::space_recovery::run(&super::tagma_exe()?, &opts)?;
+            if json {
+                for row in &rows {
+                    println!("{}", serde_json::to_string(row)?);
+                }
+            } else {
+                print!("{}", tagma_bench::space_recovery::table(&rows));
+            }
+            if rows.iter().any(|r| !r.state_digests_equal) {
+                anyhow::bail!("the replicas' states differ after recovery");
+            }
+            return Ok(());
+        }
         None => {}
+    }
+    let mut exec = args.exec.clone();
+    let defaults = tagma_space_service::SpaceLimits::default();
+    if args.workload == ServiceKind::Space {
+        if exec.space_bytes_max == defaults.space_bytes_max {
+            exec.space_bytes_max = tagma_bench::requests::BENCH_SPACE_BYTES_MAX;
+        }
+        if exec.space_tuples_max == defaults.tuples_per_space_max {
+            exec.space_tuples_max = tagma_bench::requests::BENCH_SPACE_TUPLES_MAX;
+        }
     }
     let opts = BenchOptions {
         workload: args.workload.workload(),
         conflict_pct: args.conflict_pct,
         state_size: args.exec.state_size,
-        replica_args: args.exec.to_args(),
+        replica_args: exec.to_args(),
         payload: args.payload,
         cft: args.cft,
         f: args.f,

@@ -54,6 +54,14 @@ pub struct ExecArgs {
     /// client principal. Every replica must be given the same list.
     #[arg(long, value_delimiter = ',', value_name = "NAMES")]
     pub spaces: Vec<String>,
+    /// The coordination service: the most bytes one space holds (tuples and waiting
+    /// templates). Every replica must be given the same value.
+    #[arg(long, default_value_t = tagma_space_service::SpaceLimits::default().space_bytes_max)]
+    pub space_bytes_max: usize,
+    /// The coordination service: the most tuples one space holds. Every replica must be
+    /// given the same value.
+    #[arg(long, default_value_t = tagma_space_service::SpaceLimits::default().tuples_per_space_max)]
+    pub space_tuples_max: usize,
     /// What decides which requests conflict: the service itself, or the group each
     /// client names with its request.
     #[arg(long, value_enum, default_value_t = ClassifyArg::Service)]
@@ -93,6 +101,10 @@ impl ExecArgs {
     /// The same settings as replica arguments.
     pub fn to_args(&self) -> Vec<String> {
         vec![
+            "--space-bytes-max".into(),
+            self.space_bytes_max.to_string(),
+            "--space-tuples-max".into(),
+            self.space_tuples_max.to_string(),
             "--exec-threads".into(),
             self.exec_threads.to_string(),
             "--exec-policy".into(),
@@ -130,8 +142,14 @@ impl ExecArgs {
     /// The coordination service with these settings: `--exec-threads` threads, the spaces
     /// of `--spaces`.
     pub fn space_service(&self) -> anyhow::Result<tagma_space_service::SpaceService> {
-        let mut service =
-            tagma_space_service::SpaceService::default().with_threads(self.exec_threads.max(1));
+        let limits = tagma_space_service::SpaceLimits {
+            space_bytes_max: self.space_bytes_max,
+            tuples_per_space_max: self.space_tuples_max,
+            ..Default::default()
+        };
+        let mut service = tagma_space_service::SpaceService::new(limits)
+            .map_err(|e| anyhow::anyhow!("--space-bytes-max / --space-tuples-max: {e}"))?
+            .with_threads(self.exec_threads.max(1));
         for name in &self.spaces {
             service = service
                 .with_space(
