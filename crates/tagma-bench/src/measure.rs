@@ -86,7 +86,7 @@ pub fn measure(
 ) -> Result<Measured> {
     let ready = Duration::from_secs(20);
     let mut drivers = Vec::new();
-    for share in load::proxy_shares(opts.clients, load::CLIENTS_PER_PROXY) {
+    for share in load::proxy_shares(opts.clients, load::clients_per_proxy(opts.clients)) {
         let mut options = ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL);
         options.outstanding_max = share;
         drivers.push((cluster.proxy_with(options, ready)?, share));
