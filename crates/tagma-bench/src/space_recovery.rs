@@ -106,17 +106,7 @@ fn fill(cluster: &LocalCluster, tuples: u64, field_bytes: usize, json: bool) -> 
     let clients = (0..FILL_CLIENTS)
         .map(|_| Ok(SpaceClient::new(cluster.proxy(ready)?)))
         .collect::<Result<Vec<_>>>()?;
-    let bar = if json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(tuples)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} tuples")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix("filling");
+    let bar = crate::report::fill_bar(tuples, json);
     let next = AtomicU64::new(0);
     let started = Instant::now();
     std::thread::scope(|s| -> Result<()> {

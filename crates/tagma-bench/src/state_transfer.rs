@@ -166,17 +166,7 @@ pub fn run(exe: &Path, opts: &TransferOptions) -> Result<TransferReport> {
         .map(|_| cluster.proxy(ready))
         .collect::<Result<_>>()?;
     let entries = (opts.state_mb << 20).div_ceil(VALUE_BYTES as u64);
-    let bar = if opts.json {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(entries)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix("filling");
+    let bar = crate::report::fill_bar(entries, opts.json);
     let filled = Instant::now();
     let next = AtomicU64::new(0);
     std::thread::scope(|s| -> Result<()> {

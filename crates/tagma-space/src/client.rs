@@ -172,6 +172,17 @@ impl SpaceClient {
         self.send(request, RequestKind::Ordered, Duration::ZERO, decode)
     }
 
+    /// An ordered operation that may wait up to `timeout` for its answer: a tuple, or none
+    /// if none came in time.
+    fn waiting(&self, request: SpaceRequest, timeout: Duration) -> Pending<Option<Stored>> {
+        self.send(
+            request,
+            RequestKind::Ordered,
+            timeout + WAIT_MARGIN,
+            waited_tuple,
+        )
+    }
+
     /// Creates `space` with `policy`; this client becomes its creator.
     pub fn create(&self, space: &str, policy: Policy) -> Pending<()> {
         let request = SpaceRequest::Create {
@@ -255,12 +266,7 @@ impl SpaceClient {
             template,
             timeout_ms: millis(timeout),
         };
-        self.send(
-            request,
-            RequestKind::Ordered,
-            timeout + WAIT_MARGIN,
-            waited_tuple,
-        )
+        self.waiting(request, timeout)
     }
 
     /// `rdAfter`: the oldest tuple matching `template` inserted after revision `after`,
@@ -280,12 +286,7 @@ impl SpaceClient {
             after,
             timeout_ms: millis(timeout),
         };
-        self.send(
-            request,
-            RequestKind::Ordered,
-            timeout + WAIT_MARGIN,
-            waited_tuple,
-        )
+        self.waiting(request, timeout)
     }
 
     /// `in`: takes the oldest tuple matching `template`, waiting up to `timeout` for one to
@@ -302,12 +303,7 @@ impl SpaceClient {
             template,
             timeout_ms: millis(timeout),
         };
-        self.send(
-            request,
-            RequestKind::Ordered,
-            timeout + WAIT_MARGIN,
-            waited_tuple,
-        )
+        self.waiting(request, timeout)
     }
 
     /// `cas`: inserts `tuple` (for `lease` if given) if no tuple matches `template`;
