@@ -237,6 +237,23 @@ impl BenchReport {
     }
 }
 
+/// The progress bar of filling a cluster's state with `len` items (hidden with `hidden`:
+/// JSON output).
+pub fn fill_bar(len: u64, hidden: bool) -> indicatif::ProgressBar {
+    let bar = if hidden {
+        indicatif::ProgressBar::hidden()
+    } else {
+        indicatif::ProgressBar::new(len)
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_prefix("filling");
+    bar
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -309,21 +326,4 @@ mod tests {
         assert!(process_cpu_s(pid).is_some_and(|s| s >= 0.0));
         assert!(process_peak_rss_mb(pid).is_some_and(|mb| mb > 0.0));
     }
-}
-
-/// The progress bar of filling a cluster's state with `len` items (hidden with `hidden`:
-/// JSON output).
-pub fn fill_bar(len: u64, hidden: bool) -> indicatif::ProgressBar {
-    let bar = if hidden {
-        indicatif::ProgressBar::hidden()
-    } else {
-        indicatif::ProgressBar::new(len)
-    };
-    bar.set_style(
-        indicatif::ProgressStyle::with_template("{prefix:>10} [{bar:30}] {pos}/{len} {msg}")
-            .expect("valid template")
-            .progress_chars("=> "),
-    );
-    bar.set_prefix("filling");
-    bar
 }

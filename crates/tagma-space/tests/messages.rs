@@ -229,10 +229,10 @@ fn malformed_requests_are_typed_errors() {
     let decode = |bytes: &[u8]| SpaceRequest::decode(&Bytes::copy_from_slice(bytes), &limits);
     assert_eq!(decode(b""), Err(DecodeError::Truncated("an operation")));
     assert_eq!(
-        decode(b"\x0e"),
+        decode(b"\x0f"),
         Err(DecodeError::UnknownTag {
             what: "operation",
-            tag: 14
+            tag: 15
         })
     );
     assert_eq!(
