@@ -7,6 +7,8 @@
 //! - [`text`]: their textual form (`("lock", *str, 7)`);
 //! - [`name`]: space names;
 //! - [`policy`]: a space's declarative access policy, its text and encoding;
+//! - [`protection`]: a confidential space's field protection (public, comparable,
+//!   private) and the rules its tuples and templates keep;
 //! - [`request`]: [`SpaceRequest`], the operations, and their encoding;
 //! - [`reply`]: [`SpaceReply`], the answers, and their encoding;
 //! - [`error`]: [`SpaceError`], why an operation was refused;
@@ -23,6 +25,7 @@ pub mod codec;
 pub mod error;
 pub mod name;
 pub mod policy;
+pub mod protection;
 pub mod recipes;
 pub mod reply;
 pub mod request;
@@ -34,6 +37,7 @@ pub use codec::DecodeError;
 pub use error::{SpaceError, WaitScope};
 pub use name::{SPACE_NAME_BYTES_MAX, check_space_name};
 pub use policy::{OpClass, Policy, PolicyError, Principals, Rule};
+pub use protection::{Protection, ProtectionError, Protections};
 pub use reply::{CasOutcome, Receipt, Replacement, SpaceInfo, SpaceReply, Stored};
 pub use request::SpaceRequest;
 pub use text::TextError;
