@@ -14,6 +14,8 @@
 //! - [`error`]: [`SpaceError`], why an operation was refused;
 //! - [`codec`]: the byte layout the messages share and [`DecodeError`];
 //! - [`client`]: [`SpaceClient`], the operations over a `tagma_client::Proxy`;
+//! - [`confidential`]: [`ConfidentialSpace`], the operations on a protected space: tuples
+//!   hashed and sealed on insertion, opened with f+1 replicas' shares on reading;
 //! - [`recipes`]: locks, leader election, barriers, work queues, counters and a
 //!   configuration store built on those operations.
 //!
@@ -22,6 +24,7 @@
 
 pub mod client;
 pub mod codec;
+pub mod confidential;
 pub mod error;
 pub mod name;
 pub mod policy;
@@ -34,6 +37,9 @@ pub mod typed;
 
 pub use client::{Pending, SpaceClient, SpaceClientError};
 pub use codec::DecodeError;
+pub use confidential::{
+    Confidential, ConfidentialError, ConfidentialSpace, Revealed, SealingGroup, SpaceKey,
+};
 pub use error::{SpaceError, WaitScope};
 pub use name::{SPACE_NAME_BYTES_MAX, check_space_name};
 pub use policy::{OpClass, Policy, PolicyError, Principals, Rule};

@@ -5,21 +5,21 @@
 //! layout of [`crate::codec`]: a space name, a tuple or template in its own encoding, a
 //! policy as in [`crate::policy`], a protection as in [`crate::protection`], a lease as an
 //! optional `u64`, a timeout as `u64`, a count as `u32`, a sealed tuple as `len u32 | bytes`.
-//! Fields in brackets are optional trailing sections: present exactly when given, so a
+//! Fields marked *opt* are optional trailing sections: present exactly when given, so a
 //! request without them has the bytes it always had.
 //!
 //! | tag | operation | fields |
 //! |---|---|---|
-//! | 1 | create | space, policy, [protection] |
+//! | 1 | create | space, policy, protection *opt* |
 //! | 2 | destroy | space |
 //! | 3 | list spaces | — |
-//! | 4 | out | space, tuple, lease, [sealed] |
+//! | 4 | out | space, tuple, lease, sealed *opt* |
 //! | 5 | rdp | space, template |
 //! | 6 | inp | space, template |
 //! | 7 | rd | space, template, timeout |
 //! | 8 | in | space, template, timeout |
-//! | 9 | cas | space, template, tuple, lease, [sealed] |
-//! | 10 | replace | space, template, tuple, lease, [sealed] |
+//! | 9 | cas | space, template, tuple, lease, sealed *opt* |
+//! | 10 | replace | space, template, tuple, lease, sealed *opt* |
 //! | 11 | rdAll | space, template, max |
 //! | 12 | inAll | space, template, max |
 //! | 13 | renew | space, template, lease (`u64`, not optional) |

@@ -126,7 +126,7 @@ impl Field {
         }
     }
 
-    fn encode(&self, out: &mut BytesMut) {
+    pub(crate) fn encode(&self, out: &mut BytesMut) {
         match self {
             Field::Int(v) => {
                 out.put_u8(1);
