@@ -128,10 +128,17 @@ impl ExecArgs {
     }
 
     /// The coordination service with these settings: `--exec-threads` threads, the spaces
-    /// of `--spaces`.
-    pub fn space_service(&self) -> anyhow::Result<tagma_space_service::SpaceService> {
-        let mut service =
-            tagma_space_service::SpaceService::default().with_threads(self.exec_threads.max(1));
+    /// of `--spaces`, answering `share` (protected spaces) with this replica's `key` among
+    /// `replicas` (the cluster configuration's replicas in member order, as clients seal for
+    /// them).
+    pub fn space_service(
+        &self,
+        key: &tagma_crypto::IdentityKey,
+        replicas: Vec<tagma_wire::PublicKey>,
+    ) -> anyhow::Result<tagma_space_service::SpaceService> {
+        let mut service = tagma_space_service::SpaceService::default()
+            .with_threads(self.exec_threads.max(1))
+            .with_replica_key(key.clone(), replicas);
         for name in &self.spaces {
             service = service
                 .with_space(

@@ -173,6 +173,15 @@ impl<'c> ConfidentialSpace<'c> {
         self.reveal_one(self.client.rdp(self.space(), template).wait()?)
     }
 
+    /// `rdp` without ordering (see [`SpaceClient::rdp_unordered`]), opened.
+    pub fn rdp_unordered(
+        &self,
+        template: &TypedTemplate,
+    ) -> Result<Option<Revealed>, ConfidentialError> {
+        let template = self.confidential.template(template)?;
+        self.reveal_one(self.client.rdp_unordered(self.space(), template).wait()?)
+    }
+
     /// `inp`: takes the oldest tuple matching `template`, opened (its shares stay for this
     /// client's principal for the service's taken keep time).
     pub fn inp(&self, template: &TypedTemplate) -> Result<Option<Revealed>, ConfidentialError> {
@@ -224,6 +233,20 @@ impl<'c> ConfidentialSpace<'c> {
     ) -> Result<Vec<Revealed>, ConfidentialError> {
         let template = self.confidential.template(template)?;
         self.reveal_all(self.client.rd_all(self.space(), template, max).wait()?)
+    }
+
+    /// `rdAll` without ordering (see [`SpaceClient::rd_all_unordered`]), opened.
+    pub fn rd_all_unordered(
+        &self,
+        template: &TypedTemplate,
+        max: u32,
+    ) -> Result<Vec<Revealed>, ConfidentialError> {
+        let template = self.confidential.template(template)?;
+        let found = self
+            .client
+            .rd_all_unordered(self.space(), template, max)
+            .wait()?;
+        self.reveal_all(found)
     }
 
     /// `inAll`: takes up to `max` matching tuples, oldest first, opened.
