@@ -60,7 +60,7 @@ pub struct Limits {
     pub arity_max: usize,
     /// The most bytes of one string or bytes field.
     pub field_bytes_max: usize,
-    /// The most bytes of a whole encoded tuple.
+    /// The most bytes of a whole encoded tuple (in a protected space, with its sealed part).
     pub tuple_bytes_max: usize,
 }
 
