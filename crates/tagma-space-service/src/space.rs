@@ -203,7 +203,7 @@ impl Space {
     fn insert_refusal(
         &self,
         tuple: &TypedTuple,
-        sealed: &Option<Bytes>,
+        sealed: Option<&Bytes>,
         invoker: u32,
         replacing: Option<u64>,
         now_ms: u64,
@@ -245,7 +245,7 @@ impl Space {
             }));
         }
         let bytes = self.store.bytes() + self.waits.bytes() - freed.map_or(0, Entry::bytes)
-            + entry_bytes(tuple, sealed.as_ref());
+            + entry_bytes(tuple, sealed);
         if bytes > limits.space_bytes_max {
             return Some(SpaceReply::Error(SpaceError::SpaceTooLarge {
                 space: self.name.clone(),
@@ -407,7 +407,7 @@ impl Space {
                     Err(e) => return Some(SpaceReply::Error(e)),
                 };
                 if let Some(refusal) =
-                    self.insert_refusal(tuple, sealed, invoker, None, now_ms, limits)
+                    self.insert_refusal(tuple, sealed.as_ref(), invoker, None, now_ms, limits)
                 {
                     return Some(refusal);
                 }
@@ -673,7 +673,9 @@ impl Space {
             return SpaceReply::Cas(CasOutcome::Exists(existing));
         }
         let sealed = sealed.cloned();
-        if let Some(refusal) = self.insert_refusal(tuple, &sealed, invoker, None, now_ms, limits) {
+        if let Some(refusal) =
+            self.insert_refusal(tuple, sealed.as_ref(), invoker, None, now_ms, limits)
+        {
             return refusal;
         }
         let receipt = self.insert(
@@ -714,9 +716,14 @@ impl Space {
             return SpaceReply::Replaced(None);
         };
         let sealed = sealed.cloned();
-        if let Some(refusal) =
-            self.insert_refusal(tuple, &sealed, invoker, Some(revision), now_ms, limits)
-        {
+        if let Some(refusal) = self.insert_refusal(
+            tuple,
+            sealed.as_ref(),
+            invoker,
+            Some(revision),
+            now_ms,
+            limits,
+        ) {
             return refusal;
         }
         let Some(taken) = self.take(revision, invoker, now_ms, limits) else {

@@ -440,3 +440,50 @@ fn protected_spaces_pass_the_conformance_suite_and_damaged_snapshots_never_panic
         }
     }
 }
+
+#[test]
+fn sealed_parts_count_against_the_space_budget_and_the_tuple_limit() {
+    let (stored, sealed) = sealed_tuple("vault", "s");
+    let combined = stored.encoded_len() + sealed.len();
+    let limits = SpaceLimits {
+        typed: tagma_space::Limits {
+            tuple_bytes_max: combined + 10,
+            ..tagma_space::Limits::default()
+        },
+        space_bytes_max: combined + 10 + 64,
+        reply_bytes_max: 4_096,
+        ..SpaceLimits::default()
+    };
+    let mut h = replica(0, limits);
+    h.now(1, create_protected("vault", ""));
+    assert!(matches!(
+        h.now(1, out_sealed("vault", &stored, Some(sealed.clone()))),
+        SpaceReply::Inserted(_)
+    ));
+    // The stored tuples alone would fit many times over; with their sealed parts, one does.
+    assert!(3 * (stored.encoded_len() + 64) < limits.space_bytes_max);
+    assert!(matches!(
+        h.now(1, out_sealed("vault", &stored, Some(sealed))),
+        SpaceReply::Error(SpaceError::SpaceTooLarge { .. })
+    ));
+    // A sealed part that passes the tuple limit with its tuple is refused.
+    let tight = SpaceLimits {
+        typed: tagma_space::Limits {
+            tuple_bytes_max: combined - 1,
+            ..tagma_space::Limits::default()
+        },
+        space_bytes_max: 1 << 20,
+        ..SpaceLimits::default()
+    };
+    let mut h = replica(0, tight);
+    h.now(1, create_protected("vault", ""));
+    let (stored, sealed) = sealed_tuple("vault", "s");
+    let r = h.now(1, out_sealed("vault", &stored, Some(sealed)));
+    assert_eq!(
+        protection_error(&r),
+        &ProtectionError::SealedTooLarge {
+            len: combined as u64,
+            max: combined as u64 - 1
+        }
+    );
+}

@@ -14,7 +14,9 @@ use bytes::Bytes;
 use tagma_crypto::sealing::ShareReader;
 use tagma_wire::ReplicaId;
 
-use super::{Confidential, ConfidentialError, Revealed, SealingGroup, SpaceKey, may_come_later};
+use super::error::ConfidentialError;
+use super::keys::{SealingGroup, SpaceKey};
+use super::transform::{Confidential, Revealed, may_come_later};
 use crate::client::SpaceClient;
 use crate::{CasOutcome, Receipt, Stored, TypedTemplate, TypedTuple};
 

@@ -9,7 +9,9 @@ use tagma_crypto::sealing::{SealedSecret, ShareReader, seal};
 use tagma_wire::ReplicaId;
 
 use super::*;
-use crate::protection::COMPARABLE_HASH_LEN;
+use crate::protection::{COMPARABLE_HASH_LEN, ProtectionError, sealed_aad, share_context};
+use crate::typed::{Field, Pattern, TypedTemplate, TypedTuple};
+use crate::{SpaceReply, Stored};
 
 fn replica_key(i: usize) -> IdentityKey {
     IdentityKey::from_seed([i as u8 + 40; 32])
@@ -104,7 +106,7 @@ fn comparable_hashes_are_keyed_position_bound_typed_and_per_space() {
     let other_space = Confidential::new("vault2", c.protection().clone(), &key(), group());
     assert_ne!(h, other_space.comparable_hash(1, &alice), "per space");
     // Not a plain hash of the field: without the key nobody computes it.
-    let mut encoded = BytesMut::new();
+    let mut encoded = bytes::BytesMut::new();
     alice.encode(&mut encoded);
     assert_ne!(&h[..], tagma_crypto::digest(&encoded).as_bytes());
 }
