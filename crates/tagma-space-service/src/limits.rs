@@ -69,6 +69,8 @@ impl Default for SpaceLimits {
 
 /// Bytes a stored tuple counts beyond its encoding (its index entries and bookkeeping).
 pub(crate) const TUPLE_OVERHEAD_BYTES: usize = 64;
+/// Bytes a taken tuple's sealed part counts beyond its length in its space's taken buffer.
+pub(crate) const TAKEN_OVERHEAD_BYTES: usize = 48;
 /// Bytes a waiting operation counts beyond its template's encoding.
 pub(crate) const WAIT_OVERHEAD_BYTES: usize = 96;
 /// The bytes of a stored tuple's reply beyond its tuple and sealed part (which together
@@ -130,7 +132,7 @@ impl SpaceLimits {
             (
                 "taken_bytes_max",
                 self.taken_bytes_max,
-                tuple + crate::taken::TAKEN_OVERHEAD_BYTES,
+                tuple + TAKEN_OVERHEAD_BYTES,
             ),
         ] {
             if value < needed {

@@ -12,10 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
-use crate::limits::SpaceLimits;
-
-/// Bytes an entry counts beyond its sealed part.
-pub(crate) const TAKEN_OVERHEAD_BYTES: usize = 48;
+use crate::limits::{SpaceLimits, TAKEN_OVERHEAD_BYTES};
 
 /// One taken sealed tuple.
 #[derive(Clone, Debug, PartialEq, Eq)]

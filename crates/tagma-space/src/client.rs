@@ -183,7 +183,7 @@ impl SpaceClient {
     }
 
     /// Creates `space` with `policy` and, if given, a field protection (a confidential
-    /// space: see [`crate::protection`] and [`crate::confidential`]).
+    /// space: see [`crate::protection`]; `ConfidentialSpace` runs its operations).
     pub fn create_protected(
         &self,
         space: &str,
@@ -227,7 +227,7 @@ impl SpaceClient {
     }
 
     /// `out` of a tuple as a protected space stores it, with its sealed original
-    /// ([`crate::confidential`] builds both).
+    /// (`ConfidentialSpace` builds both).
     pub fn out_sealed(
         &self,
         space: &str,
