@@ -1,6 +1,7 @@
 //! Feeds arbitrary bytes to the coordination service's request, reply and policy decoders,
 //! under limits picked by the first byte: decoding must never panic, and anything that
-//! decodes must re-encode to exactly the input bytes (the encodings are canonical).
+//! decodes must re-encode to exactly the input bytes (the encodings are canonical, the
+//! optional protection and sealed sections and share replies included).
 #![no_main]
 
 use bytes::Bytes;
@@ -22,7 +23,13 @@ fuzz_target!(|data: &[u8]| {
     let input = Bytes::copy_from_slice(rest);
     if let Ok(request) = SpaceRequest::decode(&input, &limits) {
         assert_eq!(request.encode(), input);
-        assert!(request.check(&limits).is_ok() || matches!(request, SpaceRequest::Create { .. }));
+        // Decoding checks shapes; `check` also judges a create's policy and protection, and
+        // whether a sealed tuple's bytes are a sealed secret.
+        assert!(
+            request.check(&limits).is_ok()
+                || matches!(request, SpaceRequest::Create { .. })
+                || request.sealed().is_some()
+        );
     }
     if let Ok(reply) = SpaceReply::decode(&input, &limits) {
         assert_eq!(reply.encode(), input);

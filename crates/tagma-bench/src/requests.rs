@@ -107,6 +107,7 @@ pub fn generator(shape: &RequestShape) -> Box<load::RequestGen> {
                     space: BENCH_SPACE.into(),
                     tuple: tagma_space::TypedTuple(fields),
                     lease_ms: None,
+                    sealed: None,
                 }
                 .encode()
             })

@@ -317,6 +317,7 @@ fn mixed_request(i: u64, spaces: usize) -> SpaceRequest {
             space,
             tuple,
             lease_ms: None,
+            sealed: None,
         },
         1 => SpaceRequest::Rdp { space, template },
         2 => SpaceRequest::Inp { space, template },
@@ -325,6 +326,7 @@ fn mixed_request(i: u64, spaces: usize) -> SpaceRequest {
             template,
             tuple,
             lease_ms: None,
+            sealed: None,
         },
     }
 }

@@ -2,7 +2,8 @@
 //! `--service space`, driven through `tagma space` and through `SpaceClient` and its recipes.
 //! Blocking operations are answered by later inserts and by their own timeouts with no
 //! traffic at all (time-only batches); leases run out in agreed time; a waiting operation
-//! survives the leader's death.
+//! survives the leader's death; a protected space keeps private fields from the replicas and
+//! opens them with f+1 replicas' shares.
 
 mod common;
 
@@ -18,9 +19,14 @@ use tagma_space::recipes::{
     barrier::Barrier, config::ConfigStore, counter::Counter, election::Election, lock::Lock,
     queue::WorkQueue,
 };
-use tagma_space::{Policy, SpaceClient};
+use tagma_space::{ConfidentialSpace, Policy, SealingGroup, SpaceClient, SpaceKey};
 
 fn space_cluster() -> LocalCluster {
+    space_cluster_with(|_| {})
+}
+
+/// [`space_cluster`] with `edit` applied to its configuration.
+fn space_cluster_with(edit: impl Fn(&mut tagma_core::Config)) -> LocalCluster {
     let launch = LaunchOptions {
         replicas: 4,
         mode: tagma_core::Mode::Bft,
@@ -29,7 +35,7 @@ fn space_cluster() -> LocalCluster {
         replica_args: vec!["--spaces".into(), "shared".into()],
         unreplicated: false,
     };
-    LocalCluster::launch_with(exe(), &launch, |_| {}).expect("cluster starts")
+    LocalCluster::launch_with(exe(), &launch, edit).expect("cluster starts")
 }
 
 fn client(c: &LocalCluster) -> SpaceClient {
@@ -128,6 +134,175 @@ fn the_command_line_waits_times_out_in_agreed_time_and_expires_leases() {
     );
     let (_, listed) = cli(&c, &["list"]);
     assert!(listed.contains("guarded  0 tuples"), "{listed}");
+}
+
+/// Every file under `dir`, recursively.
+fn files_under(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap().flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                out.push(path);
+            }
+        }
+    }
+    out
+}
+
+/// Whether any file under `dir` holds `needle`.
+fn some_file_holds(dir: &std::path::Path, needle: &[u8]) -> bool {
+    files_under(dir).iter().any(|path| {
+        std::fs::read(path)
+            .map(|bytes| bytes.windows(needle.len()).any(|w| w == needle))
+            .unwrap_or(false)
+    })
+}
+
+/// A protected space end to end: the command line creates it and writes a space key; a
+/// tuple inserted with the key reads back as inserted (its private field opened from f+1
+/// replicas' shares) while a plain read sees the placeholder and the keyed hash, and no file
+/// of any replica holds the private or comparable values; the library takes a tuple by its
+/// comparable field and opens it from the taken buffer's shares.
+#[test]
+fn a_protected_space_keeps_private_fields_from_the_replicas_and_opens_them_with_shares() {
+    const PUBLIC: &str = "public-marker-5521";
+    const COMPARABLE: &str = "comparable-marker-9034";
+    const PRIVATE: &str = "private-marker-7731";
+    // Durable replicas checkpointing often: what they hold is on their disks to search.
+    let c = space_cluster_with(|cfg| {
+        cfg.storage.durability = tagma_core::config::Durability::Fsync;
+        cfg.storage.checkpoint_period = 4;
+    });
+    let key_file = c.dir.join("vault.key");
+    let key_arg = key_file.to_str().unwrap();
+    let out = Command::new(exe())
+        .args(["space", "keygen", key_arg])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read(&key_file).unwrap().len(), 32);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&key_file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "owner-only");
+    }
+    let again = Command::new(exe())
+        .args(["space", "keygen", key_arg])
+        .output()
+        .unwrap();
+    assert!(!again.status.success(), "never overwrites a key");
+
+    assert_eq!(
+        cli(
+            &c,
+            &[
+                "create",
+                "vault",
+                "--protection",
+                "public,comparable,private"
+            ]
+        ),
+        (0, "created vault\n".into())
+    );
+    let (_, listed) = cli(&c, &["list"]);
+    assert!(
+        listed.contains("vault  0 tuples  0 waiting  protection public,comparable,private"),
+        "{listed}"
+    );
+    let tuple = format!("(\"{PUBLIC}\", \"{COMPARABLE}\", \"{PRIVATE}\")");
+    assert_eq!(
+        cli(&c, &["--space-key", key_arg, "out", "vault", &tuple]),
+        (0, "inserted, revision 1\n".into())
+    );
+    // Read with the key, by the comparable field: the original tuple.
+    let template = format!("(*, \"{COMPARABLE}\", *)");
+    assert_eq!(
+        cli(&c, &["--space-key", key_arg, "rdp", "vault", &template]),
+        (0, format!("{tuple}  revision 1\n"))
+    );
+    let (code, json) = cli(
+        &c,
+        &[
+            "--json",
+            "--space-key",
+            key_arg,
+            "rdall",
+            "vault",
+            "(*, *, *)",
+        ],
+    );
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    assert_eq!(v["tuples"][0]["tuple"], tuple);
+    assert_eq!(v["wrong_shares"], serde_json::json!([]));
+    // Without the key: the stored form, a keyed hash and the placeholder.
+    let (code, json) = cli(&c, &["--json", "rdp", "vault", "(*, *, *)"]);
+    assert_eq!(code, 0);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let stored = v["tuple"]["tuple"].as_str().unwrap().to_owned();
+    assert!(
+        stored.starts_with(&format!("(\"{PUBLIC}\", 0x")),
+        "{stored}"
+    );
+    assert!(
+        stored.ends_with(", 0x)"),
+        "the private placeholder: {stored}"
+    );
+    assert!(!stored.contains(COMPARABLE) && !stored.contains(PRIVATE));
+    // Without the key, an insertion or a template with a value at a protected position is
+    // refused before it is sent (the replicas would get the value in the clear).
+    for args in [["out", "vault", &tuple], ["rdp", "vault", &template]] {
+        let refused = Command::new(exe())
+            .args(["space", "--dir"])
+            .arg(&c.dir)
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!refused.status.success());
+        let stderr = String::from_utf8_lossy(&refused.stderr);
+        assert!(
+            stderr.contains("give --space-key") && stderr.contains("nothing was sent"),
+            "{stderr}"
+        );
+    }
+
+    // The library: take by the comparable field; the taker opens it from the taken buffer.
+    let client = client(&c);
+    let key = SpaceKey::from_slice(&std::fs::read(&key_file).unwrap()).unwrap();
+    let group = SealingGroup::from_view(&c.cfg.initial_view()).unwrap();
+    let space = ConfidentialSpace::open(&client, "vault", &key, group).unwrap();
+    let second: tagma_space::TypedTuple = "(\"p\", \"k2\", \"v2\")".parse().unwrap();
+    space.out(&second, None).unwrap();
+    let taken = space
+        .in_(&"(*, \"k2\", *)".parse().unwrap(), Duration::from_secs(5))
+        .unwrap()
+        .expect("taken");
+    assert_eq!(taken.tuple, second);
+    assert!(taken.wrong_shares.is_empty());
+    assert!(
+        space
+            .rdp(&"(*, \"k2\", *)".parse().unwrap())
+            .unwrap()
+            .is_none()
+    );
+
+    // No replica file holds the comparable or private values; the public one is there.
+    let data = tagma_node::cluster_dir::data_dir(&c.dir, &c.cfg, tagma_wire::ReplicaId(0));
+    assert!(
+        some_file_holds(&data, PUBLIC.as_bytes()),
+        "the replica's files hold the insertion (the search works)"
+    );
+    assert!(!some_file_holds(&c.dir, COMPARABLE.as_bytes()));
+    assert!(!some_file_holds(&c.dir, PRIVATE.as_bytes()));
 }
 
 #[test]

@@ -39,4 +39,9 @@ pub enum ClientError {
     Closed,
     #[error("a reply quorum agreed on a reply that does not decode: {0}")]
     BadReply(String),
+    #[error(
+        "replica {replica} did not answer: {reason} — fix: check that it runs and is \
+         reachable (`tagma status`)"
+    )]
+    NoAnswer { replica: u32, reason: String },
 }

@@ -15,7 +15,8 @@
 //! [`Proxy`] offers blocking calls ([`Proxy::invoke_ordered`], [`Proxy::invoke_unordered`])
 //! and asynchronous ones ([`Proxy::invoke_async`]) that return a [`ReplyFuture`] — both a
 //! `std::future::Future` and waitable from plain threads — with up to `outstanding_max`
-//! requests in flight per proxy.
+//! requests in flight per proxy. [`Proxy::invoke_unordered_each`] collects every replica's
+//! own reply to an unordered request, without voting, for answers that differ by replica.
 
 pub mod error;
 pub mod future;
@@ -25,5 +26,5 @@ pub mod voting;
 
 pub use error::ClientError;
 pub use future::ReplyFuture;
-pub use proxy::{ClientOptions, Proxy};
+pub use proxy::{ClientOptions, EachReply, Proxy};
 pub use voting::{ViewFollower, Voter};

@@ -91,6 +91,16 @@ impl MacKey {
         tag.copy_from_slice(&full.as_bytes()[..MacTag::LEN]);
         MacTag(tag)
     }
+    /// Keyed BLAKE3 over the concatenation of `parts`, all 32 bytes: a pseudorandom
+    /// function of the data under this key (what a keyed lookup hash needs, where a MAC tag's
+    /// 16 bytes would do for authentication only).
+    pub fn keyed_digest(&self, parts: &[&[u8]]) -> Digest {
+        let mut hasher = blake3::Hasher::new_keyed(&self.0);
+        for part in parts {
+            hasher.update(part);
+        }
+        Digest(*hasher.finalize().as_bytes())
+    }
     /// Constant-time comparison of `tag` with the tag of `parts`.
     pub fn verify_parts(&self, parts: &[&[u8]], tag: &MacTag) -> bool {
         let expected = self.tag_parts(parts);
@@ -111,6 +121,15 @@ fn ct_eq<const N: usize>(a: &[u8; N], b: &[u8; N]) -> bool {
 /// (BLAKE3 `derive_key`).
 pub fn derive_key(context: &str, material: &[u8]) -> MacKey {
     MacKey(blake3::derive_key(context, material))
+}
+
+/// Fills `buf` from the operating system's randomness source (keys a caller generates, such
+/// as a coordination service's space keys).
+///
+/// # Panics
+/// If the OS refuses to provide randomness (no safe way to continue).
+pub fn random_bytes(buf: &mut [u8]) {
+    os_random(buf);
 }
 
 /// Fills `buf` from the operating system's randomness source.

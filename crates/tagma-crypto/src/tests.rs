@@ -94,6 +94,28 @@ fn mac_tag_and_verify() {
 }
 
 #[test]
+fn keyed_digest_is_full_keyed_blake3_and_depends_on_the_key() {
+    let key = MacKey([9; 32]);
+    let d = key.keyed_digest(&[b"hello", b" ", b"world"]);
+    assert_eq!(
+        d.0,
+        *blake3::keyed_hash(&[9; 32], b"hello world").as_bytes()
+    );
+    assert_eq!(d.0[..16], key.tag(b"hello world").0[..]);
+    assert_ne!(d, MacKey([8; 32]).keyed_digest(&[b"hello world"]));
+    assert_ne!(d, digest(b"hello world"), "keyed, not a plain hash");
+}
+
+#[test]
+fn random_bytes_differ_between_calls() {
+    let (mut a, mut b) = ([0u8; 32], [0u8; 32]);
+    random_bytes(&mut a);
+    random_bytes(&mut b);
+    assert_ne!(a, b);
+    assert_ne!(a, [0u8; 32]);
+}
+
+#[test]
 fn derive_key_separates_contexts() {
     let a = derive_key("tagma test a", b"material");
     let b = derive_key("tagma test b", b"material");

@@ -15,23 +15,33 @@
 //!   (`TimedOut`), or by its space's destruction (`UnknownSpace`).
 //! - **Fencing.** Every inserted tuple gets a revision from its space's growing counter; the
 //!   replies carry it (see `tagma_space::reply`).
-//! - **Snapshots** hold tuples with their revisions, owners and absolute lease ends, waiting
-//!   operations in arrival order, and the counters ([`snapshot`]).
+//! - **Snapshots** hold tuples with their revisions, owners, absolute lease ends and sealed
+//!   parts, waiting operations in arrival order, taken sealed parts, and the counters
+//!   ([`snapshot`]).
+//! - **Confidentiality.** A space created with a field protection
+//!   (`tagma_space::protection`) stores comparable fields as keyed hashes, private fields as
+//!   placeholders, and each tuple's sealed original; every replica checks the stored tuples
+//!   and templates against the protection, keeps a taken tuple's sealed part for its taker
+//!   ([`taken`]), and answers `share` — unordered only, with its own share for a reader the
+//!   policy admits ([`sharing`]; [`SpaceService::with_replica_key`]).
 //! - **Parallel by space.** A run of requests is cut at create, destroy and list; between
 //!   cuts, different spaces run side by side ([`parallel`]).
 //!
 //! Modules: [`limits`] (the bounds), [`store`] (one space's tuples), [`leases`] (their lease
-//! index), [`waits`] (waiting operations and their caps), [`space`] (one space executing one
-//! operation), [`parallel`] (a segment by space), [`snapshot`], [`service`] (the
+//! index), [`waits`] (waiting operations and their caps), [`taken`] (taken sealed parts),
+//! [`space`] (one space executing one operation), [`sharing`] (answering `share`),
+//! [`parallel`] (a segment by space), [`snapshot`], [`service`] (the
 //! [`tagma_exec::Service`]).
 
 pub mod leases;
 pub mod limits;
 pub mod parallel;
 pub mod service;
+pub mod sharing;
 pub mod snapshot;
 pub mod space;
 pub mod store;
+pub mod taken;
 pub mod waits;
 
 pub use limits::{LimitsError, SpaceLimits};

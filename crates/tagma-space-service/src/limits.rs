@@ -2,8 +2,9 @@
 //! Byzantine ones included — can make it hold only so much.
 //!
 //! The whole state is bounded: at most `spaces_max` spaces of at most `space_bytes_max`
-//! bytes each (tuples and waiting templates, each counted with a fixed overhead), so with the
-//! defaults at most 256 × 16 MiB. A reply is bounded by `reply_bytes_max`.
+//! bytes each (tuples with their sealed parts and waiting templates, each counted with a
+//! fixed overhead) and `taken_bytes_max` of recently taken sealed tuples each, so with the
+//! defaults at most 256 × (16 + 4) MiB. A reply is bounded by `reply_bytes_max`.
 
 use tagma_space::Limits;
 
@@ -37,6 +38,13 @@ pub struct SpaceLimits {
     /// The most bytes of the tuples an `rdAll` or `inAll` returns: it stops before the
     /// tuple that would pass this (default 512 KiB, so a reply fits a frame).
     pub reply_bytes_max: usize,
+    /// How long the sealed part of a taken tuple stays for its taker to open (agreed time;
+    /// default 60 s).
+    pub taken_keep_ms: u64,
+    /// The most taken sealed tuples one space keeps (default 1,024).
+    pub taken_per_space_max: usize,
+    /// The most bytes of taken sealed tuples one space keeps (default 4 MiB).
+    pub taken_bytes_max: usize,
 }
 
 impl Default for SpaceLimits {
@@ -52,16 +60,22 @@ impl Default for SpaceLimits {
             lease_ms_max: 86_400_000,
             all_max: 1024,
             reply_bytes_max: 512 << 10,
+            taken_keep_ms: 60_000,
+            taken_per_space_max: 1024,
+            taken_bytes_max: 4 << 20,
         }
     }
 }
 
 /// Bytes a stored tuple counts beyond its encoding (its index entries and bookkeeping).
 pub(crate) const TUPLE_OVERHEAD_BYTES: usize = 64;
+/// Bytes a taken tuple's sealed part counts beyond its length in its space's taken buffer.
+pub(crate) const TAKEN_OVERHEAD_BYTES: usize = 48;
 /// Bytes a waiting operation counts beyond its template's encoding.
 pub(crate) const WAIT_OVERHEAD_BYTES: usize = 96;
-/// The bytes of a stored tuple's reply beyond its tuple: revision and lease end.
-const STORED_REPLY_EXTRA_BYTES: usize = 17;
+/// The bytes of a stored tuple's reply beyond its tuple and sealed part (which together
+/// keep `tuple_bytes_max`): revision, extras, lease end and the sealed part's length.
+const STORED_REPLY_EXTRA_BYTES: usize = 21;
 
 /// Limits that cannot work together.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -94,6 +108,8 @@ impl SpaceLimits {
             ("lease_ms_max", self.lease_ms_max as usize),
             ("all_max", self.all_max as usize),
             ("tuple_bytes_max", self.typed.tuple_bytes_max),
+            ("taken_keep_ms", self.taken_keep_ms as usize),
+            ("taken_per_space_max", self.taken_per_space_max),
         ];
         if let Some((name, _)) = counts.iter().find(|(_, v)| *v == 0) {
             return Err(LimitsError::Zero(name));
@@ -112,6 +128,11 @@ impl SpaceLimits {
                 "reply_bytes_max",
                 self.reply_bytes_max,
                 tuple + STORED_REPLY_EXTRA_BYTES,
+            ),
+            (
+                "taken_bytes_max",
+                self.taken_bytes_max,
+                tuple + TAKEN_OVERHEAD_BYTES,
             ),
         ] {
             if value < needed {

@@ -1,16 +1,19 @@
 //! [`SpaceService`]: the coordination service as a [`Service`] — the set of spaces, the
-//! operations that act on it (create, destroy, list), the agreed time's advance, and the
-//! splitting of each run of ordered requests into segments that run by space.
+//! operations that act on it (create, destroy, list), the agreed time's advance, the
+//! splitting of each run of ordered requests into segments that run by space, and the
+//! unordered reads (`share` among them, answered with this replica's key).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
+use tagma_crypto::IdentityKey;
 use tagma_exec::{Context, LateReply, Service, ServiceError};
 use tagma_space::{DecodeError, SpaceError, SpaceReply, SpaceRequest, typed};
-use tagma_wire::Digest;
+use tagma_wire::{Digest, PublicKey};
 
 use crate::limits::{LimitsError, SpaceLimits};
 use crate::parallel::{Run, execute_segment};
+use crate::sharing::{self, ShareKey};
 use crate::snapshot;
 use crate::space::Space;
 use crate::waits::{WaitBudget, WaitCounts};
@@ -32,6 +35,9 @@ pub struct SpaceService {
     revision_floor: u64,
     /// Operations waiting per principal, over all spaces (derived from the spaces).
     counts: WaitCounts,
+    /// This replica's key for answering `share` (not replicated state: each replica has
+    /// its own, and it is in no snapshot).
+    share_key: Option<ShareKey>,
 }
 
 impl Default for SpaceService {
@@ -51,7 +57,22 @@ impl SpaceService {
             now_ms: 0,
             revision_floor: 1,
             counts: WaitCounts::default(),
+            share_key: None,
         })
+    }
+
+    /// Answers `share` with `key`, this replica's identity key: its share of a sealed tuple
+    /// is the one at its key's position in `replicas` (the cluster's replicas in member
+    /// order, as clients seal for them). Without it, or if the key is not among
+    /// `replicas`, `share` is answered that this replica holds no share key.
+    pub fn with_replica_key(mut self, key: IdentityKey, replicas: Vec<PublicKey>) -> Self {
+        self.share_key = Some(ShareKey::new(key, &replicas));
+        self
+    }
+
+    /// This replica's position among the sealing replicas, if it answers `share`.
+    pub fn share_index(&self) -> Option<usize> {
+        self.share_key.as_ref().and_then(ShareKey::index)
     }
 
     /// Runs the operations of different spaces in one segment on up to `threads` threads
@@ -80,6 +101,7 @@ impl SpaceService {
         let request = SpaceRequest::Create {
             space: name.to_owned(),
             policy,
+            protection: None,
         };
         tagma_space::check_space_name(name).map_err(SpaceError::Malformed)?;
         match self.execute_global(&request, &ctx, &mut Vec::new()) {
@@ -118,7 +140,11 @@ impl SpaceService {
     ) -> SpaceReply {
         let invoker = ctx.client.principal();
         match request {
-            SpaceRequest::Create { space, policy } => {
+            SpaceRequest::Create {
+                space,
+                policy,
+                protection,
+            } => {
                 if self.spaces.contains_key(space) {
                     return SpaceReply::Error(SpaceError::SpaceExists(space.clone()));
                 }
@@ -130,8 +156,20 @@ impl SpaceService {
                 if let Err(e) = policy.check(&self.limits.typed) {
                     return SpaceReply::Error(SpaceError::BadPolicy(e.to_string()));
                 }
-                let created =
-                    Space::new(space.clone(), policy.clone(), invoker, self.revision_floor);
+                if let Some(protection) = protection
+                    && let Err(e) = protection
+                        .check(&self.limits.typed)
+                        .and_then(|()| protection.check_policy(policy))
+                {
+                    return SpaceReply::Error(SpaceError::Protection(e));
+                }
+                let created = Space::new(
+                    space.clone(),
+                    policy.clone(),
+                    protection.clone(),
+                    invoker,
+                    self.revision_floor,
+                );
                 self.spaces.insert(space.clone(), created);
                 SpaceReply::Created
             }
@@ -222,13 +260,14 @@ impl Service for SpaceService {
         replies
     }
 
-    /// Removes the tuples whose lease ended by `timestamp_ms` (waking no one) and answers
-    /// `TimedOut` to the waiting operations whose deadline passed, space by space in name
-    /// order, each space's in deadline order.
+    /// Removes the tuples whose lease ended by `timestamp_ms` (waking no one) and the taken
+    /// sealed parts whose keep time ended, and answers `TimedOut` to the waiting operations
+    /// whose deadline passed, space by space in name order, each space's in deadline order.
     fn advance_time(&mut self, timestamp_ms: u64, late: &mut Vec<LateReply>) {
         self.now_ms = self.now_ms.max(timestamp_ms);
         let now_ms = self.now_ms;
         for space in self.spaces.values_mut() {
+            space.taken.expire(now_ms);
             if space.next_due_ms().is_some_and(|due| due <= now_ms) {
                 let mut budget = WaitBudget::new(&self.counts);
                 space.advance(now_ms, &mut budget, late);
@@ -242,8 +281,9 @@ impl Service for SpaceService {
         self.spaces.values().filter_map(Space::next_due_ms).min()
     }
 
-    /// `rdp` and `rdAll` only, at the request's time as this replica sees it: a tuple whose
-    /// lease ended by then is left out, and nothing is removed.
+    /// `rdp`, `rdAll` and `share` only, at the request's time as this replica sees it: a
+    /// tuple whose lease ended by then is left out, and nothing is removed. `share` is
+    /// answered with this replica's own share ([`crate::sharing`]).
     fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes {
         let reply = match self.decode(request) {
             Err(e) => SpaceReply::Error(e),
@@ -252,14 +292,26 @@ impl Service for SpaceService {
             }
             Ok(request) => {
                 let name = request.space().unwrap_or_default();
-                match self.spaces.get(name) {
-                    None => SpaceReply::Error(SpaceError::UnknownSpace(name.into())),
-                    Some(space) => space.read(
-                        &request,
-                        ctx.client.principal(),
+                let invoker = ctx.client.principal();
+                match (self.spaces.get(name), &request) {
+                    (None, _) => SpaceReply::Error(SpaceError::UnknownSpace(name.into())),
+                    (
+                        Some(space),
+                        SpaceRequest::Share {
+                            revision, reader, ..
+                        },
+                    ) => sharing::answer(
+                        self.share_key.as_ref(),
+                        space,
+                        *revision,
+                        reader,
+                        invoker,
                         ctx.timestamp_ms,
                         &self.limits,
                     ),
+                    (Some(space), _) => {
+                        space.read(&request, invoker, ctx.timestamp_ms, &self.limits)
+                    }
                 }
             }
         };

@@ -6,15 +6,22 @@
 //! and `replace`) is first offered to the waiting operations in arrival order: every
 //! matching `rd` gets it, the first matching `in` takes it — it is then not stored, and the
 //! walk stops. Time comes only from the request's agreed timestamp.
+//!
+//! In a protected space ([`tagma_space::protection`]) every tuple inserted and every template
+//! is checked against the space's protection after the policy, and a taken tuple's sealed
+//! part goes to the space's taken buffer ([`crate::taken`]) for its taker to open.
 
+use bytes::Bytes;
 use tagma_exec::{Context, LateReply};
+use tagma_space::protection::check_sealed;
 use tagma_space::{
-    CasOutcome, Field, OpClass, Policy, Receipt, Replacement, Rule, SpaceError, SpaceInfo,
-    SpaceReply, SpaceRequest, Stored, TypedTemplate, TypedTuple, WaitScope,
+    CasOutcome, Field, OpClass, Policy, ProtectionError, Protections, Receipt, Replacement, Rule,
+    SpaceError, SpaceInfo, SpaceReply, SpaceRequest, Stored, TypedTemplate, TypedTuple, WaitScope,
 };
 
 use crate::limits::SpaceLimits;
 use crate::store::{Entry, Store, entry_bytes};
+use crate::taken::TakenBuffer;
 use crate::waits::{WaitBudget, Waiter, Waits, wait_bytes};
 
 /// One space.
@@ -22,10 +29,14 @@ use crate::waits::{WaitBudget, Waiter, Waits, wait_bytes};
 pub(crate) struct Space {
     pub(crate) name: String,
     pub(crate) policy: Policy,
+    /// The field protection it was created with (a confidential space).
+    pub(crate) protection: Option<Protections>,
     /// The principal that created it (the policy's `creator`).
     pub(crate) creator: u32,
     pub(crate) store: Store,
     pub(crate) waits: Waits,
+    /// Sealed parts of tuples taken a short while ago, for their takers.
+    pub(crate) taken: TakenBuffer,
     /// The revision the next inserted tuple gets.
     pub(crate) next_revision: u64,
     /// The arrival number the next waiting operation gets.
@@ -82,13 +93,21 @@ fn check_count(max: u32, limits: &SpaceLimits) -> Result<(), SpaceError> {
 }
 
 impl Space {
-    pub(crate) fn new(name: String, policy: Policy, creator: u32, first_revision: u64) -> Self {
+    pub(crate) fn new(
+        name: String,
+        policy: Policy,
+        protection: Option<Protections>,
+        creator: u32,
+        first_revision: u64,
+    ) -> Self {
         Space {
             name,
             policy,
+            protection,
             creator,
             store: Store::default(),
             waits: Waits::default(),
+            taken: TakenBuffer::default(),
             next_revision: first_revision,
             next_wait_id: 1,
         }
@@ -99,6 +118,39 @@ impl Space {
             name: self.name.clone(),
             tuples: self.store.len() as u32,
             waiting: self.waits.len() as u32,
+            protection: self.protection.clone(),
+        }
+    }
+
+    /// Why a tuple (with its sealed part) may not be stored in this space, if it may not: it
+    /// breaks the space's protection, or carries a sealed part that does not decode or fit.
+    fn protection_refusal(
+        &self,
+        tuple: &TypedTuple,
+        sealed: Option<&Bytes>,
+        limits: &SpaceLimits,
+    ) -> Result<(), SpaceError> {
+        match &self.protection {
+            None if sealed.is_some() => Err(ProtectionError::SealedUnexpected),
+            None => Ok(()),
+            Some(protection) => protection.check_stored(tuple, sealed),
+        }
+        .map_err(SpaceError::Protection)?;
+        match sealed {
+            Some(sealed) => {
+                check_sealed(tuple, sealed, &limits.typed).map_err(SpaceError::Protection)
+            }
+            None => Ok(()),
+        }
+    }
+
+    /// Why `template` cannot match in this space's protection, if it cannot.
+    fn template_refusal(&self, template: &TypedTemplate) -> Result<(), SpaceError> {
+        match &self.protection {
+            Some(protection) => protection
+                .check_template(template)
+                .map_err(SpaceError::Protection),
+            None => Ok(()),
         }
     }
 
@@ -151,6 +203,7 @@ impl Space {
     fn insert_refusal(
         &self,
         tuple: &TypedTuple,
+        sealed: Option<&Bytes>,
         invoker: u32,
         replacing: Option<u64>,
         now_ms: u64,
@@ -192,7 +245,7 @@ impl Space {
             }));
         }
         let bytes = self.store.bytes() + self.waits.bytes() - freed.map_or(0, Entry::bytes)
-            + entry_bytes(tuple);
+            + entry_bytes(tuple, sealed);
         if bytes > limits.space_bytes_max {
             return Some(SpaceReply::Error(SpaceError::SpaceTooLarge {
                 space: self.name.clone(),
@@ -204,11 +257,15 @@ impl Space {
 
     /// Inserts a tuple the checks allowed: assigns its revision, offers it to the waiting
     /// operations, and stores it unless an `in` took it.
+    #[allow(clippy::too_many_arguments)]
     fn insert(
         &mut self,
         tuple: TypedTuple,
+        sealed: Option<Bytes>,
         owner: u32,
         lease_expires_ms: Option<u64>,
+        now_ms: u64,
+        limits: &SpaceLimits,
         budget: &mut WaitBudget<'_>,
         late: &mut Vec<LateReply>,
     ) -> Receipt {
@@ -222,15 +279,17 @@ impl Space {
             tuple,
             revision,
             lease_expires_ms,
+            sealed,
         };
-        if !self.offer(&stored, budget, late) {
-            let Stored { tuple, .. } = stored;
+        if !self.offer(&stored, now_ms, limits, budget, late) {
+            let Stored { tuple, sealed, .. } = stored;
             self.store.insert(
                 revision,
                 Entry {
                     tuple,
                     owner,
                     lease_expires_ms,
+                    sealed,
                 },
             );
         }
@@ -238,10 +297,13 @@ impl Space {
     }
 
     /// Offers a new tuple to the waiting operations in arrival order; returns whether an
-    /// `in` took it.
+    /// `in` took it (its sealed part then goes to the taken buffer, for that `in`'s
+    /// principal).
     fn offer(
         &mut self,
         stored: &Stored,
+        now_ms: u64,
+        limits: &SpaceLimits,
         budget: &mut WaitBudget<'_>,
         late: &mut Vec<LateReply>,
     ) -> bool {
@@ -268,6 +330,15 @@ impl Space {
             late.push(answer(&waiter, &reply));
             budget.ended(waiter.client.principal());
             if waiter.take {
+                if let Some(sealed) = &stored.sealed {
+                    self.taken.record(
+                        stored.revision,
+                        waiter.client.principal(),
+                        sealed.clone(),
+                        now_ms,
+                        limits,
+                    );
+                }
                 return true;
             }
         }
@@ -294,8 +365,11 @@ impl Space {
                 if let Some(denied) = self.deny(OpClass::Take, invoker) {
                     return Some(denied);
                 }
+                if let Err(e) = self.template_refusal(template) {
+                    return Some(SpaceReply::Error(e));
+                }
                 let found = self.first_match(template, OpClass::Take, invoker, now_ms);
-                SpaceReply::Tuple(found.and_then(|r| self.take(r)))
+                SpaceReply::Tuple(found.and_then(|r| self.take(r, invoker, now_ms, limits)))
             }
             SpaceRequest::Rd {
                 template,
@@ -316,46 +390,91 @@ impl Space {
                 ..
             } => return self.rd_or_in(true, template, 0, *timeout_ms, ctx, limits, budget),
             SpaceRequest::Out {
-                tuple, lease_ms, ..
+                tuple,
+                lease_ms,
+                sealed,
+                ..
             } => {
                 if let Some(denied) = self.deny(OpClass::Insert, invoker) {
                     return Some(denied);
                 }
-                let end = match lease_end(*lease_ms, now_ms, limits) {
+                let checked = lease_end(*lease_ms, now_ms, limits).and_then(|end| {
+                    self.protection_refusal(tuple, sealed.as_ref(), limits)
+                        .map(|()| end)
+                });
+                let end = match checked {
                     Ok(end) => end,
                     Err(e) => return Some(SpaceReply::Error(e)),
                 };
-                if let Some(refusal) = self.insert_refusal(tuple, invoker, None, now_ms, limits) {
+                if let Some(refusal) =
+                    self.insert_refusal(tuple, sealed.as_ref(), invoker, None, now_ms, limits)
+                {
                     return Some(refusal);
                 }
-                SpaceReply::Inserted(self.insert(tuple.clone(), invoker, end, budget, late))
+                let receipt = self.insert(
+                    tuple.clone(),
+                    sealed.clone(),
+                    invoker,
+                    end,
+                    now_ms,
+                    limits,
+                    budget,
+                    late,
+                );
+                SpaceReply::Inserted(receipt)
             }
             SpaceRequest::Cas {
                 template,
                 tuple,
                 lease_ms,
+                sealed,
                 ..
             } => self.cas(
-                template, tuple, *lease_ms, invoker, now_ms, limits, budget, late,
+                template,
+                (tuple, sealed.as_ref()),
+                *lease_ms,
+                invoker,
+                now_ms,
+                limits,
+                budget,
+                late,
             ),
             SpaceRequest::Replace {
                 template,
                 tuple,
                 lease_ms,
+                sealed,
                 ..
             } => self.replace(
-                template, tuple, *lease_ms, invoker, now_ms, limits, budget, late,
+                template,
+                (tuple, sealed.as_ref()),
+                *lease_ms,
+                invoker,
+                now_ms,
+                limits,
+                budget,
+                late,
             ),
             SpaceRequest::InAll { template, max, .. } => {
                 if let Some(denied) = self.deny(OpClass::Take, invoker) {
                     return Some(denied);
                 }
-                if let Err(e) = check_count(*max, limits) {
+                if let Err(e) =
+                    check_count(*max, limits).and_then(|()| self.template_refusal(template))
+                {
                     return Some(SpaceReply::Error(e));
                 }
                 let revisions =
                     self.collect(template, *max, OpClass::Take, invoker, now_ms, limits);
-                SpaceReply::Tuples(revisions.into_iter().filter_map(|r| self.take(r)).collect())
+                SpaceReply::Tuples(
+                    revisions
+                        .into_iter()
+                        .filter_map(|r| self.take(r, invoker, now_ms, limits))
+                        .collect(),
+                )
+            }
+            SpaceRequest::Share { .. } => {
+                SpaceReply::Error(SpaceError::Protection(ProtectionError::ShareOrdered))
             }
             SpaceRequest::Renew {
                 template, lease_ms, ..
@@ -382,6 +501,11 @@ impl Space {
     ) -> SpaceReply {
         if let Some(denied) = self.deny(OpClass::Read, invoker) {
             return denied;
+        }
+        if let SpaceRequest::Rdp { template, .. } | SpaceRequest::RdAll { template, .. } = request
+            && let Err(e) = self.template_refusal(template)
+        {
+            return SpaceReply::Error(e);
         }
         match request {
             SpaceRequest::Rdp { template, .. } => SpaceReply::Tuple(
@@ -430,9 +554,21 @@ impl Space {
         out
     }
 
-    /// Removes a stored tuple and returns it.
-    fn take(&mut self, revision: u64) -> Option<Stored> {
-        self.store.remove(revision).map(|e| e.stored(revision))
+    /// Removes a stored tuple that `taker` takes at `now_ms` and returns it; its sealed part
+    /// goes to the taken buffer.
+    fn take(
+        &mut self,
+        revision: u64,
+        taker: u32,
+        now_ms: u64,
+        limits: &SpaceLimits,
+    ) -> Option<Stored> {
+        let entry = self.store.remove(revision)?;
+        if let Some(sealed) = &entry.sealed {
+            self.taken
+                .record(revision, taker, sealed.clone(), now_ms, limits);
+        }
+        Some(entry.stored(revision))
     }
 
     /// `rd` or `in`: the answer now if a tuple matches, else a waiting operation.
@@ -460,13 +596,16 @@ impl Space {
                 max_ms: limits.wait_ms_max,
             }));
         }
+        if let Err(e) = self.template_refusal(template) {
+            return Some(SpaceReply::Error(e));
+        }
         let found = self
             .store
             .matching(template, ctx.timestamp_ms, self.sees(class, invoker))
             .find(|revision| *revision > after);
         if let Some(revision) = found {
             let found = if take {
-                self.take(revision)
+                self.take(revision, invoker, ctx.timestamp_ms, limits)
             } else {
                 self.stored(revision)
             };
@@ -510,7 +649,7 @@ impl Space {
     fn cas(
         &mut self,
         template: &TypedTemplate,
-        tuple: &TypedTuple,
+        (tuple, sealed): (&TypedTuple, Option<&Bytes>),
         lease_ms: Option<u64>,
         invoker: u32,
         now_ms: u64,
@@ -523,21 +662,32 @@ impl Space {
                 return denied;
             }
         }
-        let end =
-            match check_arity(template, tuple).and_then(|()| lease_end(lease_ms, now_ms, limits)) {
-                Ok(end) => end,
-                Err(e) => return SpaceReply::Error(e),
-            };
+        let end = match self.insert_checks(template, tuple, sealed, lease_ms, now_ms, limits) {
+            Ok(end) => end,
+            Err(e) => return SpaceReply::Error(e),
+        };
         if let Some(existing) = self
             .first_match(template, OpClass::Read, invoker, now_ms)
             .and_then(|r| self.stored(r))
         {
             return SpaceReply::Cas(CasOutcome::Exists(existing));
         }
-        if let Some(refusal) = self.insert_refusal(tuple, invoker, None, now_ms, limits) {
+        let sealed = sealed.cloned();
+        if let Some(refusal) =
+            self.insert_refusal(tuple, sealed.as_ref(), invoker, None, now_ms, limits)
+        {
             return refusal;
         }
-        let receipt = self.insert(tuple.clone(), invoker, end, budget, late);
+        let receipt = self.insert(
+            tuple.clone(),
+            sealed,
+            invoker,
+            end,
+            now_ms,
+            limits,
+            budget,
+            late,
+        );
         SpaceReply::Cas(CasOutcome::Inserted(receipt))
     }
 
@@ -545,7 +695,7 @@ impl Space {
     fn replace(
         &mut self,
         template: &TypedTemplate,
-        tuple: &TypedTuple,
+        (tuple, sealed): (&TypedTuple, Option<&Bytes>),
         lease_ms: Option<u64>,
         invoker: u32,
         now_ms: u64,
@@ -558,22 +708,56 @@ impl Space {
                 return denied;
             }
         }
-        let end =
-            match check_arity(template, tuple).and_then(|()| lease_end(lease_ms, now_ms, limits)) {
-                Ok(end) => end,
-                Err(e) => return SpaceReply::Error(e),
-            };
+        let end = match self.insert_checks(template, tuple, sealed, lease_ms, now_ms, limits) {
+            Ok(end) => end,
+            Err(e) => return SpaceReply::Error(e),
+        };
         let Some(revision) = self.first_match(template, OpClass::Take, invoker, now_ms) else {
             return SpaceReply::Replaced(None);
         };
-        if let Some(refusal) = self.insert_refusal(tuple, invoker, Some(revision), now_ms, limits) {
+        let sealed = sealed.cloned();
+        if let Some(refusal) = self.insert_refusal(
+            tuple,
+            sealed.as_ref(),
+            invoker,
+            Some(revision),
+            now_ms,
+            limits,
+        ) {
             return refusal;
         }
-        let Some(taken) = self.take(revision) else {
+        let Some(taken) = self.take(revision, invoker, now_ms, limits) else {
             return SpaceReply::Replaced(None);
         };
-        let inserted = self.insert(tuple.clone(), invoker, end, budget, late);
+        let inserted = self.insert(
+            tuple.clone(),
+            sealed,
+            invoker,
+            end,
+            now_ms,
+            limits,
+            budget,
+            late,
+        );
         SpaceReply::Replaced(Some(Replacement { taken, inserted }))
+    }
+
+    /// What `cas` and `replace` check before looking at the space: the arities, the lease,
+    /// the template and the tuple against the protection. Gives the lease's end.
+    fn insert_checks(
+        &self,
+        template: &TypedTemplate,
+        tuple: &TypedTuple,
+        sealed: Option<&Bytes>,
+        lease_ms: Option<u64>,
+        now_ms: u64,
+        limits: &SpaceLimits,
+    ) -> Result<Option<u64>, SpaceError> {
+        check_arity(template, tuple)?;
+        let end = lease_end(lease_ms, now_ms, limits)?;
+        self.template_refusal(template)?;
+        self.protection_refusal(tuple, sealed, limits)?;
+        Ok(end)
     }
 
     fn renew(
@@ -587,6 +771,7 @@ impl Space {
         if let Some(denied) = self.deny(OpClass::Insert, invoker) {
             return Ok(denied);
         }
+        self.template_refusal(template)?;
         let end = lease_end(Some(lease_ms), now_ms, limits)?.unwrap_or(now_ms);
         let revisions: Vec<u64> = self
             .store
@@ -603,7 +788,9 @@ impl Space {
     }
 
     /// The agreed time reached `now_ms`: tuples whose lease ended are removed (waking no
-    /// one), then waiting operations whose deadline passed are answered `TimedOut`.
+    /// one), then waiting operations whose deadline passed are answered `TimedOut`. (Taken
+    /// sealed parts end in [`crate::taken::TakenBuffer::expire`], which the service runs at
+    /// every advance.)
     pub(crate) fn advance(
         &mut self,
         now_ms: u64,

@@ -1,9 +1,10 @@
 //! The tuples of one space, keyed by revision — the order of insertion, so the first match
-//! is the oldest — each with its owner (the principal that inserted it) and lease end, and
-//! the lease index that expires them.
+//! is the oldest — each with its owner (the principal that inserted it), lease end and (in a
+//! protected space) sealed original, and the lease index that expires them.
 
 use std::collections::BTreeMap;
 
+use bytes::Bytes;
 use tagma_space::{Stored, TypedTemplate, TypedTuple};
 
 use crate::leases::LeaseIndex;
@@ -16,6 +17,8 @@ pub(crate) struct Entry {
     /// The principal that inserted it.
     pub(crate) owner: u32,
     pub(crate) lease_expires_ms: Option<u64>,
+    /// The original tuple sealed among the replicas (a protected space's tuples).
+    pub(crate) sealed: Option<Bytes>,
 }
 
 impl Entry {
@@ -26,7 +29,7 @@ impl Entry {
 
     /// The bytes it counts against the space's budget.
     pub(crate) fn bytes(&self) -> usize {
-        entry_bytes(&self.tuple)
+        entry_bytes(&self.tuple, self.sealed.as_ref())
     }
 
     pub(crate) fn stored(&self, revision: u64) -> Stored {
@@ -34,13 +37,14 @@ impl Entry {
             tuple: self.tuple.clone(),
             revision,
             lease_expires_ms: self.lease_expires_ms,
+            sealed: self.sealed.clone(),
         }
     }
 }
 
-/// The bytes a stored `tuple` counts against its space's budget.
-pub(crate) fn entry_bytes(tuple: &TypedTuple) -> usize {
-    tuple.encoded_len() + TUPLE_OVERHEAD_BYTES
+/// The bytes a stored `tuple` with its `sealed` part counts against its space's budget.
+pub(crate) fn entry_bytes(tuple: &TypedTuple, sealed: Option<&Bytes>) -> usize {
+    tuple.encoded_len() + sealed.map_or(0, Bytes::len) + TUPLE_OVERHEAD_BYTES
 }
 
 /// One space's tuples.
@@ -153,6 +157,7 @@ mod tests {
             tuple: t(v),
             owner: 1,
             lease_expires_ms: lease,
+            sealed: None,
         }
     }
 
@@ -187,7 +192,7 @@ mod tests {
         store.insert(1, entry(1, Some(100)));
         store.insert(2, entry(2, Some(50)));
         store.insert(3, entry(3, None));
-        let bytes_one = entry_bytes(&t(1));
+        let bytes_one = entry_bytes(&t(1), None);
         assert_eq!(store.bytes(), 3 * bytes_one);
         assert_eq!(store.next_expiry(), Some(50));
         store.set_lease(2, 200);

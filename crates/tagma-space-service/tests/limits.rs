@@ -25,6 +25,9 @@ fn limits() -> SpaceLimits {
         lease_ms_max: 5_000,
         all_max: 10,
         reply_bytes_max: 1_000,
+        taken_keep_ms: 60_000,
+        taken_per_space_max: 4,
+        taken_bytes_max: 1_000,
     }
 }
 

@@ -23,6 +23,7 @@ fn stored(t: &str, revision: u64, lease_expires_ms: Option<u64>) -> Stored {
         tuple: tuple(t),
         revision,
         lease_expires_ms,
+        sealed: None,
     }
 }
 
@@ -340,12 +341,14 @@ fn create_destroy_and_list() {
             SpaceInfo {
                 name: "a".into(),
                 tuples: 0,
-                waiting: 0
+                waiting: 0,
+                protection: None,
             },
             SpaceInfo {
                 name: "b".into(),
                 tuples: 1,
-                waiting: 1
+                waiting: 1,
+                protection: None,
             },
         ])
     );

@@ -15,6 +15,7 @@ fn got(t: &str, revision: u64) -> SpaceReply {
         tuple: tuple(t),
         revision,
         lease_expires_ms: None,
+        sealed: None,
     }))
 }
 

@@ -20,8 +20,8 @@ use tagma_client::{ClientError, Proxy, ReplyFuture};
 use tagma_wire::RequestKind;
 
 use crate::{
-    CasOutcome, DecodeError, Limits, Policy, Receipt, Replacement, SpaceError, SpaceInfo,
-    SpaceReply, SpaceRequest, Stored, TypedTemplate, TypedTuple,
+    CasOutcome, DecodeError, Limits, Policy, Protections, Receipt, Replacement, SpaceError,
+    SpaceInfo, SpaceReply, SpaceRequest, Stored, TypedTemplate, TypedTuple,
 };
 
 /// How much longer than a blocking operation's timeout the call waits for its answer: the
@@ -183,11 +183,28 @@ impl SpaceClient {
         )
     }
 
+    /// The tuple limits replies are decoded with.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
     /// Creates `space` with `policy`; this client becomes its creator.
     pub fn create(&self, space: &str, policy: Policy) -> Pending<()> {
+        self.create_protected(space, policy, None)
+    }
+
+    /// Creates `space` with `policy` and, if given, a field protection (a confidential
+    /// space: see [`crate::protection`]; `ConfidentialSpace` runs its operations).
+    pub fn create_protected(
+        &self,
+        space: &str,
+        policy: Policy,
+        protection: Option<Protections>,
+    ) -> Pending<()> {
         let request = SpaceRequest::Create {
             space: space.to_owned(),
             policy,
+            protection,
         };
         self.ordered(request, |r| match r {
             SpaceReply::Created => Ok(()),
@@ -217,10 +234,23 @@ impl SpaceClient {
     /// `out`: inserts `tuple`, for `lease` if given (it vanishes when the lease runs out
     /// unless renewed).
     pub fn out(&self, space: &str, tuple: TypedTuple, lease: Option<Duration>) -> Pending<Receipt> {
+        self.out_sealed(space, tuple, lease, None)
+    }
+
+    /// `out` of a tuple as a protected space stores it, with its sealed original
+    /// (`ConfidentialSpace` builds both).
+    pub fn out_sealed(
+        &self,
+        space: &str,
+        tuple: TypedTuple,
+        lease: Option<Duration>,
+        sealed: Option<Bytes>,
+    ) -> Pending<Receipt> {
         let request = SpaceRequest::Out {
             space: space.to_owned(),
             tuple,
             lease_ms: lease.map(millis),
+            sealed,
         };
         self.ordered(request, |r| match r {
             SpaceReply::Inserted(receipt) => Ok(receipt),
@@ -315,11 +345,24 @@ impl SpaceClient {
         tuple: TypedTuple,
         lease: Option<Duration>,
     ) -> Pending<CasOutcome> {
+        self.cas_sealed(space, template, tuple, lease, None)
+    }
+
+    /// `cas` inserting a tuple as a protected space stores it, with its sealed original.
+    pub fn cas_sealed(
+        &self,
+        space: &str,
+        template: TypedTemplate,
+        tuple: TypedTuple,
+        lease: Option<Duration>,
+        sealed: Option<Bytes>,
+    ) -> Pending<CasOutcome> {
         let request = SpaceRequest::Cas {
             space: space.to_owned(),
             template,
             tuple,
             lease_ms: lease.map(millis),
+            sealed,
         };
         self.ordered(request, |r| match r {
             SpaceReply::Cas(outcome) => Ok(outcome),
@@ -336,11 +379,24 @@ impl SpaceClient {
         tuple: TypedTuple,
         lease: Option<Duration>,
     ) -> Pending<Option<Replacement>> {
+        self.replace_sealed(space, template, tuple, lease, None)
+    }
+
+    /// `replace` inserting a tuple as a protected space stores it, with its sealed original.
+    pub fn replace_sealed(
+        &self,
+        space: &str,
+        template: TypedTemplate,
+        tuple: TypedTuple,
+        lease: Option<Duration>,
+        sealed: Option<Bytes>,
+    ) -> Pending<Option<Replacement>> {
         let request = SpaceRequest::Replace {
             space: space.to_owned(),
             template,
             tuple,
             lease_ms: lease.map(millis),
+            sealed,
         };
         self.ordered(request, |r| match r {
             SpaceReply::Replaced(replacement) => Ok(replacement),

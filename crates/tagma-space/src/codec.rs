@@ -2,8 +2,8 @@
 //!
 //! All integers are little-endian. A space name is `len u8 | bytes`; a text (a reason, a
 //! message) is `len u16 | UTF-8 bytes`; an optional `u64` is `0`, or `1 | u64`; a list is
-//! `count u32 | item*`; tuples and templates use their own encoding
-//! ([`crate::typed`]), which delimits itself. Every decoder reads through [`Reader`], which
+//! `count u32 | item*`; a sealed tuple is `len u32 | bytes`; tuples and templates use their
+//! own encoding ([`crate::typed`]), which delimits itself. Every decoder reads through [`Reader`], which
 //! checks each length against the input left before it allocates, so no input makes a
 //! decoder panic or allocate more than the input's size allows.
 
@@ -140,6 +140,34 @@ impl Reader {
         Ok(TypedTemplate::decode_from(&mut self.buf, limits)?)
     }
 
+    /// A sealed tuple's bytes (`len u32 | bytes`), at most `max` of them; shares the input
+    /// (no copy).
+    pub fn sealed(&mut self, max: usize) -> Result<Bytes, DecodeError> {
+        let len = self.u32("a sealed tuple")? as usize;
+        if len > max {
+            return Err(DecodeError::TooLong {
+                what: "a sealed tuple",
+                len,
+                max,
+            });
+        }
+        self.bytes(len, "a sealed tuple")
+    }
+
+    /// The next `len` bytes; shares the input (no copy).
+    pub fn bytes(&mut self, len: usize, what: &'static str) -> Result<Bytes, DecodeError> {
+        self.need(len, what)?;
+        Ok(self.buf.split_to(len))
+    }
+
+    /// Bytes of fixed length `N`.
+    pub fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], DecodeError> {
+        self.need(N, what)?;
+        let mut out = [0u8; N];
+        self.buf.copy_to_slice(&mut out);
+        Ok(out)
+    }
+
     /// A list's count, each item taking at least `item_bytes_min` bytes: a count the input
     /// cannot hold is truncation, found before anything is allocated.
     pub fn count(
@@ -185,6 +213,11 @@ pub fn clip(text: &str) -> &str {
         end -= 1;
     }
     &text[..end]
+}
+
+pub fn put_sealed(out: &mut BytesMut, sealed: &Bytes) {
+    out.put_u32_le(sealed.len() as u32);
+    out.put_slice(sealed);
 }
 
 pub fn put_opt_u64(out: &mut BytesMut, value: Option<u64>) {

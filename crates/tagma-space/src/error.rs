@@ -4,11 +4,13 @@
 //! Encoding: a tag `u8` and the variant's fields in order: a space name as in
 //! [`crate::codec`], a text as `len u16 | UTF-8`, numbers as `u64` (sizes, times) or `u32`
 //! (counts). A [`ShapeError`] is a sub-tag (1 empty, 2 too many fields, 3 field too large,
-//! 4 tuple too large) and its numbers as `u64`.
+//! 4 tuple too large) and its numbers as `u64`; a [`ProtectionError`] is a sub-tag and its
+//! fields (see [`crate::protection`]).
 
 use bytes::{BufMut, BytesMut};
 
 use crate::codec::{DecodeError, Reader, put_space_name, put_text};
+use crate::protection::ProtectionError;
 use crate::typed::ShapeError;
 
 /// Which cap on waiting operations a refused `rd` or `in` met.
@@ -51,7 +53,10 @@ pub enum SpaceError {
     TooManyWaits { scope: WaitScope, max: u32 },
     #[error("malformed request: {0}")]
     Malformed(String),
-    #[error("`{0}` changes the state or waits: send it ordered (only rdp and rdAll run unordered)")]
+    #[error(
+        "`{0}` changes the state or waits: send it ordered (only rdp, rdAll and share run \
+         unordered)"
+    )]
     NotOrdered(String),
     #[error(
         "the template has {template} fields and the tuple {tuple}: cas and replace need \
@@ -62,6 +67,8 @@ pub enum SpaceError {
     BadCount { max: u32, limit: u32 },
     #[error("the policy does not fit this service: {0}")]
     BadPolicy(String),
+    #[error("{0}")]
+    Protection(ProtectionError),
 }
 
 fn too_many_waits(scope: WaitScope, max: u32) -> String {
@@ -177,6 +184,10 @@ impl SpaceError {
                 out.put_u8(14);
                 put_text(out, text);
             }
+            SpaceError::Protection(e) => {
+                out.put_u8(15);
+                e.encode_into(out);
+            }
         }
     }
 
@@ -249,6 +260,7 @@ impl SpaceError {
                 limit: r.u32("an error")?,
             },
             14 => SpaceError::BadPolicy(r.text("an error's message")?),
+            15 => SpaceError::Protection(ProtectionError::decode_from(r)?),
             tag => return Err(DecodeError::UnknownTag { what: "error", tag }),
         })
     }

@@ -24,15 +24,25 @@
 //! | 10 | spaces | `count u32` × (space name, tuples `u32`, waiting `u32`) |
 //! | 11 | denied | reason (`len u16` UTF-8) |
 //! | 12 | error | [`SpaceError`] |
+//! | 13 | share | `len u16 | bytes`: one replica's share, encrypted to the reader |
+//! | 14 | spaces, some protected | `count u32` × (space name, tuples `u32`, waiting `u32`, `0` or `1 | protection`) |
 //!
-//! A stored tuple is `tuple | revision u64 | lease end` (an optional `u64`, agreed time in
-//! ms); a receipt is `revision u64 | lease end`.
+//! A list of spaces none of which is protected is always tag 10 (so tag 14 lists at least
+//! one protected space). A stored tuple is `tuple | revision u64 | extras u8 | [lease end
+//! u64] | [sealed]`: bit 0 of `extras` says a lease end (agreed time in ms) follows, bit 1 a
+//! sealed tuple (`len u32 | bytes`); a tuple without either has the bytes of a tuple with
+//! no lease (`extras` 0), one with only a lease those of a leased one (`extras` 1). A
+//! receipt is `revision u64 | lease end` (an optional `u64`).
 
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::codec::{DecodeError, Reader, put_opt_u64, put_space_name, put_text};
+use crate::codec::{DecodeError, Reader, put_opt_u64, put_sealed, put_space_name, put_text};
 use crate::error::SpaceError;
+use crate::protection::Protections;
 use crate::typed::{Limits, TypedTuple};
+
+/// The most bytes of a share reply (one is 73 bytes: a nonce and an encrypted share).
+pub const SHARE_REPLY_BYTES_MAX: usize = 1024;
 
 /// A tuple as the space holds it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -43,6 +53,9 @@ pub struct Stored {
     /// When the tuple's lease ends (agreed time, ms since the Unix epoch); `None`: it stays
     /// until taken.
     pub lease_expires_ms: Option<u64>,
+    /// In a protected space, the original tuple sealed among the replicas
+    /// ([`crate::protection`]); `tuple` then holds hashes and placeholders.
+    pub sealed: Option<Bytes>,
 }
 
 /// What an insertion assigned.
@@ -76,6 +89,8 @@ pub struct SpaceInfo {
     pub tuples: u32,
     /// Operations waiting in the space (blocked `rd` and `in`).
     pub waiting: u32,
+    /// The field protection it was created with, if any.
+    pub protection: Option<Protections>,
 }
 
 /// The service's answer to a [`crate::SpaceRequest`].
@@ -101,6 +116,9 @@ pub enum SpaceReply {
     Denied(String),
     /// The operation was refused; nothing changed.
     Error(SpaceError),
+    /// `share`: this replica's share of a sealed tuple, encrypted to the reader's one-time
+    /// key (different at every replica, so never voted on).
+    Share(Bytes),
 }
 
 /// The fewest bytes of an encoded stored tuple: a one-field tuple of an empty string (6),
@@ -121,18 +139,54 @@ fn get_receipt(r: &mut Reader) -> Result<Receipt, DecodeError> {
     })
 }
 
+/// `extras` bit: a lease end follows.
+const EXTRA_LEASE: u8 = 1;
+/// `extras` bit: a sealed tuple follows.
+const EXTRA_SEALED: u8 = 2;
+
 impl Stored {
     fn encode_into(&self, out: &mut BytesMut) {
         self.tuple.encode_into(out);
         out.put_u64_le(self.revision);
-        put_opt_u64(out, self.lease_expires_ms);
+        let mut extras = 0;
+        if self.lease_expires_ms.is_some() {
+            extras |= EXTRA_LEASE;
+        }
+        if self.sealed.is_some() {
+            extras |= EXTRA_SEALED;
+        }
+        out.put_u8(extras);
+        if let Some(end) = self.lease_expires_ms {
+            out.put_u64_le(end);
+        }
+        if let Some(sealed) = &self.sealed {
+            put_sealed(out, sealed);
+        }
     }
 
     fn decode_from(r: &mut Reader, limits: &Limits) -> Result<Self, DecodeError> {
+        let tuple = r.tuple(limits)?;
+        let revision = r.u64("a revision")?;
+        let extras = r.u8("a stored tuple's extras")?;
+        if extras > (EXTRA_LEASE | EXTRA_SEALED) {
+            return Err(DecodeError::UnknownTag {
+                what: "stored tuple's extras",
+                tag: extras,
+            });
+        }
+        let lease_expires_ms = match extras & EXTRA_LEASE {
+            0 => None,
+            _ => Some(r.u64("a lease end")?),
+        };
+        let sealed = match extras & EXTRA_SEALED {
+            0 => None,
+            _ => Some(r.sealed(limits.tuple_bytes_max)?),
+        };
         Ok(Stored {
-            tuple: r.tuple(limits)?,
-            revision: r.u64("a revision")?,
-            lease_expires_ms: r.opt_u64("a lease end")?,
+            tuple,
+            revision,
+            lease_expires_ms,
+            sealed,
         })
     }
 
@@ -140,11 +194,13 @@ impl Stored {
     pub fn encoded_len(&self) -> usize {
         self.tuple.encoded_len()
             + 8
+            + 1
             + if self.lease_expires_ms.is_some() {
-                9
+                8
             } else {
-                1
+                0
             }
+            + self.sealed.as_ref().map_or(0, |s| 4 + s.len())
     }
 }
 
@@ -205,12 +261,22 @@ impl SpaceReply {
             }
             SpaceReply::TimedOut => out.put_u8(9),
             SpaceReply::Spaces(spaces) => {
-                out.put_u8(10);
+                let protected = spaces.iter().any(|s| s.protection.is_some());
+                out.put_u8(if protected { 14 } else { 10 });
                 out.put_u32_le(spaces.len() as u32);
                 for info in spaces {
                     put_space_name(&mut out, &info.name);
                     out.put_u32_le(info.tuples);
                     out.put_u32_le(info.waiting);
+                    if protected {
+                        match &info.protection {
+                            None => out.put_u8(0),
+                            Some(protection) => {
+                                out.put_u8(1);
+                                protection.encode_into(&mut out);
+                            }
+                        }
+                    }
                 }
             }
             SpaceReply::Denied(reason) => {
@@ -220,6 +286,12 @@ impl SpaceReply {
             SpaceReply::Error(error) => {
                 out.put_u8(12);
                 error.encode_into(&mut out);
+            }
+            SpaceReply::Share(share) => {
+                out.put_u8(13);
+                let share = &share[..share.len().min(SHARE_REPLY_BYTES_MAX)];
+                out.put_u16_le(share.len() as u16);
+                out.put_slice(share);
             }
         }
         out.freeze()
@@ -264,20 +336,42 @@ impl SpaceReply {
             }),
             8 => SpaceReply::Renewed(r.u32("a count")?),
             9 => SpaceReply::TimedOut,
-            10 => {
-                let count = r.count("a list of spaces", SPACE_INFO_BYTES_MIN)?;
+            tag @ (10 | 14) => {
+                let protected = tag == 14;
+                let item_bytes_min = SPACE_INFO_BYTES_MIN + usize::from(protected);
+                let count = r.count("a list of spaces", item_bytes_min)?;
                 let mut spaces = Vec::with_capacity(count);
                 for _ in 0..count {
                     spaces.push(SpaceInfo {
                         name: r.space_name()?,
                         tuples: r.u32("a count")?,
                         waiting: r.u32("a count")?,
+                        protection: match protected && r.flag("a space's protection")? {
+                            false => None,
+                            true => Some(Protections::decode_from(&mut r, limits)?),
+                        },
                     });
+                }
+                if protected && spaces.iter().all(|s| s.protection.is_none()) {
+                    return Err(DecodeError::NotCanonical(
+                        "a list without protected spaces is tag 10",
+                    ));
                 }
                 SpaceReply::Spaces(spaces)
             }
             11 => SpaceReply::Denied(r.text("a reason")?),
             12 => SpaceReply::Error(SpaceError::decode_from(&mut r)?),
+            13 => {
+                let len = r.u16("a share")? as usize;
+                if len > SHARE_REPLY_BYTES_MAX {
+                    return Err(DecodeError::TooLong {
+                        what: "a share",
+                        len,
+                        max: SHARE_REPLY_BYTES_MAX,
+                    });
+                }
+                SpaceReply::Share(r.bytes(len, "a share")?)
+            }
             tag => return Err(DecodeError::UnknownTag { what: "reply", tag }),
         };
         r.finish()?;

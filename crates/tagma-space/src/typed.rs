@@ -60,7 +60,7 @@ pub struct Limits {
     pub arity_max: usize,
     /// The most bytes of one string or bytes field.
     pub field_bytes_max: usize,
-    /// The most bytes of a whole encoded tuple.
+    /// The most bytes of a whole encoded tuple (in a protected space, with its sealed part).
     pub tuple_bytes_max: usize,
 }
 
@@ -126,7 +126,7 @@ impl Field {
         }
     }
 
-    fn encode(&self, out: &mut BytesMut) {
+    pub(crate) fn encode(&self, out: &mut BytesMut) {
         match self {
             Field::Int(v) => {
                 out.put_u8(1);

@@ -3,11 +3,14 @@
 //! differently.
 
 use bytes::Bytes;
+use tagma_crypto::IdentityKey;
 use tagma_space::typed;
 use tagma_space::{
-    CasOutcome, DecodeError, Field, Limits, Pattern, Policy, Receipt, Replacement, ShapeError,
-    SpaceError, SpaceInfo, SpaceReply, SpaceRequest, Stored, TypedTemplate, TypedTuple, WaitScope,
+    CasOutcome, DecodeError, Field, Limits, Pattern, Policy, ProtectionError, Protections, Receipt,
+    Replacement, ShapeError, SpaceError, SpaceInfo, SpaceReply, SpaceRequest, Stored,
+    TypedTemplate, TypedTuple, WaitScope,
 };
+use tagma_wire::KexPublic;
 
 fn tuple() -> TypedTuple {
     "(\"lock\", \"db\", 7, 0x00ff)".parse().unwrap()
@@ -21,15 +24,35 @@ fn space() -> String {
     "locks.v1".into()
 }
 
+/// A real sealed secret (what a protected space's insertions carry) for 4 replicas.
+fn sealed() -> Bytes {
+    let replicas: Vec<_> = (1..=4u8)
+        .map(|i| IdentityKey::from_seed([i; 32]).public())
+        .collect();
+    let secret = tagma_crypto::sealing::seal(b"the original tuple", b"aad", &replicas, 2).unwrap();
+    Bytes::from(secret.encode())
+}
+
+fn protection() -> Protections {
+    "public,comparable,private,public".parse().unwrap()
+}
+
 fn requests() -> Vec<SpaceRequest> {
     vec![
         SpaceRequest::Create {
             space: space(),
             policy: Policy::default(),
+            protection: None,
         },
         SpaceRequest::Create {
             space: space(),
             policy: "read: 1, 2\nunique (\"lock\", *, *, *)".parse().unwrap(),
+            protection: None,
+        },
+        SpaceRequest::Create {
+            space: space(),
+            policy: "take requires field 0 = invoker".parse().unwrap(),
+            protection: Some(protection()),
         },
         SpaceRequest::Destroy { space: space() },
         SpaceRequest::ListSpaces,
@@ -37,11 +60,19 @@ fn requests() -> Vec<SpaceRequest> {
             space: space(),
             tuple: tuple(),
             lease_ms: None,
+            sealed: None,
         },
         SpaceRequest::Out {
             space: space(),
             tuple: tuple(),
             lease_ms: Some(30_000),
+            sealed: None,
+        },
+        SpaceRequest::Out {
+            space: space(),
+            tuple: tuple(),
+            lease_ms: Some(30_000),
+            sealed: Some(sealed()),
         },
         SpaceRequest::Rdp {
             space: space(),
@@ -66,12 +97,28 @@ fn requests() -> Vec<SpaceRequest> {
             template: template(),
             tuple: tuple(),
             lease_ms: Some(1),
+            sealed: None,
+        },
+        SpaceRequest::Cas {
+            space: space(),
+            template: template(),
+            tuple: tuple(),
+            lease_ms: None,
+            sealed: Some(sealed()),
         },
         SpaceRequest::Replace {
             space: space(),
             template: template(),
             tuple: tuple(),
             lease_ms: None,
+            sealed: None,
+        },
+        SpaceRequest::Replace {
+            space: space(),
+            template: template(),
+            tuple: tuple(),
+            lease_ms: Some(5),
+            sealed: Some(sealed()),
         },
         SpaceRequest::RdAll {
             space: space(),
@@ -94,6 +141,11 @@ fn requests() -> Vec<SpaceRequest> {
             after: 41,
             timeout_ms: 30_000,
         },
+        SpaceRequest::Share {
+            space: space(),
+            revision: 7,
+            reader: KexPublic([9; 32]),
+        },
     ]
 }
 
@@ -102,6 +154,7 @@ fn stored() -> Stored {
         tuple: tuple(),
         revision: 42,
         lease_expires_ms: Some(1_700_000_000_000),
+        sealed: None,
     }
 }
 
@@ -123,6 +176,15 @@ fn replies() -> Vec<SpaceReply> {
                 lease_expires_ms: None,
                 ..stored()
             },
+            Stored {
+                sealed: Some(sealed()),
+                ..stored()
+            },
+            Stored {
+                lease_expires_ms: None,
+                sealed: Some(sealed()),
+                ..stored()
+            },
         ]),
         SpaceReply::Cas(CasOutcome::Inserted(receipt)),
         SpaceReply::Cas(CasOutcome::Exists(stored())),
@@ -139,14 +201,31 @@ fn replies() -> Vec<SpaceReply> {
                 name: "a".into(),
                 tuples: 3,
                 waiting: 1,
+                protection: None,
             },
             SpaceInfo {
                 name: space(),
                 tuples: 0,
                 waiting: 0,
+                protection: None,
+            },
+        ]),
+        SpaceReply::Spaces(vec![
+            SpaceInfo {
+                name: "a".into(),
+                tuples: 3,
+                waiting: 1,
+                protection: None,
+            },
+            SpaceInfo {
+                name: space(),
+                tuples: 0,
+                waiting: 0,
+                protection: Some(protection()),
             },
         ]),
         SpaceReply::Denied("insert: principal 3 is not admitted".into()),
+        SpaceReply::Share(Bytes::from(vec![5u8; 73])),
     ];
     let errors = [
         SpaceError::UnknownSpace(space()),
@@ -192,6 +271,26 @@ fn replies() -> Vec<SpaceReply> {
         },
         SpaceError::BadCount { max: 0, limit: 100 },
         SpaceError::BadPolicy("admin operations touch no tuple".into()),
+        SpaceError::Protection(ProtectionError::Width { width: 0, max: 16 }),
+        SpaceError::Protection(ProtectionError::Arity {
+            arity: 2,
+            protected: 3,
+        }),
+        SpaceError::Protection(ProtectionError::NotPlaceholder { index: 2 }),
+        SpaceError::Protection(ProtectionError::NotHash { index: 1 }),
+        SpaceError::Protection(ProtectionError::TemplatePattern { index: 1 }),
+        SpaceError::Protection(ProtectionError::SealedMissing),
+        SpaceError::Protection(ProtectionError::SealedUnexpected),
+        SpaceError::Protection(ProtectionError::SealedMalformed("truncated".into())),
+        SpaceError::Protection(ProtectionError::SealedTooLarge { len: 300, max: 200 }),
+        SpaceError::Protection(ProtectionError::PolicyField { field: 2 }),
+        SpaceError::Protection(ProtectionError::NoSealedTuple { revision: 9 }),
+        SpaceError::Protection(ProtectionError::NoReplicaKey),
+        SpaceError::Protection(ProtectionError::ShareUnopenable {
+            revision: 9,
+            reason: "share 2 does not decrypt".into(),
+        }),
+        SpaceError::Protection(ProtectionError::ShareOrdered),
     ];
     replies.extend(errors.into_iter().map(SpaceReply::Error));
     replies
@@ -229,10 +328,10 @@ fn malformed_requests_are_typed_errors() {
     let decode = |bytes: &[u8]| SpaceRequest::decode(&Bytes::copy_from_slice(bytes), &limits);
     assert_eq!(decode(b""), Err(DecodeError::Truncated("an operation")));
     assert_eq!(
-        decode(b"\x0f"),
+        decode(b"\x10"),
         Err(DecodeError::UnknownTag {
             what: "operation",
-            tag: 15
+            tag: 16
         })
     );
     assert_eq!(
@@ -260,6 +359,7 @@ fn malformed_requests_are_typed_errors() {
         space: space(),
         tuple: TypedTuple(vec![Field::Int(0); 17]),
         lease_ms: None,
+        sealed: None,
     }
     .encode();
     assert_eq!(
@@ -383,6 +483,7 @@ fn check_finds_what_the_service_would_refuse() {
     let policy = SpaceRequest::Create {
         space: space(),
         policy: "read requires field 40 = invoker".parse().unwrap(),
+        protection: None,
     };
     assert!(matches!(
         policy.check(&limits),
@@ -393,6 +494,7 @@ fn check_finds_what_the_service_would_refuse() {
         template: TypedTemplate(vec![Pattern::Any]),
         tuple: TypedTuple(vec![Field::Bytes(Bytes::from(vec![0u8; 70 << 10]))]),
         lease_ms: None,
+        sealed: None,
     };
     assert!(matches!(
         cas.check(&limits),
@@ -409,7 +511,7 @@ fn error_messages_name_the_fix() {
             _ => None,
         })
         .collect();
-    for (message, key) in messages.iter().zip([
+    let keys = [
         "create it first",
         "pick another name",
         "at least one field",
@@ -428,7 +530,160 @@ fn error_messages_name_the_fix() {
         "same arity",
         "all_max",
         "does not fit",
-    ]) {
+        "arity_max",
+        "have its arity",
+        "seal the tuple",
+        "hash it",
+        "use `*` or `*bytes`",
+        "insert it with the space key",
+        "without one",
+        "does not decode",
+        "tuple_bytes_max",
+        "public fields only",
+        "ask again",
+        "ask the other replicas",
+        "sealed it wrongly",
+        "send it unordered",
+    ];
+    assert_eq!(messages.len(), keys.len());
+    for (message, key) in messages.iter().zip(keys) {
         assert!(message.contains(key), "{message:?} lacks {key:?}");
     }
+}
+
+/// Requests and replies without the confidentiality sections keep the bytes they always had:
+/// the sections are trailing or flagged by bits that were zero.
+#[test]
+fn encodings_without_protection_or_sealed_parts_keep_their_bytes() {
+    let t = TypedTuple(vec![Field::Int(5)]);
+    let mut tuple_bytes = vec![1u8, 1];
+    tuple_bytes.extend_from_slice(&5i64.to_le_bytes());
+    let out = SpaceRequest::Out {
+        space: "s".into(),
+        tuple: t.clone(),
+        lease_ms: None,
+        sealed: None,
+    };
+    let mut expected = vec![4u8, 1, b's'];
+    expected.extend_from_slice(&tuple_bytes);
+    expected.push(0);
+    assert_eq!(&out.encode()[..], &expected[..]);
+    let create = SpaceRequest::Create {
+        space: "s".into(),
+        policy: Policy::default(),
+        protection: None,
+    };
+    let mut expected = vec![1u8, 1, b's'];
+    expected.extend_from_slice(&Policy::default().encode());
+    assert_eq!(&create.encode()[..], &expected[..]);
+    let leased = SpaceReply::Tuple(Some(Stored {
+        tuple: t.clone(),
+        revision: 3,
+        lease_expires_ms: Some(10),
+        sealed: None,
+    }));
+    let mut expected = vec![4u8, 1];
+    expected.extend_from_slice(&tuple_bytes);
+    expected.extend_from_slice(&3u64.to_le_bytes());
+    expected.push(1);
+    expected.extend_from_slice(&10u64.to_le_bytes());
+    assert_eq!(&leased.encode()[..], &expected[..]);
+    let listed = SpaceReply::Spaces(vec![SpaceInfo {
+        name: "s".into(),
+        tuples: 2,
+        waiting: 1,
+        protection: None,
+    }]);
+    let mut expected = vec![10u8, 1, 0, 0, 0, 1, b's'];
+    expected.extend_from_slice(&2u32.to_le_bytes());
+    expected.extend_from_slice(&1u32.to_le_bytes());
+    assert_eq!(&listed.encode()[..], &expected[..]);
+}
+
+#[test]
+fn sealed_parts_and_protections_are_checked_before_sending() {
+    let limits = Limits::default();
+    let out = |sealed: Bytes| SpaceRequest::Out {
+        space: space(),
+        tuple: tuple(),
+        lease_ms: None,
+        sealed: Some(sealed),
+    };
+    assert!(matches!(
+        out(Bytes::from_static(b"not a sealed secret")).check(&limits),
+        Err(SpaceError::Protection(ProtectionError::SealedMalformed(_)))
+    ));
+    let small = Limits {
+        tuple_bytes_max: 200,
+        ..limits
+    };
+    assert!(matches!(
+        out(sealed()).check(&small),
+        Err(SpaceError::Protection(ProtectionError::SealedTooLarge {
+            max: 200,
+            ..
+        }))
+    ));
+    let on_private = SpaceRequest::Create {
+        space: space(),
+        policy: "read requires field 2 = invoker".parse().unwrap(),
+        protection: Some(protection()),
+    };
+    assert_eq!(
+        on_private.check(&limits),
+        Err(SpaceError::Protection(ProtectionError::PolicyField {
+            field: 2
+        }))
+    );
+    let wide = SpaceRequest::Create {
+        space: space(),
+        policy: Policy::default(),
+        protection: Some(Protections(vec![tagma_space::Protection::Public; 17])),
+    };
+    assert_eq!(
+        wide.check(&limits),
+        Err(SpaceError::Protection(ProtectionError::Width {
+            width: 17,
+            max: 16
+        }))
+    );
+    // A sealed part longer than the tuple limit does not even decode.
+    let bytes = out(sealed()).encode();
+    assert!(matches!(
+        SpaceRequest::decode(&bytes, &small),
+        Err(DecodeError::TooLong {
+            what: "a sealed tuple",
+            ..
+        })
+    ));
+}
+
+#[test]
+fn a_protected_list_without_a_protected_space_is_not_canonical() {
+    let limits = Limits::default();
+    let mut bytes = vec![14u8, 1, 0, 0, 0, 1, b's'];
+    bytes.extend_from_slice(&[0; 8]);
+    bytes.push(0);
+    assert_eq!(
+        SpaceReply::decode(&Bytes::from(bytes.clone()), &limits),
+        Err(DecodeError::NotCanonical(
+            "a list without protected spaces is tag 10"
+        ))
+    );
+    *bytes.last_mut().unwrap() = 1;
+    bytes.extend_from_slice(&[1, 2]);
+    let reply = SpaceReply::decode(&Bytes::from(bytes), &limits).unwrap();
+    let SpaceReply::Spaces(spaces) = reply else {
+        panic!("a list")
+    };
+    assert_eq!(spaces[0].protection, Some("private".parse().unwrap()));
+    // A stored tuple's extras beyond the lease and sealed bits are refused.
+    let mut stored = vec![4u8, 1];
+    stored.extend_from_slice(&tuple().encode());
+    stored.extend_from_slice(&1u64.to_le_bytes());
+    stored.push(4);
+    assert!(matches!(
+        SpaceReply::decode(&Bytes::from(stored), &limits),
+        Err(DecodeError::UnknownTag { .. })
+    ));
 }

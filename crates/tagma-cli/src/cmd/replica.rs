@@ -113,7 +113,12 @@ fn start_service(
             let space = tagma_bench::exec::tuple_space(class, &initial);
             start_as(cfg, id, key, exec.parallel(space), how)?
         }
-        ServiceKind::Space => start_as(cfg, id, key, exec.space_service()?, how)?,
+        ServiceKind::Space => {
+            // Clients seal private fields for the configured replicas, in member order.
+            let replicas = cfg.initial_view().members.iter().map(|m| m.key).collect();
+            let service = exec.space_service(&key, replicas)?;
+            start_as(cfg, id, key, service, how)?
+        }
     })
 }
 

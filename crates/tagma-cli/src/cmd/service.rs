@@ -140,8 +140,14 @@ impl ExecArgs {
     }
 
     /// The coordination service with these settings: `--exec-threads` threads, the spaces
-    /// of `--spaces`.
-    pub fn space_service(&self) -> anyhow::Result<tagma_space_service::SpaceService> {
+    /// of `--spaces`, answering `share` (protected spaces) with this replica's `key` among
+    /// `replicas` (the cluster configuration's replicas in member order, as clients seal for
+    /// them).
+    pub fn space_service(
+        &self,
+        key: &tagma_crypto::IdentityKey,
+        replicas: Vec<tagma_wire::PublicKey>,
+    ) -> anyhow::Result<tagma_space_service::SpaceService> {
         let limits = tagma_space_service::SpaceLimits {
             space_bytes_max: self.space_bytes_max,
             tuples_per_space_max: self.space_tuples_max,
@@ -149,7 +155,8 @@ impl ExecArgs {
         };
         let mut service = tagma_space_service::SpaceService::new(limits)
             .map_err(|e| anyhow::anyhow!("--space-bytes-max / --space-tuples-max: {e}"))?
-            .with_threads(self.exec_threads.max(1));
+            .with_threads(self.exec_threads.max(1))
+            .with_replica_key(key.clone(), replicas);
         for name in &self.spaces {
             service = service
                 .with_space(

@@ -93,9 +93,7 @@ impl Inner {
 
     pub(super) fn finish(&self, call: Call, result: Result<Bytes, ClientError>) {
         call.slot.complete(result);
-        let mut n = lock(&self.outstanding);
-        *n = n.saturating_sub(1);
-        self.outstanding_freed.notify_one();
+        self.release_slot();
     }
 
     /// An unordered read that cannot be decided is re-issued as an ordered request, keeping
@@ -132,6 +130,9 @@ impl Inner {
             }
         };
         if reply.client != self.client {
+            return;
+        }
+        if reply.kind == RequestKind::Unordered && self.on_each_reply(from, &reply) {
             return;
         }
         let key = (reply.kind, reply.seq);

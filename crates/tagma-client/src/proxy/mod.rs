@@ -3,12 +3,14 @@
 //!
 //! [`Proxy`]'s state (`Inner`) is shared by those threads; its operations live by concern:
 //! `connect` (handshakes, reader and writer threads), `invoke` (frames, sending, voting),
+//! `each` (unordered requests every replica answers for itself, collected without voting),
 //! `views` (following the installed view), `maintenance` (the periodic work). `links` (the
 //! replicas and the view's members) and `call` (one invocation in flight) hold the state
 //! they work on.
 
 mod call;
 mod connect;
+mod each;
 mod invoke;
 mod links;
 mod maintenance;
@@ -28,6 +30,8 @@ use tagma_wire::{
 };
 
 use self::call::Call;
+use self::each::EachCall;
+pub use self::each::EachReply;
 use self::links::{Members, members_of};
 use crate::error::ClientError;
 use crate::future::{ReplyFuture, Slot};
@@ -75,6 +79,8 @@ struct Inner {
     retransmit: Duration,
     invoke_timeout: Duration,
     calls: Mutex<HashMap<(RequestKind, RequestSeq), Call>>,
+    /// Unordered requests whose replies are collected per replica ([`Proxy::invoke_unordered_each`]).
+    each_calls: Mutex<HashMap<RequestSeq, EachCall>>,
     queries: Mutex<HashMap<u64, crossbeam_channel::Sender<StateInfo>>>,
     /// Ordered (reconfigurations included) and unordered sequence numbers.
     next_seq: [AtomicU64; 2],
@@ -149,6 +155,7 @@ impl Proxy {
             retransmit: Duration::from_millis(raw.timeouts.client_retransmit_ms),
             invoke_timeout: Duration::from_millis(raw.timeouts.client_invoke_timeout_ms),
             calls: Mutex::new(HashMap::new()),
+            each_calls: Mutex::new(HashMap::new()),
             queries: Mutex::new(HashMap::new()),
             next_seq: [AtomicU64::new(1), AtomicU64::new(1)],
             next_nonce: AtomicU64::new(1),
@@ -263,34 +270,8 @@ impl Proxy {
         wait: Duration,
     ) -> Result<ReplyFuture, ClientError> {
         let inner = &self.inner;
-        if request.len() > inner.request_bytes_max {
-            return Err(ClientError::TooLarge {
-                bytes: request.len(),
-                max: inner.request_bytes_max,
-            });
-        }
-        {
-            let waited = Instant::now();
-            let mut n = lock(&inner.outstanding);
-            while *n >= inner.outstanding_max {
-                if inner.closed.load(Ordering::Relaxed) {
-                    return Err(ClientError::Closed);
-                }
-                if waited.elapsed() >= inner.invoke_timeout {
-                    return Err(ClientError::Timeout {
-                        after_ms: inner.invoke_timeout.as_millis() as u64,
-                        replies: 0,
-                        quorum: inner.members().ordered_quorum,
-                    });
-                }
-                n = inner
-                    .outstanding_freed
-                    .wait_timeout(n, Duration::from_millis(100))
-                    .map(|(g, _)| g)
-                    .unwrap_or_else(|e| e.into_inner().0);
-            }
-            *n += 1;
-        }
+        inner.check_size(&request)?;
+        inner.acquire_slot()?;
         let slot = Arc::new(Slot::default());
         inner.start_call(
             request,
@@ -340,6 +321,50 @@ impl Drop for Proxy {
 }
 
 impl Inner {
+    /// Refuses a request beyond `request_bytes_max`.
+    fn check_size(&self, request: &Bytes) -> Result<(), ClientError> {
+        if request.len() > self.request_bytes_max {
+            return Err(ClientError::TooLarge {
+                bytes: request.len(),
+                max: self.request_bytes_max,
+            });
+        }
+        Ok(())
+    }
+
+    /// Takes one of the `outstanding_max` slots of requests in flight, waiting up to the
+    /// invocation timeout for one to be freed.
+    fn acquire_slot(&self) -> Result<(), ClientError> {
+        let waited = Instant::now();
+        let mut n = lock(&self.outstanding);
+        while *n >= self.outstanding_max {
+            if self.closed.load(Ordering::Relaxed) {
+                return Err(ClientError::Closed);
+            }
+            if waited.elapsed() >= self.invoke_timeout {
+                return Err(ClientError::Timeout {
+                    after_ms: self.invoke_timeout.as_millis() as u64,
+                    replies: 0,
+                    quorum: self.members().ordered_quorum,
+                });
+            }
+            n = self
+                .outstanding_freed
+                .wait_timeout(n, Duration::from_millis(100))
+                .map(|(g, _)| g)
+                .unwrap_or_else(|e| e.into_inner().0);
+        }
+        *n += 1;
+        Ok(())
+    }
+
+    /// Frees a slot taken by [`Inner::acquire_slot`].
+    fn release_slot(&self) {
+        let mut n = lock(&self.outstanding);
+        *n = n.saturating_sub(1);
+        self.outstanding_freed.notify_one();
+    }
+
     fn members(&self) -> Arc<Members> {
         self.members
             .read()

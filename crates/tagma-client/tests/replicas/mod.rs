@@ -1,9 +1,13 @@
 //! Stand-in replicas for the proxy's tests: real TCP listeners and real handshakes
 //! (`tagma-net`), without consensus. An echo replica answers every request with its payload
-//! (a payload `sleep:<ms>` after that many milliseconds, as a service that defers its reply),
-//! a view query with the configured view and a state query with an empty state;
+//! (a payload `sleep:<ms>` after that many milliseconds, as a service that defers its reply;
+//! `whoami` with `replica <id>`, a reply that differs by replica; `silent:<id>` from every
+//! replica but `<id>`, which does not answer it), a view query with the configured view and
+//! a state query with an empty state;
 //! a hung replica's listener accepts TCP connections and never reads (a stopped process: the
 //! kernel completes the connection, nobody answers the handshake).
+
+#![allow(dead_code)]
 
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::thread;
@@ -122,19 +126,23 @@ fn echo(stream: TcpStream, id: u32, clients: &Clients, view: &View, limits: NetL
     while let Ok(frame) = reader.read_frame() {
         let reply = match ClientMessage::decode(&frame) {
             Ok(ClientMessage::Request(envelope)) => {
-                if let Some(ms) = std::str::from_utf8(&envelope.request.payload)
-                    .ok()
-                    .and_then(|p| p.strip_prefix("sleep:"))
-                    .and_then(|ms| ms.parse().ok())
-                {
+                let text = std::str::from_utf8(&envelope.request.payload).unwrap_or("");
+                if let Some(ms) = text.strip_prefix("sleep:").and_then(|ms| ms.parse().ok()) {
                     thread::sleep(Duration::from_millis(ms));
                 }
+                if text.strip_prefix("silent:") == Some(id.to_string().as_str()) {
+                    continue;
+                }
+                let payload = match text {
+                    "whoami" => format!("replica {id}").into(),
+                    _ => envelope.request.payload,
+                };
                 ReplicaMessage::Reply(Reply {
                     client: envelope.request.client,
                     seq: envelope.request.seq,
                     kind: envelope.request.kind,
                     view: envelope.request.view,
-                    payload: envelope.request.payload,
+                    payload,
                 })
             }
             Ok(ClientMessage::ViewQuery) => ReplicaMessage::CurrentView(view.clone()),

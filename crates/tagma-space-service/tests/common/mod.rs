@@ -24,6 +24,7 @@ pub fn create(space: &str) -> SpaceRequest {
     SpaceRequest::Create {
         space: space.into(),
         policy: Policy::default(),
+        protection: None,
     }
 }
 
@@ -31,6 +32,7 @@ pub fn create_with(space: &str, policy: &str) -> SpaceRequest {
     SpaceRequest::Create {
         space: space.into(),
         policy: policy.parse().unwrap(),
+        protection: None,
     }
 }
 
@@ -49,6 +51,7 @@ pub fn out(space: &str, t: &str) -> SpaceRequest {
         space: space.into(),
         tuple: tuple(t),
         lease_ms: None,
+        sealed: None,
     }
 }
 
@@ -57,6 +60,7 @@ pub fn out_leased(space: &str, t: &str, lease_ms: u64) -> SpaceRequest {
         space: space.into(),
         tuple: tuple(t),
         lease_ms: Some(lease_ms),
+        sealed: None,
     }
 }
 
@@ -105,6 +109,7 @@ pub fn cas(space: &str, p: &str, t: &str, lease_ms: Option<u64>) -> SpaceRequest
         template: template(p),
         tuple: tuple(t),
         lease_ms,
+        sealed: None,
     }
 }
 
@@ -114,6 +119,7 @@ pub fn replace(space: &str, p: &str, t: &str) -> SpaceRequest {
         template: template(p),
         tuple: tuple(t),
         lease_ms: None,
+        sealed: None,
     }
 }
 
