@@ -76,6 +76,7 @@ pub enum SpaceCmd {
     List,
     /// Insert a tuple; prints its revision.
     Out {
+        /// The space.
         space: String,
         /// The tuple, e.g. '("job", 7)'.
         tuple: String,
@@ -85,6 +86,7 @@ pub enum SpaceCmd {
     },
     /// Read the oldest tuple matching TEMPLATE (status 1 if none).
     Rdp {
+        /// The space.
         space: String,
         /// The template, e.g. '("job", *int)'.
         template: String,
@@ -93,10 +95,17 @@ pub enum SpaceCmd {
         unordered: bool,
     },
     /// Take the oldest tuple matching TEMPLATE (status 1 if none).
-    Inp { space: String, template: String },
+    Inp {
+        /// The space.
+        space: String,
+        /// The template, e.g. '("job", *int)'.
+        template: String,
+    },
     /// Read the oldest tuple matching TEMPLATE, waiting for one (status 1 on timeout).
     Rd {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
         /// How long to wait.
         #[arg(long, default_value_t = 10_000)]
@@ -104,7 +113,9 @@ pub enum SpaceCmd {
     },
     /// Take the oldest tuple matching TEMPLATE, waiting for one (status 1 on timeout).
     In {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
         /// How long to wait.
         #[arg(long, default_value_t = 10_000)]
@@ -112,24 +123,35 @@ pub enum SpaceCmd {
     },
     /// Insert TUPLE if nothing matches TEMPLATE; otherwise print the match (status 1).
     Cas {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
+        /// The tuple, e.g. '("job", 7)'.
         tuple: String,
+        /// The inserted tuple vanishes this long after insertion unless renewed.
         #[arg(long)]
         lease_ms: Option<u64>,
     },
     /// Take the oldest match of TEMPLATE and insert TUPLE in its place (status 1 if none).
     Replace {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
+        /// The tuple, e.g. '("job", 7)'.
         tuple: String,
+        /// The inserted tuple vanishes this long after insertion unless renewed.
         #[arg(long)]
         lease_ms: Option<u64>,
     },
     /// Read up to --max tuples matching TEMPLATE, oldest first.
     Rdall {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
+        /// The most tuples in the answer.
         #[arg(long, default_value_t = 100)]
         max: u32,
         /// Read without ordering.
@@ -138,22 +160,30 @@ pub enum SpaceCmd {
     },
     /// Take up to --max tuples matching TEMPLATE, oldest first.
     Inall {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
+        /// The most tuples in the answer.
         #[arg(long, default_value_t = 100)]
         max: u32,
     },
     /// Extend the leases of this client's tuples matching TEMPLATE.
     Renew {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
+        /// The new lease, from now (agreed time).
         #[arg(long)]
         lease_ms: u64,
     },
     /// Print the tuples matching TEMPLATE, then every one inserted later, as it is
     /// inserted (until interrupted, or --count tuples).
     Watch {
+        /// The space.
         space: String,
+        /// The template, e.g. '("job", *int)'.
         template: String,
         /// Stop after this many tuples.
         #[arg(long)]
