@@ -72,8 +72,10 @@ enum Cmd {
     /// has executed (and whether it is behind the others), and its state digest.
     Status(StatusArgs),
     /// Run the deterministic simulator: seeded clusters under network faults, crashes and
-    /// Byzantine replicas, checked for agreement, order, validity, linearizability and
-    /// liveness. `--seeds A..B` runs a range; `--seed S --trace` replays one seed.
+    /// Byzantine replicas, checked for agreement, order, validity, linearizability (the
+    /// key-value store) or exactly-once takes, lock safety and waits answered once (the
+    /// coordination service, `--service space`), and liveness. `--seeds A..B` runs a range;
+    /// `--seed S --trace` replays one seed.
     Sim(SimArgs),
 }
 

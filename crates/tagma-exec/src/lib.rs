@@ -693,10 +693,11 @@ impl<S: Service> Executor<S> {
     /// executor already executed is refused without touching anything (the replica caught up
     /// by other means while it was fetched; installing it would go back in time).
     ///
-    /// Without a checkpoint (`None`: a joining replica replaying the whole history because no
-    /// replica had a checkpoint yet), `log` starts at instance 0, this executor must not
-    /// have executed anything (it is in the initial state every replica starts from, which
-    /// counts as the source's match), and `state` is ignored.
+    /// Without a checkpoint (`None`: a joining replica replaying the history because no
+    /// checkpoint was vouched for), `log` starts at the instance this executor executes next
+    /// — 0 from the initial state every replica starts from, or after the state a joining
+    /// replica restarted with — that state counts as the source's match, and `state` is
+    /// ignored.
     pub fn install_fetched(
         &mut self,
         state: &Bytes,
@@ -715,8 +716,14 @@ impl<S: Service> Executor<S> {
             Some(c) if state.len() as u64 != c.len || checkpoint_digest(state) != c.digest => {
                 return Err("the fetched checkpoint does not match its source's digest".into());
             }
-            None if self.executed_instances != 0 => {
-                return Err("a replay from the initial state needs an executor in it".into());
+            None if log
+                .first()
+                .is_none_or(|d| d.cid.0 != self.executed_instances) =>
+            {
+                return Err(format!(
+                    "a replay without a checkpoint starts where this executor stands (instance {})",
+                    self.executed_instances
+                ));
             }
             _ => {}
         }

@@ -832,12 +832,27 @@ fn fetched_decisions_are_proven_under_the_view_of_their_instance() {
         .install_fetched(&empty, None, &whole[..4], &[], 1)
         .unwrap_err();
     assert!(err.contains("already executed beyond instance 3"), "{err}");
+    // From an executor that has executed some of it (a joining replica restarted with the
+    // state its disk held), the replay starts where it stands, and nowhere else.
     let mut partial = new();
     partial.execute_batch(ConsensusId(0), &batches[0]);
     let err = partial
         .install_fetched(&empty, None, &whole, &[], 1)
         .unwrap_err();
-    assert!(err.contains("initial state"), "{err}");
+    assert!(
+        err.contains("starts where this executor stands (instance 1)"),
+        "{err}"
+    );
+    let err = partial
+        .install_fetched(&empty, None, &whole[2..], &[], 1)
+        .unwrap_err();
+    assert!(err.contains("instance 1"), "{err}");
+    assert_eq!(
+        partial.install_fetched(&empty, None, &whole[1..], &[], 1),
+        Ok(1)
+    );
+    assert_eq!(partial.checkpoint(), at[4]);
+    assert_eq!(partial.members().map(|v| v.id), Some(ViewId(1)));
     let mut forged = whole.clone();
     forged[0] = signed(0, &batches[0], &[0, 1, 2]);
     let mut d = new();

@@ -18,6 +18,7 @@ use tagma_wire::{
     accept_signing_bytes, collect_signing_bytes,
 };
 
+use crate::options::SimService;
 use crate::rng::Rng;
 use crate::scenario::Behaviour;
 
@@ -290,6 +291,7 @@ impl Byzantine {
         &self,
         rng: &mut Rng,
         exercised: &mut Exercised,
+        service: SimService,
         payload: Bytes,
     ) -> Option<Bytes> {
         if self.has(Behaviour::Silent) {
@@ -298,13 +300,10 @@ impl Byzantine {
         }
         if self.has(Behaviour::WrongReply) && rng.chance(0.5) {
             bump(exercised, Behaviour::WrongReply);
-            let lie = rng.next_u64() as i64;
-            return Some(
-                tagma_kv::KvReply::Get {
-                    value: Some(Bytes::copy_from_slice(&lie.to_le_bytes())),
-                }
-                .encode(),
-            );
+            return Some(match service {
+                SimService::Kv => crate::kv_client::made_up_reply(rng),
+                SimService::Space => crate::space_client::made_up_reply(rng),
+            });
         }
         Some(payload)
     }

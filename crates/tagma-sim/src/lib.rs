@@ -2,24 +2,33 @@
 //!
 //! One seed fixes a whole run: the fault plan ([`scenario`]), the simulated network and clock,
 //! the clients' workloads and the Byzantine replicas' lies. The real, honest replica cores of
-//! `tagma-core` and the real executors run underneath; invariants are checked after every event
-//! (agreement, total order, validity, then linearizability of every key's client-visible
-//! history), and after the fault period the network heals and every correct client must
-//! finish its operations within a virtual-time bound (liveness).
+//! `tagma-core` and the real executors run underneath, with the service the options name
+//! ([`SimService`]): the key-value store or the coordination service. Invariants are checked
+//! after every event (agreement, total order, validity, one reply per request from each
+//! correct replica, the coordination service's replies against the agreed time), then at the
+//! end (linearizability of every key's client-visible history; jobs taken exactly once and
+//! lock grants that never overlap), and after the fault period the network heals and every
+//! correct client must finish its operations within a virtual-time bound (liveness).
 //!
-//! Modules: [`rng`] (the one generator), [`scenario`] (options and the fault plan),
-//! [`world`] (event queue, replicas, network, clients, checkers), [`client`] (simulated
-//! key-value clients), [`byzantine`] (rewriting a replica's outgoing actions),
-//! [`linearizability`] (the per-key Wing–Gong checker).
+//! Modules: [`rng`] (the one generator), [`options`] (what the caller fixes),
+//! [`scenario`] (the fault plan), [`world`] (event queue, replicas, network, clients,
+//! checkers), [`client`] (simulated clients) with their workloads [`kv_client`] and
+//! [`space_client`], [`byzantine`] (rewriting a replica's outgoing actions),
+//! [`linearizability`] (the per-key Wing–Gong checker), [`space_ledger`] (the coordination
+//! service's jobs and lock grants).
 //!
 //! Entry points: [`run_seed`] for one seed, [`run_seeds`] for a range (what `tagma sim`
 //! prints).
 
 pub mod byzantine;
 pub mod client;
+pub mod kv_client;
 pub mod linearizability;
+pub mod options;
 pub mod rng;
 pub mod scenario;
+pub mod space_client;
+pub mod space_ledger;
 pub mod world;
 
 use std::collections::BTreeMap;
@@ -28,7 +37,8 @@ use std::panic::{self, AssertUnwindSafe};
 
 use serde::Serialize;
 
-pub use scenario::{Behaviour, ClientFault, Scenario, SimOptions};
+pub use options::{SimOptions, SimService};
+pub use scenario::{Behaviour, ClientFault, Scenario};
 pub use world::Violation;
 
 /// What one seed did.

@@ -1,5 +1,6 @@
-//! Run options and the fault plan a seed draws: fault model, cluster size, network quality,
-//! partitions, crashes, Byzantine replicas and their behaviours, faulty clients.
+//! The fault plan a seed draws under the caller's [`SimOptions`]: fault model, cluster size,
+//! network quality, partitions, crashes, Byzantine replicas and their behaviours, faulty
+//! clients, and the workload's parameters ([`SpaceParams`] for the coordination service).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -7,32 +8,8 @@ use std::fmt;
 use serde::Serialize;
 use tagma_core::Mode;
 
+use crate::options::{SimOptions, SimService};
 use crate::rng::Rng;
-
-/// What the caller fixes; everything left `None` is drawn from the seed.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct SimOptions {
-    pub mode: Option<Mode>,
-    pub f: Option<usize>,
-    /// Overrides n (must be at least 3f+1 / 2f+1).
-    pub replicas: Option<usize>,
-    /// Caps the Byzantine replicas (default f; BFT only).
-    pub byzantine_max: Option<usize>,
-    /// Keep one line per event (returned in the report).
-    pub trace: bool,
-    /// Virtual length of the fault period (default [`FAULT_PERIOD_MS_DEFAULT`]).
-    pub fault_period_ms: Option<u64>,
-    /// Virtual time the liveness phase may take (default [`LIVENESS_BOUND_MS_DEFAULT`]).
-    pub liveness_bound_ms: Option<u64>,
-    /// 0: no view change. 1: run with one replica more than f needs and have the
-    /// administrator remove one during the fault period. 2: the same, or — in durable runs,
-    /// half of the time — start with one replica dormant and have the administrator add it
-    /// (it joins by state transfer). See [`ReconfigPlan`].
-    pub reconfig: u8,
-    /// Whether the Byzantine replicas that are not silent flood their peers with requests
-    /// ([`Behaviour::AnswerFlood`]): `None` draws it for each of them.
-    pub flood: Option<bool>,
-}
 
 pub const FAULT_PERIOD_MS_DEFAULT: u64 = 3_000;
 pub const LIVENESS_BOUND_MS_DEFAULT: u64 = 30_000;
@@ -43,78 +20,6 @@ pub const REQUEST_TIMEOUT_MS: u64 = 200;
 pub const CLOCK_SKEW_MAX_MS: u64 = 5_000;
 /// Operations each correct client must complete after the network heals.
 pub const LIVENESS_OPS: u64 = 2;
-
-impl SimOptions {
-    /// Parses the options part of a regression line or command line: `key=value` tokens
-    /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1|2 flood=0|1`).
-    pub fn parse_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Self, String> {
-        let mut o = SimOptions::default();
-        for token in tokens {
-            let (k, v) = token
-                .split_once('=')
-                .ok_or_else(|| format!("expected key=value, got {token:?}"))?;
-            let num = || {
-                v.parse::<u64>()
-                    .map_err(|_| format!("{k}: not a number: {v:?}"))
-            };
-            match k {
-                "mode" => {
-                    o.mode = Some(match v {
-                        "bft" => Mode::Bft,
-                        "cft" => Mode::Cft,
-                        _ => return Err(format!("mode must be bft or cft, got {v:?}")),
-                    })
-                }
-                "f" => o.f = Some(num()? as usize),
-                "replicas" => o.replicas = Some(num()? as usize),
-                "byzantine" => o.byzantine_max = Some(num()? as usize),
-                "fault_ms" => o.fault_period_ms = Some(num()?),
-                "reconfig" => {
-                    o.reconfig = match num()? {
-                        n @ 0..=2 => n as u8,
-                        n => return Err(format!("reconfig must be 0, 1 or 2, got {n}")),
-                    }
-                }
-                "flood" => {
-                    o.flood = match num()? {
-                        0 => Some(false),
-                        1 => Some(true),
-                        n => return Err(format!("flood must be 0 or 1, got {n}")),
-                    }
-                }
-                _ => return Err(format!("unknown option {k:?}")),
-            }
-        }
-        Ok(o)
-    }
-
-    /// The options as `key=value` tokens (inverse of [`SimOptions::parse_tokens`]).
-    pub fn tokens(&self) -> Vec<String> {
-        let mut t = Vec::new();
-        if let Some(m) = self.mode {
-            t.push(format!("mode={m}"));
-        }
-        if let Some(f) = self.f {
-            t.push(format!("f={f}"));
-        }
-        if let Some(n) = self.replicas {
-            t.push(format!("replicas={n}"));
-        }
-        if let Some(b) = self.byzantine_max {
-            t.push(format!("byzantine={b}"));
-        }
-        if let Some(ms) = self.fault_period_ms {
-            t.push(format!("fault_ms={ms}"));
-        }
-        if self.reconfig > 0 {
-            t.push(format!("reconfig={}", self.reconfig));
-        }
-        if let Some(flood) = self.flood {
-            t.push(format!("flood={}", u8::from(flood)));
-        }
-        t
-    }
-}
 
 /// A Byzantine behaviour, applied by rewriting the honest core's outgoing actions.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
@@ -289,6 +194,34 @@ pub struct Scenario {
     pub reconfig: Option<ReconfigPlan>,
     pub fault_period_ms: u64,
     pub liveness_bound_ms: u64,
+    /// The service the replicas run.
+    pub service: SimService,
+    /// The coordination service's workload (drawn for every seed, used by space runs).
+    pub space: SpaceParams,
+}
+
+/// The coordination-service workload of a seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct SpaceParams {
+    /// The lease of the lock tuple (a few request timeouts).
+    pub lock_lease_ms: u64,
+    /// The longest timeout of a blocking `rd` or `in` (short, so that some time out).
+    pub wait_ms_max: u64,
+    /// The lease of a signal tuple (what wakes blocked `rd`s and `in`s).
+    pub signal_lease_ms: u64,
+}
+
+impl SpaceParams {
+    /// Drawn from a stream of its own, so every other draw of a seed is the same for both
+    /// services.
+    fn draw(seed: u64) -> Self {
+        let mut rng = Rng::new(seed ^ 0x5ace_0000_0000_000a);
+        SpaceParams {
+            lock_lease_ms: rng.range(3, 6) * REQUEST_TIMEOUT_MS,
+            wait_ms_max: rng.range(100, 600),
+            signal_lease_ms: rng.range(50, 800),
+        }
+    }
 }
 
 fn ser_mode<S: serde::Serializer>(mode: &Mode, s: S) -> Result<S::Ok, S::Error> {
@@ -447,6 +380,8 @@ impl Scenario {
             liveness_bound_ms: options
                 .liveness_bound_ms
                 .unwrap_or(LIVENESS_BOUND_MS_DEFAULT),
+            service: options.service,
+            space: SpaceParams::draw(seed),
         })
     }
 
@@ -536,6 +471,9 @@ impl Scenario {
         }
         if let Some(flood) = options.flood {
             cmd.push_str(&format!(" --flood {flood}"));
+        }
+        if options.service != SimService::Kv {
+            cmd.push_str(&format!(" --service {}", options.service));
         }
         cmd.push_str(" --trace");
         cmd

@@ -1,15 +1,19 @@
-//! Seed-range simulation (CI), determinism, and the regression seeds.
+//! Seed-range simulation (CI) of the key-value store and of the coordination service,
+//! determinism, and the regression seeds.
 //!
-//! `TAGMA_SIM_SEEDS=N` changes how many seeds the range test runs (default
-//! [`CI_SEEDS`]); `TAGMA_SIM_START=S` where it starts.
+//! `TAGMA_SIM_SEEDS=N` changes how many seeds the key-value range test runs (default
+//! [`CI_SEEDS`]), `TAGMA_SIM_SPACE_SEEDS=N` the coordination service's (default
+//! [`CI_SPACE_SEEDS`]); `TAGMA_SIM_START=S` where both start.
 
 use std::time::Instant;
 
 use tagma_core::Mode;
-use tagma_sim::{SeedReport, SimOptions, Summary, parse_regression_line, run_seed};
+use tagma_sim::{SeedReport, SimOptions, SimService, Summary, parse_regression_line, run_seed};
 
 /// Seeds the CI range test runs: spread evenly over BFT/CFT × f = 1..=3.
 const CI_SEEDS: u64 = 1_000;
+/// Seeds of the coordination service the CI range test runs (the same configurations).
+const CI_SPACE_SEEDS: u64 = 180;
 
 /// The configuration seed `seed` runs under in the range test.
 fn ci_options(seed: u64) -> SimOptions {
@@ -29,6 +33,14 @@ fn ci_options(seed: u64) -> SimOptions {
         // (f ≥ 2, half of the others) lower f.
         reconfig: if (seed / 6).is_multiple_of(3) { 2 } else { 0 },
         ..SimOptions::default()
+    }
+}
+
+/// [`ci_options`] with every replica running the coordination service.
+fn ci_space_options(seed: u64) -> SimOptions {
+    SimOptions {
+        service: SimService::Space,
+        ..ci_options(seed)
     }
 }
 
@@ -114,9 +126,57 @@ fn seed_range_holds_every_invariant() {
 }
 
 #[test]
+#[allow(clippy::disallowed_methods)] // wall-clock only to print seeds per second
+fn space_seed_range_holds_every_invariant() {
+    let start = env_u64("TAGMA_SIM_START", 0);
+    let count = env_u64("TAGMA_SIM_SPACE_SEEDS", CI_SPACE_SEEDS);
+    let began = Instant::now();
+    let mut summary = Summary::default();
+    for seed in start..start + count {
+        let options = ci_space_options(seed);
+        let report = run_seed(seed, &options);
+        summary.add(&report, &options);
+    }
+    let elapsed_s = began.elapsed().as_secs_f64();
+    eprintln!(
+        "{} coordination-service seeds in {elapsed_s:.1} s, {} operations, {} instances; counters {:?}",
+        summary.seeds_run, summary.ops_completed, summary.decided_instances, summary.counters
+    );
+    assert!(!summary.failed(), "{}", describe(&summary));
+    if count >= CI_SPACE_SEEDS {
+        // The range takes and leaves jobs, grants, renews, releases and loses the lock, wakes
+        // waits with a later insert and times others out (time-only batches among them), and
+        // does so across durable restarts, state transfers and view changes.
+        for counter in [
+            "space_jobs_taken",
+            "space_jobs_left",
+            "space_queue_empty",
+            "space_lock_grants",
+            "space_lock_busy",
+            "space_lock_renewals",
+            "space_lock_releases",
+            "space_lock_leases_lost",
+            "space_waits_woken",
+            "space_waits_timed_out",
+            "time_only_batches_decided",
+            "durable_restarts",
+            "state_transfers",
+            "view_installs",
+        ] {
+            let seen = summary.counters.get(counter).copied().unwrap_or(0);
+            assert!(
+                seen > 0,
+                "no {counter} in {count} coordination-service seeds"
+            );
+        }
+    }
+}
+
+#[test]
 fn same_seed_same_trace() {
-    for seed in 0..12 {
-        let options = ci_options(seed);
+    let runs = (0..12).map(|s| (s, ci_options(s)));
+    let space_runs = (0..6).map(|s| (s, ci_space_options(s)));
+    for (seed, options) in runs.chain(space_runs) {
         let a = run_seed(seed, &options);
         let b = run_seed(seed, &options);
         assert_eq!(
@@ -199,4 +259,10 @@ fn regression_lines_parse_and_round_trip() {
     assert!(parse_regression_line("x mode=bft").is_err());
     assert!(parse_regression_line("1 colour=red").is_err());
     assert!(parse_regression_line("1 flood=2").is_err());
+    let (_, space) = parse_regression_line("7 service=space reconfig=2")
+        .unwrap()
+        .unwrap();
+    assert_eq!((space.service, space.reconfig), (SimService::Space, 2));
+    assert_eq!(space.tokens(), ["reconfig=2", "service=space"]);
+    assert!(parse_regression_line("1 service=queue").is_err());
 }

@@ -38,6 +38,12 @@ pub struct SimArgs {
     /// that cost answers (true or false) [default: drawn per replica].
     #[arg(long)]
     pub flood: Option<bool>,
+    /// The service every replica runs, with its clients' workload: kv (the key-value store,
+    /// checked for linearizability) or space (the coordination service: a work queue, a lock
+    /// with a lease, blocking reads and takes that time out; checked for exactly-once takes,
+    /// lock safety in agreed time, and waits answered once).
+    #[arg(long, default_value = "kv", value_parser = ["kv", "space"])]
+    pub service: String,
     /// Print one line per event (with --seed).
     #[arg(long)]
     pub trace: bool,
@@ -54,6 +60,8 @@ pub fn run(args: SimArgs) -> Result<()> {
         Some("cft") => Some(Mode::Cft),
         Some(other) => bail!("--mode must be bft or cft, not {other:?}"),
     };
+    let service = tagma_sim::SimService::parse(&args.service)
+        .map_err(|e| anyhow::anyhow!("--service: {e}"))?;
     let options = tagma_sim::SimOptions {
         mode,
         f: args.f,
@@ -62,6 +70,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         trace: args.trace,
         reconfig: args.reconfig.unwrap_or(0),
         flood: args.flood,
+        service,
         ..Default::default()
     };
     if let Some(seed) = args.seed {

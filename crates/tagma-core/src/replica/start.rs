@@ -74,11 +74,13 @@ impl Replica {
             Start::Fresh => {}
             Start::Joining => replica.start_joining(),
             Start::Recovered(recovered) => {
+                let mut before_own_view = false;
                 if let Some(resume) = recovered.resume {
                     let last = resume.last;
                     let view = resume.view.clone();
                     replica.resume(resume);
                     if let Some(view) = view {
+                        before_own_view = view.id < replica.params.view;
                         replica.adopt_view(last, view);
                     }
                 }
@@ -87,6 +89,13 @@ impl Replica {
                 }
                 replica.restore_votes(recovered.votes);
                 replica.start_startup();
+                if before_own_view {
+                    // A replica a view change added, whose disk holds only a state from before
+                    // that change: the decisions from there to the change carry proofs of
+                    // views it knows no checker of. It fetches them as a joining replica does
+                    // (the executor verifies each under the view then in effect).
+                    replica.start_joining();
+                }
             }
         }
         replica

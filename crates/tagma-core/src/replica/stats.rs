@@ -37,4 +37,7 @@ pub struct CoreStats {
     pub answers_refused: u64,
     /// Batches this replica proposed with no request, only the agreed time (see `time_batch`).
     pub time_batches_proposed: u64,
+    /// Times this replica suspected the leader because the agreed time stood still past the
+    /// service's due time (see `time_batch`).
+    pub due_suspicions: u64,
 }

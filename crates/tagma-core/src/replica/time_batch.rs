@@ -11,11 +11,18 @@
 //! time-only batch. Followers accept an empty batch only if its timestamp advances the agreed
 //! time (`Clients::validate_proposal`), so a leader cannot fill the log with batches that
 //! change nothing.
+//!
+//! No request timer covers a time-only batch: if the leader does not order one (it is faulty,
+//! or its instance stalled), no client request is there to expire. So every replica also
+//! watches the due time: when the agreed time (the last decided batch's timestamp) has not
+//! reached it twice the request timeout after it passed (as a request's timer expires twice
+//! before it suspects), the replica suspects the leader, and looks again every two timeouts
+//! while the due time stands.
 
 use bytes::Bytes;
 use tagma_wire::{Batch, ConsensusId, Encode};
 
-use super::Replica;
+use super::{Replica, leader_change::STOP_REQUESTS_MAX};
 
 /// What the driver last reported about the service's next due time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -27,6 +34,9 @@ pub(super) struct ServiceDue {
     /// The instance of the last time-only batch this replica proposed, until an execution at
     /// or beyond it is reported.
     proposed_in: Option<ConsensusId>,
+    /// When this replica next looks whether the agreed time stands still past the due time
+    /// ([`Replica::check_due`]).
+    suspect_at_ms: Option<u64>,
 }
 
 impl Replica {
@@ -37,11 +47,14 @@ impl Replica {
         executed_through: Option<ConsensusId>,
         due_ms: Option<u64>,
     ) {
+        let patience_ms = 2 * self.params.request_timeout_ms;
+        let now_ms = self.now_ms;
         let due = &mut self.service_due;
         if executed_through < due.executed_through {
             // A report older than one already taken (an installed state moved past it).
             return;
         }
+        due.suspect_at_ms = due_ms.map(|t| t.max(now_ms).saturating_add(patience_ms));
         due.due_ms = due_ms;
         due.executed_through = executed_through;
         if due
@@ -80,5 +93,39 @@ impl Replica {
             return None;
         }
         due.due_ms.filter(|t| *t > self.now_ms)
+    }
+
+    /// The due time's watch ([`Replica::check_due`]): when it fires next.
+    pub(super) fn due_watch_deadline_ms(&self) -> Option<u64> {
+        self.service_due.suspect_at_ms
+    }
+
+    /// On a tick: if the agreed time (the last decided batch's timestamp) has not reached the
+    /// service's due time twice the request timeout after it passed, suspect the leader (a
+    /// faulty leader that never orders the time, or a time-only batch whose instance
+    /// stalled). Not while this replica starts up, catches up, fetches or repairs its state,
+    /// or its own log holds it back.
+    pub(super) fn check_due(&mut self, now_ms: u64) {
+        let due = self.service_due;
+        let (Some(at), Some(due_ms)) = (due.suspect_at_ms, due.due_ms) else {
+            return;
+        };
+        if at > now_ms {
+            return;
+        }
+        let patience_ms = 2 * self.params.request_timeout_ms;
+        self.service_due.suspect_at_ms = Some(now_ms.saturating_add(patience_ms));
+        if self.last_decided_timestamp_ms >= due_ms
+            || self.startup.is_some()
+            || self.catch_up.behind_since_ms.is_some()
+            || self.fetch.is_some()
+            || self.state_check_holds()
+            || self.log_lags()
+        {
+            return;
+        }
+        tracing::debug!(leader = %self.leader(), cid = %self.instance.cid, due_ms, "the agreed time stands still past the service's due time: suspecting the leader");
+        self.stats.due_suspicions += 1;
+        self.suspect(self.clients.head_requests(STOP_REQUESTS_MAX));
     }
 }

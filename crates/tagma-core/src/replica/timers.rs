@@ -7,7 +7,8 @@ use crate::transfer::Fetch;
 
 impl Replica {
     /// Timers whose deadline passed: the idle flush of votes, request timers (first expiry
-    /// forwards the request to all replicas, the second suspects the leader), STOP
+    /// forwards the request to all replicas, the second suspects the leader), the watch on
+    /// the service's due time (`time_batch`), STOP
     /// retransmission, the SYNC timeout, catch-up requests, the start-up synchronisation's and
     /// state transfer's retries.
     pub(super) fn on_tick(&mut self, now_ms: u64) {
@@ -59,6 +60,7 @@ impl Replica {
             // it receives then names a later instance): ask everyone for the next decision.
             self.request_decisions(true);
         }
+        self.check_due(now_ms);
         if self
             .leader_change
             .stop_retransmit_ms
@@ -114,6 +116,7 @@ impl Replica {
             fetch,
             self.state_check_deadline_ms(),
             self.time_batch_deadline_ms(),
+            self.due_watch_deadline_ms(),
         ]
         .into_iter()
         .flatten()

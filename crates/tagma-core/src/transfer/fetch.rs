@@ -385,7 +385,8 @@ impl Fetch {
                 source: plan.source,
                 checkpoint: plan.checkpoint,
                 log: plan.log.into_values().collect(),
-                // From the initial state, that state is the one correct source.
+                // From the state this replica holds (the initial one, or its own), that
+                // state is the one correct source.
                 matches_needed: if plan.checkpoint.is_some() {
                     self.params.one_correct
                 } else {

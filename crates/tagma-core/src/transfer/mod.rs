@@ -73,11 +73,11 @@ pub enum TransferInput {
 pub struct StateToInstall {
     pub source: ReplicaId,
     /// The checkpoint the runtime stored chunk by chunk (its BLAKE3 must be `digest`);
-    /// `None` for a joining replica's fetch from the initial state (no replica had a
-    /// checkpoint yet): the log then starts at instance 0.
+    /// `None` for a joining replica's fetch without one vouched for: the log then starts at
+    /// the instance its executor runs next (0 from the initial state).
     pub checkpoint: Option<CheckpointInfo>,
-    /// The proven decisions after the checkpoint (from 0 without one) up to the target, in
-    /// order.
+    /// The proven decisions after the checkpoint (without one, from the replica's next
+    /// instance) up to the target, in order.
     pub log: Vec<DecidedInstance>,
     /// Other replicas' checkpoints at instances in `(checkpoint.cid, target]`.
     pub vouchers: Vec<(ReplicaId, CheckpointInfo)>,
@@ -95,7 +95,7 @@ impl StateToInstall {
             (Some(d), _) => d.cid,
             (None, Some(c)) => c.cid,
             (None, None) => {
-                unreachable!("a plan from the initial state fetches instance 0 at least")
+                unreachable!("a plan without a checkpoint fetches one decision at least")
             }
         }
     }

@@ -11,10 +11,10 @@ use super::FetchParams;
 #[derive(Debug)]
 pub(super) struct Plan {
     pub(super) source: ReplicaId,
-    /// `None`: from the initial state (a joining replica's fetch when no replica has a
-    /// checkpoint yet; every replica still holds its whole log).
+    /// `None`: from the state this replica's executor holds (a joining replica's fetch when
+    /// no checkpoint is vouched for: the initial state, or the one it restarted with).
     pub(super) checkpoint: Option<CheckpointInfo>,
-    /// The first decision fetched: the one after the checkpoint, or 0.
+    /// The first decision fetched: the one after the checkpoint, or this replica's next.
     pub(super) first: ConsensusId,
     pub(super) vouchers: Vec<(ReplicaId, CheckpointInfo)>,
     pub(super) target: ConsensusId,
@@ -80,13 +80,14 @@ pub(super) fn plan(
     let eligible: Vec<usize> = (0..candidates.len())
         .filter(|&i| candidates.len() - i >= params.one_correct && !refused(&candidates[i]))
         .collect();
-    // Without enough checkpoints to vouch for one, a joining replica (its executor still
-    // in the initial state) replays the whole history instead, from the replicas that
-    // offer no checkpoint: those have released none of their log. Every decision's proof
-    // is checked under its view, from the initial one that every replica knows, so no
-    // voucher is needed.
+    // Without enough checkpoints to vouch for one, a joining replica replays the history
+    // from the state its executor holds: the initial one, or the one its disk held when it
+    // restarted before it caught up with the view that added it. The decisions come from
+    // the replicas whose log holds them: those that offer no checkpoint (they have released
+    // none of their log) or one below the first decision needed. Every decision's proof is
+    // checked under its view, from the executor's own, so no voucher is needed.
     let from_start = eligible.is_empty();
-    if from_start && !(params.joining && next.0 == 0) {
+    if from_start && (!params.joining || next > target) {
         return None;
     }
     let (source, checkpoint, vouchers) = match eligible.get(attempt % eligible.len().max(1)) {
@@ -98,10 +99,12 @@ pub(super) fn plan(
     };
     let mut log_peers: Vec<ReplicaId> = offers
         .iter()
-        .filter(|(r, (c, n))| **r != source && *n > target && !(from_start && c.is_some()))
+        .filter(|(r, (c, n))| {
+            **r != source && *n > target && !(from_start && c.is_some_and(|c| c.cid >= next))
+        })
         .map(|(r, _)| *r)
         .collect();
-    let first = checkpoint.map_or(ConsensusId(0), |c| c.cid.next());
+    let first = checkpoint.map_or(next, |c| c.cid.next());
     if log_peers.is_empty() && checkpoint.is_some() {
         log_peers.push(source);
     }

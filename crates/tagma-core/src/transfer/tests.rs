@@ -554,3 +554,53 @@ fn no_plan_without_enough_checkpoints_to_vouch() {
     f.tick(200, &mut out);
     assert!(asks_for_offers(&out));
 }
+
+/// The decisions a fetch at `next` (joining or not) asks for first, given offers of
+/// checkpoints 11, 13 and 15 by peers at 18: (asked peer, from).
+fn first_log_request(next: u64, joining: bool) -> Option<(ReplicaId, u64)> {
+    let params = FetchParams {
+        me: ReplicaId(3),
+        peers: 3,
+        one_correct: 2,
+        chunk_bytes: CHUNK,
+        state_bytes_max: 1 << 20,
+        timeout_ms: 100,
+        joining,
+        repair: false,
+    };
+    let mut out = Vec::new();
+    let mut f = Fetch::start(params, ConsensusId(next), 0, &mut out);
+    out.clear();
+    for (peer, cid) in [(0, 11), (1, 13), (2, 15)] {
+        f.on_offer(
+            ReplicaId(peer),
+            Some(ckp(cid, 5)),
+            ConsensusId(18),
+            1,
+            &mut out,
+        );
+    }
+    assert!(
+        !sends(&out)
+            .iter()
+            .any(|(_, m)| matches!(m, PeerMessage::ChunkRequest { .. })),
+        "no checkpoint at or after {next} is vouched for"
+    );
+    sends(&out).into_iter().find_map(|(to, m)| match m {
+        PeerMessage::LogRequest { from, .. } => Some((to, from.0)),
+        _ => None,
+    })
+}
+
+#[test]
+fn a_joining_replica_with_a_state_replays_from_it_when_no_checkpoint_is_vouched_for() {
+    // At 16, only checkpoint 15 is not behind, and nobody vouches for it: a replica that
+    // can judge the decisions catches up by them instead.
+    assert_eq!(first_log_request(16, false), None);
+    // A joining replica restarted with a state (before the view that added it) cannot: it
+    // fetches the decisions from 16 from a peer whose log holds them, and its executor
+    // replays and verifies them from its own state.
+    let (peer, from) = first_log_request(16, true).expect("a plan from its own state");
+    assert_eq!(from, 16);
+    assert!(peer.0 < 3);
+}

@@ -184,3 +184,38 @@ fn a_leader_change_right_after_an_addition_accepts_the_previous_views_proof() {
         assert_ne!(c.replicas[i].leader(), r(0));
     }
 }
+
+/// The `PeerMessage::StateQuery` broadcasts among `actions`.
+fn state_queries_sent(actions: &[Action]) -> usize {
+    actions
+        .iter()
+        .filter(|a| {
+            matches!(
+                a,
+                Action::Broadcast(tagma_wire::PeerMessage::StateQuery { .. })
+            )
+        })
+        .count()
+}
+
+#[test]
+fn an_added_replica_restarted_from_a_state_before_its_addition_fetches_what_follows() {
+    // Replica 4, added by view 1, restarts from a disk whose state ends at instance 3, still
+    // in view 0: the decisions after it carry view 0's proofs, which its core (in view 1)
+    // cannot judge. It fetches them as a joining replica does.
+    let mut p = durable_params(Mode::Bft, 4, 0, true);
+    let genesis = p.membership();
+    let view1 = tagma_core::view::apply(&genesis.view, &[added(4)], Mode::Bft).unwrap();
+    p.me = r(4);
+    p.set_view(&view1);
+    let mut before = resumed(3, 30, &[], Vec::new());
+    before.view = Some(genesis.view.clone());
+    let mut joiner = restart(p.clone(), Some(before), Vec::new(), Vec::new(), 100);
+    assert_eq!(state_queries_sent(&drain(&mut joiner)), 1);
+
+    // One whose state reaches view 1 catches up by decisions as any restarted replica.
+    let mut after = resumed(9, 90, &[], Vec::new());
+    after.view = Some(view1);
+    let mut member = restart(p, Some(after), Vec::new(), Vec::new(), 100);
+    assert_eq!(state_queries_sent(&drain(&mut member)), 0);
+}

@@ -123,3 +123,61 @@ fn a_follower_refuses_a_batch_timestamped_further_ahead_of_its_clock_than_the_sk
         )]
     ));
 }
+
+/// The STOPs `actions` broadcast, by regency.
+fn stops(actions: &[tagma_core::Action]) -> Vec<u32> {
+    actions
+        .iter()
+        .filter_map(|a| match a {
+            tagma_core::Action::Broadcast(tagma_wire::PeerMessage::Stop(s)) => Some(s.regency.0),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_replica_suspects_the_leader_when_the_agreed_time_stands_still_past_the_due_time() {
+    // The harness's request timeout is 1 s: the watch fires 2 s after the due time.
+    let mut follower = bft(1);
+    decide_on_follower(&mut follower, 0, &batch_of(5, vec![req(1, 1)]));
+    due(&mut follower, 10, Some(0), Some(100));
+    assert!(follower.next_timeout_ms().is_some_and(|t| t <= 2_100));
+    // A time-only batch's instance stalls (the leader's PROPOSE alone, no quorum of WRITEs):
+    // no request is there whose timer would expire.
+    let (input, _) = propose(1, &batch_of(100, vec![]));
+    follower.receive(100, r(0), input).unwrap();
+    drain(&mut follower);
+    follower.tick(2_099);
+    assert!(stops(&drain(&mut follower)).is_empty());
+    follower.tick(2_100);
+    assert_eq!(stops(&drain(&mut follower)), vec![1]);
+    assert_eq!(follower.stats().due_suspicions, 1);
+    // The watch keeps going while the due time stands.
+    assert!(follower.next_timeout_ms().is_some_and(|t| t <= 4_100));
+}
+
+#[test]
+fn the_watch_moves_with_each_report_and_stops_with_the_due_time() {
+    let mut follower = bft(1);
+    due(&mut follower, 10, None, Some(100));
+    // The agreed time moved past it: the service reports its next due time, then none.
+    due(&mut follower, 1_500, None, Some(3_000));
+    follower.tick(2_100);
+    assert!(stops(&drain(&mut follower)).is_empty());
+    due(&mut follower, 2_000, None, None);
+    follower.tick(10_000);
+    assert!(stops(&drain(&mut follower)).is_empty());
+    assert_eq!(follower.stats().due_suspicions, 0);
+}
+
+#[test]
+fn a_replica_whose_agreed_time_passed_the_due_time_does_not_suspect() {
+    let mut follower = bft(1);
+    due(&mut follower, 10, None, Some(100));
+    // Instance 0, timestamped past the due time, is decided; its execution (which answers
+    // what was due) is not reported yet.
+    decide_on_follower(&mut follower, 0, &batch_of(150, vec![req(1, 1)]));
+    follower.tick(2_100);
+    assert!(stops(&drain(&mut follower)).is_empty());
+    assert_eq!(follower.stats().due_suspicions, 0);
+}

@@ -102,7 +102,7 @@ impl ExecStorage {
             return rejected(reason);
         }
         let started = std::time::Instant::now();
-        // A joining replica's replay from the initial state fetched no checkpoint.
+        // A joining replica's replay from the state it holds fetched no checkpoint.
         let bytes = match state.checkpoint {
             None => Bytes::new(),
             Some(_) => match self.store.read_incoming() {

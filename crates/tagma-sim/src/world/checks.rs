@@ -1,9 +1,11 @@
-//! The invariants checked while a seed runs (agreement, order, validity on every delivery) and
-//! at its end (liveness, per-key linearizability, equal state digests).
+//! The invariants checked while a seed runs (agreement, order, validity on every delivery; at
+//! most one reply to a request from each correct replica's execution) and at its end
+//! (liveness, per-key linearizability, the coordination service's workload, equal state
+//! digests).
 
 use std::collections::BTreeMap;
 
-use tagma_wire::{Batch, Digest, Encode};
+use tagma_wire::{Batch, Digest, Encode, Reply};
 
 use crate::{
     linearizability::{self, LinError},
@@ -56,6 +58,7 @@ impl World {
                 debug_assert_eq!(self.decided.len() as u64, cid);
                 self.decided.push(hash);
                 self.check_byzantine_decisions(cid, hash);
+                self.record_agreed(batch);
             }
         }
         for envelope in &batch.requests {
@@ -98,6 +101,23 @@ impl World {
         self.nodes[r].delivered += 1;
     }
 
+    /// Correct replica `r` executed `batch` as instance `cid` and gave `replies`: each request
+    /// is answered at most once in a replica's life (a deferred reply included), whatever
+    /// leader changes, crashes and state transfers came between.
+    pub(super) fn check_replies(&mut self, r: usize, cid: u64, batch: &Batch, replies: &[Reply]) {
+        for reply in replies {
+            let key = (reply.client, reply.seq);
+            if let Some(first) = self.nodes[r].replied.insert(key, cid) {
+                let msg = format!(
+                    "replica {r} answered {}/{} at cid {cid}, and at cid {first} before",
+                    reply.client, reply.seq
+                );
+                return self.violation("reply_once", msg);
+            }
+        }
+        self.record_answers(batch, replies);
+    }
+
     pub(super) fn all_correct_done(&self) -> bool {
         !self.lying_disk_unconfirmed()
             && self
@@ -108,11 +128,22 @@ impl World {
     }
 
     /// A running replica whose disk lied still has its state unconfirmed: the liveness phase
-    /// goes on (its clients keep ordering) until the later state check repairs it.
+    /// goes on (its clients keep ordering) until the later state check repairs it. A replica
+    /// the newest view leaves out is not waited for, whether or not it knows: the members
+    /// answer it nothing more, so nothing repairs it.
     pub(super) fn lying_disk_unconfirmed(&self) -> bool {
-        self.nodes
-            .iter()
-            .any(|n| n.lying_disk && !n.crashed && !n.left() && n.byz.is_none())
+        (0..self.nodes.len()).any(|r| {
+            let n = &self.nodes[r];
+            n.lying_disk && !n.crashed && !n.left() && n.byz.is_none() && !self.removed(r)
+        })
+    }
+
+    /// Whether the newest view a correct replica installed leaves replica `r` out.
+    pub(super) fn removed(&self, r: usize) -> bool {
+        self.views
+            .values()
+            .next_back()
+            .is_some_and(|v| !v.members.iter().any(|m| m.id.0 as usize == r))
     }
 
     pub(super) fn fail_liveness(&mut self, why: &str) {
@@ -123,7 +154,7 @@ impl World {
                     " client {} waits for {:?} {:?} since {} ms ({} replies);",
                     c.index,
                     out.attempt,
-                    out.op,
+                    out.call,
                     out.started_ms,
                     out.voter.replies()
                 ));
@@ -135,8 +166,12 @@ impl World {
             }
         }
         for (r, node) in self.nodes.iter().enumerate() {
+            let due = node
+                .exec
+                .next_due_ms()
+                .map_or(String::new(), |t| format!(" due {t}"));
             detail.push_str(&format!(
-                " r{r}: next_cid {} regency {}{}{};",
+                " r{r}: next_cid {} regency {}{due}{}{};",
                 node.core.next_cid(),
                 node.regency,
                 if node.crashed { " crashed" } else { "" },
@@ -172,6 +207,12 @@ impl World {
             }
         }
         self.histories = histories;
+        if self.sc.service == crate::options::SimService::Space {
+            self.final_space_checks();
+            if !self.violations.is_empty() {
+                return;
+            }
+        }
         // The only view a correct replica may install is the administrator's.
         if let Some(plan) = self.sc.reconfig.clone() {
             let ops = [self.plan_op(&plan)];

@@ -1,17 +1,20 @@
-//! The simulated clients: closed-loop operations over the key-value store, retransmission, the
-//! unordered-read fallback, reply voting, and the history the linearizability checker reads.
+//! The simulated clients: closed-loop operations of the run's workload, retransmission (a
+//! deferred reply is waited for like any other), the unordered-read fallback, reply voting,
+//! and what the checks read of each completed operation: the history the linearizability
+//! checker reads (key-value runs), the coordination service's ledger (space runs).
 
 use bytes::Bytes;
 use tagma_client::Voter;
-use tagma_kv::{KvOp, KvReply};
+use tagma_kv::KvReply;
 use tagma_wire::{
     ClientId, ReplicaId, Reply, Request, RequestAuth, RequestEnvelope, RequestKind, RequestSeq,
 };
 
 use crate::{
     client::{
-        Attempt, Outstanding, RETRANSMIT_MS, THINK_MS_MAX, UNORDERED_TIMEOUT_MS, seen_after, to_ret,
+        Attempt, Call, Outstanding, RETRANSMIT_MS, THINK_MS_MAX, UNORDERED_TIMEOUT_MS, Workload,
     },
+    kv_client::{seen_after, to_ret},
     linearizability::Entry,
     scenario::ClientFault,
     world::{Event, Phase, Wake, World},
@@ -62,18 +65,33 @@ impl World {
             return;
         }
         let unordered_p = self.sc.unordered_p;
-        let (op, model, unordered) = self.clients[c].next_op(&mut self.rng, unordered_p);
-        let history = match model {
-            Some((key, m)) if self.clients[c].is_correct() => {
-                let h = self.histories.entry(key.clone()).or_default();
-                h.push(Entry {
-                    op: m,
-                    invoke: self.step,
-                    response: None,
-                });
-                Some((key, h.len() - 1))
+        let correct = self.clients[c].is_correct();
+        let (call, history, unordered) = match &mut self.clients[c].workload {
+            Workload::Kv(kv) => {
+                let (op, model, unordered) = kv.next_op(&mut self.rng, unordered_p);
+                let history = match model {
+                    Some((key, m)) if correct => {
+                        let h = self.histories.entry(key.clone()).or_default();
+                        h.push(Entry {
+                            op: m,
+                            invoke: self.step,
+                            response: None,
+                        });
+                        Some((key, h.len() - 1))
+                    }
+                    _ => None,
+                };
+                (Call::Kv(op), history, unordered)
             }
-            _ => None,
+            Workload::Space(space) if correct => {
+                let (call, unordered) = space.next_call(&mut self.rng, &self.sc.space, unordered_p);
+                self.issue_space_call(&call);
+                (Call::Space(call), None, unordered)
+            }
+            Workload::Space(space) => {
+                let call = space.next_faulty_call(&mut self.rng, &self.sc.space);
+                (Call::Space(call), None, false)
+            }
         };
         let client = &mut self.clients[c];
         let attempt = if unordered {
@@ -84,7 +102,7 @@ impl World {
             Attempt::Ordered(RequestSeq(client.last_seq))
         };
         client.out = Some(Outstanding {
-            op,
+            call,
             history,
             attempt,
             voter: {
@@ -122,7 +140,7 @@ impl World {
             return;
         };
         let attempt = out.attempt.clone();
-        let envelope = self.envelope(c, &attempt, out.op.encode());
+        let envelope = self.envelope(c, &attempt, out.call.encode());
         self.issued
             .insert(tagma_crypto::request_digest(&envelope.request));
         let n = self.nodes.len() as u32;
@@ -137,13 +155,11 @@ impl World {
                     *self.exercised.entry("client_one_follower").or_default() += 1;
                 }
                 Some(ClientFault::Equivocate) => {
-                    let key = self.clients[c].keys[0].clone();
-                    let v = self.rng.next_u64() as i64;
-                    let alt_op = KvOp::Put {
-                        key,
-                        value: crate::client::enc(v),
+                    let alt_payload = match &self.clients[c].workload {
+                        Workload::Kv(kv) => kv.equivocation(&mut self.rng).encode(),
+                        Workload::Space(space) => space.equivocation(&mut self.rng).payload,
                     };
-                    let alt = self.envelope(c, &attempt, alt_op.encode());
+                    let alt = self.envelope(c, &attempt, alt_payload);
                     self.issued
                         .insert(tagma_crypto::request_digest(&alt.request));
                     let mut order: Vec<u32> = (0..n).collect();
@@ -228,7 +244,7 @@ impl World {
         };
         let elapsed_ms = self.now_ms - out.started_ms;
         self.note(b'K', c as u64, 0, &payload, || {
-            format!("client {c} completes {:?} after {elapsed_ms} ms", out.op)
+            format!("client {c} completes {:?} after {elapsed_ms} ms", out.call)
         });
         self.count("ops_completed");
         if let Some((key, idx)) = out.history {
@@ -240,12 +256,20 @@ impl World {
                 Ok(ret) => {
                     self.histories.get_mut(&key).expect("history")[idx].response =
                         Some((self.step, ret));
-                    self.clients[c].last_seen.insert(key, seen_after(&op, &ret));
+                    if let Workload::Kv(kv) = &mut self.clients[c].workload {
+                        kv.last_seen.insert(key, seen_after(&op, &ret));
+                    }
                 }
                 Err(e) => {
-                    self.violation("client_reply", format!("client {c} {:?}: {e}", out.op));
+                    self.violation("client_reply", format!("client {c} {:?}: {e}", out.call));
                     return;
                 }
+            }
+        }
+        if let Call::Space(call) = &out.call {
+            self.complete_space(c, call, &out.attempt, &payload);
+            if !self.violations.is_empty() {
+                return;
             }
         }
         let client = &mut self.clients[c];

@@ -11,7 +11,7 @@ use tagma_core::{
 };
 use tagma_wire::{Batch, Collect, ConsensusId, DecidedInstance, Decode, Encode, Reply};
 
-use crate::world::{Event, Phase, World, crash::SentVote, new_executor, order_seed};
+use crate::world::{Event, Phase, World, crash::SentVote, executor::new_executor, order_seed};
 
 /// A correct replica's simulated disk: its newest checkpoint and every decided instance with
 /// its proof (the ones before the checkpoint are kept for forwarding to replicas that are
@@ -55,6 +55,10 @@ pub(super) struct Disk {
     /// A fetched state was installed and the log records after its checkpoint are not flushed
     /// yet (a crash point); `Some(true)`: the state repairs one the state vote contradicted.
     pub(super) installed_unflushed: Option<bool>,
+    /// The last instance of a state installed since the last flush: the next flush reports
+    /// it durable even when no record follows the checkpoint (as the node's log thread
+    /// publishes an installed state's position).
+    pub(super) installed_through: Option<u64>,
 }
 
 /// Instances between two checkpoints of one replica in durable runs (staggered over the
@@ -95,7 +99,11 @@ impl World {
     pub(super) fn recover_from_disk(&mut self, r: usize) -> Option<Recovered> {
         let node = &mut self.nodes[r];
         let disk = node.disk.as_ref().expect("a durable replica");
-        let mut exec = new_executor(&self.membership, order_seed(self.sc.seed, r));
+        let mut exec = new_executor(
+            self.sc.service,
+            &self.membership,
+            order_seed(self.sc.seed, r),
+        );
         if let Some((cid, state)) = &disk.checkpoint
             && let Err(e) = exec.restore(state)
         {
@@ -125,6 +133,7 @@ impl World {
         // forget that they were executed.
         node.delivered = next;
         node.executed.retain(|_, cid| *cid < next);
+        node.replied.retain(|_, cid| *cid < next);
         let recovered = Recovered {
             resume,
             checkpoints: (disk.previous.iter().chain(&disk.checkpoint))
@@ -234,6 +243,8 @@ impl World {
         disk.unflushed
             .extend(state.log.iter().filter(|d| d.cid.0 >= from).cloned());
         disk.installed_unflushed = Some(state.repair);
+        let through = state.log.last().map(|d| d.cid.0).or(info.map(|c| c.cid.0));
+        disk.installed_through = disk.installed_through.max(through);
         self.schedule_log_flush(r);
         if self.phase == Phase::Faults && self.rng.chance(INSTALL_CRASH_P) {
             // Crash before the log records are flushed (the crash point this event leaves),
@@ -308,7 +319,10 @@ impl World {
         };
         disk.log_flush_scheduled = false;
         let flushed = std::mem::take(&mut disk.unflushed);
-        let last = flushed.last().map(|d| d.cid);
+        // An installed state counts up to its last instance, records after its checkpoint
+        // or not.
+        let installed = disk.installed_through.take().map(ConsensusId);
+        let last = flushed.last().map(|d| d.cid).max(installed);
         disk.log.extend(flushed);
         disk.installed_unflushed = None;
         if let Some(cid) = last {
@@ -403,6 +417,7 @@ impl World {
         }
         disk.pending_checkpoint = None;
         disk.installed_unflushed = None;
+        disk.installed_through = None;
         disk.log_flush_scheduled = false;
         disk.vote_flush_scheduled = false;
         // Unflushed votes may have reached the disk anyway: then the restarted replica claims

@@ -7,19 +7,26 @@
 //! and restarts; Byzantine replicas; faulty clients), then a **liveness phase**: the network
 //! heals, crashed replicas restart (at most f replicas stay faulty), and every correct
 //! client must complete its pending operation and [`LIVENESS_OPS`] more within the bound.
+//!
+//! Modules: `build` (the world a scenario starts from), `replicas` (driving the cores),
+//! `executor` (a replica's service), `service_due` (the service's due times, for time-only
+//! batches), `network`, `describe` (peer messages named), `disk`, `crash`, `reconfig`,
+//! `clients`, `checks` (agreement, order, validity, end-of-run checks), `space_checks` (the
+//! coordination service's workload), `answers` (the answer budget).
 
-use crate::world::{
-    disk::{CHECKPOINT_PERIOD_PER_REPLICA, DURABLE_DECISIONS_KEPT, Disk, SIM_CHUNK_BYTES},
-    reconfig::joiner_member,
-};
 mod answers;
+mod build;
 mod checks;
 mod clients;
 mod crash;
+mod describe;
 mod disk;
+mod executor;
 mod network;
 mod reconfig;
 mod replicas;
+mod service_due;
+mod space_checks;
 
 use std::{
     collections::{BTreeMap, BTreeSet},
@@ -29,20 +36,17 @@ use std::{
 use bytes::Bytes;
 use serde::Serialize;
 use tagma_client::ViewFollower;
-use tagma_core::{Quorums, Replica, ReplicaParams, Start, view::Membership};
+use tagma_core::{Replica, ReplicaParams, view::Membership};
 use tagma_crypto::IdentityKey;
-use tagma_exec::Executor;
-use tagma_kv::parallel::ParallelKv;
-use tagma_wire::{
-    ClientId, Digest, PeerMessage, ReplicaId, Reply, RequestEnvelope, RequestSeq, ViewId,
-};
+use tagma_wire::{ClientId, Digest, Reply, RequestEnvelope, RequestSeq, ViewId};
 
 use crate::{
     byzantine::{Byzantine, Exercised},
     client::SimClient,
     linearizability::Entry,
     rng::Rng,
-    scenario::{CLOCK_SKEW_MAX_MS, LIVENESS_OPS, NetParams, REQUEST_TIMEOUT_MS, Scenario},
+    scenario::{LIVENESS_OPS, NetParams, Scenario},
+    world::{disk::Disk, executor::SimExecutor, service_due::DueReport, space_checks::SpaceRecord},
 };
 
 /// A run stops (as a liveness failure) after this many events.
@@ -130,7 +134,12 @@ enum Phase {
 
 struct Node {
     core: Replica,
-    exec: Executor<ParallelKvReplica>,
+    exec: Box<dyn SimExecutor>,
+    /// What the core last heard of the service's next due time.
+    due: DueReport,
+    /// Every reply this replica's execution gave in this life, with the instance that gave
+    /// it: a second one to the same request breaks exactly-once answers.
+    replied: BTreeMap<(ClientId, RequestSeq), u64>,
     crashed: bool,
     /// Earliest `ReplicaTimer` event queued.
     timer_at: Option<u64>,
@@ -172,26 +181,6 @@ impl Node {
         self.core.has_left()
     }
 }
-
-/// A replica's executor: the key-value store as a parallel service, each decided batch run
-/// in an order of its own (a seeded random order that respects the conflicts between
-/// requests, as a parallel run could take), so that every seed also checks that parallel
-/// execution cannot make correct replicas diverge.
-fn new_executor(membership: &Membership, order_seed: u64) -> Executor<ParallelKvReplica> {
-    let scheduler = tagma_parallel::Scheduler::new(
-        tagma_parallel::Policy::Shuffled { seed: order_seed },
-        1,
-        tagma_parallel::Groups::default(),
-    );
-    let service = tagma_parallel::ParallelReplica::new(
-        ParallelKv::new(),
-        scheduler,
-        tagma_parallel::Classify::Service,
-    );
-    Executor::new(service, ViewId(0), 4, 64).with_membership(membership.clone())
-}
-
-type ParallelKvReplica = tagma_parallel::ParallelReplica<ParallelKv>;
 
 /// Replica `r`'s execution-order seed.
 fn order_seed(seed: u64, r: usize) -> u64 {
@@ -241,6 +230,8 @@ pub struct World {
     /// Batch hash of each decided instance (first correct replica to deliver it).
     decided: Vec<Digest>,
     histories: BTreeMap<Bytes, Vec<Entry>>,
+    /// Coordination-service runs: what the checks of its workload keep.
+    space: SpaceRecord,
     phase: Phase,
     violations: Vec<Violation>,
     liveness_failure: Option<String>,
@@ -253,86 +244,6 @@ pub struct World {
     hasher: blake3::Hasher,
 }
 
-/// Counter name for received peer messages of `msg`'s kind.
-fn message_counter(msg: &PeerMessage) -> &'static str {
-    match msg {
-        PeerMessage::Propose(_) => "received_propose",
-        PeerMessage::Write(_) => "received_write",
-        PeerMessage::Accept(_) => "received_accept",
-        PeerMessage::Forward(_) => "received_forward",
-        PeerMessage::Stop(_) => "received_stop",
-        PeerMessage::StopData(_) => "received_stopdata",
-        PeerMessage::Sync(_) => "received_sync",
-        PeerMessage::DecisionRequest { .. } => "received_decision_request",
-        PeerMessage::Decision(_) => "received_decision",
-        PeerMessage::Position { .. } => "received_position",
-        PeerMessage::StateQuery { .. } => "received_state_query",
-        PeerMessage::StateOffer { .. } => "received_state_offer",
-        PeerMessage::ChunkRequest { .. } => "received_chunk_request",
-        PeerMessage::Chunk { .. } => "received_chunk",
-        PeerMessage::LogRequest { .. } => "received_log_request",
-        PeerMessage::LogEntry(_) => "received_log_entry",
-        PeerMessage::ViewQuery => "received_view_query",
-        PeerMessage::ViewInfo(_) => "received_view_info",
-        PeerMessage::StateVote { .. } => "received_state_vote",
-    }
-}
-
-/// One-line summary of a peer message for the trace.
-fn describe(msg: &PeerMessage) -> String {
-    match msg {
-        PeerMessage::Propose(p) => format!(
-            "PROPOSE cid {} epoch {} {:?}",
-            p.cid,
-            p.epoch,
-            tagma_crypto::digest(&p.batch)
-        ),
-        PeerMessage::Write(v) => format!("WRITE cid {} epoch {} {:?}", v.cid, v.epoch, v.hash),
-        PeerMessage::Accept(a) => format!(
-            "ACCEPT cid {} epoch {} {:?}",
-            a.vote.cid, a.vote.epoch, a.vote.hash
-        ),
-        PeerMessage::Forward(r) => format!("FORWARD {}/{}", r.request.client, r.request.seq),
-        PeerMessage::Stop(s) => {
-            format!("STOP regency {} ({} requests)", s.regency, s.requests.len())
-        }
-        PeerMessage::StopData(s) => format!(
-            "STOPDATA regency {} last_decided {:?} collect cid {}",
-            s.regency,
-            s.last_decided.as_ref().map(|d| d.cid.0),
-            s.collect.collect.cid
-        ),
-        PeerMessage::Sync(s) => format!(
-            "SYNC regency {} last_decided {:?} {} collects, proposal {} bytes",
-            s.regency,
-            s.last_decided.as_ref().map(|d| d.cid.0),
-            s.collects.len(),
-            s.proposal.len()
-        ),
-        PeerMessage::DecisionRequest { cid } => format!("DECISION_REQUEST cid {cid}"),
-        PeerMessage::Decision(d) => format!("DECISION cid {}", d.cid),
-        PeerMessage::Position { next, reply } => format!("POSITION next {next} reply {reply}"),
-        PeerMessage::StateQuery { next } => format!("STATE_QUERY next {next}"),
-        PeerMessage::StateOffer { checkpoint, next } => format!(
-            "STATE_OFFER checkpoint {:?} next {next}",
-            checkpoint.map(|c| (c.cid.0, c.len, c.digest))
-        ),
-        PeerMessage::ChunkRequest { cid, offset, len } => {
-            format!("CHUNK_REQUEST cid {cid} offset {offset} len {len}")
-        }
-        PeerMessage::Chunk { cid, offset, data } => {
-            format!("CHUNK cid {cid} offset {offset} len {}", data.len())
-        }
-        PeerMessage::LogRequest { from, count } => {
-            format!("LOG_REQUEST from {from} count {count}")
-        }
-        PeerMessage::LogEntry(d) => format!("LOG_ENTRY cid {}", d.cid),
-        PeerMessage::ViewQuery => "VIEW_QUERY".into(),
-        PeerMessage::ViewInfo(h) => format!("VIEW_INFO {} changes", h.len()),
-        PeerMessage::StateVote { cid, digest } => format!("STATE_VOTE cid {cid} digest {digest:?}"),
-    }
-}
-
 /// The message of a caught panic.
 pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     payload
@@ -343,157 +254,6 @@ pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl World {
-    pub fn new(sc: Scenario, tracing: bool) -> World {
-        let mut rng = Rng::new(sc.seed);
-        let mut key_rng = rng.fork();
-        let n = sc.n;
-        let f = sc.f;
-        let keys: Vec<IdentityKey> = (0..n)
-            .map(|_| IdentityKey::from_seed(key_rng.bytes32()))
-            .collect();
-        let admin = IdentityKey::from_seed(key_rng.bytes32());
-        // A join plan's replica is outside the initial view.
-        let joiner = sc.reconfig.as_ref().and_then(|p| p.join);
-        let initial: Vec<usize> = (0..n).filter(|i| Some(*i as u32) != joiner).collect();
-        let quorums = Quorums::new(sc.mode, initial.len(), f);
-        let members: Vec<ReplicaId> = initial.iter().map(|i| ReplicaId(*i as u32)).collect();
-        let member_keys = initial
-            .iter()
-            .map(|i| keys[*i].public())
-            .collect::<Vec<_>>();
-        let nodes: Vec<Node> = (0..n)
-            .map(|i| {
-                let params = ReplicaParams {
-                    me: ReplicaId(i as u32),
-                    members: members.clone(),
-                    quorums,
-                    view: ViewId(0),
-                    batch_size_max: 8,
-                    batch_bytes_max: 64 * 1024,
-                    request_bytes_max: 1024,
-                    client_pending_max: 8,
-                    pending_requests_max: 1024,
-                    clients_max: 64,
-                    future_messages_max: 256,
-                    request_timeout_ms: REQUEST_TIMEOUT_MS,
-                    clock_skew_max_ms: CLOCK_SKEW_MAX_MS,
-                    seed: sc.seed ^ (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15),
-                    member_keys: member_keys.clone(),
-                    // Durable runs keep few decisions in memory, so replicas that fall behind
-                    // (or restart empty) need state transfer; other runs have no checkpoints
-                    // and catch up by decision forwarding alone.
-                    decisions_kept: if sc.durable {
-                        DURABLE_DECISIONS_KEPT
-                    } else {
-                        100_000
-                    },
-                    durable: sc.durable && !sc.byzantine.iter().any(|(r, _)| *r == i as u32),
-                    state_vote: true,
-                    checkpoint_period: CHECKPOINT_PERIOD_PER_REPLICA * n as u64,
-                    chunk_bytes: SIM_CHUNK_BYTES,
-                    state_bytes_max: 1 << 30,
-                    member_addrs: initial.iter().map(|i| format!("sim:{i}")).collect(),
-                    admin_key: Some(admin.public()),
-                    answer_budget: answers::sim_answer_budget(),
-                };
-                let genesis = params.membership();
-                let mut params = params;
-                let is_joiner = joiner == Some(i as u32);
-                if is_joiner {
-                    // It starts in the view that adds it (as `tagma replica --join` does).
-                    let view = tagma_core::view::apply(
-                        &genesis.view,
-                        &[tagma_wire::ViewOp::Add(joiner_member(i, &keys[i]))],
-                        sc.mode,
-                    )
-                    .expect("the join applies");
-                    params.set_view(&view);
-                }
-                let byz = sc
-                    .byzantine
-                    .iter()
-                    .find(|(r, _)| *r == i as u32)
-                    .map(|(_, b)| Byzantine::new(b, keys[i].clone()));
-                let disk = (sc.durable && byz.is_none()).then(Disk::default);
-                Node {
-                    core: Replica::new(params.clone(), keys[i].clone(), Start::Fresh, 0),
-                    params,
-                    key: keys[i].clone(),
-                    disk,
-                    // Every executor starts in the initial view (a joiner's replays history).
-                    exec: new_executor(&genesis, order_seed(sc.seed, i)),
-                    crashed: is_joiner,
-                    timer_at: None,
-                    byz,
-                    regency: 0,
-                    delivered: 0,
-                    executed: BTreeMap::new(),
-                    incoming: Vec::new(),
-                    last_vote_seq: 0,
-                    incarnation: 0,
-                    byz_decided: BTreeMap::new(),
-                    joiner: is_joiner,
-                    dormant: is_joiner,
-                    lying_disk: false,
-                    crash_point_armed: false,
-                }
-            })
-            .collect();
-        let mut clients = Vec::new();
-        for i in 0..sc.correct_clients {
-            let group = i / sc.client_group;
-            let keys = (0..sc.keys_per_group)
-                .map(|k| Bytes::from(format!("g{group}/k{k}")))
-                .collect();
-            clients.push(SimClient::new(
-                i,
-                None,
-                keys,
-                Bytes::from(format!("g{group}/")),
-            ));
-        }
-        for (j, fault) in sc.faulty_clients.iter().enumerate() {
-            let i = sc.correct_clients + j;
-            let keys = vec![Bytes::from(format!("faulty{j}/k"))];
-            clients.push(SimClient::new(i, Some(*fault), keys, Bytes::from("faulty")));
-        }
-        let membership = nodes[initial[0]].params.membership();
-        let client_views = (0..clients.len())
-            .map(|_| ViewFollower::new(sc.mode, &membership.view))
-            .collect();
-        World {
-            admin,
-            membership,
-            client_views,
-            views: BTreeMap::new(),
-            reconfig_sends: 0,
-            net: sc.net,
-            tracing,
-            now_ms: 0,
-            step: 0,
-            next_event_seq: 0,
-            queue: BTreeMap::new(),
-            rng,
-            partitions_active: BTreeSet::new(),
-            nodes,
-            clients,
-            disk_damage_count: 0,
-            issued: BTreeSet::new(),
-            decided: Vec::new(),
-            histories: BTreeMap::new(),
-            phase: Phase::Faults,
-            violations: Vec::new(),
-            liveness_failure: None,
-            exercised: Exercised::new(),
-            counters: BTreeMap::new(),
-            maxima: BTreeMap::new(),
-            answers: BTreeMap::new(),
-            trace: Vec::new(),
-            hasher: blake3::Hasher::new(),
-            sc,
-        }
-    }
-
     fn schedule(&mut self, at_ms: u64, event: Event) {
         debug_assert!(at_ms >= self.now_ms, "event scheduled in the past");
         self.next_event_seq += 1;

@@ -4,14 +4,17 @@
 
 use bytes::Bytes;
 use tagma_core::{Input, PeerInput};
-use tagma_exec::Service;
-use tagma_kv::KvOp;
-use tagma_wire::{ClientId, Decode, Encode, PeerMessage, ReplicaId, RequestEnvelope, RequestSeq};
+use tagma_wire::{Decode, Encode, PeerMessage, ReplicaId, RequestEnvelope};
 
 use crate::{
     byzantine::Out,
     scenario::Behaviour,
-    world::{Event, World, describe, disk::checkpoint_info, message_counter, new_executor},
+    world::{
+        Event, World,
+        describe::{describe, message_counter},
+        disk::checkpoint_info,
+        executor::{lie_request, new_executor},
+    },
 };
 
 impl World {
@@ -66,22 +69,9 @@ impl World {
     /// The checkpoint `truth` plus a write nobody ordered: well-formed, with the same
     /// instance, sessions and timestamp (what a lying source serves, and a lying disk holds).
     pub(super) fn with_a_lie(&self, truth: &Bytes) -> Option<Bytes> {
-        let mut liar = new_executor(&self.membership, 0);
+        let mut liar = new_executor(self.sc.service, &self.membership, 0);
         liar.restore(truth).ok()?;
-        liar.service.execute_ordered(
-            &KvOp::Put {
-                key: Bytes::from_static(b"lie"),
-                value: Bytes::from_static(b"never ordered"),
-            }
-            .encode(),
-            &tagma_exec::Context {
-                client: ClientId(0),
-                seq: RequestSeq(0),
-                cid: None,
-                timestamp_ms: 0,
-                seed: 0,
-            },
-        );
+        liar.execute_unordained(&lie_request(self.sc.service));
         Some(liar.checkpoint())
     }
 

@@ -13,6 +13,7 @@ use crate::{
     world::{
         Event, World,
         disk::{Disk, SIM_CHUNK_BYTES},
+        service_due::DueReport,
     },
 };
 
@@ -76,8 +77,10 @@ impl World {
     pub(super) fn start_core(&mut self, r: usize, start: Start) {
         let node = &mut self.nodes[r];
         node.core = Replica::new(node.params.clone(), node.key.clone(), start, self.now_ms);
-        // A new core numbers its votes from 1 again, and answers with a fresh budget.
+        // A new core numbers its votes from 1 again, answers with a fresh budget, and knows
+        // no due time of the service.
         node.last_vote_seq = 0;
+        node.due = DueReport::fresh();
         self.forget_answers(r);
         self.carry_out_actions(r);
     }
@@ -99,6 +102,8 @@ impl World {
             );
             return self.violation("state_vote", msg);
         }
+        // As the node's execution thread after every event: the core hears of a new due time.
+        self.report_due(r);
         self.arm_timer(r);
     }
 
@@ -203,6 +208,15 @@ impl World {
                 // Checked first: an out-of-order delivery is an order violation, not a panic
                 // of the executor. (Covered deliveries returned above.)
                 let replies = self.nodes[r].exec.execute_batch(cid, &decision.batch);
+                if decision.batch.requests.is_empty() {
+                    self.nodes[r].due.executed_time_batch();
+                }
+                if self.nodes[r].byz.is_none() {
+                    self.check_replies(r, cid.0, &decision.batch, &replies);
+                    if !self.violations.is_empty() {
+                        return;
+                    }
+                }
                 let node = &mut self.nodes[r];
                 if let Some(byz) = node.byz.as_mut()
                     && byz.has(Behaviour::LyingState)
@@ -493,7 +507,8 @@ impl World {
             return;
         };
         if let Some(byz) = self.nodes[r].byz.as_ref() {
-            match byz.rewrite_reply(&mut self.rng, &mut self.exercised, reply.payload) {
+            let service = self.sc.service;
+            match byz.rewrite_reply(&mut self.rng, &mut self.exercised, service, reply.payload) {
                 Some(p) => reply.payload = p,
                 None => return,
             }
