@@ -83,7 +83,7 @@ const LEASE: Duration = Duration::from_millis(1500);
 /// Runs the demo with the `tagma` binary `exe` for the replicas; fails if a check fails.
 pub fn run(exe: &std::path::Path, opts: &SpaceDemoOptions) -> Result<()> {
     if opts.lock_clients == 0 || opts.workers == 0 || opts.barrier_parties == 0 {
-        bail!("--clients must be at least 1");
+        bail!("--clients, --workers and the barrier's parties must each be at least 1");
     }
     let default_replicas = if opts.mode == Mode::Cft { 3 } else { 4 };
     let launch = LaunchOptions {

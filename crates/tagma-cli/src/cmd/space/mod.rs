@@ -26,8 +26,8 @@ use tagma_space::{
 
 pub use args::{SpaceArgs, SpaceCmd};
 use text::{
-    Shown, done, many, one, parse_policy, parse_protection, parse_template, parse_tuple, spaces,
-    stored_json, stored_line,
+    Shown, done, many, not_inserted, nothing_replaced, one, parse_policy, parse_protection,
+    parse_template, parse_tuple, spaces, stored_json, stored_line,
 };
 
 /// `tagma space`.
@@ -276,12 +276,7 @@ fn run_plain(client: &SpaceClient, op: SpaceCmd, json: bool) -> Result<Option<Sh
                     format!("inserted, revision {}", r.revision),
                     json!({ "inserted": true, "revision": r.revision, "lease_expires_ms": r.lease_expires_ms }),
                 ),
-                CasOutcome::Exists(s) => Shown {
-                    text: vec![format!("not inserted: {}", stored_line(&s))],
-                    json: json!({ "inserted": false, "existing": stored_json(&s) }),
-                    found: false,
-                    warnings: Vec::new(),
-                },
+                CasOutcome::Exists(s) => not_inserted(&s),
             }
         }
         SpaceCmd::Replace {
@@ -307,12 +302,7 @@ fn run_plain(client: &SpaceClient, op: SpaceCmd, json: bool) -> Result<Option<Sh
                     ),
                     json!({ "replaced": true, "taken": stored_json(&r.taken), "revision": r.inserted.revision }),
                 ),
-                None => Shown {
-                    text: vec!["no match: nothing replaced".into()],
-                    json: json!({ "replaced": false }),
-                    found: false,
-                    warnings: Vec::new(),
-                },
+                None => nothing_replaced(),
             }
         }
         SpaceCmd::Rdall {

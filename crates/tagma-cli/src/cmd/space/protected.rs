@@ -14,7 +14,10 @@ use tagma_space::{
 };
 
 use super::args::SpaceCmd;
-use super::text::{Shown, done, many, one, parse_template, parse_tuple, stored_json, stored_line};
+use super::text::{
+    Shown, done, many, not_inserted, nothing_replaced, one, parse_template, parse_tuple,
+    stored_json, stored_line,
+};
 
 /// `revealed` as the tuple its writer inserted.
 fn plain(revealed: &Revealed) -> Stored {
@@ -134,14 +137,7 @@ pub(crate) fn run_op(
                     json!({ "inserted": true, "revision": r.revision, "lease_expires_ms": r.lease_expires_ms }),
                 ),
                 ConfidentialCas::Exists(existing) => {
-                    let s = plain(&existing);
-                    let shown = Shown {
-                        text: vec![format!("not inserted: {}", stored_line(&s))],
-                        json: json!({ "inserted": false, "existing": stored_json(&s) }),
-                        found: false,
-                        warnings: Vec::new(),
-                    };
-                    with_wrong_shares(shown, [&existing])
+                    with_wrong_shares(not_inserted(&plain(&existing)), [&existing])
                 }
             }
         }
@@ -169,12 +165,7 @@ pub(crate) fn run_op(
                     );
                     with_wrong_shares(shown, [&r.taken])
                 }
-                None => Shown {
-                    text: vec!["no match: nothing replaced".into()],
-                    json: json!({ "replaced": false }),
-                    found: false,
-                    warnings: Vec::new(),
-                },
+                None => nothing_replaced(),
             }
         }
         SpaceCmd::Rdall {

@@ -108,6 +108,26 @@ pub(crate) fn done(text: String, json: Value) -> Shown {
     }
 }
 
+/// A `cas` that found a match and inserted nothing (exit status 1).
+pub(crate) fn not_inserted(existing: &Stored) -> Shown {
+    Shown {
+        text: vec![format!("not inserted: {}", stored_line(existing))],
+        json: json!({ "inserted": false, "existing": stored_json(existing) }),
+        found: false,
+        warnings: Vec::new(),
+    }
+}
+
+/// A `replace` that found no match (exit status 1).
+pub(crate) fn nothing_replaced() -> Shown {
+    Shown {
+        text: vec!["no match: nothing replaced".into()],
+        json: json!({ "replaced": false }),
+        found: false,
+        warnings: Vec::new(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
