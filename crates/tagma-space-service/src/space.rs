@@ -176,6 +176,12 @@ impl Space {
         )))
     }
 
+    /// The first of `classes` the policy refuses `invoker`, as its `denied` reply (an
+    /// operation of several classes: `cas` reads and inserts, `replace` takes and inserts).
+    fn deny_any(&self, classes: &[OpClass], invoker: u32) -> Option<SpaceReply> {
+        classes.iter().find_map(|class| self.deny(*class, invoker))
+    }
+
     /// Whether `class`'s field rules let `invoker` see `entry`.
     fn sees(&self, class: OpClass, invoker: u32) -> impl Fn(&Entry) -> bool + '_ {
         move |entry| self.policy.field_rules_hold(class, invoker, &entry.tuple)
@@ -657,10 +663,8 @@ impl Space {
         budget: &mut WaitBudget<'_>,
         late: &mut Vec<LateReply>,
     ) -> SpaceReply {
-        for class in [OpClass::Read, OpClass::Insert] {
-            if let Some(denied) = self.deny(class, invoker) {
-                return denied;
-            }
+        if let Some(denied) = self.deny_any(&[OpClass::Read, OpClass::Insert], invoker) {
+            return denied;
         }
         let end = match self.insert_checks(template, tuple, sealed, lease_ms, now_ms, limits) {
             Ok(end) => end,
@@ -703,10 +707,8 @@ impl Space {
         budget: &mut WaitBudget<'_>,
         late: &mut Vec<LateReply>,
     ) -> SpaceReply {
-        for class in [OpClass::Take, OpClass::Insert] {
-            if let Some(denied) = self.deny(class, invoker) {
-                return denied;
-            }
+        if let Some(denied) = self.deny_any(&[OpClass::Take, OpClass::Insert], invoker) {
+            return denied;
         }
         let end = match self.insert_checks(template, tuple, sealed, lease_ms, now_ms, limits) {
             Ok(end) => end,
