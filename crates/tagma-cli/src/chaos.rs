@@ -64,7 +64,8 @@ pub enum Scenario {
     /// Kill --damaged replicas alone while the others serve, rewrite their newest checkpoint
     /// with a state that never existed under valid checksums, restart them: their state vote
     /// is inconclusive (the others moved on), and the later state check against the peers'
-    /// checkpoints catches the lie and repairs it. BFT only.
+    /// checkpoints catches the lie and repairs it (or, if they restart further behind than
+    /// the peers' logs reach, a fetched state replaces it first). BFT only.
     LoneLyingDisk,
     /// A replica joins, the leader crashes and restarts, the joiner leaves: throughput over
     /// time with the events marked.
@@ -211,14 +212,39 @@ pub struct ChaosReport {
     /// lying-disk: whether every damaged replica's recovered state was contradicted by the
     /// state vote and replaced (`None` for the other scenarios).
     pub repaired_by_state_vote: Option<bool>,
-    /// lone-lying-disk: whether every damaged replica's state was left unconfirmed by its
-    /// state vote, contradicted by the later state check and replaced (`None` for the other
-    /// scenarios).
-    pub repaired_by_state_check: Option<bool>,
+    /// lone-lying-disk: for each damaged replica, what replaced its lying state after its
+    /// state vote left it unconfirmed: `state-check` (f+1 peers' checkpoints contradicted it
+    /// and it fetched theirs), `catch-up` (it fell behind what the peers' logs keep and a
+    /// fetched state, vouched for by f+1 replicas, replaced it before the check decided), or
+    /// `none` (`None` for the other scenarios).
+    pub lie_removed_by: Option<Vec<LieRemoval>>,
     /// States the restarted (lagging or damaged) replicas installed by state transfer, and
     /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
     pub state_transfer_ms: f64,
+}
+
+/// What replaced a lying state that the state vote after a restart left unconfirmed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LieRemoval {
+    /// f+1 peers' checkpoints contradicted it; the replica fetched theirs.
+    StateCheck,
+    /// The replica fell behind what its peers' logs keep; a fetched state (vouched for by
+    /// f+1 replicas) replaced the lie before the check decided.
+    CatchUp,
+    /// Nothing did.
+    None,
+}
+
+impl LieRemoval {
+    pub fn name(self) -> &'static str {
+        match self {
+            LieRemoval::StateCheck => "state-check",
+            LieRemoval::CatchUp => "catch-up",
+            LieRemoval::None => "none",
+        }
+    }
 }
 
 impl ChaosReport {
@@ -229,7 +255,10 @@ impl ChaosReport {
             && self.state_digests_equal
             && self.damaged_state_discarded != Some(false)
             && self.repaired_by_state_vote != Some(false)
-            && self.repaired_by_state_check != Some(false)
+            && self
+                .lie_removed_by
+                .as_ref()
+                .is_none_or(|all| all.iter().all(|r| *r != LieRemoval::None))
     }
 
     pub fn table(&self) -> String {
@@ -243,7 +272,7 @@ impl ChaosReport {
              state_digests_equal    {}\n\
              damaged_state_discarded {}\n\
              repaired_by_state_vote  {}\n\
-             repaired_by_state_check {}\n\
+             lie_removed_by         {}\n\
              state_transfers        {} ({:.0} ms)\n\
              {}",
             self.scenario,
@@ -261,8 +290,10 @@ impl ChaosReport {
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.repaired_by_state_vote
                 .map_or_else(|| "—".to_string(), |d| d.to_string()),
-            self.repaired_by_state_check
-                .map_or_else(|| "—".to_string(), |d| d.to_string()),
+            self.lie_removed_by.as_ref().map_or_else(
+                || "—".to_string(),
+                |all| all.iter().map(|r| r.name()).collect::<Vec<_>>().join(", ")
+            ),
             self.state_transfers,
             self.state_transfer_ms,
             if self.passed() { "PASSED" } else { "FAILED" }
@@ -384,10 +415,11 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
             .iter()
             .all(|&i| cluster.metric(i, "tagma_state_repaired_total") > 0.0)
     });
-    let repaired_by_state_check = (scenario == Scenario::LoneLyingDisk).then(|| {
+    let lie_removed_by = (scenario == Scenario::LoneLyingDisk).then(|| {
         watched
             .iter()
-            .all(|&i| repaired_by_state_check(&cluster, i))
+            .map(|&i| lie_removal(&cluster, i).unwrap_or(LieRemoval::None))
+            .collect()
     });
     let state_transfers = watched
         .iter()
@@ -411,7 +443,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         state_digests_equal: digests_equal(&states),
         damaged_state_discarded,
         repaired_by_state_vote,
-        repaired_by_state_check,
+        lie_removed_by,
         state_transfers,
         state_transfer_ms,
     })
@@ -523,8 +555,23 @@ pub(crate) fn wait_caught_up(
     })
 }
 
-/// Injects the scenario's fault under the running load; returns the recovery time.
+/// Injects the scenario's fault under the running load; returns the recovery time. If the
+/// cluster does not recover, the replicas' warnings and last log lines go to standard error
+/// with the failure (the cluster's directory is temporary).
 pub(crate) fn fault(
+    cluster: &mut LocalCluster,
+    scenario: Scenario,
+    opts: &ChaosOptions,
+    counts: &[Counts],
+) -> Result<f64> {
+    let result = inject(cluster, scenario, opts, counts);
+    if result.is_err() {
+        cluster.dump_logs();
+    }
+    result
+}
+
+fn inject(
     cluster: &mut LocalCluster,
     scenario: Scenario,
     opts: &ChaosOptions,
@@ -571,8 +618,9 @@ pub(crate) fn fault(
                 wait_until(
                     "the restarted replica's state check to find and repair the lie",
                     Duration::from_secs(120),
-                    || repaired_by_state_check(cluster, i),
-                )?;
+                    || lie_removal(cluster, i).is_some(),
+                )
+                .with_context(|| state_check_metrics(cluster, i))?;
                 wait_caught_up(cluster, i, Duration::from_secs(120))?;
             }
             restarted.elapsed().as_secs_f64() * 1000.0
@@ -637,12 +685,37 @@ pub(crate) fn fault(
     Ok(recovery_ms)
 }
 
-/// Whether replica `i`'s later state check contradicted its state and a fetched state replaced
-/// it (its state is no longer unconfirmed).
-fn repaired_by_state_check(cluster: &LocalCluster, i: usize) -> bool {
-    cluster.metric(i, "tagma_state_checks_contradicted_total") > 0.0
-        && cluster.metric(i, "tagma_state_repaired_total") > 0.0
-        && cluster.metric(i, "tagma_state_unconfirmed") == 0.0
+/// Replica `i`'s state check and state transfer metrics, for an error.
+fn state_check_metrics(cluster: &LocalCluster, i: usize) -> String {
+    let names = [
+        "tagma_state_unconfirmed",
+        "tagma_state_checks_contradicted_total",
+        "tagma_state_checks_confirmed_total",
+        "tagma_state_repaired_total",
+        "tagma_state_transfers_total",
+        "tagma_executed_instances",
+    ];
+    let values: Vec<String> = names
+        .iter()
+        .map(|m| format!("{m} {}", cluster.metric(i, m)))
+        .collect();
+    format!("replica {i}: {}", values.join(", "))
+}
+
+/// What replaced replica `i`'s lying state, once its state is no longer unconfirmed and
+/// nothing confirmed the lie.
+fn lie_removal(cluster: &LocalCluster, i: usize) -> Option<LieRemoval> {
+    let metric = |name| cluster.metric(i, name);
+    if metric("tagma_state_unconfirmed") != 0.0
+        || metric("tagma_state_checks_confirmed_total") > 0.0
+    {
+        return None;
+    }
+    if metric("tagma_state_checks_contradicted_total") > 0.0 {
+        (metric("tagma_state_repaired_total") > 0.0).then_some(LieRemoval::StateCheck)
+    } else {
+        (metric("tagma_state_transfers_total") > 0.0).then_some(LieRemoval::CatchUp)
+    }
 }
 
 #[cfg(test)]
