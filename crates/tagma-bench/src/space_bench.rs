@@ -295,7 +295,7 @@ pub fn table(report: &SpaceBenchReport) -> String {
 }
 
 /// Requests per decided batch in the execution part.
-const EXEC_BATCH: usize = 256;
+const EXEC_BATCH: usize = 1024;
 
 /// The mixed workload's `i`-th request: out, rdp, inp or cas on one of `spaces` spaces,
 /// chosen by a splitmix of `i` (the same sequence every run).
@@ -334,7 +334,7 @@ fn mixed_request(i: u64, spaces: usize) -> SpaceRequest {
 /// Runs `requests` mixed requests through a service of `threads` threads; returns ops/s
 /// and the final digest.
 fn exec_run(spaces: usize, requests: usize, threads: usize) -> Result<(f64, tagma_wire::Digest)> {
-    let mut service = SpaceService::default().with_threads(threads);
+    let mut service = SpaceService::default().with_threads(threads)?;
     for s in 0..spaces {
         service = service.with_space(&format!("s{s}"), tagma_space::Policy::default(), 1)?;
     }

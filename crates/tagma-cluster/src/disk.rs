@@ -65,7 +65,7 @@ pub fn lie_in_checkpoint(dir: &Path) -> Result<()> {
     let Some(checkpoint) = store.load_newest()? else {
         bail!("no checkpoint yet in {} (raise --before-s)", dir.display());
     };
-    let state = Bytes::from(checkpoint.state);
+    let state = checkpoint.state;
     // Only the service's snapshot is wanted: the view the checkpoint names replaces this
     // placeholder membership.
     let membership = tagma_core::view::Membership {

@@ -12,7 +12,7 @@ use tagma_space::{DecodeError, SpaceError, SpaceReply, SpaceRequest, typed};
 use tagma_wire::{Digest, PublicKey};
 
 use crate::limits::{LimitsError, SpaceLimits};
-use crate::parallel::{Run, execute_segment};
+use crate::parallel::{PARALLEL_MIN_REQUESTS, Run, execute_segment, map_in_order};
 use crate::sharing::{self, ShareKey};
 use crate::snapshot;
 use crate::space::Space;
@@ -27,6 +27,10 @@ pub struct SpaceService {
     limits: SpaceLimits,
     /// Threads that run different spaces of a segment side by side (1: one after another).
     threads: usize,
+    /// The workers beside the executing thread (`threads - 1` of them; none for 1).
+    pool: Option<std::sync::Arc<rayon::ThreadPool>>,
+    /// The fewest requests a segment has for the pool to share its work.
+    parallel_min: usize,
     spaces: BTreeMap<String, Space>,
     /// The agreed time the service has reached.
     now_ms: u64,
@@ -53,6 +57,8 @@ impl SpaceService {
         Ok(SpaceService {
             limits,
             threads: 1,
+            pool: None,
+            parallel_min: PARALLEL_MIN_REQUESTS,
             spaces: BTreeMap::new(),
             now_ms: 0,
             revision_floor: 1,
@@ -76,9 +82,28 @@ impl SpaceService {
     }
 
     /// Runs the operations of different spaces in one segment on up to `threads` threads
-    /// (at least 1). Replies and state are the same for every count.
-    pub fn with_threads(mut self, threads: usize) -> Self {
+    /// (at least 1): the executing thread and `threads - 1` workers started now, which live
+    /// as long as the service. Replies and state are the same for every count. Fails only if
+    /// the system refuses to start the workers.
+    pub fn with_threads(mut self, threads: usize) -> Result<Self, rayon::ThreadPoolBuildError> {
         self.threads = threads.max(1);
+        self.pool = match self.threads {
+            1 => None,
+            n => Some(std::sync::Arc::new(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(n - 1)
+                    .thread_name(|i| format!("space-exec-{i}"))
+                    .build()?,
+            )),
+        };
+        Ok(self)
+    }
+
+    /// Shares a segment's work with the workers only from `requests` requests on (at least
+    /// 1; [`PARALLEL_MIN_REQUESTS`] by default): below it, handing work over costs more
+    /// than it saves. Replies and state are the same for every value.
+    pub fn with_parallel_min(mut self, requests: usize) -> Self {
+        self.parallel_min = requests.max(1);
         self
     }
 
@@ -122,13 +147,6 @@ impl SpaceService {
     /// The agreed time the service has reached (the latest [`Service::advance_time`]).
     pub fn now_ms(&self) -> u64 {
         self.now_ms
-    }
-
-    fn decode(&self, bytes: &Bytes) -> Result<SpaceRequest, SpaceError> {
-        SpaceRequest::decode(bytes, &self.limits.typed).map_err(|e| match e {
-            DecodeError::Field(typed::DecodeError::Shape(shape)) => SpaceError::Shape(shape),
-            other => SpaceError::Malformed(other.to_string()),
-        })
     }
 
     /// Create, destroy or list: operations on the set of spaces, run alone.
@@ -218,10 +236,13 @@ impl Service for SpaceService {
         requests: &[(Bytes, Context)],
         late: &mut Vec<LateReply>,
     ) -> Vec<Option<Bytes>> {
-        let decoded: Vec<Result<SpaceRequest, SpaceError>> = requests
-            .iter()
-            .map(|(bytes, _)| self.decode(bytes))
-            .collect();
+        let limits = &self.limits;
+        let decoded: Vec<Result<SpaceRequest, SpaceError>> = map_in_order(
+            self.pool.as_deref(),
+            self.parallel_min,
+            requests,
+            |(bytes, _)| decode(bytes, limits),
+        );
         let mut replies: Vec<Option<Bytes>> = vec![None; requests.len()];
         let global = |i: usize| matches!(&decoded[i], Ok(r) if r.is_global());
         let mut i = 0;
@@ -249,7 +270,8 @@ impl Service for SpaceService {
                 &mut self.spaces,
                 &mut self.counts,
                 &self.limits,
-                self.threads,
+                self.pool.as_deref(),
+                self.parallel_min,
                 &run,
                 i..end,
                 &mut replies,
@@ -285,7 +307,7 @@ impl Service for SpaceService {
     /// tuple whose lease ended by then is left out, and nothing is removed. `share` is
     /// answered with this replica's own share ([`crate::sharing`]).
     fn execute_unordered(&self, request: &Bytes, ctx: &Context) -> Bytes {
-        let reply = match self.decode(request) {
+        let reply = match decode(request, &self.limits) {
             Err(e) => SpaceReply::Error(e),
             Ok(request) if !request.runs_unordered() => {
                 SpaceReply::Error(SpaceError::NotOrdered(request.op_name().into()))
@@ -346,4 +368,12 @@ impl Service for SpaceService {
             .expect("hashing never fails to write");
         Digest(*hasher.finalize().as_bytes())
     }
+}
+
+/// A request as the service reads it; the error is the reply a malformed one gets.
+fn decode(bytes: &Bytes, limits: &SpaceLimits) -> Result<SpaceRequest, SpaceError> {
+    SpaceRequest::decode(bytes, &limits.typed).map_err(|e| match e {
+        DecodeError::Field(typed::DecodeError::Shape(shape)) => SpaceError::Shape(shape),
+        other => SpaceError::Malformed(other.to_string()),
+    })
 }

@@ -407,6 +407,8 @@ fn protected_spaces_pass_the_conformance_suite_and_damaged_snapshots_never_panic
             SpaceService::new(limits)
                 .unwrap()
                 .with_threads(2)
+                .unwrap()
+                .with_parallel_min(1)
                 .with_replica_key(replica_key(0), replicas())
         },
         &workload,

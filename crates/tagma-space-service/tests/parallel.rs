@@ -142,7 +142,11 @@ fn one_thread_many_threads_and_request_by_request_agree() {
     for seed in 1..=6u64 {
         let batches = random_batches(seed, 150);
         let mut one = SpaceService::new(limits).unwrap();
-        let mut many = SpaceService::new(limits).unwrap().with_threads(4);
+        let mut many = SpaceService::new(limits)
+            .unwrap()
+            .with_threads(4)
+            .unwrap()
+            .with_parallel_min(1);
         let mut each = SpaceService::new(limits).unwrap();
         for (b, batch) in batches.iter().enumerate() {
             let expected = execute(&mut one, batch, false);

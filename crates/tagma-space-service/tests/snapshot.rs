@@ -239,6 +239,8 @@ fn the_service_passes_the_conformance_suite_on_one_thread_and_several() {
             SpaceService::new(SpaceLimits::default())
                 .unwrap()
                 .with_threads(3)
+                .unwrap()
+                .with_parallel_min(1)
         },
         &workload,
     )

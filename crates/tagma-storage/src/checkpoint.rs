@@ -28,10 +28,11 @@
 //! `.ckp` that does not validate is corruption and is reported.
 
 use std::fs::File;
-use std::io::{BufWriter, Read, Write};
+use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
 use crate::{StorageError, flush_dir};
+use bytes::Bytes;
 
 const MAGIC: [u8; 4] = *b"TGCK";
 const VERSION: u32 = 2;
@@ -43,7 +44,8 @@ const DIGEST_BYTES: usize = 32;
 pub struct Checkpoint {
     /// The last instance the state includes.
     pub cid: u64,
-    pub state: Vec<u8>,
+    /// The service's state (a view of the file's bytes as read).
+    pub state: Bytes,
     /// BLAKE3 of `state`.
     pub digest: [u8; DIGEST_BYTES],
 }
@@ -99,10 +101,9 @@ fn list(dir: &Path) -> Result<Vec<(u64, bool, PathBuf)>, StorageError> {
 
 /// Reads and validates a checkpoint file.
 fn load(path: &Path, named_cid: u64) -> Result<Checkpoint, String> {
-    let mut bytes = Vec::new();
-    File::open(path)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| format!("cannot read it: {e}"))?;
+    // Read in one allocation of the file's size (a growing buffer would copy the state
+    // several times and touch twice the memory).
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read it: {e}"))?;
     if bytes.len() < HEADER_BYTES + DIGEST_BYTES {
         return Err(format!("{} bytes, shorter than a header", bytes.len()));
     }
@@ -131,11 +132,10 @@ fn load(path: &Path, named_cid: u64) -> Result<Checkpoint, String> {
     if cid != named_cid {
         return Err(format!("holds instance {cid}, named {named_cid}"));
     }
-    bytes.truncate(body_end);
-    bytes.drain(..HEADER_BYTES);
+    // The state is a view of the buffer read: no copy.
     Ok(Checkpoint {
         cid,
-        state: bytes,
+        state: Bytes::from(bytes).slice(HEADER_BYTES..body_end),
         digest,
     })
 }

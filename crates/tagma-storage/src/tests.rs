@@ -387,7 +387,10 @@ fn a_corrupt_newest_checkpoint_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     let store = CheckpointStore::open(dir.path().join("ckp")).unwrap();
     let (path, _) = store.write(7, &[5u8; 1000]).unwrap();
-    assert_eq!(store.load_newest().unwrap().unwrap().state, vec![5u8; 1000]);
+    assert_eq!(
+        store.load_newest().unwrap().unwrap().state,
+        &[5u8; 1000][..]
+    );
     let mut bytes = fs::read(&path).unwrap();
     bytes[500] ^= 1;
     fs::write(&path, bytes).unwrap();
@@ -459,7 +462,7 @@ fn the_previous_checkpoint_is_kept_and_served_in_chunks() {
         .unwrap();
     let newest = store.load_newest().unwrap().unwrap();
     assert_eq!(newest.digest, *blake3::hash(&a).as_bytes());
-    assert_eq!((newest.cid, newest.state), (40, a));
+    assert_eq!((newest.cid, &newest.state[..]), (40, &a[..]));
     assert!(
         store.read_incoming().is_err(),
         "the part file became the checkpoint"

@@ -156,6 +156,7 @@ impl ExecArgs {
         let mut service = tagma_space_service::SpaceService::new(limits)
             .map_err(|e| anyhow::anyhow!("--space-bytes-max / --space-tuples-max: {e}"))?
             .with_threads(self.exec_threads.max(1))
+            .map_err(|e| anyhow::anyhow!("--exec-threads: cannot start the workers: {e}"))?
             .with_replica_key(key.clone(), replicas);
         for name in &self.spaces {
             service = service

@@ -152,9 +152,7 @@ pub(crate) fn recover<S: Service>(
             });
             let mut executor = executor.borrow_mut();
             restored_ms = Some(started.elapsed().as_millis() as u64);
-            executor
-                .restore(&Bytes::copy_from_slice(&ckp.state))
-                .map_err(|e| e.to_string())?;
+            executor.restore(&ckp.state).map_err(|e| e.to_string())?;
             if executor.executed_instances() != ckp.cid + 1 {
                 return Err(format!(
                     "the checkpoint's executor state is at instance {}, its file says {}",

@@ -153,7 +153,8 @@ pub(crate) fn new_executor(
         SimService::Space => {
             let mut service = SpaceService::new(SpaceLimits::default())
                 .expect("the default limits work")
-                .with_threads(1);
+                .with_threads(1)
+                .expect("one thread starts no worker");
             let admin = ClientId::new(space_client::GENESIS_PRINCIPAL, 1);
             let created =
                 service.execute_ordered(&space_client::genesis_request(), &context(admin, 0));

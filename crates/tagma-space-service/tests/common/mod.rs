@@ -183,7 +183,11 @@ impl Harness {
 
     pub fn with(limits: SpaceLimits, threads: usize) -> Self {
         Harness {
-            service: SpaceService::new(limits).unwrap().with_threads(threads),
+            service: SpaceService::new(limits)
+                .unwrap()
+                .with_threads(threads)
+                .unwrap()
+                .with_parallel_min(1),
             now_ms: 1_000,
             seqs: BTreeMap::new(),
             cid: 0,
@@ -196,7 +200,9 @@ impl Harness {
     pub fn fork(&self, threads: usize) -> Harness {
         let mut service = SpaceService::new(*self.service.limits())
             .unwrap()
-            .with_threads(threads);
+            .with_threads(threads)
+            .unwrap()
+            .with_parallel_min(1);
         service.install_snapshot(&self.service.snapshot()).unwrap();
         Harness {
             service,
