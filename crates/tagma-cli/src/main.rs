@@ -79,11 +79,6 @@ enum Cmd {
     Sim(SimArgs),
 }
 
-/// mimalloc: the replicas allocate and free many small objects across threads (requests,
-/// tuples, replies), where it is faster than the system allocator.
-#[global_allocator]
-static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() {
     let cli = Cli::parse();
     let default_level = if matches!(cli.command, Cmd::Replica(_) | Cmd::Unreplicated(_)) {

@@ -75,13 +75,15 @@ pub(crate) fn execute_segment(
             },
         }
     }
-    let mut jobs: Vec<Job<'_>> = Vec::with_capacity(groups.len());
-    for (name, space) in spaces.iter_mut() {
+    // Each job with the space's position among all spaces: a space goes to the same thread
+    // segment after segment (its tuples are mostly freed by the thread that made them).
+    let mut jobs: Vec<(usize, Job<'_>)> = Vec::with_capacity(groups.len());
+    for (position, (name, space)) in spaces.iter_mut().enumerate() {
         if groups.is_empty() {
             break;
         }
         if let Some(indices) = groups.remove(name.as_str()) {
-            jobs.push((space, indices));
+            jobs.push((position, (space, indices)));
         }
     }
     // What is left names no space.
@@ -115,11 +117,12 @@ pub(crate) fn execute_segment(
     };
     let outs: Vec<GroupOut> = match pool {
         Some(pool) if jobs.len() > 1 => {
-            let shares = (pool.current_num_threads() + 1).min(jobs.len());
+            let shares = pool.current_num_threads() + 1;
             let mut buckets: Vec<Vec<Job<'_>>> = (0..shares).map(|_| Vec::new()).collect();
-            for (k, job) in jobs.into_iter().enumerate() {
-                buckets[k % shares].push(job);
+            for (position, job) in jobs {
+                buckets[position % shares].push(job);
             }
+            buckets.retain(|bucket| !bucket.is_empty());
             on_shares(pool, buckets, |bucket| {
                 bucket.into_iter().map(run_job).collect::<Vec<_>>()
             })
@@ -127,7 +130,7 @@ pub(crate) fn execute_segment(
             .flatten()
             .collect()
         }
-        _ => jobs.into_iter().map(run_job).collect(),
+        _ => jobs.into_iter().map(|(_, job)| run_job(job)).collect(),
     };
 
     let mut produced: Vec<(usize, LateReply)> = Vec::new();

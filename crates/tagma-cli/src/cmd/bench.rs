@@ -110,8 +110,9 @@ pub enum BenchWhat {
         /// The execution part: spaces of the mixed workload.
         #[arg(long, default_value_t = 16)]
         spaces: usize,
-        /// The execution part: requests per run.
-        #[arg(long, default_value_t = 50_000)]
+        /// The execution part: requests per run, in decided batches of 1,024 (the default
+        /// batch_size_max).
+        #[arg(long, default_value_t = 200_000)]
         exec_requests: usize,
         /// The execution part: threads of the parallel run.
         #[arg(long, default_value_t = 2)]
