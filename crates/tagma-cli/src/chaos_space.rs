@@ -57,6 +57,11 @@ pub struct SpaceChaosReport {
     pub leases_expired: usize,
     pub recovery_ms: f64,
     pub state_digests_equal: bool,
+    /// corrupt-*: whether every damaged replica noticed the damage and set its state aside
+    /// (`None` for the other scenarios). It then gets everything back from the others: by
+    /// state transfer, or by the logged decisions alone while theirs still reach back to
+    /// the first instance.
+    pub damaged_state_discarded: Option<bool>,
     /// States the damaged (or lagging) replicas fetched from the others.
     pub state_transfers: u64,
 }
@@ -68,6 +73,7 @@ impl SpaceChaosReport {
             && self.waiters_answered == self.waiters
             && self.leases_expired == self.leases
             && self.state_digests_equal
+            && self.damaged_state_discarded != Some(false)
     }
 
     pub fn table(&self) -> String {
@@ -76,7 +82,7 @@ impl SpaceChaosReport {
              acknowledged ops {}  in doubt {}  items put {}  taken {}\n\
              lost {}  duplicated {}\n\
              waiters answered {}/{}  leases expired {}/{}\n\
-             recovery {:.0} ms  state digests equal {}  state transfers {}\n",
+             recovery {:.0} ms  state digests equal {}  damaged state discarded {}  state transfers {}\n",
             self.scenario,
             self.mode,
             self.n,
@@ -94,6 +100,8 @@ impl SpaceChaosReport {
             self.leases,
             self.recovery_ms,
             self.state_digests_equal,
+            self.damaged_state_discarded
+                .map_or_else(|| "—".to_string(), |d| d.to_string()),
             self.state_transfers,
         )
     }
@@ -301,6 +309,15 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<SpaceC
         .iter()
         .map(|&i| cluster.metric(i, "tagma_state_transfers_total") as u64)
         .sum();
+    let damaged_state_discarded = matches!(
+        scenario,
+        Scenario::CorruptLog | Scenario::CorruptCheckpoint | Scenario::CorruptBoth
+    )
+    .then(|| {
+        damaged
+            .iter()
+            .all(|&i| cluster.metric(i, "tagma_state_discarded") > 0.0)
+    });
     Ok(SpaceChaosReport {
         scenario: scenario.name().into(),
         service: "space",
@@ -320,6 +337,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<SpaceC
         leases_expired,
         recovery_ms,
         state_digests_equal: digests_equal(&states),
+        damaged_state_discarded,
         state_transfers,
     })
 }

@@ -146,6 +146,10 @@ pub(crate) fn feed(
         .store(stats.state_checks_confirmed, Ordering::Relaxed);
     m.state_checks_contradicted
         .store(stats.state_checks_contradicted, Ordering::Relaxed);
+    m.time_batches_proposed
+        .store(stats.time_batches_proposed, Ordering::Relaxed);
+    m.due_suspicions
+        .store(stats.due_suspicions, Ordering::Relaxed);
     carry_out_actions(sh, core, links, clock)
 }
 

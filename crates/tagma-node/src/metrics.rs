@@ -76,6 +76,10 @@ pub struct Metrics {
     /// Later state checks that confirmed, or contradicted (and repaired), the state.
     pub state_checks_confirmed: AtomicU64,
     pub state_checks_contradicted: AtomicU64,
+    /// Time-only batches this replica proposed as leader, and the times it suspected the
+    /// leader because the agreed time stood still past the service's due time.
+    pub time_batches_proposed: AtomicU64,
+    pub due_suspicions: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -97,7 +101,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 33] = [
+        let counters: [(&str, &str, &AtomicU64); 35] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -262,6 +266,16 @@ impl Metrics {
                 "tagma_state_checks_contradicted_total",
                 "Later state checks that f+1 peers' checkpoints contradicted (the state was then fetched from them)",
                 &self.state_checks_contradicted,
+            ),
+            (
+                "tagma_time_batches_proposed_total",
+                "Time-only batches proposed as leader (no requests waiting, the service's due time reached)",
+                &self.time_batches_proposed,
+            ),
+            (
+                "tagma_due_suspicions_total",
+                "Times this replica suspected the leader because the agreed time stood still past the service's due time",
+                &self.due_suspicions,
             ),
         ];
         for (name, help, v) in counters {

@@ -20,7 +20,7 @@ use tagma_wire::{
 
 use crate::options::SimService;
 use crate::rng::Rng;
-use crate::scenario::Behaviour;
+use crate::scenario::{Behaviour, CLOCK_SKEW_MAX_MS};
 
 /// Decided batches / instances a Byzantine replica remembers for replays.
 const HISTORY_MAX: usize = 16;
@@ -357,6 +357,13 @@ impl Byzantine {
                     .map(|(i, &d)| (d, if i < half { alt.clone() } else { orig.clone() }))
                     .collect()
             }
+            PeerMessage::Propose(p) if self.has(Behaviour::SkewedClock) => {
+                let Some(batch) = skewed_batch(p.cid.0, &p.batch) else {
+                    return all(PeerMessage::Propose(p));
+                };
+                bump(exercised, Behaviour::SkewedClock);
+                all(PeerMessage::Propose(Propose { batch, ..p }))
+            }
             PeerMessage::Propose(p) if self.has(Behaviour::InvalidPropose) && rng.chance(0.5) => {
                 bump(exercised, Behaviour::InvalidPropose);
                 let batch = self.invalid_batch(rng, &p.batch);
@@ -467,6 +474,21 @@ impl Byzantine {
             _ => bytes.slice(..bytes.len() / 2),
         }
     }
+}
+
+/// [`Behaviour::SkewedClock`]: the batch of instance `cid` timestamped ahead: even instances
+/// beyond the followers' clock-skew bound, odd ones within it (the same batch for every
+/// receiver). `None` if the batch does not decode.
+fn skewed_batch(cid: u64, bytes: &Bytes) -> Option<Bytes> {
+    let mut batch = Batch::decode(bytes).ok()?;
+    let spread = cid.wrapping_mul(7919) % 1_000;
+    let ahead = if cid.is_multiple_of(2) {
+        CLOCK_SKEW_MAX_MS + 1_000 + spread * 50
+    } else {
+        1 + spread * (CLOCK_SKEW_MAX_MS / 2) / 1_000
+    };
+    batch.timestamp_ms = batch.timestamp_ms.saturating_add(ahead);
+    Some(batch.to_bytes())
 }
 
 /// A different but valid-looking batch for the same slot: requests reordered or truncated,

@@ -52,12 +52,18 @@ pub enum Behaviour {
     /// Floods its peers with requests that cost answers: position queries and announcements,
     /// decision and log requests for the oldest decisions, state queries and chunk requests.
     AnswerFlood,
+    /// As leader: batches timestamped ahead of the agreed time, half of the instances within
+    /// the followers' clock-skew bound (accepted: the agreed time jumps ahead, as far as
+    /// the bound lets a faulty leader push it) and half beyond it (refused as
+    /// `TimestampAhead`, which costs the leader its place).
+    SkewedClock,
 }
 
 impl Behaviour {
     /// The behaviours drawn together for a Byzantine replica that is not silent (each with
-    /// probability 0.35). [`Behaviour::AnswerFlood`] is drawn from a stream of its own
-    /// ([`Scenario::draw`]).
+    /// probability 0.35). [`Behaviour::AnswerFlood`] and [`Behaviour::SkewedClock`] are
+    /// drawn from streams of their own ([`Scenario::draw`]), so adding them changed no other
+    /// draw.
     pub const DRAWN: [Behaviour; 11] = [
         Behaviour::Silent,
         Behaviour::Equivocate,
@@ -86,6 +92,7 @@ impl Behaviour {
             Behaviour::WrongReply => "wrong_reply",
             Behaviour::LyingState => "lying_state",
             Behaviour::AnswerFlood => "answer_flood",
+            Behaviour::SkewedClock => "skewed_clock",
         }
     }
 }
@@ -275,10 +282,17 @@ impl Scenario {
         };
         let mut byzantine = Self::draw_byzantine(&mut rng, n, byz_count);
         let mut flood_rng = Rng::new(seed ^ 0xf100_d000_0000_0009);
+        let mut skew_rng = Rng::new(seed ^ 0x5c0e_c10c_0000_000b);
         for (_, behaviours) in &mut byzantine {
             let flood = options.flood.unwrap_or_else(|| flood_rng.chance(0.4));
-            if behaviours != &[Behaviour::Silent] && flood {
-                behaviours.push(Behaviour::AnswerFlood);
+            let skew = skew_rng.chance(0.3);
+            if behaviours != &[Behaviour::Silent] {
+                if flood {
+                    behaviours.push(Behaviour::AnswerFlood);
+                }
+                if skew {
+                    behaviours.push(Behaviour::SkewedClock);
+                }
             }
         }
         let net = NetParams {

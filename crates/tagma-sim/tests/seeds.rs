@@ -100,7 +100,7 @@ fn seed_range_holds_every_invariant() {
         // corrupt records detected, a damaged last record cut off; and view changes that
         // remove a replica or add one (which fetches its state), with clients following them;
         // and Byzantine replicas flooding their peers with requests that the answer budget
-        // refuses.
+        // refuses, and leaders timestamping batches beyond the clock-skew bound, refused.
         for counter in [
             "durable_restarts",
             "checkpoints",
@@ -118,6 +118,7 @@ fn seed_range_holds_every_invariant() {
             "joiner_states_installed",
             "f_changes_installed",
             "answers_refused",
+            "proposals_timestamped_ahead",
         ] {
             let seen = summary.counters.get(counter).copied().unwrap_or(0);
             assert!(seen > 0, "no {counter} in {count} seeds");

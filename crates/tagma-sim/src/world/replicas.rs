@@ -61,6 +61,13 @@ impl World {
         let refused = self.nodes[r].core.stats().answers_refused;
         if let Err(rejection) = self.nodes[r].core.handle(now, input) {
             self.count(&format!("rejected_{}", rejection.reason()));
+            if let tagma_core::Rejection::InvalidProposal {
+                fault: tagma_core::ProposalFault::TimestampAhead { .. },
+                ..
+            } = &rejection
+            {
+                self.count("proposals_timestamped_ahead");
+            }
             self.note(b'X', r as u64, 0, rejection.reason().as_bytes(), || {
                 format!("replica {r} rejects: {rejection:?}")
             });
