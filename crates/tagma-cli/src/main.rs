@@ -79,6 +79,12 @@ enum Cmd {
     Sim(SimArgs),
 }
 
+/// jemalloc: the replicas allocate on one thread and free on another all the time (requests
+/// read by a connection thread, executed and dropped by the execution thread), where it
+/// costs glibc's allocator a large share of the CPU.
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 fn main() {
     let cli = Cli::parse();
     let default_level = if matches!(cli.command, Cmd::Replica(_) | Cmd::Unreplicated(_)) {
