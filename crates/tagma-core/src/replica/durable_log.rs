@@ -9,6 +9,9 @@ use super::{Replica, action::Action};
 
 pub use crate::config::LOG_LAG_MAX;
 
+/// How often "the log caught up" is logged at info level at most.
+const LOG_CAUGHT_UP_NOTE_MS: u64 = 10_000;
+
 impl Replica {
     /// A durable replica's runtime reports that every instance up to `cid` it delivered is on
     /// its disk (after the flush; instances a fetched state covers count too).
@@ -21,7 +24,16 @@ impl Replica {
         let lagged = self.log_lags();
         self.durable_through = Some(cid);
         if lagged && !self.log_lags() {
-            tracing::info!(next = %self.instance.cid, logged = %cid, "the log caught up: ordering again");
+            let now = self.now_ms;
+            if self
+                .log_caught_up_noted_ms
+                .is_none_or(|at| now >= at.saturating_add(LOG_CAUGHT_UP_NOTE_MS))
+            {
+                self.log_caught_up_noted_ms = Some(now);
+                tracing::info!(next = %self.instance.cid, logged = %cid, "the log caught up: ordering again (further catch-ups within 10 s are logged at debug)");
+            } else {
+                tracing::debug!(next = %self.instance.cid, logged = %cid, "the log caught up: ordering again");
+            }
             // The request timers stood still while the log lagged: a full period from now.
             self.clients.restart_timers(self.now_ms);
         }

@@ -106,6 +106,9 @@ pub struct Replica {
     /// The instance the leader's next proposal waits to see in the log, once announced
     /// ([`Action::AwaitLogDurable`]).
     log_wait_announced: Option<ConsensusId>,
+    /// When "the log caught up" was last logged at info level (a replica catching up by
+    /// decisions holds and resumes every few instances: the others go to debug).
+    log_caught_up_noted_ms: Option<u64>,
     /// The (instance, epoch) whose messages were last resent to each peer
     /// (`resend_own_messages`).
     resent_to: BTreeMap<ReplicaId, (ConsensusId, Epoch)>,
@@ -232,6 +235,7 @@ impl Replica {
             votes_written: 0,
             votes_flush_asked: 0,
             log_wait_announced: None,
+            log_caught_up_noted_ms: None,
             resent_to: BTreeMap::new(),
             answers: AnswerLedger::default(),
             recovered_votes: BTreeMap::new(),
