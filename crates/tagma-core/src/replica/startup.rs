@@ -292,10 +292,13 @@ impl Replica {
             && let StateVoteStage::Running(a) = &r.state_vote
         {
             // Correct replicas decided past the instance of the vote meanwhile: they will not
-            // checkpoint there, and this replica must catch up.
+            // checkpoint there, and this replica must catch up. Its state is unconfirmed, as
+            // after any inconclusive vote: the later state check compares it with the peers'
+            // checkpoints as it executes through their instances.
             tracing::info!(cid = %a.cid, "state vote inconclusive: the others moved past its instance");
             r.state_vote = StateVoteStage::Done;
             self.own_state_vote = None;
+            self.start_state_check();
         }
         let Some(r) = &self.startup else {
             return;

@@ -161,3 +161,41 @@ fn f_plus_one_peers_checkpoints_that_contradict_stop_ordering_and_start_a_repair
         Action::Deliver(_) | Action::Broadcast(PeerMessage::Write(_))
     )),);
 }
+
+/// The others decide past the instance of the vote while this replica is still starting up
+/// (a leader change it slept through ends, say): start-up abandons the vote, and the state is
+/// unconfirmed and checked as after any inconclusive vote, never trusted silently.
+#[test]
+fn a_vote_the_others_decide_past_during_start_up_leaves_the_state_unconfirmed() {
+    let log = decided_run(12);
+    let resume = resumed(2, 2, &[(ClientId(9), RequestSeq(3))], log[..3].to_vec());
+    let params = ReplicaParams {
+        checkpoint_period: PERIOD,
+        ..durable_params(Mode::Bft, 4, 3, true)
+    };
+    let mut r3 = restart(params, Some(resume), vec![ckp_info(0, 0xee)], vec![], 100);
+    drain(&mut r3);
+    for from in [0, 1, 2] {
+        r3.receive(101, r(from), position(3, true)).unwrap();
+    }
+    assert_eq!(
+        drain(&mut r3),
+        vec![Action::DigestState {
+            cid: ConsensusId(2)
+        }]
+    );
+    assert_eq!(r3.stats().state_unconfirmed, 0, "the vote runs");
+    for from in [0, 1, 2] {
+        r3.receive(102, r(from), position(9, true)).unwrap();
+    }
+    assert_eq!(
+        r3.stats().state_unconfirmed,
+        1,
+        "the vote was abandoned: the state is unconfirmed"
+    );
+    assert_eq!(
+        state_queries(drain(&mut r3)).len(),
+        3,
+        "the check asks every peer for its newest checkpoint"
+    );
+}
