@@ -15,6 +15,25 @@ const PERIOD: u64 = 4;
 /// state vote there is inconclusive and the check starts, asking every peer for its newest
 /// checkpoint. Returns it with the decisions of instances 0..12.
 fn unconfirmed_restart() -> (Replica, Vec<DecidedInstance>) {
+    let (mut r3, log) = restart_voting();
+    r3.report_state_digest(102, 2, Digest([0xaa; 32]));
+    drain(&mut r3);
+    assert_eq!(r3.stats().state_unconfirmed, 0, "the vote runs");
+    // Every peer is past instance 2 and has no checkpoint there.
+    offer_from(&mut r3, 103, 0, Some((0, 0xcc)), 9);
+    offer_from(&mut r3, 103, 1, Some((1, 0xcc)), 4);
+    offer_from(&mut r3, 103, 2, None, 7);
+    assert!(!r3.is_starting_up());
+    assert_eq!(r3.stats().state_unconfirmed, 1, "inconclusive: unconfirmed");
+    let asked = state_queries(drain(&mut r3));
+    assert_eq!(asked.len(), 3, "every peer is asked: {asked:?}");
+    (r3, log)
+}
+
+/// A durable BFT replica 3 restarted at instance 3, every peer at 3 too: its state vote on
+/// instance 2 runs (it has asked for its state's digest). Returns it with the decisions of
+/// instances 0..12.
+fn restart_voting() -> (Replica, Vec<DecidedInstance>) {
     let log = decided_run(12);
     let resume = resumed(2, 2, &[(ClientId(9), RequestSeq(3))], log[..3].to_vec());
     let params = ReplicaParams {
@@ -32,17 +51,6 @@ fn unconfirmed_restart() -> (Replica, Vec<DecidedInstance>) {
             cid: ConsensusId(2)
         }]
     );
-    r3.report_state_digest(102, 2, Digest([0xaa; 32]));
-    drain(&mut r3);
-    assert_eq!(r3.stats().state_unconfirmed, 0, "the vote runs");
-    // Every peer is past instance 2 and has no checkpoint there.
-    offer_from(&mut r3, 103, 0, Some((0, 0xcc)), 9);
-    offer_from(&mut r3, 103, 1, Some((1, 0xcc)), 4);
-    offer_from(&mut r3, 103, 2, None, 7);
-    assert!(!r3.is_starting_up());
-    assert_eq!(r3.stats().state_unconfirmed, 1, "inconclusive: unconfirmed");
-    let asked = state_queries(drain(&mut r3));
-    assert_eq!(asked.len(), 3, "every peer is asked: {asked:?}");
     (r3, log)
 }
 
@@ -167,23 +175,7 @@ fn f_plus_one_peers_checkpoints_that_contradict_stop_ordering_and_start_a_repair
 /// unconfirmed and checked as after any inconclusive vote, never trusted silently.
 #[test]
 fn a_vote_the_others_decide_past_during_start_up_leaves_the_state_unconfirmed() {
-    let log = decided_run(12);
-    let resume = resumed(2, 2, &[(ClientId(9), RequestSeq(3))], log[..3].to_vec());
-    let params = ReplicaParams {
-        checkpoint_period: PERIOD,
-        ..durable_params(Mode::Bft, 4, 3, true)
-    };
-    let mut r3 = restart(params, Some(resume), vec![ckp_info(0, 0xee)], vec![], 100);
-    drain(&mut r3);
-    for from in [0, 1, 2] {
-        r3.receive(101, r(from), position(3, true)).unwrap();
-    }
-    assert_eq!(
-        drain(&mut r3),
-        vec![Action::DigestState {
-            cid: ConsensusId(2)
-        }]
-    );
+    let (mut r3, _) = restart_voting();
     assert_eq!(r3.stats().state_unconfirmed, 0, "the vote runs");
     for from in [0, 1, 2] {
         r3.receive(102, r(from), position(9, true)).unwrap();
