@@ -27,9 +27,9 @@ use crate::space::Space;
 use crate::waits::{WaitBudget, WaitCounts};
 
 /// The fewest requests a segment (or a run, for decoding) has, by default, for its work to
-/// be split among threads: handing work to a worker and waiting for it costs some 50 µs on a shared
-/// virtual machine, about what 25 operations take, and below some 500 requests the split
-/// saves less than it costs there.
+/// be split among threads: handing work to a worker and waiting for it costs some 50 µs on
+/// a shared virtual machine, about what 25 operations take, and below some 500 requests the
+/// split saves less than it costs there.
 pub const PARALLEL_MIN_REQUESTS: usize = 512;
 
 /// What the operations of one space gave.
@@ -50,8 +50,8 @@ pub(crate) struct Run<'r> {
 }
 
 /// Executes the requests at `range` of `run` (none of them global), on the calling thread
-/// and `pool`'s workers if it has at least `parallel_min` requests, writing replies at their positions in `replies` and appending late
-/// replies to `late`.
+/// and `pool`'s workers if it has at least `parallel_min` requests, writing replies at their
+/// positions in `replies` and appending late replies to `late`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn execute_segment(
     spaces: &mut BTreeMap<String, Space>,
