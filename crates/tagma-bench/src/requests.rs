@@ -55,14 +55,24 @@ impl Workload {
 pub const BENCH_SPACE_BYTES_MAX: usize = 8 << 30;
 pub const BENCH_SPACE_TUPLES_MAX: usize = 100_000_000;
 
-/// The replica arguments that give [`BENCH_SPACE`] room for a benchmark's inserts.
-pub fn bench_space_limits() -> Vec<String> {
-    vec![
-        "--space-bytes-max".into(),
-        BENCH_SPACE_BYTES_MAX.to_string(),
-        "--space-tuples-max".into(),
-        BENCH_SPACE_TUPLES_MAX.to_string(),
-    ]
+/// The coordination service's benchmark cluster: 4 BFT replicas (f = 1) serving
+/// [`BENCH_SPACE`], with room for a benchmark's inserts.
+pub fn bench_space_cluster() -> tagma_cluster::LaunchOptions {
+    tagma_cluster::LaunchOptions {
+        replicas: 4,
+        mode: tagma_core::Mode::Bft,
+        f: Some(1),
+        service: Some("space".into()),
+        replica_args: vec![
+            "--spaces".into(),
+            BENCH_SPACE.into(),
+            "--space-bytes-max".into(),
+            BENCH_SPACE_BYTES_MAX.to_string(),
+            "--space-tuples-max".into(),
+            BENCH_SPACE_TUPLES_MAX.to_string(),
+        ],
+        unreplicated: false,
+    }
 }
 
 /// What the requests of a run look like.

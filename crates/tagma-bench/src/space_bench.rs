@@ -13,8 +13,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
 use serde::Serialize;
-use tagma_cluster::{LaunchOptions, LocalCluster};
-use tagma_core::Mode;
+use tagma_cluster::LocalCluster;
 use tagma_core::config::Durability;
 use tagma_exec::{Context, LateReply, Service};
 use tagma_space::{Field, FieldType, Pattern, SpaceRequest, TypedTemplate, TypedTuple};
@@ -89,21 +88,8 @@ pub struct SpaceBenchReport {
     pub execution: ExecPart,
 }
 
-const SPACE_ARGS: [&str; 2] = ["--spaces", crate::requests::BENCH_SPACE];
-
 fn launch(exe: &Path, durability: Durability) -> Result<LocalCluster> {
-    let launch = LaunchOptions {
-        replicas: 4,
-        mode: Mode::Bft,
-        f: Some(1),
-        service: Some("space".into()),
-        replica_args: [
-            SPACE_ARGS.iter().map(|s| s.to_string()).collect(),
-            crate::requests::bench_space_limits(),
-        ]
-        .concat(),
-        unreplicated: false,
-    };
+    let launch = crate::requests::bench_space_cluster();
     LocalCluster::launch_with(exe, &launch, |cfg| {
         cfg.storage.durability = durability;
         // Batches of up to 1 MiB (some 480 inserts of 1 KB; the default 256 KiB holds 224):

@@ -17,8 +17,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 use serde::Serialize;
-use tagma_cluster::{LaunchOptions, LocalCluster};
-use tagma_core::Mode;
+use tagma_cluster::LocalCluster;
 use tagma_core::config::Durability;
 use tagma_space::{Field, SpaceClient, TypedTuple};
 use tagma_wire::ReplicaId;
@@ -78,18 +77,7 @@ fn tuple(i: u64, field_bytes: usize) -> TypedTuple {
 }
 
 fn launch(exe: &Path, opts: &SpaceRecoveryOptions, state_mb: u64) -> Result<LocalCluster> {
-    let launch = LaunchOptions {
-        replicas: 4,
-        mode: Mode::Bft,
-        f: Some(1),
-        service: Some("space".into()),
-        replica_args: [
-            vec!["--spaces".into(), BENCH_SPACE.into()],
-            crate::requests::bench_space_limits(),
-        ]
-        .concat(),
-        unreplicated: false,
-    };
+    let launch = crate::requests::bench_space_cluster();
     let period = opts.checkpoint_period;
     LocalCluster::launch_with(exe, &launch, |cfg| {
         cfg.storage.durability = Durability::Fsync;

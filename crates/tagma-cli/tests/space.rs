@@ -116,6 +116,29 @@ fn the_command_line_waits_times_out_in_agreed_time_and_expires_leases() {
         .sum();
     assert!(time_batches >= 1.0, "the leader ordered time-only batches");
 
+    // `watch` prints what matches, oldest first, then what is inserted later.
+    let watcher = std::thread::spawn({
+        let dir = c.dir.clone();
+        move || {
+            Command::new(exe())
+                .args(["space", "--dir"])
+                .arg(dir)
+                .args(["watch", "jobs", "(\"cfg\", *)", "--count", "2"])
+                .output()
+                .unwrap()
+        }
+    });
+    cli(&c, &["out", "jobs", "(\"cfg\", 1)"]);
+    std::thread::sleep(Duration::from_millis(500));
+    cli(&c, &["out", "jobs", "(\"cfg\", 2)"]);
+    let watched = watcher.join().unwrap();
+    assert!(watched.status.success());
+    let lines: Vec<String> = String::from_utf8_lossy(&watched.stdout)
+        .lines()
+        .map(|l| l.split("  revision").next().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(lines, ["(\"cfg\", 1)", "(\"cfg\", 2)"]);
+
     // A leased tuple vanishes when its lease ends, with no other traffic.
     cli(&c, &["out", "jobs", "(\"lease\", 1)", "--lease-ms", "800"]);
     assert_eq!(cli(&c, &["rdp", "jobs", "(\"lease\", *)"]).0, 0);
@@ -231,6 +254,22 @@ fn a_protected_space_keeps_private_fields_from_the_replicas_and_opens_them_with_
     let template = format!("(*, \"{COMPARABLE}\", *)");
     assert_eq!(
         cli(&c, &["--space-key", key_arg, "rdp", "vault", &template]),
+        (0, format!("{tuple}  revision 1\n"))
+    );
+    // Watched with the key: the stored tuple, opened.
+    assert_eq!(
+        cli(
+            &c,
+            &[
+                "--space-key",
+                key_arg,
+                "watch",
+                "vault",
+                &template,
+                "--count",
+                "1"
+            ]
+        ),
         (0, format!("{tuple}  revision 1\n"))
     );
     let (code, json) = cli(

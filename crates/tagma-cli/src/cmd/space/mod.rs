@@ -26,8 +26,8 @@ use tagma_space::{
 
 pub use args::{SpaceArgs, SpaceCmd};
 use text::{
-    Shown, done, many, not_inserted, nothing_replaced, one, parse_policy, parse_protection,
-    parse_template, parse_tuple, spaces, stored_json, stored_line,
+    Shown, WATCH_WAIT, done, many, not_inserted, nothing_replaced, one, parse_policy,
+    parse_protection, parse_template, parse_tuple, spaces, stored_json, stored_line, watch_each,
 };
 
 /// `tagma space`.
@@ -361,27 +361,11 @@ fn watch(
     count: Option<u64>,
     json: bool,
 ) -> Result<()> {
-    const WAIT: Duration = Duration::from_secs(60);
-    let mut after = 0;
-    let mut printed = 0;
-    loop {
-        if count.is_some_and(|c| printed >= c) {
-            return Ok(());
-        }
-        let Some(stored) = client
-            .rd_after(space, template.clone(), after, WAIT)
-            .wait()?
-        else {
-            continue;
-        };
-        after = stored.revision;
-        printed += 1;
-        if json {
-            println!("{}", stored_json(&stored));
-        } else {
-            println!("{}", stored_line(&stored));
-        }
-    }
+    watch_each(count, json, |after| {
+        Ok(client
+            .rd_after(space, template.clone(), after, WATCH_WAIT)
+            .wait()?)
+    })
 }
 
 /// `tagma space keygen FILE`: 32 random bytes, owner-only, never over an existing file.

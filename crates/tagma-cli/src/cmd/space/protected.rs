@@ -15,8 +15,8 @@ use tagma_space::{
 
 use super::args::SpaceCmd;
 use super::text::{
-    Shown, done, many, not_inserted, nothing_replaced, one, parse_template, parse_tuple,
-    stored_json, stored_line,
+    Shown, WATCH_WAIT, done, many, not_inserted, nothing_replaced, one, parse_template,
+    parse_tuple, stored_json, stored_line, watch_each,
 };
 
 /// `revealed` as the tuple its writer inserted.
@@ -212,18 +212,10 @@ fn watch(
     count: Option<u64>,
     json_out: bool,
 ) -> Result<()> {
-    const WAIT: Duration = Duration::from_secs(60);
-    let mut after = 0;
-    let mut printed = 0;
-    loop {
-        if count.is_some_and(|c| printed >= c) {
-            return Ok(());
-        }
-        let Some(revealed) = space.rd_after(template, after, WAIT)? else {
-            continue;
+    watch_each(count, json_out, |after| {
+        let Some(revealed) = space.rd_after(template, after, WATCH_WAIT)? else {
+            return Ok(None);
         };
-        after = revealed.revision;
-        printed += 1;
         for replica in &revealed.wrong_shares {
             eprintln!(
                 "warning: replica {replica} gave a wrong share of revision {} (a faulty \
@@ -231,11 +223,6 @@ fn watch(
                 revealed.revision
             );
         }
-        let stored = plain(&revealed);
-        if json_out {
-            println!("{}", stored_json(&stored));
-        } else {
-            println!("{}", stored_line(&stored));
-        }
-    }
+        Ok(Some(plain(&revealed)))
+    })
 }

@@ -128,6 +128,34 @@ pub(crate) fn nothing_replaced() -> Shown {
     }
 }
 
+/// How long one step of `watch` waits for the next tuple before asking again.
+pub(crate) const WATCH_WAIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `watch`'s loop: `next(after)` gives the oldest tuple with a revision above `after` (or
+/// `None` when its wait ended without one); each is printed as a line or a JSON object,
+/// until `count` were printed (never, without a count).
+pub(crate) fn watch_each(
+    count: Option<u64>,
+    json: bool,
+    mut next: impl FnMut(u64) -> Result<Option<Stored>>,
+) -> Result<()> {
+    let mut after = 0;
+    let mut printed = 0;
+    while count.is_none_or(|c| printed < c) {
+        let Some(stored) = next(after)? else {
+            continue;
+        };
+        after = stored.revision;
+        printed += 1;
+        if json {
+            println!("{}", stored_json(&stored));
+        } else {
+            println!("{}", stored_line(&stored));
+        }
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
