@@ -34,6 +34,8 @@ pub struct BenchOptions {
     pub clients: usize,
     pub signed: bool,
     pub signature_threads: Option<usize>,
+    /// `batch.fill_wait_ms` of the replicas [default: the configuration's].
+    pub fill_wait_ms: Option<u64>,
     pub unordered: bool,
     /// Warm-up and window [default: 2 and 5 s, or 1 and 3 s in a sweep].
     pub warmup_s: Option<f64>,
@@ -183,9 +185,13 @@ fn bench_one(exe: &Path, opts: &BenchOptions) -> Result<(BenchReport, bool)> {
     let signed = opts.signed;
     let threads = opts.signature_threads;
     let durability = opts.durability;
+    let fill_wait_ms = opts.fill_wait_ms;
     let edit_with = move |durability: Durability| {
         move |cfg: &mut tagma_core::Config| {
             cfg.cluster.signed_requests = signed;
+            if let Some(ms) = fill_wait_ms {
+                cfg.batch.fill_wait_ms = ms;
+            }
             if let Some(t) = threads {
                 cfg.limits.signature_threads = t;
             }
@@ -213,6 +219,7 @@ fn bench_one(exe: &Path, opts: &BenchOptions) -> Result<(BenchReport, bool)> {
     let label = format!("{mode} n={replicas}");
     let cluster = LocalCluster::launch_with(exe, &launch, edit)?;
     let signature_threads = cluster.cfg.raw.limits.signature_threads;
+    let batch_fill_wait_ms = cluster.cfg.raw.batch.fill_wait_ms;
     // With durability: the same configuration without it, for `ratio_vs_no_durability`,
     // measured in windows alternating with the durable cluster's (both stay up; the idle
     // one costs next to nothing), each side's median window reported.
@@ -268,7 +275,7 @@ fn bench_one(exe: &Path, opts: &BenchOptions) -> Result<(BenchReport, bool)> {
         && volatile.as_ref().is_none_or(|v| v.load.completed > 0);
     let report = report(
         opts,
-        (mode, replicas, signature_threads),
+        (mode, replicas, signature_threads, batch_fill_wait_ms),
         &replicated,
         volatile.as_ref(),
         baseline.as_ref(),
@@ -280,7 +287,7 @@ fn bench_one(exe: &Path, opts: &BenchOptions) -> Result<(BenchReport, bool)> {
 /// durability (`volatile`, when measured) and the unreplicated `baseline` (when run).
 fn report(
     opts: &BenchOptions,
-    (mode, replicas, signature_threads): (Mode, usize, usize),
+    (mode, replicas, signature_threads, batch_fill_wait_ms): (Mode, usize, usize, u64),
     replicated: &Measured,
     volatile: Option<&Measured>,
     baseline: Option<&Measured>,
@@ -305,6 +312,7 @@ fn report(
         ordered: !opts.unordered,
         signed: opts.signed,
         signature_threads,
+        batch_fill_wait_ms,
         request_bytes: opts.payload,
         reply_bytes: opts.payload,
         clients: opts.clients,
@@ -351,6 +359,7 @@ mod tests {
             clients: 1,
             signed: false,
             signature_threads: None,
+            fill_wait_ms: None,
             unordered: false,
             warmup_s: None,
             duration_s: None,
@@ -375,7 +384,13 @@ mod tests {
 
     #[test]
     fn the_durability_figures_are_null_when_not_measured() {
-        let plain = report(&options(), (Mode::Bft, 4, 2), &measured(1000.0), None, None);
+        let plain = report(
+            &options(),
+            (Mode::Bft, 4, 2, 2),
+            &measured(1000.0),
+            None,
+            None,
+        );
         let json = serde_json::to_value(&plain).unwrap();
         for key in [
             "ratio_vs_no_durability",
@@ -387,7 +402,7 @@ mod tests {
         }
         let durable = report(
             &options(),
-            (Mode::Bft, 4, 2),
+            (Mode::Bft, 4, 2, 2),
             &measured(800.0),
             Some(&measured(1000.0)),
             None,

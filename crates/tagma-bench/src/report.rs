@@ -84,6 +84,9 @@ pub struct BenchReport {
     pub signed: bool,
     /// `limits.signature_threads` of the replicas (they use it only when `signed`).
     pub signature_threads: usize,
+    /// `batch.fill_wait_ms` of the replicas: how long a leader may hold a batch to fill it.
+    #[serde(default)]
+    pub batch_fill_wait_ms: u64,
     pub request_bytes: usize,
     pub reply_bytes: usize,
     pub clients: usize,

@@ -132,6 +132,9 @@ pub struct BatchSection {
     pub batch_size_max: usize,
     /// Most encoded bytes of one batch.
     pub batch_bytes_max: usize,
+    /// Adaptive batching: how long a leader may hold its next batch, while requests arrive,
+    /// until 7/8 as many wait as the last decided batch held (0: propose at once).
+    pub fill_wait_ms: u64,
 }
 
 impl Default for BatchSection {
@@ -139,6 +142,7 @@ impl Default for BatchSection {
         BatchSection {
             batch_size_max: 1024,
             batch_bytes_max: 256 << 10,
+            fill_wait_ms: 2,
         }
     }
 }
@@ -667,6 +671,16 @@ impl Config {
                 "remove the key to use the default (1000)",
             ));
         }
+        if b.fill_wait_ms.saturating_mul(10) > t.request_timeout_ms {
+            return Err(err(
+                "batch.fill_wait_ms",
+                format!(
+                    "{} ms is more than a tenth of timeouts.request_timeout_ms = {}: a leader holding batches that long would look slow to its followers",
+                    b.fill_wait_ms, t.request_timeout_ms
+                ),
+                "remove the key to use the default (2), set 0 to propose at once, or raise request_timeout_ms",
+            ));
+        }
         if b.batch_bytes_max + FRAME_OVERHEAD_BYTES > l.frame_bytes_max {
             return Err(err(
                 "batch.batch_bytes_max",
@@ -827,6 +841,22 @@ mod tests {
         assert_eq!(c.validate().unwrap_err().key, "replica[0].public_key");
         let e = Config::from_toml("[cluster]\nbogus = 1\n").unwrap_err();
         assert!(e.problem.contains("bogus"), "{e}");
+    }
+
+    #[test]
+    fn a_batch_fill_wait_beyond_a_tenth_of_the_request_timeout_is_refused() {
+        let mut c = config(4, Mode::Bft, 1);
+        assert_eq!(c.batch.fill_wait_ms, 2, "the documented default");
+        c.batch.fill_wait_ms = 100;
+        assert!(c.clone().validate().is_ok(), "a tenth of 1000 ms");
+        c.batch.fill_wait_ms = 101;
+        let e = c.clone().validate().unwrap_err();
+        assert_eq!(e.key, "batch.fill_wait_ms");
+        assert!(e.fix.contains("set 0"), "{e}");
+        c.timeouts.request_timeout_ms = 2000;
+        assert!(c.validate().is_ok());
+        let text = edited(|t| t.replace("fill_wait_ms = 2\n", "fill_wait_ms = 0\n"));
+        assert_eq!(Config::from_toml(&text).unwrap().raw.batch.fill_wait_ms, 0);
     }
 
     /// The documented file of a 4-replica cluster with `edit` applied to its text.

@@ -53,8 +53,12 @@ impl Config {
             db.batch_size_max, b.batch_size_max
         ));
         s.push_str(&format!(
-            "# Most encoded bytes per batch. Default {}.\nbatch_bytes_max = {}\n\n",
+            "# Most encoded bytes per batch. Default {}.\nbatch_bytes_max = {}\n",
             db.batch_bytes_max, b.batch_bytes_max
+        ));
+        s.push_str(&format!(
+            "# Adaptive batching: a leader may hold its next batch this long while requests arrive, until\n# 7/8 as many wait as the last decided batch held (fewer instances for the same requests:\n# less CPU per request on busy replicas). 0 proposes at once. Default {}.\nfill_wait_ms = {}\n\n",
+            db.fill_wait_ms, b.fill_wait_ms
         ));
         s.push_str("[timeouts]\n");
         s.push_str(&format!("# Replica request timer (first expiry forwards, second suspects the leader). Default {}.\nrequest_timeout_ms = {}\n", dt.request_timeout_ms, t.request_timeout_ms));

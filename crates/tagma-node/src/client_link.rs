@@ -21,7 +21,7 @@ use tracing::{debug, info_span};
 use crate::{
     CLIENTS_PER_CONNECTION_MAX, membership,
     peer_link::{peer_reader, write_loop},
-    shared::{ConnHandle, ConsensusEvent, ExecEvent, Shared, spawn},
+    shared::{ConnHandle, ConsensusEvent, ExecEvent, Shared, name_this_thread, spawn},
 };
 
 /// Accepts connections. Handshakes in progress are bounded (unauthenticated peers cannot
@@ -87,8 +87,14 @@ pub(crate) fn serve_connection(sh: &Arc<Shared>, stream: TcpStream) {
         }
     };
     match role {
-        Role::Replica(from) => peer_reader(sh, from, reader, writer),
-        Role::Client(principal) => client_connection(sh, principal, reader, writer),
+        Role::Replica(from) => {
+            name_this_thread(&format!("peer-in-{from}"));
+            peer_reader(sh, from, reader, writer)
+        }
+        Role::Client(principal) => {
+            name_this_thread(&format!("client-in-{principal}"));
+            client_connection(sh, principal, reader, writer)
+        }
     }
 }
 

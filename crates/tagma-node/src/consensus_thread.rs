@@ -150,6 +150,10 @@ pub(crate) fn feed(
         .store(stats.time_batches_proposed, Ordering::Relaxed);
     m.due_suspicions
         .store(stats.due_suspicions, Ordering::Relaxed);
+    m.batch_holds_filled
+        .store(stats.batch_holds_filled, Ordering::Relaxed);
+    m.batch_holds_expired
+        .store(stats.batch_holds_expired, Ordering::Relaxed);
     carry_out_actions(sh, core, links, clock)
 }
 

@@ -80,6 +80,10 @@ pub struct Metrics {
     /// leader because the agreed time stood still past the service's due time.
     pub time_batches_proposed: AtomicU64,
     pub due_suspicions: AtomicU64,
+    /// Proposals held as leader for their batches to fill: ended by enough requests, or
+    /// by `batch.fill_wait_ms`.
+    pub batch_holds_filled: AtomicU64,
+    pub batch_holds_expired: AtomicU64,
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
@@ -101,7 +105,7 @@ impl Metrics {
     pub fn render(&self, replica: ReplicaId) -> String {
         let mut s = String::new();
         let r = replica.0;
-        let counters: [(&str, &str, &AtomicU64); 35] = [
+        let counters: [(&str, &str, &AtomicU64); 37] = [
             (
                 "tagma_requests_received_total",
                 "Client requests received",
@@ -276,6 +280,16 @@ impl Metrics {
                 "tagma_due_suspicions_total",
                 "Times this replica suspected the leader because the agreed time stood still past the service's due time",
                 &self.due_suspicions,
+            ),
+            (
+                "tagma_batch_holds_filled_total",
+                "Proposals held as leader until enough requests arrived to fill the batch (adaptive batching)",
+                &self.batch_holds_filled,
+            ),
+            (
+                "tagma_batch_holds_expired_total",
+                "Proposals held as leader for the batch to fill that went at batch.fill_wait_ms with what had arrived",
+                &self.batch_holds_expired,
             ),
         ];
         for (name, help, v) in counters {

@@ -72,12 +72,16 @@ pub struct SimOptions {
     pub flood: Option<bool>,
     /// The service every replica runs, and the workload its clients run.
     pub service: SimService,
+    /// Adaptive batching: how long a leader may hold a proposal for its batch to fill
+    /// (`[batch] fill_wait_ms`); 0, the default, proposes at once. Not drawn from the seed,
+    /// so that a seed's trace does not depend on it unless asked.
+    pub batch_fill_wait_ms: u64,
 }
 
 impl SimOptions {
     /// Parses the options part of a regression line or command line: `key=value` tokens
     /// (`mode=bft|cft f=N replicas=N byzantine=N fault_ms=N reconfig=0|1|2 flood=0|1
-    /// service=kv|space`).
+    /// service=kv|space fill=MS`).
     pub fn parse_tokens<'a>(tokens: impl Iterator<Item = &'a str>) -> Result<Self, String> {
         let mut o = SimOptions::default();
         for token in tokens {
@@ -114,6 +118,7 @@ impl SimOptions {
                     }
                 }
                 "service" => o.service = SimService::parse(v)?,
+                "fill" => o.batch_fill_wait_ms = num()?,
                 _ => return Err(format!("unknown option {k:?}")),
             }
         }
@@ -146,6 +151,9 @@ impl SimOptions {
         }
         if self.service != SimService::Kv {
             t.push(format!("service={}", self.service));
+        }
+        if self.batch_fill_wait_ms > 0 {
+            t.push(format!("fill={}", self.batch_fill_wait_ms));
         }
         t
     }

@@ -205,6 +205,8 @@ pub struct Scenario {
     pub service: SimService,
     /// The coordination service's workload (drawn for every seed, used by space runs).
     pub space: SpaceParams,
+    /// How long leaders hold a proposal for its batch to fill (adaptive batching; 0: never).
+    pub batch_fill_wait_ms: u64,
 }
 
 /// The coordination-service workload of a seed.
@@ -396,6 +398,7 @@ impl Scenario {
                 .unwrap_or(LIVENESS_BOUND_MS_DEFAULT),
             service: options.service,
             space: SpaceParams::draw(seed),
+            batch_fill_wait_ms: options.batch_fill_wait_ms,
         })
     }
 

@@ -32,6 +32,8 @@ fn ci_options(seed: u64) -> SimOptions {
         // replica and remove one, or (durable seeds, half of the time) add a dormant one, or
         // (f ≥ 2, half of the others) lower f.
         reconfig: if (seed / 6).is_multiple_of(3) { 2 } else { 0 },
+        // Another third have leaders hold proposals for their batches to fill.
+        batch_fill_wait_ms: if (seed / 6) % 3 == 1 { 2 } else { 0 },
         ..SimOptions::default()
     }
 }

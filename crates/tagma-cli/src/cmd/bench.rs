@@ -187,6 +187,11 @@ pub struct BenchArgs {
     /// [default: the configuration's, 2].
     #[arg(long)]
     pub signature_threads: Option<usize>,
+    /// How long the leader may hold its next batch while requests arrive to fill it
+    /// (`batch.fill_wait_ms`; 0 proposes at once, as soon as the previous instance decided)
+    /// [default: the configuration's, 2].
+    #[arg(long)]
+    pub fill_wait_ms: Option<u64>,
     /// Send read-only requests without ordering.
     #[arg(long)]
     pub unordered: bool,
@@ -428,6 +433,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
         clients: args.clients,
         signed: args.signed,
         signature_threads: args.signature_threads,
+        fill_wait_ms: args.fill_wait_ms,
         unordered: args.unordered,
         warmup_s: args.warmup_s,
         duration_s: args.duration_s,

@@ -44,6 +44,10 @@ pub struct SimArgs {
     /// lock safety in agreed time, and waits answered once).
     #[arg(long, default_value = "kv", value_parser = ["kv", "space"])]
     pub service: String,
+    /// Adaptive batching: how long leaders may hold a proposal while its batch fills, in
+    /// virtual ms (the `[batch] fill_wait_ms` of a real cluster). 0 proposes at once.
+    #[arg(long, default_value_t = 0)]
+    pub fill_ms: u64,
     /// Print one line per event (with --seed).
     #[arg(long)]
     pub trace: bool,
@@ -71,6 +75,7 @@ pub fn run(args: SimArgs) -> Result<()> {
         reconfig: args.reconfig.unwrap_or(0),
         flood: args.flood,
         service,
+        batch_fill_wait_ms: args.fill_ms,
         ..Default::default()
     };
     if let Some(seed) = args.seed {

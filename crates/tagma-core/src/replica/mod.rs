@@ -16,6 +16,7 @@
 
 mod action;
 mod answer_budget;
+mod batch_fill;
 mod catch_up;
 mod durable_log;
 mod durable_votes;
@@ -129,6 +130,8 @@ pub struct Replica {
     instance: Instance,
     /// Timestamp of the last decided batch (0 before the first).
     last_decided_timestamp_ms: u64,
+    /// The leader's hold on its next proposal while the batch fills (`batch_fill`).
+    batch_fill: batch_fill::BatchFill,
     /// The last decided instance, for the ordering invariant.
     last_decided: Option<ConsensusId>,
     decisions: DecisionLog,
@@ -247,6 +250,7 @@ impl Replica {
             clients,
             instance: Instance::new(ConsensusId(0)),
             last_decided_timestamp_ms: 0,
+            batch_fill: batch_fill::BatchFill::default(),
             last_decided: None,
             decisions: DecisionLog::new(params.decisions_kept),
             future,

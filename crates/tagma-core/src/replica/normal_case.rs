@@ -484,6 +484,7 @@ impl Replica {
             .record(cid, epoch, hash, bytes, signatures, proof);
         self.stats.decided_instances += 1;
         self.stats.decided_requests += batch.requests.len() as u64;
+        self.batch_fill.last_batch_requests = batch.requests.len();
         self.leader_change.failed_regencies = 0;
         if self.leader_change.waiting_sync && epoch >= self.epoch() {
             // Decided in the installed regency: its SYNC completed elsewhere (this replica
@@ -618,6 +619,9 @@ impl Replica {
             None => None,
         }
         .and_then(|value| Some((value.clone(), Batch::decode(value).ok()?)));
+        if recovered.is_none() && self.holds_batch_to_fill() {
+            return;
+        }
         let Some((bytes, batch)) = recovered.or_else(|| self.build_batch()) else {
             return;
         };

@@ -15,6 +15,9 @@ pub struct ReplicaParams {
     pub view: ViewId,
     pub batch_size_max: usize,
     pub batch_bytes_max: usize,
+    /// How long a leader may hold its next batch while requests arrive to fill it to most of
+    /// the last decided batch's size (`[batch] fill_wait_ms`; 0: propose at once).
+    pub batch_fill_wait_ms: u64,
     pub request_bytes_max: usize,
     pub client_pending_max: usize,
     pub pending_requests_max: usize,
@@ -104,6 +107,7 @@ impl ReplicaParams {
             view: ViewId(0),
             batch_size_max: r.batch.batch_size_max,
             batch_bytes_max: r.batch.batch_bytes_max,
+            batch_fill_wait_ms: r.batch.fill_wait_ms,
             request_bytes_max: r.limits.request_bytes_max,
             client_pending_max: r.limits.client_pending_max,
             pending_requests_max: r.limits.pending_requests_max,

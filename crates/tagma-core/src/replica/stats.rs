@@ -40,4 +40,8 @@ pub struct CoreStats {
     /// Times this replica suspected the leader because the agreed time stood still past the
     /// service's due time (see `time_batch`).
     pub due_suspicions: u64,
+    /// Proposals this replica held as leader for their batches to fill (see `batch_fill`):
+    /// holds that ended because enough requests arrived, and holds that ran out.
+    pub batch_holds_filled: u64,
+    pub batch_holds_expired: u64,
 }

@@ -117,6 +117,7 @@ impl Replica {
             self.state_check_deadline_ms(),
             self.time_batch_deadline_ms(),
             self.due_watch_deadline_ms(),
+            self.batch_fill_deadline_ms(),
         ]
         .into_iter()
         .flatten()

@@ -41,6 +41,8 @@ pub fn params(mode: Mode, n: u32, me: u32) -> ReplicaParams {
         view: ViewId(0),
         batch_size_max: 16,
         batch_bytes_max: 64 << 10,
+        // Proposals go at once (the batch-fill tests set a wait).
+        batch_fill_wait_ms: 0,
         request_bytes_max: 1024,
         client_pending_max: 100,
         pending_requests_max: 10_000,

@@ -6,6 +6,7 @@
 mod harness;
 
 mod answer_budget;
+mod batch_fill;
 mod catch_up;
 mod clusters;
 mod durable_log;

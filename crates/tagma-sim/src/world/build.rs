@@ -57,6 +57,7 @@ impl World {
                     view: ViewId(0),
                     batch_size_max: 8,
                     batch_bytes_max: 64 * 1024,
+                    batch_fill_wait_ms: sc.batch_fill_wait_ms,
                     request_bytes_max: 1024,
                     client_pending_max: 8,
                     pending_requests_max: 1024,
