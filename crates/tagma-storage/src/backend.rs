@@ -6,12 +6,15 @@
 
 use std::ops::Range;
 
+use bytes::Bytes;
+
 use crate::{CheckpointStore, Log, StorageError};
 
 /// Decided instances, appended in order (a record is a consensus id and opaque bytes).
 pub trait RecordLog: Send {
-    /// Appends instance `cid` (the next one, or any after [`RecordLog::reset_after`]).
-    fn append(&mut self, cid: u64, payload: &[u8]) -> Result<(), StorageError>;
+    /// Appends instance `cid` (the next one, or any after [`RecordLog::reset_after`]). The
+    /// payload is handed over: the memory log keeps it as it is, without a copy.
+    fn append(&mut self, cid: u64, payload: Bytes) -> Result<(), StorageError>;
     /// Makes everything appended durable (files: one `fdatasync`; memory: nothing to do).
     fn flush(&mut self) -> Result<(), StorageError>;
     /// The oldest instance held.
@@ -50,8 +53,8 @@ pub trait Checkpoints: Send + Sync {
 }
 
 impl RecordLog for Log {
-    fn append(&mut self, cid: u64, payload: &[u8]) -> Result<(), StorageError> {
-        Log::append(self, cid, payload)
+    fn append(&mut self, cid: u64, payload: Bytes) -> Result<(), StorageError> {
+        Log::append(self, cid, &payload)
     }
     fn flush(&mut self) -> Result<(), StorageError> {
         Log::flush(self)

@@ -2,6 +2,8 @@
 //! tests run against each implementation of [`RecordLog`] and [`Checkpoints`]. It panics,
 //! naming the step, where a backend departs from it.
 
+use bytes::Bytes;
+
 use crate::{Checkpoints, RecordLog, StorageError};
 
 fn payload(cid: u64) -> Vec<u8> {
@@ -17,7 +19,8 @@ pub fn record_log(log: &mut dyn RecordLog) {
         "a new log is empty"
     );
     for cid in 0..10 {
-        log.append(cid, &payload(cid)).expect("in-order append");
+        log.append(cid, Bytes::from(payload(cid)))
+            .expect("in-order append");
     }
     log.flush().expect("flush");
     assert_eq!((log.first_cid(), log.last_cid()), (Some(0), Some(9)));
@@ -34,7 +37,7 @@ pub fn record_log(log: &mut dyn RecordLog) {
     assert_eq!(tail.iter().map(|(c, _)| *c).collect::<Vec<_>>(), vec![8, 9]);
     assert!(
         matches!(
-            log.append(11, b"skip"),
+            log.append(11, Bytes::from_static(b"skip")),
             Err(StorageError::OutOfOrder {
                 expected: 10,
                 got: 11
@@ -49,10 +52,10 @@ pub fn record_log(log: &mut dyn RecordLog) {
     log.reset_after(20).expect("reset");
     assert_eq!(log.last_cid(), Some(20));
     assert!(
-        log.append(15, b"old").is_err(),
+        log.append(15, Bytes::from_static(b"old")).is_err(),
         "nothing before the reset point"
     );
-    log.append(21, &payload(21))
+    log.append(21, Bytes::from(payload(21)))
         .expect("the append after a reset");
     log.flush().expect("flush");
     assert_eq!(log.first_cid(), Some(21));

@@ -10,12 +10,15 @@ use std::{
     sync::{Arc, Mutex, PoisonError},
 };
 
+use bytes::Bytes;
+
 use crate::{RecordLog, StorageError, backend::Checkpoints};
 
 /// Decided instances in memory, bounded by what checkpoints release (see [`RecordLog`]).
 #[derive(Debug, Default)]
 pub struct MemoryLog {
-    records: BTreeMap<u64, Vec<u8>>,
+    /// The payloads as appended (shared, not copied).
+    records: BTreeMap<u64, Bytes>,
     /// The next instance to append (`None`: anything may come first).
     next: Option<u64>,
 }
@@ -27,13 +30,13 @@ impl MemoryLog {
 }
 
 impl RecordLog for MemoryLog {
-    fn append(&mut self, cid: u64, payload: &[u8]) -> Result<(), StorageError> {
+    fn append(&mut self, cid: u64, payload: Bytes) -> Result<(), StorageError> {
         if let Some(expected) = self.next
             && cid != expected
         {
             return Err(StorageError::OutOfOrder { expected, got: cid });
         }
-        self.records.insert(cid, payload.to_vec());
+        self.records.insert(cid, payload);
         self.next = Some(cid + 1);
         Ok(())
     }
@@ -58,7 +61,7 @@ impl RecordLog for MemoryLog {
                     log_first: *cid,
                 });
             }
-            records.push((*cid, payload.clone()));
+            records.push((*cid, payload.to_vec()));
         }
         Ok(records)
     }

@@ -40,7 +40,7 @@ pub(crate) fn storage_loop(
                     if covered.is_some_and(|c| cid <= c) {
                         continue;
                     }
-                    if let Err(e) = log.append(cid, &decided.to_bytes()) {
+                    if let Err(e) = log.append(cid, decided.to_bytes()) {
                         error!("cannot log instance {cid}: {e}; this replica stops replying");
                         return;
                     }

@@ -189,7 +189,7 @@ pub(crate) fn log_installed(
         }
     };
     for d in entries.iter().filter(|d| d.cid.0 >= from) {
-        log.append(d.cid.0, &d.to_bytes())?;
+        log.append(d.cid.0, d.to_bytes())?;
     }
     log.flush()
 }
