@@ -74,10 +74,14 @@ impl Replica {
         true
     }
 
-    /// When a held proposal must go, whatever has arrived by then.
+    /// When a held proposal must go, whatever has arrived by then. Not once that time is
+    /// reached: the tick then proposes, or, if something else holds proposals back (a leader
+    /// change, the log), the next chance to propose does it at once — a deadline already
+    /// passed must not make the runtime tick without end.
     pub(super) fn batch_fill_deadline_ms(&self) -> Option<u64> {
         let hold = self.batch_fill.holding?;
-        (hold.cid == self.instance.cid && self.is_leader())
-            .then(|| hold.since_ms.saturating_add(self.params.batch_fill_wait_ms))
+        let deadline = hold.since_ms.saturating_add(self.params.batch_fill_wait_ms);
+        (hold.cid == self.instance.cid && self.is_leader() && deadline > self.now_ms)
+            .then_some(deadline)
     }
 }
