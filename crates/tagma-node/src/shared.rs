@@ -186,7 +186,6 @@ impl Shared {
     }
 }
 
-/// Spawns one of the replica's threads, named, inside the replica's tracing span.
 /// Renames the calling thread (what `top -H`, `perf` and debuggers show) once it knows what it
 /// serves: a connection thread is started before its handshake says whether a client or a
 /// peer is on the other end. Linux keeps the first 15 bytes; a failure changes nothing else.
@@ -198,6 +197,7 @@ pub(crate) fn name_this_thread(name: &str) {
     }
 }
 
+/// Spawns one of the replica's threads, named, inside the replica's tracing span.
 pub(crate) fn spawn(
     name: String,
     me: ReplicaId,

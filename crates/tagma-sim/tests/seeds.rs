@@ -268,4 +268,8 @@ fn regression_lines_parse_and_round_trip() {
     assert_eq!((space.service, space.reconfig), (SimService::Space, 2));
     assert_eq!(space.tokens(), ["reconfig=2", "service=space"]);
     assert!(parse_regression_line("1 service=queue").is_err());
+    let (_, fill) = parse_regression_line("9 fill=2").unwrap().unwrap();
+    assert_eq!(fill.batch_fill_wait_ms, 2);
+    assert_eq!(fill.tokens(), ["fill=2"]);
+    assert!(parse_regression_line("1 fill=soon").is_err());
 }
