@@ -334,7 +334,7 @@ pub(crate) mod tests {
             ordered: true,
             signed: threads > 0,
             signature_threads: threads,
-            batch_fill_wait_ms: 1,
+            batch_fill_wait_ms: 2,
             request_bytes: payload,
             reply_bytes: payload,
             clients,

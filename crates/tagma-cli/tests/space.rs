@@ -42,15 +42,23 @@ fn client(c: &LocalCluster) -> SpaceClient {
     SpaceClient::new(c.proxy(READY).expect("client connects"))
 }
 
+/// The command `tagma space --dir DIR ARGS...` for `c`'s cluster directory.
+fn space_command(c: &LocalCluster, args: &[&str]) -> Command {
+    let mut command = Command::new(exe());
+    command.args(["space", "--dir"]).arg(&c.dir).args(args);
+    command
+}
+
+/// Runs [`space_command`] on a thread of its own (for commands that block until another
+/// process acts); the thread returns what it printed.
+fn spawn_cli(c: &LocalCluster, args: &[&str]) -> std::thread::JoinHandle<std::process::Output> {
+    let mut command = space_command(c, args);
+    std::thread::spawn(move || command.output().expect("tagma runs"))
+}
+
 /// `tagma space --dir DIR ARGS...`: (exit status, standard output).
 fn cli(c: &LocalCluster, args: &[&str]) -> (i32, String) {
-    let out = Command::new(exe())
-        .arg("space")
-        .arg("--dir")
-        .arg(&c.dir)
-        .args(args)
-        .output()
-        .expect("tagma runs");
+    let out = space_command(c, args).output().expect("tagma runs");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let code = out.status.code().unwrap_or(-1);
     assert!(
@@ -76,15 +84,10 @@ fn the_command_line_waits_times_out_in_agreed_time_and_expires_leases() {
     assert_eq!(v["tuples"][0]["revision"], 1);
 
     // A blocked `in`, answered by an `out` from another process.
-    let dir = c.dir.clone();
-    let waiter = std::thread::spawn(move || {
-        Command::new(exe())
-            .args(["space", "--dir"])
-            .arg(dir)
-            .args(["in", "jobs", "(\"deploy\", *)", "--timeout-ms", "20000"])
-            .output()
-            .unwrap()
-    });
+    let waiter = spawn_cli(
+        &c,
+        &["in", "jobs", "(\"deploy\", *)", "--timeout-ms", "20000"],
+    );
     std::thread::sleep(Duration::from_millis(700));
     cli(&c, &["out", "jobs", "(\"deploy\", 7)"]);
     let got = waiter.join().unwrap();
@@ -117,17 +120,7 @@ fn the_command_line_waits_times_out_in_agreed_time_and_expires_leases() {
     assert!(time_batches >= 1.0, "the leader ordered time-only batches");
 
     // `watch` prints what matches, oldest first, then what is inserted later.
-    let watcher = std::thread::spawn({
-        let dir = c.dir.clone();
-        move || {
-            Command::new(exe())
-                .args(["space", "--dir"])
-                .arg(dir)
-                .args(["watch", "jobs", "(\"cfg\", *)", "--count", "2"])
-                .output()
-                .unwrap()
-        }
-    });
+    let watcher = spawn_cli(&c, &["watch", "jobs", "(\"cfg\", *)", "--count", "2"]);
     cli(&c, &["out", "jobs", "(\"cfg\", 1)"]);
     std::thread::sleep(Duration::from_millis(500));
     cli(&c, &["out", "jobs", "(\"cfg\", 2)"]);
@@ -147,10 +140,7 @@ fn the_command_line_waits_times_out_in_agreed_time_and_expires_leases() {
 
     // A policy that admits another principal denies this one, and nothing changes.
     cli(&c, &["create", "guarded", "--policy", "insert: 99"]);
-    let out = Command::new(exe())
-        .args(["space", "--dir"])
-        .arg(&c.dir)
-        .args(["out", "guarded", "(1)"])
+    let out = space_command(&c, &["out", "guarded", "(1)"])
         .output()
         .unwrap();
     assert!(!out.status.success());
@@ -304,12 +294,7 @@ fn a_protected_space_keeps_private_fields_from_the_replicas_and_opens_them_with_
     // Without the key, an insertion or a template with a value at a protected position is
     // refused before it is sent (the replicas would get the value in the clear).
     for args in [["out", "vault", &tuple], ["rdp", "vault", &template]] {
-        let refused = Command::new(exe())
-            .args(["space", "--dir"])
-            .arg(&c.dir)
-            .args(args)
-            .output()
-            .unwrap();
+        let refused = space_command(&c, &args).output().unwrap();
         assert!(!refused.status.success());
         let stderr = String::from_utf8_lossy(&refused.stderr);
         assert!(

@@ -114,10 +114,35 @@ fn a_follower_never_holds_and_arms_no_fill_timer() {
         batch_fill_wait_ms: 2,
         ..params(Mode::Bft, 4, 1)
     });
-    follower.receive_request(10, req(1, 1)).unwrap();
-    drain(&mut follower);
+    // A decided batch of eight: a leader in its place would now hold for seven requests.
+    let eight = batch_of(1, (1..=8).map(|client| req(client, 1)).collect());
+    decide_on_follower(&mut follower, 0, &eight);
+    follower.receive_request(10, req(1, 2)).unwrap();
+    assert!(!proposes(&drain(&mut follower)));
     assert!(
         follower.next_timeout_ms().is_some_and(|t| t >= 1000),
         "only the request timer"
     );
+}
+
+#[test]
+fn a_hold_past_its_deadline_never_names_a_time_already_passed() {
+    let mut leader = leader_filling(2);
+    after_a_batch_of_eight(&mut leader);
+    leader.receive_request(20, req(1, 2)).unwrap();
+    assert_eq!(leader.next_timeout_ms(), Some(22));
+    // An input after the deadline that proposes nothing (refused: it claims to come from the
+    // leader itself): the runtime must not be told to tick at a time already passed, which
+    // would make it tick without end while something held proposals back.
+    assert!(leader.receive(23, r(0), position(3, false)).is_err());
+    assert!(!proposes(&drain(&mut leader)));
+    assert!(
+        leader.next_timeout_ms().is_none_or(|t| t > 23),
+        "a deadline already passed: {:?}",
+        leader.next_timeout_ms()
+    );
+    // The next chance to propose takes it, whatever has arrived.
+    leader.tick(24);
+    let (_, _, batch) = take_proposal(&drain(&mut leader), 2, Mode::Bft);
+    assert_eq!(ids(&batch), vec![(1, 2)]);
 }
