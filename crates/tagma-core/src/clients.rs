@@ -351,6 +351,10 @@ impl Clients {
                 new_sessions_left = new_sessions_left.saturating_sub(1);
                 room
             })
+            // Every client of the first round gives at most one request to it, and a batch
+            // ends within the first round once it has `batch_size_max` clients: looking past
+            // them (thousands of clients waiting) would change nothing but the cost.
+            .take(limits.batch_size_max)
             .collect();
         'rounds: while !round.is_empty() {
             let mut next_round = Vec::with_capacity(round.len());
@@ -720,6 +724,46 @@ mod tests {
         c.admit(req(4, 1, 0)).unwrap();
         assert!(c.has_proposable());
         assert_eq!(ids(&c.select_batch()), vec![(4, 1), (4, 2)]);
+    }
+
+    #[test]
+    fn with_more_waiting_clients_than_a_batch_holds_each_batch_takes_the_next_ones_in_turn() {
+        let mut c = Clients::new(ClientLimits {
+            pending_requests_max: 100,
+            clients_max: 100,
+            ..limits()
+        });
+        for client in 1..=10 {
+            for seq in 1..=2 {
+                c.admit(req(client, seq, 0)).unwrap();
+            }
+        }
+        let mut order = Vec::new();
+        for cid in 0..5 {
+            let b = c.select_batch();
+            assert_eq!(b.len(), 4);
+            order.extend(ids(&b));
+            c.on_decided(ConsensusId(cid), &batch(b));
+        }
+        // One request per client per turn, every client before any client's second.
+        let expected: Vec<(u64, u64)> = (1..=2)
+            .flat_map(|seq| (1..=10).map(move |client| (client, seq)))
+            .collect();
+        assert_eq!(order, expected);
+        // New sessions beyond `clients_max` wait, and only the clients a batch takes count.
+        let mut c = Clients::new(ClientLimits {
+            pending_requests_max: 100,
+            clients_max: 6,
+            ..limits()
+        });
+        for client in 1..=10 {
+            c.admit(req(client, 1, 0))
+                .unwrap_or_else(|e| panic!("{client}: {e:?}"));
+        }
+        let b = c.select_batch();
+        assert_eq!(ids(&b), vec![(1, 1), (2, 1), (3, 1), (4, 1)]);
+        c.on_decided(ConsensusId(0), &batch(b));
+        assert_eq!(ids(&c.select_batch()), vec![(5, 1), (6, 1)]);
     }
 
     #[test]
