@@ -8,7 +8,12 @@
 //!   the root digest is the same for the same objects whatever the order they were written
 //!   in, rehashing touches only the nodes a batch changed (subtrees in parallel), and two
 //!   trees name the objects they differ in without visiting the subtrees they share.
+//! - [`mixer`]: the application's guess of what each request reads and writes ([`Mixer`]),
+//!   and [`mix`], which splits a batch into parallel batches of requests that do not
+//!   conflict.
 
+pub mod mixer;
 pub mod tree;
 
+pub use mixer::{Access, Mixed, Mixer, mix};
 pub use tree::{HashReport, ObjectId, ObjectTree};
