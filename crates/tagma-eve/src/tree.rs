@@ -217,8 +217,9 @@ fn insert(branch: &mut Branch, level: u32, id: ObjectId, path: u64, value: Bytes
     replaced
 }
 
-/// Removes from `branch` (at `level`); returns the value removed. A branch below left with
-/// one object is replaced by that object's leaf.
+/// Removes from `branch` (at `level`) an object it holds (the caller checked: a write
+/// clears the digests on its path); returns its value. A branch below left with one object
+/// is replaced by that object's leaf.
 fn remove(branch: &mut Branch, level: u32, id: ObjectId, path: u64) -> Option<Bytes> {
     let child = &mut branch.children[slot(path, level)];
     let removed = match child {
@@ -230,9 +231,6 @@ fn remove(branch: &mut Branch, level: u32, id: ObjectId, path: u64) -> Option<By
         }
         Some(Node::Leaf(_)) => None,
         Some(Node::Branch(below)) => {
-            if !contains(below, level + 1, id, path) {
-                return None;
-            }
             let below = branch_mut(below);
             let value = remove(below, level + 1, id, path);
             if below.objects == 1 {
