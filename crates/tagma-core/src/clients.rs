@@ -600,6 +600,15 @@ mod tests {
         }
     }
 
+    /// Room for 100 pending requests and `clients_max` sessions, the other limits as above.
+    fn roomy(clients_max: usize) -> Clients {
+        Clients::new(ClientLimits {
+            pending_requests_max: 100,
+            clients_max,
+            ..limits()
+        })
+    }
+
     fn req(client: u64, seq: u64, payload_bytes: usize) -> RequestEnvelope {
         RequestEnvelope {
             request: Request {
@@ -696,12 +705,7 @@ mod tests {
 
     #[test]
     fn round_robin_contiguous_and_fair() {
-        let mut c = Clients::new(ClientLimits {
-            pending_requests_max: 100,
-            clients_max: 100,
-            request_timeout_ms: 1000,
-            ..limits()
-        });
+        let mut c = roomy(100);
         for client in 1..=3 {
             for seq in 1..=3 {
                 c.admit(req(client, seq, 0)).unwrap();
@@ -728,11 +732,7 @@ mod tests {
 
     #[test]
     fn with_more_waiting_clients_than_a_batch_holds_each_batch_takes_the_next_ones_in_turn() {
-        let mut c = Clients::new(ClientLimits {
-            pending_requests_max: 100,
-            clients_max: 100,
-            ..limits()
-        });
+        let mut c = roomy(100);
         for client in 1..=10 {
             for seq in 1..=2 {
                 c.admit(req(client, seq, 0)).unwrap();
@@ -751,11 +751,7 @@ mod tests {
             .collect();
         assert_eq!(order, expected);
         // New sessions beyond `clients_max` wait, and only the clients a batch takes count.
-        let mut c = Clients::new(ClientLimits {
-            pending_requests_max: 100,
-            clients_max: 6,
-            ..limits()
-        });
+        let mut c = roomy(6);
         for client in 1..=10 {
             c.admit(req(client, 1, 0))
                 .unwrap_or_else(|e| panic!("{client}: {e:?}"));

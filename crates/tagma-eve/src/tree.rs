@@ -401,11 +401,11 @@ fn leaves_below<'a>(branch: &'a Branch, out: &mut Vec<&'a Leaf>) {
 fn every_object(node: &Node, out: &mut Vec<ObjectId>) {
     match node {
         Node::Leaf(leaf) => out.push(leaf.id),
-        Node::Branch(b) => b
-            .children
-            .iter()
-            .flatten()
-            .for_each(|c| every_object(c, out)),
+        Node::Branch(b) => {
+            let mut leaves = Vec::new();
+            leaves_below(b, &mut leaves);
+            out.extend(leaves.iter().map(|l| l.id));
+        }
     }
 }
 

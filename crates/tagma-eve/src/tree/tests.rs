@@ -133,7 +133,7 @@ fn hashing_again_computes_only_the_nodes_a_batch_changed() {
 }
 
 #[test]
-fn large_values_are_hashed_in_place() {
+fn a_value_is_kept_and_hashed_without_a_copy() {
     let big = Bytes::from(vec![5u8; 10 << 10]);
     let mut tree = ObjectTree::new();
     tree.insert(ObjectId(1), big.clone());
