@@ -1,7 +1,8 @@
 //! `tagma-eve`: execute-verify replication, after Kapritsos, Wang, Quema, Clement, Alvisi and
 //! Dahlin, "All about Eve: Execute-Verify Replication for Multi-Core Servers". Replicas
 //! execute a batch's requests in parallel first and then check that they agree, by comparing
-//! a digest of the state each reached.
+//! a token of the state and the replies each reached; when they do not, they roll back and
+//! run the batch again in order.
 //!
 //! - [`tree`]: the application state as named objects in a copy-on-write Merkle tree
 //!   ([`ObjectTree`]): a snapshot per batch costs one pointer copy (a rollback restores it),
@@ -11,9 +12,32 @@
 //! - [`mixer`]: the application's guess of what each request reads and writes ([`Mixer`]),
 //!   and [`mix`], which splits a batch into parallel batches of requests that do not
 //!   conflict.
+//! - [`service`] and [`context`]: what an application implements ([`EveService`]) and what a
+//!   request sees while it runs ([`RequestContext`]).
+//! - [`batch`] and [`token`]: the primary's numbered batches with their non-deterministic
+//!   inputs, and the token that sums up a batch's outcome.
+//! - [`executor`]: runs batches in parallel or in order, keeps the states not yet verified,
+//!   commits, rolls back or adopts a fetched state.
+//! - [`quorum`]: the sizes and quorums of a deployment tolerating `u` and `r` faults.
+//! - [`services`]: the micro-benchmark service and a deliberately racy one.
 
+pub mod batch;
+pub mod context;
+pub mod error;
+pub mod executor;
 pub mod mixer;
+pub mod quorum;
+pub mod service;
+pub mod services;
+pub mod token;
 pub mod tree;
 
+pub use batch::{Batch, NonDeterminism};
+pub use context::RequestContext;
+pub use error::EveError;
+pub use executor::{Executed, Execution, Executor, Stable};
 pub use mixer::{Access, Mixed, Mixer, mix};
+pub use quorum::{Agreement, Resilience, agree};
+pub use service::EveService;
+pub use token::Token;
 pub use tree::{HashReport, ObjectId, ObjectTree};

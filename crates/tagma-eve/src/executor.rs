@@ -1,0 +1,260 @@
+//! An executor: runs batches (mixed into parallel batches on its thread pool, or in order),
+//! computes each batch's token, keeps the states of the batches not yet verified, and
+//! commits, rolls back or adopts a fetched state as verification decides.
+//!
+//! The executor is the compute half of an execute-verify replica and does no I/O: the
+//! protocol that carries tokens between replicas decides what it does next.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rayon::prelude::*;
+
+use crate::batch::Batch;
+use crate::context::{RequestContext, WorkingState};
+use crate::error::EveError;
+use crate::mixer::{Mixer, mix};
+use crate::service::EveService;
+use crate::token::Token;
+use crate::tree::{Digest, ObjectTree};
+
+/// How a batch runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Execution {
+    /// Mixed into parallel batches, the requests of each on the executor's threads at once.
+    Parallel,
+    /// In the batch's order on one thread: after a rollback, and the baseline.
+    Sequential,
+}
+
+/// What executing one batch produced.
+#[derive(Clone, Debug)]
+pub struct Executed {
+    pub seq: u64,
+    pub token: Token,
+    /// The state's root digest after the batch.
+    pub root: Digest,
+    /// The replies, in the batch's order (released on commit).
+    pub outputs: Vec<Bytes>,
+    pub execution: Execution,
+    /// Parallel batches the batch was mixed into (with [`Execution::Sequential`]: one per
+    /// request).
+    pub parallel_batches: usize,
+    /// Objects the batch wrote or removed, and the bytes of the written values.
+    pub objects_written: usize,
+    pub bytes_written: usize,
+    /// Tree nodes hashed for the token: only those the batch changed.
+    pub nodes_hashed: usize,
+}
+
+/// The last committed batch: its number, token and state.
+#[derive(Clone, Debug)]
+pub struct Stable {
+    pub seq: u64,
+    pub token: Token,
+    pub tree: ObjectTree,
+}
+
+struct Pending {
+    executed: Executed,
+    tree: ObjectTree,
+}
+
+/// Runs batches of `S`'s requests with `M`'s guesses of their conflicts.
+pub struct Executor<S: EveService, M> {
+    service: S,
+    mixer: M,
+    pool: rayon::ThreadPool,
+    threads: usize,
+    stable: Stable,
+    pending: VecDeque<Pending>,
+    pending_max: usize,
+}
+
+impl<S, M> Executor<S, M>
+where
+    S: EveService,
+    M: Mixer<S::Request> + Sync,
+{
+    /// An executor with `threads` execution threads, starting from `initial` (batch 0),
+    /// keeping at most `pending_max` executed batches awaiting verification.
+    pub fn new(
+        service: S,
+        mixer: M,
+        threads: usize,
+        initial: ObjectTree,
+        pending_max: usize,
+    ) -> Result<Self, EveError> {
+        if threads == 0 {
+            return Err(EveError::NoThreads);
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("eve-exec-{i}"))
+            .build()
+            .map_err(|e| EveError::Pool(e.to_string()))?;
+        let root = pool.install(|| initial.hash()).root;
+        Ok(Executor {
+            service,
+            mixer,
+            pool,
+            threads,
+            stable: Stable {
+                seq: 0,
+                token: Token::genesis(&root),
+                tree: initial,
+            },
+            pending: VecDeque::new(),
+            pending_max: pending_max.max(1),
+        })
+    }
+
+    pub fn threads(&self) -> usize {
+        self.threads
+    }
+
+    pub fn service(&self) -> &S {
+        &self.service
+    }
+
+    /// The last committed batch.
+    pub fn stable(&self) -> &Stable {
+        &self.stable
+    }
+
+    /// The number of the next batch to execute.
+    pub fn next_seq(&self) -> u64 {
+        self.pending
+            .back()
+            .map_or(self.stable.seq, |p| p.executed.seq)
+            + 1
+    }
+
+    /// The state after the last executed batch (committed or not).
+    pub fn state(&self) -> &ObjectTree {
+        self.pending.back().map_or(&self.stable.tree, |p| &p.tree)
+    }
+
+    /// The token of the last executed batch (committed or not).
+    pub fn last_token(&self) -> Token {
+        self.pending
+            .back()
+            .map_or(self.stable.token, |p| p.executed.token)
+    }
+
+    /// Executed batches awaiting verification, oldest first.
+    pub fn pending(&self) -> impl Iterator<Item = &Executed> {
+        self.pending.iter().map(|p| &p.executed)
+    }
+
+    /// Executes the next batch.
+    pub fn execute(
+        &mut self,
+        batch: &Batch<S::Request>,
+        execution: Execution,
+    ) -> Result<&Executed, EveError> {
+        let expected = self.next_seq();
+        if batch.seq != expected {
+            return Err(EveError::OutOfOrder {
+                expected,
+                got: batch.seq,
+            });
+        }
+        if self.pending.len() >= self.pending_max {
+            return Err(EveError::PipelineFull {
+                pending: self.pending.len(),
+            });
+        }
+        let base = self.state().clone();
+        let previous = self.last_token();
+        let working = WorkingState::new(&base);
+        let mut outputs = vec![Bytes::new(); batch.requests.len()];
+        let run = |position: usize| {
+            let mut ctx = RequestContext::new(&working, batch.nd, batch.seq, position as u32);
+            self.service.execute(&batch.requests[position], &mut ctx)
+        };
+        let parallel_batches = match execution {
+            Execution::Sequential => {
+                for (position, output) in outputs.iter_mut().enumerate() {
+                    *output = run(position);
+                }
+                batch.requests.len()
+            }
+            Execution::Parallel => {
+                let mixed = mix(&self.mixer, &batch.requests);
+                for parallel in &mixed.parallel_batches {
+                    if parallel.len() == 1 {
+                        outputs[parallel[0]] = run(parallel[0]);
+                        continue;
+                    }
+                    let done: Vec<(usize, Bytes)> = self.pool.install(|| {
+                        parallel
+                            .par_iter()
+                            .with_max_len(1)
+                            .map(|&position| (position, run(position)))
+                            .collect()
+                    });
+                    for (position, output) in done {
+                        outputs[position] = output;
+                    }
+                }
+                mixed.parallel_batches.len()
+            }
+        };
+        let mut tree = base.clone();
+        let (objects_written, bytes_written) = working.apply_to(&mut tree);
+        let report = self.pool.install(|| tree.hash());
+        let executed = Executed {
+            seq: batch.seq,
+            token: Token::after(batch.seq, &report.root, &outputs, &previous),
+            root: report.root,
+            outputs,
+            execution,
+            parallel_batches,
+            objects_written,
+            bytes_written,
+            nodes_hashed: report.nodes_hashed,
+        };
+        self.pending.push_back(Pending { executed, tree });
+        Ok(&self.pending.back().expect("just pushed").executed)
+    }
+
+    /// Batch `seq` (the oldest awaiting verification) committed with `token`: if it is this
+    /// executor's token, its state becomes stable and its replies are released (returned).
+    /// Otherwise [`EveError::TokenMismatch`]: this executor diverged and must fetch the
+    /// committed state ([`Executor::adopt`]).
+    pub fn commit(&mut self, seq: u64, token: Token) -> Result<Vec<Bytes>, EveError> {
+        match self.pending.front() {
+            Some(p) if p.executed.seq == seq => {
+                if p.executed.token != token {
+                    return Err(EveError::TokenMismatch { seq });
+                }
+            }
+            _ => return Err(EveError::NotPending { seq }),
+        }
+        let p = self.pending.pop_front().expect("checked above");
+        self.stable = Stable {
+            seq,
+            token,
+            tree: p.tree,
+        };
+        Ok(p.executed.outputs)
+    }
+
+    /// Discards every executed batch not committed: the state goes back to the last
+    /// committed one. Returns the number of the next batch to execute.
+    pub fn rollback(&mut self) -> u64 {
+        self.pending.clear();
+        self.stable.seq + 1
+    }
+
+    /// Takes `stable` (fetched from executors that agree on it) as the committed state,
+    /// discarding everything executed after the previous one.
+    pub fn adopt(&mut self, stable: Stable) {
+        self.pending.clear();
+        self.stable = stable;
+    }
+}
+
+#[cfg(test)]
+mod tests;
