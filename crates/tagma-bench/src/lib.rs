@@ -15,6 +15,8 @@
 //! - [`requests`]: the requests of each workload;
 //! - [`exec`]: the execution stage alone (`tagma bench exec`): the list and tuple-space
 //!   workloads through the sequential, barrier and dependency-graph schedulers;
+//! - [`eve_bench`]: `tagma bench eve`, execute-verify replication's executors and
+//!   verification on the micro-benchmark against sequential execution;
 //! - [`state_transfer`]: `tagma bench state-transfer`, how fast a wiped replica gets a
 //!   large state back;
 //! - [`micro`]: the micro-benchmark service ("empty" requests that ask for a reply of a
@@ -29,6 +31,7 @@
 //! - [`plot`]: PNG charts of those figures.
 
 pub mod demo;
+pub mod eve_bench;
 pub mod exec;
 pub mod load;
 pub mod measure;

@@ -11,12 +11,13 @@ use bytes::Bytes;
 use rayon::prelude::*;
 
 use crate::batch::Batch;
-use crate::context::{RequestContext, WorkingState};
+use crate::context::RequestContext;
 use crate::error::EveError;
 use crate::mixer::{Mixer, mix};
 use crate::service::EveService;
 use crate::token::Token;
 use crate::tree::{Digest, ObjectTree};
+use crate::working::{Accessor, WorkingState};
 
 /// How a batch runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,6 +46,38 @@ pub struct Executed {
     pub bytes_written: usize,
     /// Tree nodes hashed for the token: only those the batch changed.
     pub nodes_hashed: usize,
+    /// Parallel batches in which two requests touched one object, one writing: conflicts
+    /// the mixer missed.
+    pub missed_conflicts: usize,
+    /// Parallel batches undone and run again in order for a missed conflict (with
+    /// [`MissedConflicts::Rerun`]).
+    pub reruns: usize,
+}
+
+/// What an executor does about a conflict the mixer missed, which it sees in the accesses
+/// of a parallel batch's requests.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MissedConflicts {
+    /// Undo the parallel batch and run it again in order, before the token: the outcome is
+    /// then always the mixed order's, and executors agree without a rollback.
+    Rerun,
+    /// Leave it to verification, as in the paper: executors whose threads interleaved
+    /// differently disagree, and the batch is rolled back and run again in order.
+    Verify,
+}
+
+/// Hands out epochs: one per parallel batch run at once, one per request run alone.
+#[derive(Default)]
+struct Epochs(u32);
+
+impl Epochs {
+    fn next(&mut self, position: usize) -> Accessor {
+        self.0 += 1;
+        Accessor {
+            epoch: self.0,
+            position: position as u32,
+        }
+    }
 }
 
 /// The last committed batch: its number, token and state.
@@ -69,6 +102,7 @@ pub struct Executor<S: EveService, M> {
     stable: Stable,
     pending: VecDeque<Pending>,
     pending_max: usize,
+    missed_conflicts: MissedConflicts,
 }
 
 impl<S, M> Executor<S, M>
@@ -106,7 +140,15 @@ where
             },
             pending: VecDeque::new(),
             pending_max: pending_max.max(1),
+            missed_conflicts: MissedConflicts::Rerun,
         })
+    }
+
+    /// Sets what the executor does about conflicts the mixer missed (by default
+    /// [`MissedConflicts::Rerun`]).
+    pub fn with_missed_conflicts(mut self, policy: MissedConflicts) -> Self {
+        self.missed_conflicts = policy;
+        self
     }
 
     pub fn threads(&self) -> usize {
@@ -168,32 +210,50 @@ where
         let base = self.state().clone();
         let previous = self.last_token();
         let working = WorkingState::new(&base);
+        let mut epochs = Epochs::default();
         let mut outputs = vec![Bytes::new(); batch.requests.len()];
-        let run = |position: usize| {
-            let mut ctx = RequestContext::new(&working, batch.nd, batch.seq, position as u32);
-            self.service.execute(&batch.requests[position], &mut ctx)
-        };
+        let (mut missed_conflicts, mut reruns) = (0, 0);
         let parallel_batches = match execution {
             Execution::Sequential => {
-                for (position, output) in outputs.iter_mut().enumerate() {
-                    *output = run(position);
-                }
+                outputs = run_sequentially(&self.service, &working, batch, &mut epochs);
                 batch.requests.len()
             }
             Execution::Parallel => {
                 let mixed = mix(&self.mixer, &batch.requests);
                 for parallel in &mixed.parallel_batches {
                     if parallel.len() == 1 {
-                        outputs[parallel[0]] = run(parallel[0]);
+                        let by = epochs.next(parallel[0]);
+                        outputs[parallel[0]] = run_one(&self.service, &working, batch, by);
                         continue;
                     }
+                    let epoch = epochs.next(0).epoch;
                     let done: Vec<(usize, Bytes)> = self.pool.install(|| {
                         parallel
                             .par_iter()
                             .with_max_len(1)
-                            .map(|&position| (position, run(position)))
+                            .map(|&position| {
+                                let by = Accessor {
+                                    epoch,
+                                    position: position as u32,
+                                };
+                                (position, run_one(&self.service, &working, batch, by))
+                            })
                             .collect()
                     });
+                    if working.take_conflict() {
+                        missed_conflicts += 1;
+                        if self.missed_conflicts == MissedConflicts::Rerun {
+                            // The threads' interleaving may show in the outcome: run the
+                            // parallel batch again, in order, from where it started.
+                            reruns += 1;
+                            working.undo(epoch);
+                            for &position in parallel {
+                                let by = epochs.next(position);
+                                outputs[position] = run_one(&self.service, &working, batch, by);
+                            }
+                            continue;
+                        }
+                    }
                     for (position, output) in done {
                         outputs[position] = output;
                     }
@@ -214,6 +274,8 @@ where
             objects_written,
             bytes_written,
             nodes_hashed: report.nodes_hashed,
+            missed_conflicts,
+            reruns,
         };
         self.pending.push_back(Pending { executed, tree });
         Ok(&self.pending.back().expect("just pushed").executed)
@@ -254,6 +316,41 @@ where
         self.pending.clear();
         self.stable = stable;
     }
+}
+
+fn run_one<S: EveService>(
+    service: &S,
+    working: &WorkingState<'_>,
+    batch: &Batch<S::Request>,
+    by: Accessor,
+) -> Bytes {
+    let mut ctx = RequestContext::new(working, batch.nd, batch.seq, by);
+    service.execute(&batch.requests[by.position as usize], &mut ctx)
+}
+
+fn run_sequentially<S: EveService>(
+    service: &S,
+    working: &WorkingState<'_>,
+    batch: &Batch<S::Request>,
+    epochs: &mut Epochs,
+) -> Vec<Bytes> {
+    (0..batch.requests.len())
+        .map(|position| run_one(service, working, batch, epochs.next(position)))
+        .collect()
+}
+
+/// Runs `batch` in order on one thread, as an unreplicated sequential server would: no
+/// mixing, no hashing, no token. The baseline execute-verify is measured against.
+pub fn run_in_order<S: EveService>(
+    service: &S,
+    tree: &mut ObjectTree,
+    batch: &Batch<S::Request>,
+) -> Vec<Bytes> {
+    let base = tree.clone();
+    let working = WorkingState::new(&base);
+    let outputs = run_sequentially(service, &working, batch, &mut Epochs::default());
+    working.apply_to(tree);
+    outputs
 }
 
 #[cfg(test)]

@@ -12,8 +12,9 @@
 //! - [`mixer`]: the application's guess of what each request reads and writes ([`Mixer`]),
 //!   and [`mix`], which splits a batch into parallel batches of requests that do not
 //!   conflict.
-//! - [`service`] and [`context`]: what an application implements ([`EveService`]) and what a
-//!   request sees while it runs ([`RequestContext`]).
+//! - [`service`], [`context`] and `working`: what an application implements
+//!   ([`EveService`]), what a request sees while it runs ([`RequestContext`]), and the
+//!   batch's working state, which notes the conflicts a mixer missed.
 //! - [`batch`] and [`token`]: the primary's numbered batches with their non-deterministic
 //!   inputs, and the token that sums up a batch's outcome.
 //! - [`executor`]: runs batches in parallel or in order, keeps the states not yet verified,
@@ -31,11 +32,12 @@ pub mod service;
 pub mod services;
 pub mod token;
 pub mod tree;
+pub(crate) mod working;
 
 pub use batch::{Batch, NonDeterminism};
 pub use context::RequestContext;
 pub use error::EveError;
-pub use executor::{Executed, Execution, Executor, Stable};
+pub use executor::{Executed, Execution, Executor, MissedConflicts, Stable, run_in_order};
 pub use mixer::{Access, Mixed, Mixer, mix};
 pub use quorum::{Agreement, Resilience, agree};
 pub use service::EveService;

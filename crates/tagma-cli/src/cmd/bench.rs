@@ -68,6 +68,13 @@ pub enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
+    /// Measure execute-verify replication (Eve) on its micro-benchmark: each request works
+    /// for --work-us and updates one object; every executor of the mode mixes each batch
+    /// into parallel batches run on --threads threads, tokens are verified after each
+    /// batch (a batch without agreement is rolled back and run again in order); reports
+    /// throughput and speedup over sequential execution measured in the same invocation,
+    /// parallel batches per batch, rollbacks, and whether the executors' states are equal.
+    Eve(super::bench_eve::EveArgs),
     /// Time how long a wiped replica takes to get a large state back by state transfer
     /// (a local BFT cluster, n = 4, durability on, clients writing meanwhile): reports the
     /// time and MB/s from its restart until it caught up.
@@ -344,6 +351,7 @@ fn state_transfer(state_mb: u64, checkpoint_period: u64, json: bool) -> Result<(
 pub fn run(args: BenchArgs) -> Result<()> {
     match args.what.clone() {
         Some(what @ BenchWhat::Exec { .. }) => return exec(what),
+        Some(BenchWhat::Eve(eve)) => return super::bench_eve::run(eve),
         Some(BenchWhat::StateTransfer {
             state_mb,
             checkpoint_period,

@@ -3,6 +3,7 @@
 //! clusters in `tagma-cluster`; these modules translate arguments and print.
 
 pub mod bench;
+pub mod bench_eve;
 pub mod chaos;
 pub mod demo;
 pub mod errors;

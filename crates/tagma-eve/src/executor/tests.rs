@@ -48,6 +48,7 @@ fn parallel_execution_with_a_right_mixer_gives_sequential_executions_tokens_and_
                 assert!(p.parallel_batches > 1);
             }
             assert_eq!(p.objects_written, s.objects_written);
+            assert_eq!(p.missed_conflicts, 0);
             parallel.commit(batch.seq, p.token).unwrap();
             sequential.commit(batch.seq, s.token).unwrap();
         }
@@ -184,18 +185,26 @@ fn commit_releases_replies_and_a_rollback_returns_to_the_committed_state() {
     assert_eq!(x, y);
 }
 
-#[test]
-fn a_race_the_mixer_misses_loses_updates_and_sequential_execution_repairs_them() {
+fn racy(policy: MissedConflicts) -> (Executor<RacyService, RacyMixer>, Batch<Increment>) {
     let service = RacyService {
         work: Work::Wait { micros: 2_000 },
     };
-    let mut e = Executor::new(service, RacyMixer, 4, ObjectTree::new(), 2).unwrap();
+    let executor = Executor::new(service, RacyMixer, 4, ObjectTree::new(), 2)
+        .unwrap()
+        .with_missed_conflicts(policy);
     let batch = Batch {
         seq: 1,
         nd: NonDeterminism::default(),
         requests: (0..8).map(|id| Increment { id }).collect(),
     };
-    e.execute(&batch, Execution::Parallel).unwrap();
+    (executor, batch)
+}
+
+#[test]
+fn left_to_verification_a_race_the_mixer_misses_loses_updates_until_run_in_order() {
+    let (mut e, batch) = racy(MissedConflicts::Verify);
+    let executed = e.execute(&batch, Execution::Parallel).unwrap().clone();
+    assert_eq!((executed.missed_conflicts, executed.reruns), (1, 0));
     let raced = count(e.state().get(COUNTER));
     assert!(
         raced < 8,
@@ -204,4 +213,34 @@ fn a_race_the_mixer_misses_loses_updates_and_sequential_execution_repairs_them()
     e.rollback();
     e.execute(&batch, Execution::Sequential).unwrap();
     assert_eq!(count(e.state().get(COUNTER)), 8);
+}
+
+#[test]
+fn a_race_the_mixer_misses_is_seen_in_the_accesses_and_run_again_in_order() {
+    let (mut e, batch) = racy(MissedConflicts::Rerun);
+    let executed = e.execute(&batch, Execution::Parallel).unwrap().clone();
+    assert_eq!((executed.missed_conflicts, executed.reruns), (1, 1));
+    assert_eq!(count(e.state().get(COUNTER)), 8);
+    let outputs: Vec<u64> = executed.outputs.iter().map(|o| count(Some(o))).collect();
+    assert_eq!(outputs, (1..=8).collect::<Vec<u64>>());
+    let (mut sequential, _) = racy(MissedConflicts::Rerun);
+    let token = sequential
+        .execute(&batch, Execution::Sequential)
+        .unwrap()
+        .token;
+    assert_eq!(executed.token, token);
+}
+
+#[test]
+fn an_unreplicated_run_in_order_reaches_the_executors_state() {
+    let w = workload(10.0);
+    let mut e = micro(2, &w);
+    let mut tree = e.stable().tree.clone();
+    for batch in w.batches() {
+        let outputs = run_in_order(e.service(), &mut tree, &batch);
+        let x = e.execute(&batch, Execution::Parallel).unwrap().clone();
+        assert_eq!(outputs, x.outputs);
+        e.commit(batch.seq, x.token).unwrap();
+    }
+    assert_eq!(tree, e.stable().tree);
 }
