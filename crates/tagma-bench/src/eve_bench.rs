@@ -308,12 +308,14 @@ pub fn table(reports: &[EveBenchReport]) -> String {
         ));
     }
     out.push_str(&format!(
-        "{:>8} {:>12} {:>12} {:>8} {:>10} {:>10} {:>10} {:>8}\n",
+        "{:>8} {:>12} {:>12} {:>8} {:>10} {:>7} {:>7} {:>10} {:>10} {:>6}\n",
         "threads",
         "sequential/s",
         "eve/s",
         "speedup",
         "par/batch",
+        "missed",
+        "reruns",
         "rollbacks",
         "transfers",
         "equal"
@@ -436,6 +438,10 @@ mod tests {
         assert_eq!(four.rollbacks, 0);
         assert_eq!(four.parallel_batches_per_batch, 1.0);
         assert!(four.state_digests_equal && four.equals_sequential);
+        let table = table(&reports);
+        let header = table.lines().nth(1).unwrap().split_whitespace().count();
+        let row = table.lines().nth(2).unwrap().split_whitespace().count();
+        assert_eq!(header, row, "{table}");
         assert!(
             four.speedup_vs_sequential > 1.5,
             "4 threads waiting: {:.2}x",
