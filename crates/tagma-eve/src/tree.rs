@@ -22,6 +22,31 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use rayon::prelude::*;
 
+/// The digest of an object: the same wherever it sits in the trie.
+fn leaf_digest(id: ObjectId, value: &[u8]) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(LEAF_DOMAIN);
+    h.update(&id.0.to_le_bytes());
+    h.update(&(value.len() as u64).to_le_bytes());
+    h.update(value);
+    *h.finalize().as_bytes()
+}
+
+/// The digest of a branch from its children's slots and digests, in slot order.
+fn branch_digest(children: impl Iterator<Item = (u8, Digest)>) -> Digest {
+    let mut h = blake3::Hasher::new();
+    h.update(BRANCH_DOMAIN);
+    for (slot, digest) in children {
+        h.update(&[slot]);
+        h.update(&digest);
+    }
+    *h.finalize().as_bytes()
+}
+
+fn empty_digest() -> Digest {
+    *blake3::hash(EMPTY_DOMAIN).as_bytes()
+}
+
 /// An object's name in the tree.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectId(pub u64);
@@ -105,12 +130,7 @@ impl Node {
                 if let Some(digest) = leaf.digest.get() {
                     return *digest;
                 }
-                let mut h = blake3::Hasher::new();
-                h.update(LEAF_DOMAIN);
-                h.update(&leaf.id.0.to_le_bytes());
-                h.update(&(leaf.value.len() as u64).to_le_bytes());
-                h.update(&leaf.value);
-                (&leaf.digest, *h.finalize().as_bytes())
+                (&leaf.digest, leaf_digest(leaf.id, &leaf.value))
             }
             Node::Branch(branch) => {
                 if let Some(digest) = branch.digest.get() {
@@ -124,15 +144,9 @@ impl Node {
                         child.digest(level + 1, hashed);
                     });
                 }
-                let mut h = blake3::Hasher::new();
-                h.update(BRANCH_DOMAIN);
-                for (i, child) in branch.children.iter().enumerate() {
-                    if let Some(child) = child {
-                        h.update(&[i as u8]);
-                        h.update(&child.digest(level + 1, hashed));
-                    }
-                }
-                (&branch.digest, *h.finalize().as_bytes())
+                let children = (branch.children.iter().enumerate())
+                    .filter_map(|(i, c)| Some((i as u8, c.as_ref()?.digest(level + 1, hashed))));
+                (&branch.digest, branch_digest(children))
             }
         };
         if cache.set(computed).is_ok() {
@@ -317,7 +331,7 @@ impl ObjectTree {
     pub fn hash(&self) -> HashReport {
         let hashed = AtomicUsize::new(0);
         let root = if self.is_empty() {
-            *blake3::hash(EMPTY_DOMAIN).as_bytes()
+            empty_digest()
         } else {
             Node::Branch(self.root.clone()).digest(0, &hashed)
         };
@@ -408,6 +422,9 @@ fn every_object(node: &Node, out: &mut Vec<ObjectId>) {
         }
     }
 }
+
+mod sync;
+pub use sync::{NodeSummary, Prefix, SyncError, TreeSync};
 
 #[cfg(test)]
 mod tests;

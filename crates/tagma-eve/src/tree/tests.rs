@@ -18,7 +18,7 @@ fn tree_of(ids: impl IntoIterator<Item = u64>) -> ObjectTree {
 }
 
 /// Every branch but the root holds at least two objects, and its count is right.
-fn check_canonical(tree: &ObjectTree) {
+pub(super) fn check_canonical(tree: &ObjectTree) {
     fn count(branch: &Branch, root: bool) -> usize {
         let objects: usize = (branch.children.iter().flatten())
             .map(|c| match c {
