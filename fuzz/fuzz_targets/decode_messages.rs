@@ -5,8 +5,8 @@
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use tagma_wire::{
-    Batch, ClientMessage, Decode, Encode, GroupEnvelope, Handshake, PeerMessage, ReplicaMessage,
-    Request, ReconfigureOutcome, RequestEnvelope, View, ViewChange,
+    Batch, ClientMessage, Decode, Encode, EveMessage, GroupEnvelope, Handshake, PeerMessage,
+    ReconfigureOutcome, ReplicaMessage, Request, RequestEnvelope, View, ViewChange,
 };
 
 fn check<T: Decode + Encode>(input: &Bytes) {
@@ -29,4 +29,5 @@ fuzz_target!(|data: &[u8]| {
     check::<ViewChange>(&input);
     check::<ReconfigureOutcome>(&input);
     check::<GroupEnvelope>(&input);
+    check::<EveMessage>(&input);
 });

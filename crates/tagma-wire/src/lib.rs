@@ -12,6 +12,7 @@
 //! before anything is allocated.
 
 pub mod codec;
+pub mod eve;
 pub mod ids;
 pub mod message;
 
@@ -19,6 +20,7 @@ pub use codec::{
     ADDR_BYTES_MAX, Decode, Encode, MAX_MAC_ENTRIES, REQUEST_HEADER_LEN, WireError,
     collect_signing_bytes, view_change_signing_bytes,
 };
+pub use eve::*;
 pub use ids::*;
 pub use message::*;
 

@@ -231,3 +231,54 @@ fn golden_group_envelopes() {
         GROUP_CUSTOM,
     );
 }
+
+#[test]
+fn golden_eve_messages() {
+    golden(
+        "eve_execute_batch",
+        &EveMessage::ExecuteBatch {
+            view: 3,
+            run: 1,
+            committed: 9,
+            sequential: true,
+            batch: EveBatch {
+                seq: 10,
+                seed: 0x0123_4567_89ab_cdef,
+                timestamp_ms: 1_700_000_000_000,
+                requests: vec![EveRequest {
+                    client: ClientId::new(7, 3),
+                    seq: RequestSeq(42),
+                    payload: Bytes::from_static(b"put k v"),
+                }],
+            },
+        },
+        "01 01 0300000000000000 01000000 0900000000000000 01 0a00000000000000 efcdab8967452301 0068e5cf8b010000 01000000 03000000 07000000 2a00000000000000 07000000 707574206b2076",
+    );
+    golden(
+        "eve_token",
+        &EveMessage::Token {
+            view: 3,
+            run: 1,
+            seq: 10,
+            token: Digest([0xcc; 32]),
+        },
+        "01 02 0300000000000000 01000000 0a00000000000000 cccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccccc",
+    );
+    golden(
+        "eve_tree_nodes",
+        &EveMessage::TreeNodes {
+            seq: 10,
+            nodes: vec![(
+                TreePrefix {
+                    depth: 1,
+                    bits: 0xa << 60,
+                },
+                TreeNode::Leaf {
+                    id: 5,
+                    value: Bytes::from_static(b"v"),
+                },
+            )],
+        },
+        "01 08 0a00000000000000 01000000 01 00000000000000a0 02 0500000000000000 01000000 76",
+    );
+}

@@ -32,7 +32,8 @@
 //! instances), [`leader_change`] (STOP, collects, STOPDATA, SYNC), [`view`] (views and view
 //! changes), [`peer`] (replica-to-replica messages), [`client`] (client-to-replica messages and
 //! the replies), [`handshake`] (the connection handshake), [`group`] (the conflict group
-//! an ordered request's payload may carry).
+//! an ordered request's payload may carry), [`eve`] (execute-verify's primary-backup
+//! messages).
 //!
 //! Encoding cannot fail; it panics only on values that cannot be represented (a MAC vector of
 //! more than 255 entries, a byte field or vector of more than `u32::MAX` bytes/entries), which
@@ -49,6 +50,7 @@
 
 pub mod client;
 pub mod consensus;
+pub mod eve;
 pub mod group;
 pub mod handshake;
 pub mod leader_change;
