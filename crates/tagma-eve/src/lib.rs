@@ -8,7 +8,8 @@
 //!   ([`ObjectTree`]): a snapshot per batch costs one pointer copy (a rollback restores it),
 //!   the root digest is the same for the same objects whatever the order they were written
 //!   in, rehashing touches only the nodes a batch changed (subtrees in parallel), and two
-//!   trees name the objects they differ in without visiting the subtrees they share.
+//!   trees name the objects they differ in without visiting the subtrees they share, and a
+//!   fetcher gets only the differing subtrees of another's tree ([`TreeSync`]).
 //! - [`mixer`]: the application's guess of what each request reads and writes ([`Mixer`]),
 //!   and [`mix`], which splits a batch into parallel batches of requests that do not
 //!   conflict.
@@ -20,6 +21,8 @@
 //! - [`executor`]: runs batches in parallel or in order, keeps the states not yet verified,
 //!   commits, rolls back or adopts a fetched state.
 //! - [`quorum`]: the sizes and quorums of a deployment tolerating `u` and `r` faults.
+//! - [`pb`]: the primary-backup deployment: its protocol as a sans-IO state machine, and
+//!   the stage that carries out its execution and state transfer on an executor.
 //! - [`services`]: the micro-benchmark service and a deliberately racy one.
 
 pub mod batch;
@@ -27,6 +30,7 @@ pub mod context;
 pub mod error;
 pub mod executor;
 pub mod mixer;
+pub mod pb;
 pub mod quorum;
 pub mod service;
 pub mod services;
@@ -42,4 +46,4 @@ pub use mixer::{Access, Mixed, Mixer, mix};
 pub use quorum::{Agreement, Resilience, agree};
 pub use service::EveService;
 pub use token::Token;
-pub use tree::{HashReport, ObjectId, ObjectTree};
+pub use tree::{HashReport, NodeSummary, ObjectId, ObjectTree, Prefix, SyncError, TreeSync};

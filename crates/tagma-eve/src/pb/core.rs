@@ -1,0 +1,558 @@
+//! The primary-backup protocol as a sans-IO state machine (see the parent module).
+//!
+//! Server `view % 2` is the primary of `view`. The primary keeps a record of every batch
+//! not yet both committed and matched by the backup: its batch, its own token and outputs,
+//! and the backup's token. It commits a batch when both tokens are in and equal (or when it
+//! serves alone), in order, and then releases the replies; it tells the backup with COMMIT.
+//! Different tokens start a new *run*: both servers roll back to the committed state and
+//! execute the uncommitted batches again, the first in order. Tokens and executions of an
+//! earlier run are ignored.
+//!
+//! The backup executes what the primary sends, returns tokens, commits what the primary
+//! says is committed and replies too (a client takes the first reply). Both servers send
+//! COMMIT at least every `heartbeat_ms`; a backup that hears nothing from the primary for
+//! `takeover_ms` commits every batch it executed (the primary committed none it did not
+//! execute with the same token) and becomes the primary of the next view. A primary that
+//! hears nothing from the backup for `takeover_ms` serves alone.
+//!
+//! A (re)starting server joins: JOIN, the primary's STATE-OFFER (the committed state's
+//! batch number, token, root digest and client sessions), an incremental fetch of the tree
+//! (TREE-QUERY / TREE-NODES, carried out by the [`Stage`](super::Stage)), then JOINED; the
+//! primary sends it every batch after the offered one, and for the batches it had already
+//! committed, checks the joiner's token against its own before telling it to commit.
+
+use std::collections::{BTreeMap, HashSet, VecDeque};
+
+use bytes::Bytes;
+use tagma_wire::{
+    ClientId, Digest, EveBatch, EveMessage, EveRequest, EveSession, RequestSeq, TreeNode,
+    TreePrefix,
+};
+
+/// Settings of a server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PbConfig {
+    /// This server: 0 or 1 (0 is the primary of view 0).
+    pub me: u8,
+    /// Requests per batch, at most.
+    pub batch_size_max: usize,
+    /// Batches executed or executing and not yet committed, at most.
+    pub pipeline_max: usize,
+    /// Client requests waiting for a batch, at most (more are dropped: clients retransmit).
+    pub queue_max: usize,
+    /// Batches committed while a joining server fetches the state, at most (more restart
+    /// its join from a newer state).
+    pub catch_up_max: usize,
+    pub heartbeat_ms: u64,
+    /// Silence from the other server after which the backup takes over, or the primary
+    /// serves alone.
+    pub takeover_ms: u64,
+}
+
+impl PbConfig {
+    pub fn new(me: u8) -> PbConfig {
+        PbConfig {
+            me,
+            batch_size_max: 100,
+            pipeline_max: 4,
+            queue_max: 10_000,
+            catch_up_max: 1_000,
+            heartbeat_ms: 100,
+            takeover_ms: 500,
+        }
+    }
+}
+
+/// What the driver hands the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// An authenticated client request.
+    Request(EveRequest),
+    /// A message from the other server.
+    Peer(EveMessage),
+    /// Time passed.
+    Tick,
+    /// The stage executed batch `seq` in run `run`.
+    Executed {
+        run: u32,
+        seq: u64,
+        token: Digest,
+        outputs: Vec<Bytes>,
+    },
+    /// The stage took the committed state as the one to serve a joining server.
+    Snapshot {
+        seq: u64,
+        token: Digest,
+        root: Digest,
+    },
+    /// The stage fetched and installed the offered state.
+    Installed { seq: u64 },
+    /// The fetch failed (the donor's nodes did not match the offered digests).
+    FetchFailed,
+}
+
+/// What the core asks the driver to do, in order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    /// Send a message to the other server.
+    Send(EveMessage),
+    /// Execute the next batch (for the stage).
+    Execute {
+        run: u32,
+        batch: EveBatch,
+        sequential: bool,
+    },
+    /// The oldest executed batch committed with this token (for the stage).
+    Commit { seq: u64, token: Digest },
+    /// Discard every executed batch not committed (for the stage).
+    Rollback,
+    /// Reply to a client.
+    Reply {
+        client: ClientId,
+        seq: RequestSeq,
+        reply: Bytes,
+    },
+    /// Take the committed state as the one served to a joining server (for the stage,
+    /// which answers with [`Input::Snapshot`]).
+    TakeSnapshot,
+    /// Describe these nodes of the served state (for the stage, which sends TREE-NODES).
+    AnswerTreeQuery { seq: u64, prefixes: Vec<TreePrefix> },
+    /// Fetch the state offered (for the stage, which sends TREE-QUERYs and answers
+    /// [`Input::Installed`] or [`Input::FetchFailed`]).
+    Fetch {
+        seq: u64,
+        token: Digest,
+        root: Digest,
+    },
+    /// Nodes the donor sent, for the fetch under way (for the stage).
+    TreeNodes {
+        seq: u64,
+        nodes: Vec<(TreePrefix, TreeNode)>,
+    },
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    Primary,
+    Backup,
+    /// Fetching the state from the other server.
+    Joining,
+}
+
+/// Counters of a server.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PbStats {
+    pub batches_committed: u64,
+    /// Runs started because the two tokens of a batch differed.
+    pub rollbacks: u64,
+    pub takeovers: u64,
+    /// Joins this server served.
+    pub joins_served: u64,
+    /// Client requests dropped because the queue was full.
+    pub requests_dropped: u64,
+}
+
+/// One batch not yet committed here, or (at the primary) not yet matched by the backup.
+#[derive(Clone, Debug)]
+struct Record {
+    batch: EveBatch,
+    /// This server's token and outputs, once executed in the current run.
+    mine: Option<(Digest, Vec<Bytes>)>,
+    /// The other server's token (the primary's record).
+    theirs: Option<Digest>,
+    committed: bool,
+}
+
+/// A join this primary is serving.
+#[derive(Clone, Debug)]
+struct Offer {
+    /// The last batch committed when the join came: the state the stage takes.
+    at: u64,
+    /// The offered state's batch, once the stage took it.
+    seq: Option<u64>,
+    sessions: Vec<EveSession>,
+}
+
+/// The primary-backup protocol of one server.
+#[derive(Debug)]
+pub struct PbCore {
+    cfg: PbConfig,
+    view: u64,
+    run: u32,
+    joining: bool,
+    /// The other server takes part (primary: waits for its tokens).
+    peer_alive: bool,
+    last_heard_ms: u64,
+    last_sent_ms: u64,
+    /// Last batch committed here.
+    committed: u64,
+    /// Last batch the backup was told to commit (primary).
+    peer_committed: u64,
+    /// Next batch number to assign (primary) or to take (backup).
+    next_seq: u64,
+    last_timestamp_ms: u64,
+    records: BTreeMap<u64, Record>,
+    queue: VecDeque<EveRequest>,
+    /// Requests queued or in a record, by (client, seq).
+    pending: HashSet<(ClientId, RequestSeq)>,
+    sessions: BTreeMap<ClientId, (RequestSeq, Bytes)>,
+    offer: Option<Offer>,
+    actions: VecDeque<Action>,
+    stats: PbStats,
+}
+
+impl PbCore {
+    /// A server starting with the cluster (both from the initial state, view 0), or
+    /// `joining` one that fetches the state from the other.
+    pub fn new(cfg: PbConfig, now_ms: u64, joining: bool) -> PbCore {
+        assert!(cfg.me < 2, "a primary-backup server is 0 or 1");
+        let mut core = PbCore {
+            cfg,
+            view: 0,
+            run: 0,
+            joining,
+            peer_alive: !joining,
+            last_heard_ms: now_ms,
+            last_sent_ms: now_ms,
+            committed: 0,
+            peer_committed: 0,
+            next_seq: 1,
+            last_timestamp_ms: 0,
+            records: BTreeMap::new(),
+            queue: VecDeque::new(),
+            pending: HashSet::new(),
+            sessions: BTreeMap::new(),
+            offer: None,
+            actions: VecDeque::new(),
+            stats: PbStats::default(),
+        };
+        if joining {
+            core.send(now_ms, EveMessage::Join { view: 0 });
+        }
+        core
+    }
+
+    pub fn role(&self) -> Role {
+        if self.joining {
+            Role::Joining
+        } else if self.view % 2 == u64::from(self.cfg.me) {
+            Role::Primary
+        } else {
+            Role::Backup
+        }
+    }
+
+    pub fn view(&self) -> u64 {
+        self.view
+    }
+
+    /// The last batch committed here.
+    pub fn committed(&self) -> u64 {
+        self.committed
+    }
+
+    /// Whether the primary waits for the backup's tokens (or the backup follows a primary).
+    pub fn peer_alive(&self) -> bool {
+        self.peer_alive
+    }
+
+    pub fn stats(&self) -> PbStats {
+        self.stats
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When the core next needs a [`Input::Tick`].
+    pub fn next_timeout_ms(&self) -> u64 {
+        (self.last_sent_ms + self.cfg.heartbeat_ms).min(self.last_heard_ms + self.cfg.takeover_ms)
+    }
+
+    pub fn handle(&mut self, now_ms: u64, input: Input) {
+        match input {
+            Input::Request(request) => self.on_request(now_ms, request),
+            Input::Peer(message) => self.on_peer(now_ms, message),
+            Input::Tick => self.on_tick(now_ms),
+            Input::Executed {
+                run,
+                seq,
+                token,
+                outputs,
+            } => self.on_executed(now_ms, run, seq, token, outputs),
+            Input::Snapshot { seq, token, root } => self.on_snapshot(now_ms, seq, token, root),
+            Input::Installed { seq } => self.on_installed(now_ms, seq),
+            Input::FetchFailed => {
+                if self.joining {
+                    self.send(now_ms, EveMessage::Join { view: self.view });
+                }
+            }
+        }
+        self.check_invariants();
+    }
+
+    fn check_invariants(&self) {
+        debug_assert!(self.committed < self.next_seq);
+        debug_assert!(
+            self.records.keys().all(|&s| s < self.next_seq),
+            "a record beyond the next batch"
+        );
+        debug_assert!(
+            (self.records.iter()).all(|(&s, r)| r.committed == (s <= self.committed)),
+            "records are committed exactly up to `committed`"
+        );
+        debug_assert!(self.queue.len() <= self.cfg.queue_max);
+    }
+
+    fn send(&mut self, now_ms: u64, message: EveMessage) {
+        self.last_sent_ms = now_ms;
+        self.actions.push_back(Action::Send(message));
+    }
+
+    // --------------------------------------------------------------------------------------
+    // Client requests and batches
+    // --------------------------------------------------------------------------------------
+
+    fn on_request(&mut self, now_ms: u64, request: EveRequest) {
+        if let Some((seq, reply)) = self.sessions.get(&request.client) {
+            if *seq == request.seq {
+                self.actions.push_back(Action::Reply {
+                    client: request.client,
+                    seq: request.seq,
+                    reply: reply.clone(),
+                });
+            }
+            if *seq >= request.seq {
+                return;
+            }
+        }
+        let key = (request.client, request.seq);
+        if self.pending.contains(&key) {
+            return;
+        }
+        if self.queue.len() >= self.cfg.queue_max {
+            self.stats.requests_dropped += 1;
+            return;
+        }
+        self.pending.insert(key);
+        self.queue.push_back(request);
+        self.propose(now_ms);
+    }
+
+    /// Primary: turns queued requests into batches while the pipeline has room.
+    fn propose(&mut self, now_ms: u64) {
+        if self.role() != Role::Primary {
+            return;
+        }
+        while !self.queue.is_empty() && self.uncommitted() < self.cfg.pipeline_max {
+            let take = self.queue.len().min(self.cfg.batch_size_max);
+            let requests: Vec<EveRequest> = self.queue.drain(..take).collect();
+            let seq = self.next_seq;
+            self.next_seq += 1;
+            self.last_timestamp_ms = self.last_timestamp_ms.max(now_ms);
+            let batch = EveBatch {
+                seq,
+                seed: batch_seed(self.view, seq, now_ms),
+                timestamp_ms: self.last_timestamp_ms,
+                requests,
+            };
+            self.records.insert(
+                seq,
+                Record {
+                    batch: batch.clone(),
+                    mine: None,
+                    theirs: None,
+                    committed: false,
+                },
+            );
+            self.actions.push_back(Action::Execute {
+                run: self.run,
+                batch: batch.clone(),
+                sequential: false,
+            });
+            if self.peer_alive {
+                let committed = self.peer_committed;
+                self.send(
+                    now_ms,
+                    EveMessage::ExecuteBatch {
+                        view: self.view,
+                        run: self.run,
+                        committed,
+                        sequential: false,
+                        batch,
+                    },
+                );
+            }
+        }
+    }
+
+    fn uncommitted(&self) -> usize {
+        self.records.values().filter(|r| !r.committed).count()
+    }
+
+    fn on_executed(&mut self, now_ms: u64, run: u32, seq: u64, token: Digest, outputs: Vec<Bytes>) {
+        if run != self.run {
+            return;
+        }
+        let Some(record) = self.records.get_mut(&seq) else {
+            return;
+        };
+        if record.mine.is_some() {
+            return;
+        }
+        record.mine = Some((token, outputs));
+        match self.role() {
+            Role::Primary => self.settle(now_ms),
+            Role::Backup => {
+                let view = self.view;
+                self.send(
+                    now_ms,
+                    EveMessage::Token {
+                        view,
+                        run,
+                        seq,
+                        token,
+                    },
+                );
+                self.commit_up_to(self.peer_committed);
+            }
+            Role::Joining => {}
+        }
+    }
+
+    /// Commits the record of `seq` (the next one) with this server's token and replies.
+    fn commit_record(&mut self, seq: u64) {
+        debug_assert_eq!(seq, self.committed + 1, "batches commit in order");
+        let record = self.records.get_mut(&seq).expect("a record to commit");
+        let (token, outputs) = record.mine.clone().expect("committed once executed");
+        record.committed = true;
+        self.committed = seq;
+        self.stats.batches_committed += 1;
+        self.actions.push_back(Action::Commit { seq, token });
+        for (request, reply) in record.batch.requests.iter().zip(outputs) {
+            self.pending.remove(&(request.client, request.seq));
+            let newer = (self.sessions.get(&request.client)).is_none_or(|(s, _)| *s < request.seq);
+            if newer {
+                self.sessions
+                    .insert(request.client, (request.seq, reply.clone()));
+            }
+            self.actions.push_back(Action::Reply {
+                client: request.client,
+                seq: request.seq,
+                reply,
+            });
+        }
+    }
+
+    /// Primary: commits, acknowledges or rolls back what the tokens in hand decide.
+    fn settle(&mut self, now_ms: u64) {
+        let mut told = self.peer_committed;
+        let seqs: Vec<u64> = self.records.keys().copied().collect();
+        for seq in seqs {
+            let record = &self.records[&seq];
+            let Some((mine, _)) = record.mine.clone() else {
+                break;
+            };
+            if !self.peer_alive {
+                if !record.committed {
+                    self.commit_record(seq);
+                }
+                continue;
+            }
+            let Some(theirs) = record.theirs else {
+                break;
+            };
+            if mine != theirs {
+                if record.committed {
+                    // The backup executed a batch committed here otherwise: it fetches the
+                    // state again.
+                    self.offer_state(now_ms);
+                } else {
+                    self.roll_back(now_ms, seq);
+                }
+                return;
+            }
+            if !record.committed {
+                self.commit_record(seq);
+            }
+            told = seq;
+        }
+        if told > self.peer_committed {
+            self.peer_committed = told;
+            let view = self.view;
+            self.send(
+                now_ms,
+                EveMessage::Commit {
+                    view,
+                    committed: told,
+                },
+            );
+        }
+        self.forget_settled();
+        self.propose(now_ms);
+    }
+
+    /// Drops the records no one needs: committed here and at the backup (or with no backup
+    /// to catch up).
+    fn forget_settled(&mut self) {
+        let keep_from = match (self.role(), self.peer_alive, &self.offer) {
+            (Role::Primary, true, _) => self.peer_committed.min(self.committed),
+            (Role::Primary, false, Some(offer)) => offer.at,
+            _ => self.committed,
+        };
+        self.records = self.records.split_off(&(keep_from + 1));
+    }
+
+    /// Primary: the tokens of `seq` differed; a new run executes every uncommitted batch
+    /// again, `seq` in order.
+    fn roll_back(&mut self, now_ms: u64, seq: u64) {
+        self.stats.rollbacks += 1;
+        self.run += 1;
+        let (view, run) = (self.view, self.run);
+        self.actions.push_back(Action::Rollback);
+        self.send(now_ms, EveMessage::Rollback { view, run, seq });
+        self.execute_again(seq);
+    }
+
+    /// Executes every uncommitted record again in the current run, the first in order.
+    fn execute_again(&mut self, first: u64) {
+        for (&seq, record) in self.records.range_mut(first..) {
+            record.mine = None;
+            record.theirs = None;
+            self.actions.push_back(Action::Execute {
+                run: self.run,
+                batch: record.batch.clone(),
+                sequential: seq == first,
+            });
+        }
+    }
+
+    /// Backup: commits every executed record up to `upto`, in order.
+    fn commit_up_to(&mut self, upto: u64) {
+        while self.committed < upto {
+            let next = self.committed + 1;
+            match self.records.get(&next) {
+                Some(r) if r.mine.is_some() => self.commit_record(next),
+                _ => break,
+            }
+        }
+        self.forget_settled();
+    }
+}
+
+/// The primary's random seed for a batch: a digest of the view, the batch number and the
+/// time, so that it differs from batch to batch and every executor uses the same.
+fn batch_seed(view: u64, seq: u64, now_ms: u64) -> u64 {
+    let mut h = blake3::Hasher::new();
+    h.update(b"tagma eve batch seed\0");
+    h.update(&view.to_le_bytes());
+    h.update(&seq.to_le_bytes());
+    h.update(&now_ms.to_le_bytes());
+    let mut seed = [0u8; 8];
+    seed.copy_from_slice(&h.finalize().as_bytes()[..8]);
+    u64::from_le_bytes(seed)
+}
+
+mod join;
+mod peer;
+mod time;

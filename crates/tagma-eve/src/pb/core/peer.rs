@@ -1,0 +1,142 @@
+//! Messages from the other server: batches, tokens, commits and rollbacks, and the
+//! routing of joins and tree queries.
+
+use std::collections::HashSet;
+
+use tagma_wire::{ClientId, EveBatch, EveMessage, RequestSeq};
+
+use super::{Action, PbCore, Record, Role};
+
+impl PbCore {
+    pub(super) fn on_peer(&mut self, now_ms: u64, message: EveMessage) {
+        let view = match &message {
+            EveMessage::ExecuteBatch { view, .. }
+            | EveMessage::Token { view, .. }
+            | EveMessage::Commit { view, .. }
+            | EveMessage::Rollback { view, .. }
+            | EveMessage::Join { view }
+            | EveMessage::StateOffer { view, .. }
+            | EveMessage::Joined { view, .. } => Some(*view),
+            EveMessage::TreeQuery { .. } | EveMessage::TreeNodes { .. } => None,
+        };
+        if let Some(view) = view {
+            if view > self.view && !self.joining && !matches!(message, EveMessage::Join { .. }) {
+                // The other server serves a later view: this one was taken over.
+                self.view = view;
+                self.step_down(now_ms);
+                return;
+            }
+            if view >= self.view {
+                self.last_heard_ms = now_ms;
+            }
+        } else {
+            self.last_heard_ms = now_ms;
+        }
+        match message {
+            EveMessage::ExecuteBatch {
+                view,
+                run,
+                committed,
+                sequential,
+                batch,
+            } => {
+                if view == self.view && run == self.run && self.role() == Role::Backup {
+                    self.take_batch(batch, sequential);
+                    self.peer_committed = self.peer_committed.max(committed);
+                    self.commit_up_to(self.peer_committed);
+                }
+            }
+            EveMessage::Token {
+                view,
+                run,
+                seq,
+                token,
+            } => {
+                if view == self.view && run == self.run && self.role() == Role::Primary {
+                    if let Some(record) = self.records.get_mut(&seq) {
+                        record.theirs = Some(token);
+                    }
+                    self.settle(now_ms);
+                }
+            }
+            EveMessage::Commit { view, committed } => {
+                if view == self.view && self.role() == Role::Backup {
+                    self.peer_committed = self.peer_committed.max(committed);
+                    self.commit_up_to(self.peer_committed);
+                }
+            }
+            EveMessage::Rollback { view, run, seq } => {
+                if view == self.view && self.role() == Role::Backup && run > self.run {
+                    self.run = run;
+                    self.actions.push_back(Action::Rollback);
+                    self.execute_again(seq.max(self.committed + 1));
+                }
+            }
+            EveMessage::Join { view } => self.on_join(now_ms, view),
+            EveMessage::StateOffer {
+                view,
+                seq,
+                token,
+                root,
+                sessions,
+            } => {
+                if view >= self.view && self.role() != Role::Primary {
+                    self.view = view;
+                    self.joining = true;
+                    self.peer_alive = false;
+                    self.records.clear();
+                    self.queue.clear();
+                    self.pending.clear();
+                    self.committed = seq;
+                    self.peer_committed = seq;
+                    self.next_seq = seq + 1;
+                    self.sessions = (sessions.into_iter())
+                        .map(|s| (s.client, (s.seq, s.reply)))
+                        .collect();
+                    self.actions.push_back(Action::Rollback);
+                    self.actions.push_back(Action::Fetch { seq, token, root });
+                }
+            }
+            EveMessage::TreeQuery { seq, prefixes } => {
+                if self.role() == Role::Primary {
+                    self.actions
+                        .push_back(Action::AnswerTreeQuery { seq, prefixes });
+                }
+            }
+            EveMessage::TreeNodes { seq, nodes } => {
+                if self.joining {
+                    self.actions.push_back(Action::TreeNodes { seq, nodes });
+                }
+            }
+            EveMessage::Joined { view, seq } => self.on_joined(now_ms, view, seq),
+        }
+    }
+
+    /// Backup: takes the next batch from the primary and executes it.
+    pub(super) fn take_batch(&mut self, batch: EveBatch, sequential: bool) {
+        if batch.seq != self.next_seq {
+            return;
+        }
+        self.next_seq += 1;
+        for request in &batch.requests {
+            self.pending.insert((request.client, request.seq));
+        }
+        let taken: HashSet<(ClientId, RequestSeq)> =
+            batch.requests.iter().map(|r| (r.client, r.seq)).collect();
+        self.queue.retain(|r| !taken.contains(&(r.client, r.seq)));
+        self.actions.push_back(Action::Execute {
+            run: self.run,
+            batch: batch.clone(),
+            sequential,
+        });
+        self.records.insert(
+            batch.seq,
+            Record {
+                batch,
+                mine: None,
+                theirs: None,
+                committed: false,
+            },
+        );
+    }
+}
