@@ -44,6 +44,13 @@ impl<'a> RequestContext<'a> {
         self.state.get(id, self.by)
     }
 
+    /// Every object as the batch left it so far, in no particular order (sort them for a
+    /// deterministic one). These reads are not checked against other requests' writes: the
+    /// mixer must declare that a request reading everything conflicts with writers.
+    pub fn objects(&self) -> Vec<(ObjectId, Bytes)> {
+        self.state.objects()
+    }
+
     /// Writes object `id` (creating it if needed); returns its value before.
     pub fn put(&mut self, id: ObjectId, value: Bytes) -> Option<Bytes> {
         self.state.set(id, Some(value), self.by)

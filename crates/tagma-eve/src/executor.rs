@@ -24,7 +24,9 @@ use crate::working::{Accessor, WorkingState};
 pub enum Execution {
     /// Mixed into parallel batches, the requests of each on the executor's threads at once.
     Parallel,
-    /// In the batch's order on one thread: after a rollback, and the baseline.
+    /// One request at a time on one thread, in the order parallel execution stands for
+    /// (parallel batch after parallel batch: [`Mixed::order`](crate::Mixed::order)), so
+    /// that with a right mixer both give the same outcome: after a rollback.
     Sequential,
 }
 
@@ -215,7 +217,10 @@ where
         let (mut missed_conflicts, mut reruns) = (0, 0);
         let parallel_batches = match execution {
             Execution::Sequential => {
-                outputs = run_sequentially(&self.service, &working, batch, &mut epochs);
+                for position in mix(&self.mixer, &batch.requests).order() {
+                    let by = epochs.next(position);
+                    outputs[position] = run_one(&self.service, &working, batch, by);
+                }
                 batch.requests.len()
             }
             Execution::Parallel => {
@@ -339,8 +344,9 @@ fn run_sequentially<S: EveService>(
         .collect()
 }
 
-/// Runs `batch` in order on one thread, as an unreplicated sequential server would: no
-/// mixing, no hashing, no token. The baseline execute-verify is measured against.
+/// Runs `batch` in its order on one thread, as an unreplicated sequential server would: no
+/// mixing, no hashing, no token. The baseline execute-verify is measured against (a right
+/// mixer reorders only requests that do not conflict, so the outcome is the same).
 pub fn run_in_order<S: EveService>(
     service: &S,
     tree: &mut ObjectTree,

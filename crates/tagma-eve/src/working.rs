@@ -112,6 +112,26 @@ impl<'a> WorkingState<'a> {
         }
     }
 
+    /// Every object as the batch left it so far, in no particular order. The accesses are
+    /// not stamped: a request that reads everything must be declared to conflict with
+    /// writers by its mixer, or is left to verification.
+    pub(crate) fn objects(&self) -> Vec<(ObjectId, Bytes)> {
+        let mut written: HashMap<ObjectId, Option<Bytes>> = HashMap::new();
+        for shard in &self.shards {
+            for (id, slot) in lock(shard).iter() {
+                if let Some(value) = &slot.written {
+                    written.insert(*id, value.clone());
+                }
+            }
+        }
+        let mut out: Vec<(ObjectId, Bytes)> = (self.base.iter())
+            .filter(|(id, _)| !written.contains_key(id))
+            .map(|(id, v)| (id, v.clone()))
+            .collect();
+        out.extend(written.into_iter().filter_map(|(id, v)| Some((id, v?))));
+        out
+    }
+
     /// Whether a missed conflict happened since the last call (which clears it).
     pub(crate) fn take_conflict(&self) -> bool {
         self.conflict.swap(false, Ordering::Relaxed)

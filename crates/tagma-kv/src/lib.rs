@@ -546,7 +546,7 @@ impl KvService {
     }
 }
 
-fn error(message: &str) -> KvReply {
+pub(crate) fn error(message: &str) -> KvReply {
     KvReply::Error {
         message: message.to_owned(),
     }
@@ -615,6 +615,7 @@ impl Service for KvService {
     }
 }
 
+pub mod eve;
 pub mod parallel;
 
 #[cfg(test)]
