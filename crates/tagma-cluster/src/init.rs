@@ -178,6 +178,7 @@ pub fn init_cluster(dir: &Path, opts: &InitOptions) -> Result<ValidConfig> {
         limits: Default::default(),
         storage: Default::default(),
         testing: Default::default(),
+        eve: Default::default(),
     };
     let valid = config
         .clone()

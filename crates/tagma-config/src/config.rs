@@ -40,7 +40,7 @@ fn subject(key: &str, position: &Option<Position>) -> String {
     s
 }
 
-fn err(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> ConfigError {
+pub(crate) fn err(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> ConfigError {
     ConfigError {
         key: key.into(),
         problem: problem.into(),
@@ -71,6 +71,8 @@ pub struct Config {
     pub storage: StorageSection,
     #[serde(default)]
     pub testing: TestingSection,
+    #[serde(default)]
+    pub eve: crate::eve::EveSection,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -550,6 +552,7 @@ impl Config {
             Some(a) => Some(parse_key("admin.public_key", &a.public_key)?),
         };
         self.check_limits()?;
+        self.eve.check()?;
         // The largest message is a leader change's SYNC: a fresh batch, the last decided batch,
         // and n−f collects of at most 2 written batches each. It must fit in a frame, or the
         // leader change could never complete.
@@ -769,6 +772,7 @@ mod tests {
             limits: Default::default(),
             storage: Default::default(),
             testing: Default::default(),
+            eve: Default::default(),
         }
     }
 

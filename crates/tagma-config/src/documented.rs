@@ -178,6 +178,7 @@ impl Config {
             .map(|f| format!("\"{f}\""))
             .collect();
         s.push_str(&format!("# The flushes it holds, of \"log\", \"votes\", \"checkpoints\". Default [\"log\", \"votes\", \"checkpoints\"].\nstall_flushes = [{}]\n", flushes.join(", ")));
+        s.push_str(&self.eve.documented());
         s
     }
 }
