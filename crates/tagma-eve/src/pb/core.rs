@@ -197,6 +197,9 @@ pub struct PbCore {
     pending: HashSet<(ClientId, RequestSeq)>,
     sessions: BTreeMap<ClientId, (RequestSeq, Bytes)>,
     offer: Option<Offer>,
+    /// Since when the primary waits for the backup's token of its oldest uncommitted batch
+    /// it executed itself.
+    awaiting_since_ms: Option<u64>,
     actions: VecDeque<Action>,
     stats: PbStats,
 }
@@ -223,6 +226,7 @@ impl PbCore {
             pending: HashSet::new(),
             sessions: BTreeMap::new(),
             offer: None,
+            awaiting_since_ms: None,
             actions: VecDeque::new(),
             stats: PbStats::default(),
         };
@@ -489,6 +493,13 @@ impl PbCore {
             );
         }
         self.forget_settled();
+        let waiting = (self.records.values().find(|r| !r.committed))
+            .is_some_and(|r| r.mine.is_some() && r.theirs.is_none());
+        self.awaiting_since_ms = match (waiting, self.awaiting_since_ms) {
+            (true, Some(since)) => Some(since),
+            (true, None) => Some(now_ms),
+            (false, _) => None,
+        };
         self.propose(now_ms);
     }
 

@@ -64,6 +64,8 @@ struct World {
     servers: [Option<Server>; 2],
     /// A paused server takes no input (its messages wait in its link).
     paused: [bool; 2],
+    /// The next message to this server that matches is lost.
+    lose_next: Option<(usize, fn(&EveMessage) -> bool)>,
     /// Messages in flight to each server, in order.
     links: [VecDeque<EveMessage>; 2],
     clients: Vec<Client>,
@@ -99,6 +101,7 @@ impl World {
             diverge,
             servers: [None, None],
             paused: [false, false],
+            lose_next: None,
             links: [VecDeque::new(), VecDeque::new()],
             clients: (0..clients)
                 .map(|i| Client {
@@ -157,7 +160,7 @@ impl World {
                 return;
             };
             match &action {
-                Action::Send(m) => self.links[1 - me].push_back(m.clone()),
+                Action::Send(m) => self.transmit(1 - me, m.clone()),
                 Action::Reply { client, seq, reply } => self.reply(*client, *seq, reply.clone()),
                 Action::Execute { batch, .. } => {
                     self.executed[me].insert(batch.seq, batch.clone());
@@ -177,7 +180,16 @@ impl World {
             for out in server.stage.apply(action) {
                 match out {
                     StageOutput::Input(input) => server.core.handle(self.now_ms, input),
-                    StageOutput::Send(m) => self.links[1 - me].push_back(m),
+                    StageOutput::Send(m) => {
+                        if let Some((to, lost)) = self.lose_next
+                            && to == 1 - me
+                            && lost(&m)
+                        {
+                            self.lose_next = None;
+                            continue;
+                        }
+                        self.links[1 - me].push_back(m);
+                    }
                 }
             }
         }
@@ -381,5 +393,57 @@ fn a_paused_primary_that_learns_of_a_later_view_steps_down_and_fetches_the_state
     assert_eq!(w.server(0).core.view(), w.server(1).core.view());
     assert!(w.server(1).core.peer_alive());
     assert!(w.server(0).core.committed() + 3 >= w.server(1).core.committed());
+    w.check_against_sequential();
+}
+
+impl World {
+    fn transmit(&mut self, to: usize, m: EveMessage) {
+        if let Some((lost_to, lost)) = self.lose_next
+            && lost_to == to
+            && lost(&m)
+        {
+            self.lose_next = None;
+            return;
+        }
+        self.links[to].push_back(m);
+    }
+
+    /// Runs until the next message to server `to` that matches `lost` is lost.
+    fn lose(&mut self, to: usize, lost: fn(&EveMessage) -> bool) {
+        self.lose_next = Some((to, lost));
+        for _ in 0..1_000 {
+            if self.lose_next.is_none() {
+                return;
+            }
+            self.step();
+        }
+        panic!("no such message was sent");
+    }
+}
+
+#[test]
+fn a_backup_that_misses_a_batch_fetches_the_state_and_follows_again() {
+    let mut w = World::new(false, 12);
+    w.run(100);
+    w.lose(1, |m| matches!(m, EveMessage::ExecuteBatch { .. }));
+    w.run(400);
+    assert_eq!(w.server(0).core.stats().joins_served, 1);
+    assert_eq!(w.server(1).core.role(), Role::Backup);
+    assert!(w.server(0).core.peer_alive());
+    assert!(w.server(1).core.committed() + 3 >= w.server(0).core.committed());
+    w.check_against_sequential();
+}
+
+#[test]
+fn a_primary_whose_token_went_missing_serves_alone_then_brings_the_backup_back() {
+    let mut w = World::new(false, 12);
+    w.run(100);
+    w.lose(0, |m| matches!(m, EveMessage::Token { .. }));
+    w.run(600);
+    assert_eq!(w.server(0).core.stats().joins_served, 1);
+    assert_eq!(w.server(0).core.role(), Role::Primary);
+    assert_eq!(w.server(1).core.role(), Role::Backup);
+    assert!(w.server(0).core.peer_alive());
+    assert!(w.server(1).core.committed() + 3 >= w.server(0).core.committed());
     w.check_against_sequential();
 }

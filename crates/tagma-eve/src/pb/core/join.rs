@@ -7,7 +7,8 @@ use tagma_wire::{Digest, EveBatch, EveMessage, EveSession};
 use super::{Action, Offer, PbCore, Role};
 
 impl PbCore {
-    /// A server that learnt of a later view: it fetches the state from the new primary.
+    /// A server that learnt of a later view, or a backup that missed a batch: it fetches the
+    /// state from the primary.
     pub(super) fn step_down(&mut self, now_ms: u64) {
         self.joining = true;
         self.peer_alive = false;

@@ -32,6 +32,15 @@ impl PbCore {
         } else {
             self.last_heard_ms = now_ms;
         }
+        let from_backup = matches!(
+            message,
+            EveMessage::Token { view, .. } | EveMessage::Commit { view, .. } if view == self.view
+        );
+        if from_backup && self.role() == Role::Primary && !self.peer_alive && self.offer.is_none() {
+            // The backup is back, or was cut off: it gets the state afresh.
+            self.offer_state(now_ms);
+            return;
+        }
         match message {
             EveMessage::ExecuteBatch {
                 view,
@@ -41,7 +50,7 @@ impl PbCore {
                 batch,
             } => {
                 if view == self.view && run == self.run && self.role() == Role::Backup {
-                    self.take_batch(batch, sequential);
+                    self.take_batch(now_ms, batch, sequential);
                     self.peer_committed = self.peer_committed.max(committed);
                     self.commit_up_to(self.peer_committed);
                 }
@@ -113,8 +122,13 @@ impl PbCore {
     }
 
     /// Backup: takes the next batch from the primary and executes it.
-    pub(super) fn take_batch(&mut self, batch: EveBatch, sequential: bool) {
-        if batch.seq != self.next_seq {
+    pub(super) fn take_batch(&mut self, now_ms: u64, batch: EveBatch, sequential: bool) {
+        if batch.seq > self.next_seq {
+            // A batch went missing (the link dropped it): fetch the state afresh.
+            self.step_down(now_ms);
+            return;
+        }
+        if batch.seq < self.next_seq {
             return;
         }
         self.next_seq += 1;

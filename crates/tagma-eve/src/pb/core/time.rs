@@ -19,7 +19,9 @@ impl PbCore {
                 return;
             }
             Role::Backup if silent => self.take_over(now_ms),
-            Role::Primary if silent && self.peer_alive => {
+            Role::Primary if self.peer_alive && (silent || self.token_overdue(now_ms)) => {
+                // The backup is gone, or a token of it went missing: serve alone (the
+                // backup, if it is there, gets the state afresh when it is heard again).
                 self.peer_alive = false;
                 self.settle(now_ms);
             }
@@ -58,5 +60,12 @@ impl PbCore {
         self.peer_alive = false;
         self.last_heard_ms = now_ms;
         self.settle(now_ms);
+    }
+
+    /// Whether the backup's token for the oldest batch executed here and not committed is
+    /// later than `takeover_ms`.
+    fn token_overdue(&self, now_ms: u64) -> bool {
+        self.awaiting_since_ms
+            .is_some_and(|since| now_ms.saturating_sub(since) >= self.cfg.takeover_ms)
     }
 }
