@@ -50,6 +50,9 @@ enum Cmd {
     Keygen(KeygenArgs),
     /// Run one replica of a cluster (until killed, or until a view change removes it).
     Replica(ReplicaArgs),
+    /// Execute-verify replication: run a server of a primary-backup pair whose servers
+    /// execute every batch in parallel and then compare what they reached.
+    Eve(tagma_cli::cmd::eve::EveArgs),
     /// Run one server WITHOUT replication (until killed): clients connect and authenticate
     /// as to a replica, but requests execute at once, without consensus. The baseline that
     /// `tagma bench` compares against; use a one-replica cft directory with f = 0
@@ -87,7 +90,10 @@ static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
 
 fn main() {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Cmd::Replica(_) | Cmd::Unreplicated(_)) {
+    let default_level = if matches!(
+        cli.command,
+        Cmd::Replica(_) | Cmd::Unreplicated(_) | Cmd::Eve(_)
+    ) {
         "info"
     } else {
         "warn"
@@ -106,6 +112,7 @@ fn main() {
         Cmd::Init(args) => tagma_cli::cmd::init::run_init(args),
         Cmd::Keygen(args) => tagma_cli::cmd::init::run_keygen(args),
         Cmd::Replica(args) => tagma_cli::cmd::replica::run_replica(args),
+        Cmd::Eve(args) => tagma_cli::cmd::eve::run(args),
         Cmd::Unreplicated(args) => tagma_cli::cmd::replica::run_unreplicated(args),
         Cmd::Bench(args) => tagma_cli::cmd::bench::run(args),
         Cmd::Kv(args) => tagma_cli::cmd::kv::run(args),

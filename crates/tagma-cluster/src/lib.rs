@@ -7,6 +7,8 @@
 //!   `tagma init` does;
 //! - [`cluster`]: starts, stops and inspects the replica processes of such a directory
 //!   (replicas joining by view change too);
+//! - [`eve_pair`]: a local primary-backup pair of execute-verify servers (`tagma eve
+//!   serve`);
 //! - [`disk`]: damages a stopped replica's data directory the way failing disks do (for the
 //!   chaos scenarios and the state-transfer benchmark);
 //! - [`workload`]: a mixed key-value workload that checks every result a client gets for its
@@ -14,6 +16,7 @@
 
 pub mod cluster;
 pub mod disk;
+pub mod eve_pair;
 pub mod init;
 pub mod workload;
 

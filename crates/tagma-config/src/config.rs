@@ -40,7 +40,11 @@ fn subject(key: &str, position: &Option<Position>) -> String {
     s
 }
 
-pub(crate) fn err(key: impl Into<String>, problem: impl Into<String>, fix: impl Into<String>) -> ConfigError {
+pub(crate) fn err(
+    key: impl Into<String>,
+    problem: impl Into<String>,
+    fix: impl Into<String>,
+) -> ConfigError {
     ConfigError {
         key: key.into(),
         problem: problem.into(),

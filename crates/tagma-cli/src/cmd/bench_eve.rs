@@ -27,8 +27,8 @@ pub enum MissedConflictsArg {
     /// An executor that sees two requests of a parallel batch touch one object (one
     /// writing) undoes the parallel batch and runs it again in order, before its token.
     Rerun,
-    /// As in the paper: left to the comparison of tokens (a rollback when executors'
-    /// threads interleaved differently).
+    /// Left to the comparison of tokens, as Eve does (a rollback when executors' threads
+    /// interleaved differently).
     Verify,
 }
 

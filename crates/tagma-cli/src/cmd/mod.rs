@@ -7,6 +7,7 @@ pub mod bench_eve;
 pub mod chaos;
 pub mod demo;
 pub mod errors;
+pub mod eve;
 pub mod init;
 pub mod kv;
 pub mod replica;

@@ -1,0 +1,152 @@
+//! A local primary-backup pair of execute-verify servers: two `tagma eve serve` processes of
+//! one cluster directory (two `[[replica]]` entries, crash faults, f = 0 for the clients,
+//! which take the first reply).
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use tagma_client::{ClientOptions, Proxy};
+use tagma_core::{Mode, ValidConfig};
+use tagma_crypto::IdentityKey;
+use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
+
+use crate::init::{InitOptions, init_cluster};
+
+/// The two server processes. Dropping it kills them.
+pub struct EvePair {
+    pub dir: PathBuf,
+    pub cfg: ValidConfig,
+    exe: PathBuf,
+    children: [Option<Child>; 2],
+}
+
+impl EvePair {
+    /// Writes a cluster directory for a pair into `dir` (its `[eve]` section edited by
+    /// `edit`) and starts both servers.
+    pub fn launch(exe: &Path, dir: &Path, edit: impl Fn(&mut tagma_core::Config)) -> Result<Self> {
+        let opts = InitOptions {
+            replicas: 2,
+            mode: Mode::Cft,
+            f: Some(0),
+            base_port: None,
+            host: "127.0.0.1".into(),
+            force: true,
+        };
+        let cfg = init_cluster(dir, &opts)?;
+        let mut raw = cfg.raw.clone();
+        // A request is answered by the first server: a client goes on with one.
+        raw.cluster.readonly_requests = false;
+        edit(&mut raw);
+        let cfg = raw.clone().validate()?;
+        std::fs::write(cluster_dir::config_path(dir), raw.documented_toml())?;
+        std::fs::create_dir_all(dir.join("logs"))?;
+        let mut pair = EvePair {
+            dir: dir.to_path_buf(),
+            cfg,
+            exe: exe.to_path_buf(),
+            children: [None, None],
+        };
+        pair.start(0, false)?;
+        pair.start(1, false)?;
+        for i in 0..2 {
+            pair.wait_listening(i, Duration::from_secs(20))?;
+        }
+        Ok(pair)
+    }
+
+    pub fn log_path(&self, i: usize) -> PathBuf {
+        self.dir.join("logs").join(format!("eve-{i}.log"))
+    }
+
+    /// Starts server `i` (`join`: it fetches the state from the other first).
+    pub fn start(&mut self, i: usize, join: bool) -> Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path(i))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.args(["eve", "serve", "--dir"])
+            .arg(&self.dir)
+            .arg("--id")
+            .arg(i.to_string());
+        if join {
+            cmd.arg("--join");
+        }
+        let child = cmd
+            .env(
+                "RUST_LOG",
+                std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()),
+            )
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("cannot start {} eve serve", self.exe.display()))?;
+        self.children[i] = Some(child);
+        Ok(())
+    }
+
+    /// Waits until server `i` accepts TCP connections.
+    pub fn wait_listening(&mut self, i: usize, timeout: Duration) -> Result<()> {
+        let addr = self.cfg.replicas[i].addr;
+        let deadline = Instant::now() + timeout;
+        loop {
+            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+                return Ok(());
+            }
+            if let Some(c) = self.children[i].as_mut()
+                && let Ok(Some(status)) = c.try_wait()
+            {
+                bail!(
+                    "eve server {i} exited ({status}); its log: {}",
+                    self.log_path(i).display()
+                );
+            }
+            if Instant::now() >= deadline {
+                bail!("eve server {i} does not listen on {addr} after {timeout:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    /// SIGKILLs server `i`.
+    pub fn kill(&mut self, i: usize) {
+        if let Some(mut c) = self.children[i].take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// A proxy for the cluster's client principal (a request goes to both servers; the
+    /// first reply counts).
+    pub fn proxy(&self, timeout: Duration) -> Result<Proxy> {
+        let key = IdentityKey::read_file(&cluster_dir::client_key_path(&self.dir))?;
+        let deadline = Instant::now() + timeout;
+        loop {
+            match Proxy::connect(
+                &self.cfg,
+                key.clone(),
+                ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
+            ) {
+                Ok(p) => return Ok(p),
+                Err(e) if Instant::now() >= deadline => bail!("{e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// The lines of server `i`'s log.
+    pub fn log(&self, i: usize) -> String {
+        std::fs::read_to_string(self.log_path(i)).unwrap_or_default()
+    }
+}
+
+impl Drop for EvePair {
+    fn drop(&mut self) {
+        self.kill(0);
+        self.kill(1);
+    }
+}

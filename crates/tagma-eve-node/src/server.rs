@@ -1,0 +1,315 @@
+//! Starting a server, and its two working threads: the protocol thread around the core and
+//! the stage thread around the executor.
+
+use std::collections::HashMap;
+use std::net::{SocketAddr, TcpListener};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use crossbeam_channel::{Receiver, Sender, bounded, select};
+use tagma_config::ValidConfig;
+use tagma_crypto::IdentityKey;
+use tagma_eve::pb::{Action, Input, PbConfig, PbCore, PbStats, Role, Stage, StageOutput};
+use tagma_eve::{EveService, Executor, Mixer, ObjectTree};
+use tagma_net::NetLimits;
+use tagma_node::auth::RequestVerifier;
+use tagma_wire::{
+    ClientId, Encode, ReplicaId, ReplicaMessage, Reply, RequestKind, RequestSeq, ViewId,
+};
+use thiserror::Error;
+use tracing::{info, warn};
+
+use crate::links::{Event, Links, accept_loop, peer_writer, send_peer};
+
+#[derive(Debug, Error)]
+pub enum EveNodeError {
+    #[error(
+        "the primary-backup deployment needs exactly two [[replica]] entries, ids 0 and 1; tagma.toml lists {0}"
+    )]
+    NotTwoServers(String),
+    #[error("server {0} is not a [[replica]] of tagma.toml: pass --id 0 or --id 1")]
+    NotAServer(u32),
+    #[error(
+        "tagma.toml has [cluster] readonly_requests = true: clients would wait for both servers' replies and stop when one crashes; set readonly_requests = false (each request is answered by the first server)"
+    )]
+    ReadonlyRequests,
+    #[error("cannot listen on {addr}: {source} (is another server running there?)")]
+    Listen {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error("the client keys of tagma.toml: {0}")]
+    Keys(String),
+    #[error("the executor: {0}")]
+    Executor(#[from] tagma_eve::EveError),
+    #[error("cannot start a thread: {0}")]
+    Thread(std::io::Error),
+}
+
+/// What a running server shows of itself.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Status {
+    pub role: Role,
+    pub view: u64,
+    pub committed: u64,
+    pub peer_alive: bool,
+    pub stats: PbStats,
+}
+
+/// A running server.
+pub struct EveNodeHandle {
+    pub id: ReplicaId,
+    pub local_addr: SocketAddr,
+    status: Arc<Mutex<Status>>,
+    protocol: std::thread::JoinHandle<()>,
+}
+
+impl EveNodeHandle {
+    pub fn status(&self) -> Status {
+        *self.status.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs until the process is killed.
+    pub fn join(self) {
+        let _ = self.protocol.join();
+    }
+}
+
+fn thread(
+    name: &str,
+    f: impl FnOnce() + Send + 'static,
+) -> Result<std::thread::JoinHandle<()>, EveNodeError> {
+    std::thread::Builder::new()
+        .name(name.into())
+        .spawn(f)
+        .map_err(EveNodeError::Thread)
+}
+
+/// Starts server `me` of `cfg` running `service` with `mixer` on the initial state `initial`
+/// (`joining`: it fetches the state from the other server first).
+pub fn start<S, M>(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    service: S,
+    mixer: M,
+    initial: ObjectTree,
+    joining: bool,
+) -> Result<EveNodeHandle, EveNodeError>
+where
+    S: EveService<Request = Bytes> + 'static,
+    M: Mixer<Bytes> + Sync + Send + 'static,
+{
+    let ids: Vec<u32> = cfg.replicas.iter().map(|r| r.id.0).collect();
+    if ids != [0, 1] {
+        return Err(EveNodeError::NotTwoServers(format!("{ids:?}")));
+    }
+    let info = cfg
+        .replica(me)
+        .cloned()
+        .ok_or(EveNodeError::NotAServer(me.0))?;
+    if cfg.raw.cluster.readonly_requests {
+        return Err(EveNodeError::ReadonlyRequests);
+    }
+    let eve = cfg.raw.eve.clone();
+    let verifier =
+        RequestVerifier::new(&cfg, me, &key).map_err(|e| EveNodeError::Keys(e.to_string()))?;
+    let listener = TcpListener::bind(info.addr).map_err(|source| EveNodeError::Listen {
+        addr: info.addr,
+        source,
+    })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| EveNodeError::Listen {
+            addr: info.addr,
+            source,
+        })?;
+    let limits = NetLimits {
+        frame_bytes_max: cfg.raw.limits.frame_bytes_max,
+        handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
+    };
+    let queue_max = cfg.raw.limits.connection_queue_max;
+    let (events_tx, events_rx) = bounded::<Event>(eve.queue_max);
+
+    let links = Arc::new(Links {
+        cfg,
+        me,
+        key,
+        limits,
+        verifier,
+        events: events_tx.clone(),
+    });
+    let peer = ReplicaId(1 - me.0);
+    let (peer_tx, peer_rx) = bounded::<Bytes>(queue_max);
+    {
+        let links = links.clone();
+        thread("peer-out", move || peer_writer(&links, peer, &peer_rx))?;
+    }
+    {
+        let links = links.clone();
+        thread("accept", move || accept_loop(&links, listener))?;
+    }
+    let executor = Executor::new(
+        service,
+        mixer,
+        eve.threads,
+        initial,
+        eve.pipeline_max + eve.catch_up_max,
+    )?;
+    let stage = Stage::new(executor, eve.tree_query_max);
+    let (stage_tx, stage_rx) = bounded::<Action>(eve.queue_max);
+    // The stage answers at most once per action: twice the action queue never fills, so
+    // the two threads cannot wait on each other.
+    let (answers_tx, answers_rx) = bounded::<Input>(2 * eve.queue_max + 2);
+    {
+        let peer_tx = peer_tx.clone();
+        thread("stage", move || {
+            stage_loop(stage, &stage_rx, &answers_tx, &peer_tx)
+        })?;
+    }
+    let pb = PbConfig {
+        me: me.0 as u8,
+        batch_size_max: eve.batch_size_max,
+        pipeline_max: eve.pipeline_max,
+        queue_max: eve.queue_max,
+        catch_up_max: eve.catch_up_max,
+        heartbeat_ms: eve.heartbeat_ms,
+        takeover_ms: eve.takeover_ms,
+    };
+    let clock = Instant::now();
+    let core = PbCore::new(pb, 0, joining);
+    let status = Arc::new(Mutex::new(status_of(&core)));
+    let shown = status.clone();
+    let protocol = thread("protocol", move || {
+        protocol_loop(
+            core,
+            &clock,
+            &events_rx,
+            &answers_rx,
+            &stage_tx,
+            &peer_tx,
+            &shown,
+        );
+    })?;
+    info!(
+        server = me.0,
+        addr = %local_addr,
+        joining,
+        "execute-verify server listening"
+    );
+    Ok(EveNodeHandle {
+        id: me,
+        local_addr,
+        status,
+        protocol,
+    })
+}
+
+fn status_of(core: &PbCore) -> Status {
+    Status {
+        role: core.role(),
+        view: core.view(),
+        committed: core.committed(),
+        peer_alive: core.peer_alive(),
+        stats: core.stats(),
+    }
+}
+
+fn protocol_loop(
+    mut core: PbCore,
+    clock: &Instant,
+    events: &Receiver<Event>,
+    answers: &Receiver<Input>,
+    stage: &Sender<Action>,
+    peer: &Sender<Bytes>,
+    status: &Mutex<Status>,
+) {
+    let now = || clock.elapsed().as_millis() as u64;
+    // Where each client's replies go, and the kind of its request in flight.
+    let mut routes: HashMap<ClientId, (Sender<Bytes>, RequestSeq, RequestKind)> = HashMap::new();
+    let mut role = core.role();
+    loop {
+        let wait_ms = core.next_timeout_ms().saturating_sub(now()).clamp(1, 100);
+        let input = select! {
+            recv(events) -> event => match event {
+                Ok(Event::Request { request, kind, conn }) => {
+                    routes.insert(request.client, (conn, request.seq, kind));
+                    Input::Request(request)
+                }
+                Ok(Event::Peer(message)) => Input::Peer(message),
+                Err(_) => return,
+            },
+            recv(answers) -> answer => match answer {
+                Ok(input) => input,
+                Err(_) => return,
+            },
+            default(Duration::from_millis(wait_ms)) => Input::Tick,
+        };
+        let at = now();
+        core.handle(at, input);
+        if core.next_timeout_ms() <= at {
+            core.handle(at, Input::Tick);
+        }
+        while let Some(action) = core.poll_action() {
+            match action {
+                Action::Send(message) => send_peer(peer, message.to_bytes()),
+                Action::Reply { client, seq, reply } => {
+                    let Some((conn, waiting, kind)) = routes.get(&client) else {
+                        continue;
+                    };
+                    let done = *waiting == seq;
+                    let frame = ReplicaMessage::Reply(Reply {
+                        client,
+                        seq,
+                        kind: *kind,
+                        view: ViewId(0),
+                        payload: reply,
+                    })
+                    .to_bytes();
+                    // A full connection queue drops the reply: the client retransmits and
+                    // gets the session's reply again.
+                    let _ = conn.try_send(frame);
+                    if done {
+                        // Routes live as long as a request waits: bounded by the clients.
+                        routes.remove(&client);
+                    }
+                }
+                action => {
+                    if stage.send(action).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        if core.role() != role {
+            info!(view = core.view(), "now {:?} (was {:?})", core.role(), role);
+            role = core.role();
+        }
+        *status.lock().unwrap_or_else(PoisonError::into_inner) = status_of(&core);
+    }
+}
+
+fn stage_loop<S, M>(
+    mut stage: Stage<S, M>,
+    actions: &Receiver<Action>,
+    answers: &Sender<Input>,
+    peer: &Sender<Bytes>,
+) where
+    S: EveService<Request = Bytes>,
+    M: Mixer<Bytes> + Sync,
+{
+    while let Ok(action) = actions.recv() {
+        for out in stage.apply(action) {
+            match out {
+                StageOutput::Input(input) => {
+                    if answers.send(input).is_err() {
+                        warn!("the protocol thread is gone");
+                        return;
+                    }
+                }
+                StageOutput::Send(message) => send_peer(peer, message.to_bytes()),
+            }
+        }
+    }
+}
