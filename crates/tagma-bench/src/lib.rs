@@ -17,6 +17,8 @@
 //!   workloads through the sequential, barrier and dependency-graph schedulers;
 //! - [`eve_bench`]: `tagma bench eve`, execute-verify replication's executors and
 //!   verification on the micro-benchmark against sequential execution;
+//! - [`eve_pair`]: an execute-verify primary-backup pair under the checked key-value
+//!   workload, with a primary crash (`tagma demo --mode eve`, `tagma chaos --mode eve`);
 //! - [`state_transfer`]: `tagma bench state-transfer`, how fast a wiped replica gets a
 //!   large state back;
 //! - [`micro`]: the micro-benchmark service ("empty" requests that ask for a reply of a
@@ -32,6 +34,7 @@
 
 pub mod demo;
 pub mod eve_bench;
+pub mod eve_pair;
 pub mod exec;
 pub mod load;
 pub mod measure;

@@ -73,6 +73,10 @@ pub enum Scenario {
     /// The disk of a follower, then of the leader, stalls for --down-s each under load (every
     /// flush waits), then recovers: throughput during and after, time to catch up.
     SlowDisk,
+    /// With --mode eve: the primary of an execute-verify pair is killed under load (the
+    /// backup takes over), restarts after --down-s and fetches the state, then the new
+    /// primary is killed too.
+    PrimaryCrash,
 }
 
 impl Scenario {
@@ -101,6 +105,7 @@ impl Scenario {
             Scenario::LoneLyingDisk => "lone-lying-disk",
             Scenario::ReconfigTour => "reconfig-tour",
             Scenario::SlowDisk => "slow-disk",
+            Scenario::PrimaryCrash => "primary-crash",
         }
     }
 }
@@ -592,7 +597,9 @@ fn inject(
             wait_caught_up(cluster, lagging, Duration::from_secs(120))?;
             restarted.elapsed().as_secs_f64() * 1000.0
         }
-        Scenario::ReconfigTour | Scenario::SlowDisk => unreachable!("refused by run"),
+        Scenario::ReconfigTour | Scenario::SlowDisk | Scenario::PrimaryCrash => {
+            unreachable!("refused by run")
+        }
         Scenario::LoneLyingDisk => {
             let lying: Vec<usize> = opts.damaged_replicas(scenario).collect();
             for &i in &lying {

@@ -18,15 +18,30 @@ use crate::init::{InitOptions, init_cluster};
 /// The two server processes. Dropping it kills them.
 pub struct EvePair {
     pub dir: PathBuf,
+    /// The temporary directory holding `dir`, when none was given (removed on drop).
+    tmp: Option<tempfile::TempDir>,
     pub cfg: ValidConfig,
     exe: PathBuf,
     children: [Option<Child>; 2],
 }
 
 impl EvePair {
-    /// Writes a cluster directory for a pair into `dir` (its `[eve]` section edited by
-    /// `edit`) and starts both servers.
-    pub fn launch(exe: &Path, dir: &Path, edit: impl Fn(&mut tagma_core::Config)) -> Result<Self> {
+    /// Writes a cluster directory for a pair into `dir` (a temporary one if `None`; its
+    /// `[eve]` section edited by `edit`) and starts both servers.
+    pub fn launch(
+        exe: &Path,
+        dir: Option<&Path>,
+        edit: impl Fn(&mut tagma_core::Config),
+    ) -> Result<Self> {
+        let (tmp, dir) = match dir {
+            Some(d) => (None, d.to_path_buf()),
+            None => {
+                let t = tempfile::Builder::new().prefix("tagma-eve-").tempdir()?;
+                let d = t.path().to_path_buf();
+                (Some(t), d)
+            }
+        };
+        let dir = dir.as_path();
         let opts = InitOptions {
             replicas: 2,
             mode: Mode::Cft,
@@ -45,6 +60,7 @@ impl EvePair {
         std::fs::create_dir_all(dir.join("logs"))?;
         let mut pair = EvePair {
             dir: dir.to_path_buf(),
+            tmp,
             cfg,
             exe: exe.to_path_buf(),
             children: [None, None],
@@ -136,6 +152,14 @@ impl EvePair {
                 Err(_) => std::thread::sleep(Duration::from_millis(50)),
             }
         }
+    }
+
+    /// Keeps the cluster directory after the pair is dropped; returns it.
+    pub fn keep(&mut self) -> PathBuf {
+        if let Some(t) = self.tmp.take() {
+            let _ = t.keep();
+        }
+        self.dir.clone()
     }
 
     /// The lines of server `i`'s log.

@@ -36,6 +36,16 @@ pub(crate) struct Links {
     pub(crate) limits: NetLimits,
     pub(crate) verifier: RequestVerifier,
     pub(crate) events: Sender<Event>,
+    /// The committed state as the stage last saw it: batch, requests, root digest.
+    pub(crate) committed: std::sync::Mutex<Committed>,
+}
+
+/// What a state query is answered with.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct Committed {
+    pub(crate) seq: u64,
+    pub(crate) requests: u64,
+    pub(crate) root: tagma_wire::Digest,
 }
 
 impl KeyDirectory for Links {
@@ -129,8 +139,22 @@ fn client_connection(links: &Links, principal: u32, mut reader: FrameReader, wri
                 let view = ReplicaMessage::CurrentView(links.cfg.initial_view()).to_bytes();
                 let _ = tx.try_send(view);
             }
-            // State queries and view histories belong to ordered clusters.
-            Ok(_) => {}
+            Ok(ClientMessage::StateQuery { nonce }) => {
+                let c = *links
+                    .committed
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner);
+                let info = ReplicaMessage::StateInfo(tagma_wire::StateInfo {
+                    nonce,
+                    replica: links.me,
+                    executed_instances: c.seq,
+                    executed_requests: c.requests,
+                    state_digest: c.root,
+                });
+                let _ = tx.try_send(info.to_bytes());
+            }
+            // View histories belong to ordered clusters.
+            Ok(ClientMessage::ViewHistoryQuery) => {}
             Err(e) => debug!("malformed client message from principal {principal}: {e}"),
         }
     }

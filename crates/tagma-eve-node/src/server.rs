@@ -20,7 +20,7 @@ use tagma_wire::{
 use thiserror::Error;
 use tracing::{info, warn};
 
-use crate::links::{Event, Links, accept_loop, peer_writer, send_peer};
+use crate::links::{Committed, Event, Links, accept_loop, peer_writer, send_peer};
 
 #[derive(Debug, Error)]
 pub enum EveNodeError {
@@ -139,6 +139,7 @@ where
         limits,
         verifier,
         events: events_tx.clone(),
+        committed: Mutex::new(Committed::default()),
     });
     let peer = ReplicaId(1 - me.0);
     let (peer_tx, peer_rx) = bounded::<Bytes>(queue_max);
@@ -164,8 +165,9 @@ where
     let (answers_tx, answers_rx) = bounded::<Input>(2 * eve.queue_max + 2);
     {
         let peer_tx = peer_tx.clone();
+        let links = links.clone();
         thread("stage", move || {
-            stage_loop(stage, &stage_rx, &answers_tx, &peer_tx)
+            stage_loop(stage, &stage_rx, &answers_tx, &peer_tx, &links.committed);
         })?;
     }
     let pb = PbConfig {
@@ -295,12 +297,32 @@ fn stage_loop<S, M>(
     actions: &Receiver<Action>,
     answers: &Sender<Input>,
     peer: &Sender<Bytes>,
+    committed: &Mutex<Committed>,
 ) where
     S: EveService<Request = Bytes>,
     M: Mixer<Bytes> + Sync,
 {
+    let mut requests = 0u64;
     while let Ok(action) = actions.recv() {
-        for out in stage.apply(action) {
+        let changes_stable = matches!(
+            action,
+            Action::Commit { .. } | Action::TreeNodes { .. } | Action::Fetch { .. }
+        );
+        if let Action::Commit { seq, .. } = &action
+            && let Some(executed) = stage.executor().pending().find(|e| e.seq == *seq)
+        {
+            requests += executed.outputs.len() as u64;
+        }
+        let outputs = stage.apply(action);
+        if changes_stable {
+            let stable = stage.executor().stable();
+            *committed.lock().unwrap_or_else(PoisonError::into_inner) = Committed {
+                seq: stable.seq,
+                requests,
+                root: tagma_wire::Digest(stable.tree.hash().root),
+            };
+        }
+        for out in outputs {
             match out {
                 StageOutput::Input(input) => {
                     if answers.send(input).is_err() {

@@ -13,6 +13,10 @@ use crate::chaos::{ChaosOptions, Scenario};
 /// `tagma chaos`.
 #[derive(clap::Args)]
 pub struct ChaosArgs {
+    /// How the servers replicate: ordered (every scenario but primary-crash) or eve (an
+    /// execute-verify primary-backup pair: primary-crash).
+    #[arg(long, value_enum, default_value_t = super::demo::ReplicationMode::Ordered)]
+    pub mode: super::demo::ReplicationMode,
     /// kill-all: SIGKILL every replica under load and restart them all from disk;
     /// lagging-replica: stop one follower for --down-s under load, restart it, time its
     /// catch-up; corrupt-log / corrupt-checkpoint / corrupt-both: damage the log, the newest
@@ -56,7 +60,8 @@ pub struct ChaosArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// reconfig-tour: draw the throughput timeline with the events marked into this PNG.
+    /// reconfig-tour, primary-crash: draw the throughput timeline with the events marked
+    /// into this PNG.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
 }
@@ -79,6 +84,16 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         down: secs("down-s", args.down_s)?,
         after: secs("after-s", args.after_s)?,
     };
+    if (args.mode == super::demo::ReplicationMode::Eve) != (args.scenario == Scenario::PrimaryCrash)
+    {
+        bail!(
+            "primary-crash is the scenario of an execute-verify pair, and the pair has no \
+             other: pass --mode eve --scenario primary-crash, or leave out --mode eve"
+        );
+    }
+    if args.scenario == Scenario::PrimaryCrash {
+        return primary_crash(&args, &opts);
+    }
     opts.check(args.scenario)?;
     let exe = super::tagma_exe()?;
     if !args.json {
@@ -105,7 +120,9 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         return print_verdict(args.json, &report, report.table(), report.passed());
     }
     if args.plot.is_some() {
-        bail!("--plot draws the reconfig-tour timeline; the other scenarios have no plot");
+        bail!(
+            "--plot draws the reconfig-tour and primary-crash timelines; the other scenarios have no plot"
+        );
     }
     if args.service == super::demo::DemoService::Space {
         let report = crate::chaos_space::run(&exe, args.scenario, &opts)?;
@@ -113,6 +130,35 @@ pub fn run(args: ChaosArgs) -> Result<()> {
     }
     let report = crate::chaos::run(&exe, args.scenario, &opts)?;
     print_verdict(args.json, &report, report.table(), report.passed())
+}
+
+/// `tagma chaos --mode eve --scenario primary-crash`.
+fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
+    if opts.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    let run = tagma_bench::eve_pair::PairRunOptions {
+        clients: opts.clients,
+        before_s: opts.before.as_secs_f64(),
+        crash: Some(tagma_bench::eve_pair::CrashTimes {
+            down_s: opts.down.as_secs_f64(),
+            after_s: opts.after.as_secs_f64(),
+        }),
+        threads: 2,
+        takeover_ms: 500,
+        keep: false,
+    };
+    if !args.json {
+        eprintln!("killing the primary of an execute-verify pair under load…");
+    }
+    let report = tagma_bench::eve_pair::run(&super::tagma_exe()?, &run)?;
+    if let Some(path) = &args.plot {
+        tagma_bench::plot::draw(&report.chart(), path)?;
+        if !args.json {
+            eprintln!("wrote {}", path.display());
+        }
+    }
+    print_verdict(args.json, &report, report.table(), report.ok())
 }
 
 /// Prints a report (one JSON object, or its table) and exits with 1 if it did not pass.

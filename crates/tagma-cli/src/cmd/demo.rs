@@ -15,9 +15,25 @@ pub enum DemoService {
     Space,
 }
 
+/// How the servers replicate.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum ReplicationMode {
+    /// Order, then execute: replicas agree on each batch (BFT or CFT), then execute it.
+    Ordered,
+    /// Execute, then verify: a primary-backup pair executes each batch in parallel on both
+    /// servers and compares what they reached (the key-value store only; crash faults).
+    Eve,
+}
+
 /// `tagma demo`.
 #[derive(clap::Args)]
 pub struct DemoArgs {
+    /// How the servers replicate.
+    #[arg(long, value_enum, default_value_t = ReplicationMode::Ordered)]
+    pub mode: ReplicationMode,
+    /// With --mode eve: execution threads of each server.
+    #[arg(long, default_value_t = 2)]
+    pub threads: usize,
     /// The replicated service to demonstrate.
     #[arg(long, value_enum, default_value_t = DemoService::Kv)]
     pub service: DemoService,
@@ -60,6 +76,9 @@ pub struct DemoArgs {
 
 /// `tagma demo`.
 pub fn run(args: DemoArgs) -> Result<()> {
+    if args.mode == ReplicationMode::Eve {
+        return eve(&args);
+    }
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
     if args.service == DemoService::Space {
         let opts = tagma_bench::space_demo::SpaceDemoOptions {
@@ -85,4 +104,39 @@ pub fn run(args: DemoArgs) -> Result<()> {
         request_timeout_ms: args.request_timeout_ms,
     };
     tagma_bench::demo::run(&super::tagma_exe()?, &opts)
+}
+
+/// `tagma demo --mode eve`: the key-value store on an execute-verify pair.
+fn eve(args: &DemoArgs) -> Result<()> {
+    if args.service != DemoService::Kv || args.cft || args.replicas.is_some() {
+        anyhow::bail!(
+            "--mode eve runs the key-value store on a primary-backup pair: leave out --service, \
+             --cft and --replicas"
+        );
+    }
+    let opts = tagma_bench::eve_pair::PairRunOptions {
+        clients: args.clients.unwrap_or(8),
+        before_s: args.duration_s as f64,
+        crash: None,
+        threads: args.threads,
+        takeover_ms: 500,
+        keep: args.keep,
+    };
+    if !args.json {
+        eprintln!(
+            "serving the key-value store on an execute-verify pair ({} threads each), {} \
+             clients for {} s…",
+            opts.threads, opts.clients, args.duration_s
+        );
+    }
+    let report = tagma_bench::eve_pair::run(&super::tagma_exe()?, &opts)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    if !report.ok() {
+        std::process::exit(1);
+    }
+    Ok(())
 }

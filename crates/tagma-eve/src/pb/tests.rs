@@ -58,6 +58,9 @@ struct Server {
 /// commit the same).
 type Ledger = BTreeMap<u64, EveBatch>;
 
+/// Which message a link loses.
+type Lost = fn(&EveMessage) -> bool;
+
 struct World {
     now_ms: u64,
     diverge: bool,
@@ -65,7 +68,7 @@ struct World {
     /// A paused server takes no input (its messages wait in its link).
     paused: [bool; 2],
     /// The next message to this server that matches is lost.
-    lose_next: Option<(usize, fn(&EveMessage) -> bool)>,
+    lose_next: Option<(usize, Lost)>,
     /// Messages in flight to each server, in order.
     links: [VecDeque<EveMessage>; 2],
     clients: Vec<Client>,
@@ -409,7 +412,7 @@ impl World {
     }
 
     /// Runs until the next message to server `to` that matches `lost` is lost.
-    fn lose(&mut self, to: usize, lost: fn(&EveMessage) -> bool) {
+    fn lose(&mut self, to: usize, lost: Lost) {
         self.lose_next = Some((to, lost));
         for _ in 0..1_000 {
             if self.lose_next.is_none() {

@@ -1,0 +1,302 @@
+//! An execute-verify primary-backup pair under the checked key-value workload: `tagma demo
+//! --mode eve` (the store served in Eve mode) and `tagma chaos --mode eve --scenario
+//! primary-crash` (the primary killed under load: the backup's takeover timed; the old
+//! primary restarted, fetching the state, then the new primary killed too, so every
+//! acknowledged operation must have reached the restarted server).
+//!
+//! Throughput is sampled every 50 ms for the timeline (Eve's takeover figure).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use serde::Serialize;
+use tagma_cluster::eve_pair::EvePair;
+use tagma_cluster::workload::{self, FailoverProbe, WorkloadOptions};
+use tagma_cluster::{converged_states, digests_equal};
+use tagma_kv::{KvOp, KvReply};
+use tagma_wire::ReplicaId;
+
+/// The key of the counting client.
+const COUNTER: &[u8] = b"eve/counter";
+
+/// What the run does.
+#[derive(Clone, Debug)]
+pub struct PairRunOptions {
+    pub clients: usize,
+    /// Seconds of load before the primary is killed (the whole run without a crash).
+    pub before_s: f64,
+    /// With a crash: seconds until the killed server restarts, then seconds of load before
+    /// the other is killed, and after it.
+    pub crash: Option<CrashTimes>,
+    pub threads: usize,
+    pub takeover_ms: u64,
+    /// Keep the cluster directory (and print it).
+    pub keep: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct CrashTimes {
+    pub down_s: f64,
+    pub after_s: f64,
+}
+
+/// One sample of the timeline.
+#[derive(Clone, Debug, Serialize)]
+pub struct Sample {
+    pub t_s: f64,
+    pub ops_per_s: f64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct PairReport {
+    pub clients: usize,
+    pub threads: usize,
+    pub completed_ops: u64,
+    pub failed_ops: u64,
+    pub throughput_ops_s: f64,
+    pub p50_ms: f64,
+    pub p99_ms: f64,
+    /// Results a client got for its own keys that contradict the sequential model.
+    pub violations: Vec<String>,
+    /// A counter incremented by one more client throughout: increments acknowledged, in
+    /// doubt (the call failed), acknowledged but missing from the final count, and counted
+    /// more often than sent.
+    pub acknowledged_ops: u64,
+    pub in_doubt_ops: u64,
+    pub lost_acknowledged_ops: u64,
+    pub duplicated_ops: u64,
+    /// Both servers reached the same state (after the run, with both running).
+    pub state_digests_equal: bool,
+    /// From the primary's kill to the first completion of a request issued after it.
+    pub takeover_ms: Option<f64>,
+    pub takeover_timeout_ms: u64,
+    /// The killed server restarted, fetched the state and became the backup.
+    pub rejoined_as_backup: bool,
+    /// The server that took over was killed in turn, leaving the restarted one alone.
+    pub second_crash: bool,
+    /// (seconds into the run, what happened).
+    pub events: Vec<(f64, String)>,
+    pub timeline: Vec<Sample>,
+}
+
+impl PairReport {
+    /// Whether the run kept every promise: no violation, every fault survived.
+    pub fn ok(&self) -> bool {
+        self.violations.is_empty()
+            && self.failed_ops == 0
+            && self.lost_acknowledged_ops == 0
+            && self.duplicated_ops == 0
+            && self.state_digests_equal
+            && (self.events.is_empty() || (self.takeover_ms.is_some() && self.rejoined_as_backup))
+    }
+
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "execute-verify primary-backup, {} threads per server, {} clients\n\
+             {} operations ({} failed), {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms\n",
+            self.threads,
+            self.clients,
+            self.completed_ops,
+            self.failed_ops,
+            self.throughput_ops_s,
+            self.p50_ms,
+            self.p99_ms
+        );
+        for (t, e) in &self.events {
+            out.push_str(&format!("  {t:6.2} s  {e}\n"));
+        }
+        if let Some(ms) = self.takeover_ms {
+            out.push_str(&format!(
+                "takeover: {ms:.0} ms (takeover timeout {} ms)\n",
+                self.takeover_timeout_ms
+            ));
+        }
+        if !self.events.is_empty() {
+            out.push_str(&format!(
+                "restarted server fetched the state and followed: {}\n",
+                self.rejoined_as_backup
+            ));
+        }
+        out.push_str(&format!(
+            "checked results contradicting the sequential model: {}\n\
+             counter: {} increments acknowledged, {} in doubt, {} lost, {} counted twice\n\
+             state digests equal: {}\n",
+            self.violations.len(),
+            self.acknowledged_ops,
+            self.in_doubt_ops,
+            self.lost_acknowledged_ops,
+            self.duplicated_ops,
+            self.state_digests_equal
+        ));
+        for v in self.violations.iter().take(5) {
+            out.push_str(&format!("  {v}\n"));
+        }
+        out
+    }
+
+    /// The timeline chart, with the events marked.
+    pub fn chart(&self) -> crate::plot::Chart {
+        crate::plot::Chart {
+            title: "execute-verify primary-backup: a primary crash and its takeover".into(),
+            x_label: "seconds".into(),
+            y_label: "completed operations per second".into(),
+            integer_x: false,
+            series: vec![crate::plot::Series {
+                label: "throughput".into(),
+                points: self.timeline.iter().map(|s| (s.t_s, s.ops_per_s)).collect(),
+            }],
+            events: self.events.clone(),
+        }
+    }
+}
+
+/// Launches a pair in a temporary directory, runs the workload (with the crashes), and
+/// reports.
+pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
+    let (threads, takeover_ms) = (opts.threads, opts.takeover_ms);
+    let mut pair = EvePair::launch(exe, None, |cfg| {
+        cfg.eve.threads = threads;
+        cfg.eve.takeover_ms = takeover_ms;
+        cfg.eve.heartbeat_ms = (takeover_ms / 10).max(1);
+    })?;
+    let ready = Duration::from_secs(20);
+    let proxies = (0..opts.clients)
+        .map(|_| pair.proxy(ready))
+        .collect::<Result<Vec<_>>>()?;
+    proxies[0]
+        .invoke_ordered(
+            KvOp::Get {
+                key: Bytes::from_static(b"demo/ready"),
+            }
+            .encode(),
+        )
+        .context("the pair did not answer a first request")?;
+    let total_s = opts.before_s + opts.crash.map_or(0.0, |c| c.down_s + 2.0 * c.after_s);
+    let probe = Arc::new(FailoverProbe::default());
+    let workload_opts = WorkloadOptions {
+        duration: Duration::from_secs_f64(total_s),
+        unordered_reads: false,
+        failover: Some(probe.clone()),
+        ..Default::default()
+    };
+    let progress = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    let counter = pair.proxy(ready)?;
+    let (acknowledged, in_doubt) = (AtomicU64::new(0), AtomicU64::new(0));
+    let started = Instant::now();
+    let mut events = Vec::new();
+    let mut timeline = Vec::new();
+    let mut rejoined = false;
+    let mut second_crash = false;
+    let report = std::thread::scope(|s| -> Result<_> {
+        let worker = s.spawn(|| workload::run(proxies, &workload_opts, &progress, &stop));
+        let counting = s.spawn(|| {
+            let op = KvOp::Incr {
+                key: Bytes::from_static(COUNTER),
+                delta: 1,
+            }
+            .encode();
+            // Until the checked workload is over.
+            while !stop.load(Ordering::Relaxed) {
+                match counter.invoke_ordered(op.clone()) {
+                    Ok(_) => acknowledged.fetch_add(1, Ordering::Relaxed),
+                    Err(_) => in_doubt.fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        });
+        let mut plan: Vec<(f64, u8)> = match opts.crash {
+            None => Vec::new(),
+            Some(c) => vec![
+                (opts.before_s, 0),
+                (opts.before_s + c.down_s, 1),
+                (opts.before_s + c.down_s + c.after_s, 2),
+            ],
+        };
+        plan.reverse();
+        let (mut last_t, mut last_done) = (0.0, 0u64);
+        while !worker.is_finished() {
+            std::thread::sleep(Duration::from_millis(50));
+            let t = started.elapsed().as_secs_f64();
+            let done = progress.load(Ordering::Relaxed);
+            timeline.push(Sample {
+                t_s: t,
+                ops_per_s: (done - last_done) as f64 / (t - last_t).max(1e-3),
+            });
+            (last_t, last_done) = (t, done);
+            if plan.last().is_some_and(|(at, _)| t >= *at) {
+                let (_, step) = plan.pop().expect("checked");
+                match step {
+                    0 => {
+                        probe.fault();
+                        pair.kill(0);
+                        events.push((t, "primary (server 0) killed".to_string()));
+                    }
+                    1 => {
+                        pair.start(0, true)?;
+                        events.push((t, "server 0 restarted, fetching the state".to_string()));
+                    }
+                    _ => {
+                        rejoined = pair.log(0).contains("now Backup");
+                        pair.kill(1);
+                        second_crash = true;
+                        events.push((t, "server 1 (primary since) killed".to_string()));
+                    }
+                }
+            }
+        }
+        let report = worker.join().expect("the workload panicked");
+        stop.store(true, Ordering::Relaxed);
+        counting.join().expect("the counting client panicked");
+        Ok(report)
+    })?;
+    // Both servers running again, the state they agree on holds every acknowledged
+    // increment once.
+    if second_crash {
+        pair.start(1, true)?;
+    }
+    let reader = pair.proxy(ready)?;
+    let states = converged_states(&reader, &[ReplicaId(0), ReplicaId(1)], ready)?;
+    let reply = reader.invoke_ordered(
+        KvOp::Get {
+            key: Bytes::from_static(COUNTER),
+        }
+        .encode(),
+    )?;
+    let count = match KvReply::decode(&reply) {
+        Ok(KvReply::Get { value: Some(v) }) if v.len() == 8 => {
+            u64::try_from(i64::from_le_bytes(v[..].try_into().expect("8 bytes"))).unwrap_or(0)
+        }
+        Ok(KvReply::Get { value: None }) => 0,
+        other => anyhow::bail!("reading the counter: {other:?}"),
+    };
+    let (acknowledged, in_doubt) = (acknowledged.into_inner(), in_doubt.into_inner());
+    let failover = probe.failover_ms();
+    if opts.keep {
+        eprintln!("cluster directory kept: {}", pair.keep().display());
+    }
+    Ok(PairReport {
+        clients: opts.clients,
+        threads,
+        completed_ops: report.completed,
+        failed_ops: report.errors,
+        throughput_ops_s: report.throughput_ops_s(),
+        p50_ms: report.percentile_ms(50.0),
+        p99_ms: report.percentile_ms(99.0),
+        violations: report.violations.clone(),
+        acknowledged_ops: acknowledged,
+        in_doubt_ops: in_doubt,
+        lost_acknowledged_ops: acknowledged.saturating_sub(count),
+        duplicated_ops: count.saturating_sub(acknowledged + in_doubt),
+        state_digests_equal: digests_equal(&states),
+        takeover_ms: opts.crash.and(failover),
+        takeover_timeout_ms: takeover_ms,
+        rejoined_as_backup: rejoined,
+        second_crash,
+        events,
+        timeline,
+    })
+}

@@ -1,0 +1,90 @@
+//! Execute-verify replication across real processes, as users run it: a primary-backup pair
+//! of `tagma eve serve` processes under the checked key-value workload.
+
+use std::sync::Mutex;
+
+mod common;
+use common::exe;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// Runs `tagma ARGS --json`: it must exit 0 and print one JSON object.
+fn tagma_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(exe())
+        .args(args)
+        .arg("--json")
+        .output()
+        .unwrap_or_else(|e| panic!("run tagma {args:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tagma {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON object")
+}
+
+fn assert_nothing_lost(report: &serde_json::Value) {
+    assert!(
+        report["acknowledged_ops"].as_u64().unwrap() > 100,
+        "{report}"
+    );
+    assert_eq!(report["lost_acknowledged_ops"], 0, "{report}");
+    assert_eq!(report["duplicated_ops"], 0, "{report}");
+    assert_eq!(report["failed_ops"], 0, "{report}");
+    assert_eq!(
+        report["violations"].as_array().unwrap().len(),
+        0,
+        "{report}"
+    );
+    assert_eq!(report["state_digests_equal"], true, "{report}");
+}
+
+#[test]
+fn a_killed_primary_is_taken_over_within_a_second_and_comes_back_by_fetching_the_state() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = tagma_json(&[
+        "chaos",
+        "--mode",
+        "eve",
+        "--scenario",
+        "primary-crash",
+        "--before-s",
+        "1",
+        "--down-s",
+        "1",
+        "--after-s",
+        "1",
+    ]);
+    assert_nothing_lost(&report);
+    let takeover_ms = report["takeover_ms"].as_f64().unwrap();
+    assert!(
+        (400.0..=1000.0).contains(&takeover_ms),
+        "takeover after {takeover_ms} ms with a 500 ms timeout: {report}"
+    );
+    assert_eq!(report["rejoined_as_backup"], true, "{report}");
+    assert_eq!(report["second_crash"], true, "{report}");
+    assert_eq!(report["events"].as_array().unwrap().len(), 3, "{report}");
+}
+
+#[test]
+fn the_demo_serves_the_key_value_store_in_eve_mode() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = tagma_json(&["demo", "--mode", "eve", "--duration-s", "2"]);
+    assert_nothing_lost(&report);
+    assert!(report["takeover_ms"].is_null(), "{report}");
+}
+
+#[test]
+fn eve_mode_names_its_only_chaos_scenario() {
+    let out = std::process::Command::new(exe())
+        .args(["chaos", "--mode", "eve", "--scenario", "kill-all"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--mode eve --scenario primary-crash"),
+        "{stderr}"
+    );
+}
