@@ -21,9 +21,11 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 use tagma_eve::services::micro::{
-    MicroMixer, MicroService, MicroWorkload, Work, spin_iterations_per_us,
+    MicroMixer, MicroRequest, MicroService, MicroWorkload, Work, spin_iterations_per_us,
 };
 use tagma_eve::{Agreement, Execution, Executor, MissedConflicts, Resilience, agree, run_in_order};
+use tagma_eve::{Batch, Token};
+use tagma_wire::{ClientId, Digest, Encode, EveBatch, EveMessage, EveRequest, RequestSeq};
 
 /// The work of a request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -127,6 +129,13 @@ pub struct EveBenchReport {
     /// That state is the sequential run's (false only if a missed conflict ran the same
     /// way on enough executors to be committed: a multi-threaded server's outcome).
     pub equals_sequential: bool,
+    /// Primary-backup: bytes the two servers exchange per request (EXECUTE-BATCH, the
+    /// backup's token, COMMIT, as encoded on the wire).
+    pub bytes_per_request: Option<f64>,
+    /// Primary-backup: bytes per request a state-shipping primary-backup (Remus-style: the
+    /// primary alone executes and ships every object a batch changed, the backup
+    /// acknowledges) would send for the same run.
+    pub state_shipping_bytes_per_request: Option<f64>,
     /// With `--work cpu`: the spin loop's speed that turns `work_us` into iterations.
     pub spin_iterations_per_us: Option<f64>,
 }
@@ -188,6 +197,7 @@ pub fn run(
         let (mut elapsed, mut rollbacks, mut transfers, mut parallel_batches) =
             (Duration::ZERO, 0u64, 0u64, 0usize);
         let (mut missed, mut reruns) = (0u64, 0u64);
+        let (mut eve_bytes, mut shipping_bytes) = (0usize, 0usize);
         for batch in &batches {
             let mut slowest = Duration::ZERO;
             let mut tokens = Vec::with_capacity(executors.len());
@@ -200,6 +210,8 @@ pub fn run(
                     parallel_batches += executed.parallel_batches;
                     missed += executed.missed_conflicts as u64;
                     reruns += executed.reruns as u64;
+                    eve_bytes += wire_bytes(batch, executed.token);
+                    shipping_bytes += state_shipping_bytes(executed);
                 }
             }
             let mut agreement = agree(&tokens, quorum);
@@ -281,12 +293,57 @@ pub fn run(
                 .iter()
                 .all(|e| e.stable().tree.hash().root == root),
             equals_sequential: sequential.hash().root == root,
+            bytes_per_request: (opts.mode == EveMode::PrimaryBackup)
+                .then(|| eve_bytes as f64 / workload.requests as f64),
+            state_shipping_bytes_per_request: (opts.mode == EveMode::PrimaryBackup)
+                .then(|| shipping_bytes as f64 / workload.requests as f64),
             spin_iterations_per_us: spin,
         };
         progress(&report);
         reports.push(report);
     }
     Ok(reports)
+}
+
+/// What a primary-backup pair sends for one batch: EXECUTE-BATCH, the backup's TOKEN and
+/// the primary's COMMIT, as encoded on the wire.
+fn wire_bytes(batch: &Batch<MicroRequest>, token: Token) -> usize {
+    let execute = EveMessage::ExecuteBatch {
+        view: 0,
+        run: 0,
+        committed: batch.seq - 1,
+        sequential: false,
+        batch: EveBatch {
+            seq: batch.seq,
+            seed: batch.nd.seed,
+            timestamp_ms: batch.nd.timestamp_ms,
+            requests: (batch.requests.iter())
+                .map(|r| EveRequest {
+                    client: ClientId(r.id),
+                    seq: RequestSeq(1),
+                    payload: r.encode(),
+                })
+                .collect(),
+        },
+    };
+    let reply = EveMessage::Token {
+        view: 0,
+        run: 0,
+        seq: batch.seq,
+        token: Digest(token.0),
+    };
+    let commit = EveMessage::Commit {
+        view: 0,
+        committed: batch.seq,
+    };
+    execute.encoded_len() + reply.encoded_len() + commit.encoded_len()
+}
+
+/// What a state-shipping primary-backup sends for one batch: a checkpoint of every object
+/// the batch wrote (its id, length and value, after a header: version, tag, batch number,
+/// count) and the backup's acknowledgment (version, tag, batch number).
+fn state_shipping_bytes(executed: &tagma_eve::Executed) -> usize {
+    (2 + 8 + 4) + executed.objects_written * (8 + 4) + executed.bytes_written + (2 + 8)
 }
 
 /// The human table.
@@ -333,6 +390,16 @@ pub fn table(reports: &[EveBenchReport]) -> String {
             r.rollbacks,
             r.state_transfers,
             r.state_digests_equal
+        ));
+    }
+    if let Some(r) = reports.first()
+        && let (Some(eve), Some(shipping)) =
+            (r.bytes_per_request, r.state_shipping_bytes_per_request)
+    {
+        out.push_str(&format!(
+            "bytes between the servers per request: {eve:.1} (shipping the changed objects \
+             instead: {shipping:.1}, {:.0}x more)\n",
+            shipping / eve.max(1e-9)
         ));
     }
     out
@@ -438,6 +505,12 @@ mod tests {
         assert_eq!(four.rollbacks, 0);
         assert_eq!(four.parallel_batches_per_batch, 1.0);
         assert!(four.state_digests_equal && four.equals_sequential);
+        // 50 requests of 17 bytes each in a batch, 1 KiB objects: verifying ships far less
+        // than the changed objects.
+        let eve = four.bytes_per_request.unwrap();
+        let shipping = four.state_shipping_bytes_per_request.unwrap();
+        assert!(eve > 37.0 && eve < 60.0, "{eve} bytes per request");
+        assert!(shipping > 1024.0, "{shipping} bytes per request");
         let table = table(&reports);
         let header = table.lines().nth(1).unwrap().split_whitespace().count();
         let row = table.lines().nth(2).unwrap().split_whitespace().count();

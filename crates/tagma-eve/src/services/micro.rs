@@ -88,6 +88,20 @@ pub struct MicroRequest {
     pub hidden: bool,
 }
 
+impl MicroRequest {
+    /// Bytes of [`MicroRequest::encode`].
+    pub const ENCODED_LEN: usize = 17;
+
+    /// id and object (little-endian `u64`s), hidden (`u8`).
+    pub fn encode(&self) -> Bytes {
+        let mut out = Vec::with_capacity(Self::ENCODED_LEN);
+        out.extend_from_slice(&self.id.to_le_bytes());
+        out.extend_from_slice(&self.object.to_le_bytes());
+        out.push(u8::from(self.hidden));
+        Bytes::from(out)
+    }
+}
+
 /// The service: objects of `object_bytes` (at least [`STAMP_BYTES`]) updated after `work`.
 #[derive(Clone, Debug)]
 pub struct MicroService {
