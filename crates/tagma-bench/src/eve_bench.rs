@@ -15,7 +15,9 @@
 //! other, so that every executor has the whole machine while it runs, as it would on its
 //! own server; the time a batch costs is its slowest executor's (execution, then commit,
 //! state transfer or rollback and re-execution), as for executors running side by side on
-//! separate servers. Messages between servers are not part of the figure.
+//! separate servers. Messages between servers are not sent (the pair across processes is
+//! `tagma chaos --mode eve`); for primary-backup the report counts the bytes they would
+//! take, as encoded on the wire.
 
 use std::time::{Duration, Instant};
 

@@ -88,3 +88,36 @@ fn eve_mode_names_its_only_chaos_scenario() {
         "{stderr}"
     );
 }
+
+#[test]
+fn init_writes_a_pair_that_eve_serve_accepts() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(exe())
+        .args(["init", "--eve", "--base-port", "7950", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let cfg = tagma_node::cluster_dir::load_config(dir.path()).unwrap();
+    assert_eq!(cfg.n(), 2);
+    assert!(!cfg.raw.cluster.readonly_requests);
+    // Another cluster's directory is refused with the fix.
+    let other = tempfile::tempdir().unwrap();
+    let init = std::process::Command::new(exe())
+        .args(["init", "--replicas", "4", "--base-port", "7960", "--dir"])
+        .arg(other.path())
+        .output()
+        .unwrap();
+    assert!(init.status.success());
+    let serve = std::process::Command::new(exe())
+        .args(["eve", "serve", "--id", "0", "--dir"])
+        .arg(other.path())
+        .output()
+        .unwrap();
+    assert!(!serve.status.success());
+    let stderr = String::from_utf8_lossy(&serve.stderr);
+    assert!(
+        stderr.contains("exactly two [[replica]] entries"),
+        "{stderr}"
+    );
+}

@@ -15,6 +15,33 @@ use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
 
 use crate::init::{InitOptions, init_cluster};
 
+/// Writes the cluster directory of a pair into `dir`: two replicas, crash faults, f = 0 for
+/// the clients (which take the first reply: `readonly_requests = false`), its `[eve]`
+/// section edited by `edit`.
+pub fn init_pair(
+    dir: &Path,
+    base_port: Option<u16>,
+    host: &str,
+    force: bool,
+    edit: impl Fn(&mut tagma_core::Config),
+) -> Result<ValidConfig> {
+    let opts = InitOptions {
+        replicas: 2,
+        mode: Mode::Cft,
+        f: Some(0),
+        base_port,
+        host: host.into(),
+        force,
+    };
+    let cfg = init_cluster(dir, &opts)?;
+    let mut raw = cfg.raw.clone();
+    raw.cluster.readonly_requests = false;
+    edit(&mut raw);
+    let cfg = raw.clone().validate()?;
+    std::fs::write(cluster_dir::config_path(dir), raw.documented_toml())?;
+    Ok(cfg)
+}
+
 /// The two server processes. Dropping it kills them.
 pub struct EvePair {
     pub dir: PathBuf,
@@ -42,21 +69,7 @@ impl EvePair {
             }
         };
         let dir = dir.as_path();
-        let opts = InitOptions {
-            replicas: 2,
-            mode: Mode::Cft,
-            f: Some(0),
-            base_port: None,
-            host: "127.0.0.1".into(),
-            force: true,
-        };
-        let cfg = init_cluster(dir, &opts)?;
-        let mut raw = cfg.raw.clone();
-        // A request is answered by the first server: a client goes on with one.
-        raw.cluster.readonly_requests = false;
-        edit(&mut raw);
-        let cfg = raw.clone().validate()?;
-        std::fs::write(cluster_dir::config_path(dir), raw.documented_toml())?;
+        let cfg = init_pair(dir, None, "127.0.0.1", true, edit)?;
         std::fs::create_dir_all(dir.join("logs"))?;
         let mut pair = EvePair {
             dir: dir.to_path_buf(),

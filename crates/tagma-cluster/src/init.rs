@@ -344,6 +344,12 @@ mod tests {
                 "testing".to_string(),
                 value(toml::Value::try_from(TestingSection::default())),
             ),
+            (
+                "eve".to_string(),
+                value(toml::Value::try_from(
+                    tagma_core::config::EveSection::default(),
+                )),
+            ),
         ]));
         let mut section = String::new();
         let mut stated: Option<String> = None;

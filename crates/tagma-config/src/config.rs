@@ -14,6 +14,8 @@ use tagma_wire::{PublicKey, ReplicaId};
 use crate::position::{self, Position};
 use crate::quorum::Mode;
 
+pub use crate::eve::EveSection;
+
 /// A configuration problem, with the key at fault (dotted: `cluster.f`, `replica[2].addr`),
 /// where it is in the file when it is there, and how to fix it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

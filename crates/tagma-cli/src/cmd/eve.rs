@@ -21,8 +21,8 @@ pub enum EveCmd {
     /// execute-verify mode (until killed): both servers execute every batch in parallel on
     /// `[eve] threads` threads and compare tokens; the backup takes over a silent primary.
     /// The cluster directory needs exactly two replicas, ids 0 and 1, and
-    /// `readonly_requests = false` (`tagma init --replicas 2 --cft --f 0`, then edit
-    /// tagma.toml); settings in its `[eve]` section.
+    /// `readonly_requests = false` (`tagma init --dir DIR --eve` writes one); settings in
+    /// its `[eve]` section.
     Serve(ServeArgs),
 }
 

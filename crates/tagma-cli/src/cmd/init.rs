@@ -34,6 +34,10 @@ pub struct InitArgs {
     /// Overwrite an existing tagma.toml.
     #[arg(long)]
     pub force: bool,
+    /// An execute-verify primary-backup pair (`tagma eve serve`): two replicas, crash
+    /// faults, clients taking the first reply.
+    #[arg(long, conflicts_with_all = ["replicas", "cft", "f"])]
+    pub eve: bool,
 }
 
 /// `tagma keygen`.
@@ -46,6 +50,26 @@ pub struct KeygenArgs {
 
 /// `tagma init`: writes the directory and says how to start it.
 pub fn run_init(args: InitArgs) -> Result<()> {
+    if args.eve {
+        let cfg = tagma_cluster::eve_pair::init_pair(
+            &args.dir,
+            Some(args.base_port),
+            &args.host,
+            args.force,
+            |_| {},
+        )?;
+        println!(
+            "wrote {} (an execute-verify pair: servers 0 and 1) and keys in {}",
+            cluster_dir::config_path(&args.dir).display(),
+            args.dir.join("keys").display()
+        );
+        println!(
+            "start each server with: tagma eve serve --dir {} --id <0..{}>",
+            args.dir.display(),
+            cfg.n() - 1
+        );
+        return Ok(());
+    }
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
     let dir = args.dir;
     let cfg = init_cluster(
