@@ -11,7 +11,9 @@ use tagma_core::config::{Durability, StallFlush};
 use tagma_node::metrics::{scrape, value};
 
 mod common;
-use common::{READY, assert_converged, assert_history_clean, exe, under_workload, wait_until};
+use common::{
+    READY, assert_converged, assert_history_clean, exe, tagma_json, under_workload, wait_until,
+};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -208,21 +210,6 @@ fn chaos(args: &[&str]) -> serde_json::Value {
     let report = chaos_passes(&all);
     assert!(report["recovery_ms"].as_f64().unwrap() > 0.0, "{report}");
     report
-}
-
-/// Runs `tagma ARGS` (a command given `--json`): it must exit 0 and print one JSON object.
-fn tagma_json(args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(exe())
-        .args(args)
-        .output()
-        .unwrap_or_else(|e| panic!("run tagma {args:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "tagma {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON object")
 }
 
 /// Runs `tagma chaos --json ARGS`: it must exit 0 with one JSON report of more than 100

@@ -4,25 +4,9 @@
 use std::sync::Mutex;
 
 mod common;
-use common::exe;
+use common::{exe, tagma_json};
 
 static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Runs `tagma ARGS --json`: it must exit 0 and print one JSON object.
-fn tagma_json(args: &[&str]) -> serde_json::Value {
-    let out = std::process::Command::new(exe())
-        .args(args)
-        .arg("--json")
-        .output()
-        .unwrap_or_else(|e| panic!("run tagma {args:?}: {e}"));
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "tagma {args:?} failed:\n{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_str(stdout.trim()).expect("one JSON object")
-}
 
 fn assert_nothing_lost(report: &serde_json::Value) {
     assert!(
@@ -55,6 +39,7 @@ fn a_killed_primary_is_taken_over_within_a_second_and_comes_back_by_fetching_the
         "1",
         "--after-s",
         "1",
+        "--json",
     ]);
     assert_nothing_lost(&report);
     let takeover_ms = report["takeover_ms"].as_f64().unwrap();
@@ -70,7 +55,7 @@ fn a_killed_primary_is_taken_over_within_a_second_and_comes_back_by_fetching_the
 #[test]
 fn the_demo_serves_the_key_value_store_in_eve_mode() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let report = tagma_json(&["demo", "--mode", "eve", "--duration-s", "2"]);
+    let report = tagma_json(&["demo", "--mode", "eve", "--duration-s", "2", "--json"]);
     assert_nothing_lost(&report);
     assert!(report["takeover_ms"].is_null(), "{report}");
 }

@@ -141,17 +141,7 @@ impl LocalCluster {
         }
         cmd.args(&self.replica_args);
         cmd.args(extra);
-        let child = cmd
-            .env(
-                "RUST_LOG",
-                std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("cannot start {} replica", self.exe.display()))?;
-        self.children[i] = Some(child);
+        self.children[i] = Some(spawn_logged(cmd, log)?);
         Ok(())
     }
 
@@ -378,6 +368,20 @@ impl LocalCluster {
             }
         }
     }
+}
+
+/// Starts a server process with its output appended to `log` (`RUST_LOG` from
+/// `TAGMA_REPLICA_LOG`, by default `info`).
+pub(crate) fn spawn_logged(mut cmd: Command, log: std::fs::File) -> Result<Child> {
+    cmd.env(
+        "RUST_LOG",
+        std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()),
+    )
+    .stdin(Stdio::null())
+    .stdout(log.try_clone()?)
+    .stderr(log)
+    .spawn()
+    .with_context(|| format!("cannot start {:?}", cmd.get_program()))
 }
 
 impl Drop for LocalCluster {

@@ -4,15 +4,16 @@
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use tagma_client::{ClientOptions, Proxy};
 use tagma_core::{Mode, ValidConfig};
 use tagma_crypto::IdentityKey;
 use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
 
+use crate::cluster::spawn_logged;
 use crate::init::{InitOptions, init_cluster};
 
 /// Writes the cluster directory of a pair into `dir`: two replicas, crash faults, f = 0 for
@@ -104,17 +105,7 @@ impl EvePair {
         if join {
             cmd.arg("--join");
         }
-        let child = cmd
-            .env(
-                "RUST_LOG",
-                std::env::var("TAGMA_REPLICA_LOG").unwrap_or_else(|_| "info".into()),
-            )
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("cannot start {} eve serve", self.exe.display()))?;
-        self.children[i] = Some(child);
+        self.children[i] = Some(spawn_logged(cmd, log)?);
         Ok(())
     }
 

@@ -14,10 +14,14 @@
 //! - `stage`: owns the [`Stage`](tagma_eve::pb::Stage) (the executor and its thread pool),
 //!   carries the actions out in order, and answers the protocol thread.
 //!
+//! [`verifier`] is the verifiers' replicated service of the asynchronous BFT deployment,
+//! which tagma's ordering core runs.
+//!
 //! Clients are `tagma-client` proxies: a request goes to both servers, the first reply
 //! counts (crash faults only).
 
 mod links;
 mod server;
+pub mod verifier;
 
 pub use server::{EveNodeError, EveNodeHandle, start};

@@ -178,6 +178,8 @@ where
         catch_up_max: eve.catch_up_max,
         heartbeat_ms: eve.heartbeat_ms,
         takeover_ms: eve.takeover_ms,
+        replies_per_client: links.cfg.raw.limits.reply_cache_per_client,
+        sessions_max: links.cfg.raw.limits.clients_max,
     };
     let clock = Instant::now();
     let core = PbCore::new(pb, 0, joining);

@@ -21,6 +21,9 @@
 //! - [`executor`]: runs batches in parallel or in order, keeps the states not yet verified,
 //!   commits, rolls back or adopts a fetched state.
 //! - [`quorum`]: the sizes and quorums of a deployment tolerating `u` and `r` faults.
+//! - [`verify`]: the verifiers' decision of the asynchronous BFT deployment (which token a
+//!   batch commits with, or that it rolls back), as a deterministic state machine over the
+//!   verifiers' agreed order of VERIFYs.
 //! - [`pb`]: the primary-backup deployment: its protocol as a sans-IO state machine, and
 //!   the stage that carries out its execution and state transfer on an executor.
 //! - [`services`]: the micro-benchmark service and a deliberately racy one.
@@ -36,6 +39,7 @@ pub mod service;
 pub mod services;
 pub mod token;
 pub mod tree;
+pub mod verify;
 pub(crate) mod working;
 
 pub use batch::{Batch, NonDeterminism};

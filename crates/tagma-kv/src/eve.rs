@@ -117,22 +117,15 @@ impl EveKv {
                 }
             }
             KvOp::Incr { key, delta } => {
-                let current = match Self::value(&Self::load(ctx, &key), &key) {
-                    None => 0,
-                    Some(value) => match <[u8; 8]>::try_from(&value[..]) {
-                        Ok(bytes) => i64::from_le_bytes(bytes),
-                        Err(_) => return crate::error("incr: the value is not an 8-byte counter"),
-                    },
-                };
-                let Some(value) = current.checked_add(delta) else {
-                    return crate::error("incr: overflow");
-                };
-                Self::store(
-                    ctx,
-                    &key,
-                    Some(Bytes::copy_from_slice(&value.to_le_bytes())),
-                );
-                KvReply::Incr { value }
+                let current = Self::value(&Self::load(ctx, &key), &key);
+                match crate::incremented(current.as_ref(), delta) {
+                    Ok(value) => {
+                        let bytes = Bytes::copy_from_slice(&value.to_le_bytes());
+                        Self::store(ctx, &key, Some(bytes));
+                        KvReply::Incr { value }
+                    }
+                    Err(reply) => reply,
+                }
             }
             KvOp::Scan { prefix, limit } => {
                 let mut pairs: Pairs = (ctx.objects().into_iter())

@@ -447,21 +447,14 @@ impl KvService {
                     }
                 }
             }
-            KvOp::Incr { key, delta } => {
-                let current = match self.map.get(&key) {
-                    None => 0,
-                    Some(value) => match <[u8; 8]>::try_from(&value[..]) {
-                        Ok(bytes) => i64::from_le_bytes(bytes),
-                        Err(_) => return error("incr: the value is not an 8-byte counter"),
-                    },
-                };
-                let Some(value) = current.checked_add(delta) else {
-                    return error("incr: overflow");
-                };
-                self.map
-                    .insert(key, Bytes::copy_from_slice(&value.to_le_bytes()));
-                KvReply::Incr { value }
-            }
+            KvOp::Incr { key, delta } => match incremented(self.map.get(&key), delta) {
+                Ok(value) => {
+                    self.map
+                        .insert(key, Bytes::copy_from_slice(&value.to_le_bytes()));
+                    KvReply::Incr { value }
+                }
+                Err(reply) => reply,
+            },
             op @ (KvOp::Get { .. } | KvOp::Scan { .. }) => self.query(&op),
         }
     }
@@ -544,6 +537,21 @@ impl KvService {
         r.finish()?;
         Ok(map)
     }
+}
+
+/// `incr`'s arithmetic: the counter `current` holds (absent: 0) plus `delta`, or the error
+/// reply (not an 8-byte counter, overflow).
+pub(crate) fn incremented(current: Option<&Bytes>, delta: i64) -> Result<i64, KvReply> {
+    let current = match current {
+        None => 0,
+        Some(value) => match <[u8; 8]>::try_from(&value[..]) {
+            Ok(bytes) => i64::from_le_bytes(bytes),
+            Err(_) => return Err(error("incr: the value is not an 8-byte counter")),
+        },
+    };
+    current
+        .checked_add(delta)
+        .ok_or_else(|| error("incr: overflow"))
 }
 
 pub(crate) fn error(message: &str) -> KvReply {

@@ -27,12 +27,15 @@ pub struct EveBatch {
     pub requests: Vec<EveRequest>,
 }
 
-/// A client's last executed request and its reply (what a server needs to answer a
-/// retransmission exactly once).
+/// One committed request of a client and its reply, with its session's floor (every
+/// request number at or below it counts as done) and the batch of the session's last commit:
+/// what a server needs to answer retransmissions exactly once.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EveSession {
     pub client: ClientId,
     pub seq: RequestSeq,
+    pub floor: RequestSeq,
+    pub last_batch: u64,
     pub reply: Bytes,
 }
 

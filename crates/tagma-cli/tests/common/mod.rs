@@ -18,6 +18,21 @@ pub fn exe() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_tagma"))
 }
 
+/// Runs `tagma ARGS` (a command given `--json`): it must exit 0 and print one JSON object.
+pub fn tagma_json(args: &[&str]) -> serde_json::Value {
+    let out = std::process::Command::new(exe())
+        .args(args)
+        .output()
+        .unwrap_or_else(|e| panic!("run tagma {args:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "tagma {args:?} failed:\n{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_str(stdout.trim()).expect("one JSON object")
+}
+
 pub fn wait_until(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
     let deadline = Instant::now() + timeout;
     while !cond() {

@@ -23,6 +23,7 @@
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
+use super::sessions::{Seen, Sessions};
 use bytes::Bytes;
 use tagma_wire::{
     ClientId, Digest, EveBatch, EveMessage, EveRequest, EveSession, RequestSeq, TreeNode,
@@ -47,6 +48,9 @@ pub struct PbConfig {
     /// Silence from the other server after which the backup takes over, or the primary
     /// serves alone.
     pub takeover_ms: u64,
+    /// Replies kept per client (as many requests may be in flight), and clients kept.
+    pub replies_per_client: usize,
+    pub sessions_max: usize,
 }
 
 impl PbConfig {
@@ -59,6 +63,8 @@ impl PbConfig {
             catch_up_max: 1_000,
             heartbeat_ms: 100,
             takeover_ms: 500,
+            replies_per_client: 128,
+            sessions_max: 100_000,
         }
     }
 }
@@ -195,7 +201,7 @@ pub struct PbCore {
     queue: VecDeque<EveRequest>,
     /// Requests queued or in a record, by (client, seq).
     pending: HashSet<(ClientId, RequestSeq)>,
-    sessions: BTreeMap<ClientId, (RequestSeq, Bytes)>,
+    sessions: Sessions,
     offer: Option<Offer>,
     /// Since when the primary waits for the backup's token of its oldest uncommitted batch
     /// it executed itself.
@@ -209,6 +215,7 @@ impl PbCore {
     /// `joining` one that fetches the state from the other.
     pub fn new(cfg: PbConfig, now_ms: u64, joining: bool) -> PbCore {
         assert!(cfg.me < 2, "a primary-backup server is 0 or 1");
+        let sessions = Sessions::new(cfg.replies_per_client, cfg.sessions_max);
         let mut core = PbCore {
             cfg,
             view: 0,
@@ -224,7 +231,7 @@ impl PbCore {
             records: BTreeMap::new(),
             queue: VecDeque::new(),
             pending: HashSet::new(),
-            sessions: BTreeMap::new(),
+            sessions,
             offer: None,
             awaiting_since_ms: None,
             actions: VecDeque::new(),
@@ -318,17 +325,17 @@ impl PbCore {
     // --------------------------------------------------------------------------------------
 
     fn on_request(&mut self, now_ms: u64, request: EveRequest) {
-        if let Some((seq, reply)) = self.sessions.get(&request.client) {
-            if *seq == request.seq {
+        match self.sessions.check(request.client, request.seq) {
+            Seen::Reply(reply) => {
                 self.actions.push_back(Action::Reply {
                     client: request.client,
                     seq: request.seq,
-                    reply: reply.clone(),
+                    reply,
                 });
-            }
-            if *seq >= request.seq {
                 return;
             }
+            Seen::Old => return,
+            Seen::New => {}
         }
         let key = (request.client, request.seq);
         if self.pending.contains(&key) {
@@ -435,11 +442,8 @@ impl PbCore {
         self.actions.push_back(Action::Commit { seq, token });
         for (request, reply) in record.batch.requests.iter().zip(outputs) {
             self.pending.remove(&(request.client, request.seq));
-            let newer = (self.sessions.get(&request.client)).is_none_or(|(s, _)| *s < request.seq);
-            if newer {
-                self.sessions
-                    .insert(request.client, (request.seq, reply.clone()));
-            }
+            self.sessions
+                .record(request.client, request.seq, reply.clone(), seq);
             self.actions.push_back(Action::Reply {
                 client: request.client,
                 seq: request.seq,

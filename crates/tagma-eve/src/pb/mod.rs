@@ -10,6 +10,7 @@
 //! - [`core`]: the protocol, a sans-IO state machine ([`PbCore`]): inputs in through
 //!   [`PbCore::handle`], which takes the time, actions out of [`PbCore::poll_action`]. It
 //!   holds no application state.
+//! - `sessions`: the replies kept per client, for exactly-once answers across takeovers.
 //! - [`stage`]: the state a server executes on ([`Stage`]): the [`Executor`](crate::Executor),
 //!   the snapshot it serves to a joining server and the fetch of its own; it carries out the
 //!   core's execution and state-transfer actions.
@@ -21,6 +22,7 @@
 //! `takeover_ms`.
 
 pub mod core;
+mod sessions;
 pub mod stage;
 
 pub use self::core::{Action, Input, PbConfig, PbCore, PbStats, Role};

@@ -7,7 +7,7 @@
 //! | `Commit` | 3 | view `u64`, committed `u64` |
 //! | `Rollback` | 4 | view `u64`, run `u32`, seq `u64` |
 //! | `Join` | 5 | view `u64` |
-//! | `StateOffer` | 6 | view `u64`, seq `u64`, token 32 bytes, root 32 bytes, count `u32`, count × (client `u64`, seq `u64`, reply (`u32` len + bytes)) |
+//! | `StateOffer` | 6 | view `u64`, seq `u64`, token 32 bytes, root 32 bytes, count `u32`, count × (client `u64`, seq `u64`, floor `u64`, last_batch `u64`, reply (`u32` len + bytes)) |
 //! | `TreeQuery` | 7 | seq `u64`, count `u32`, count × prefix |
 //! | `TreeNodes` | 8 | seq `u64`, count `u32`, count × (prefix, node) |
 //! | `Joined` | 9 | view `u64`, seq `u64` |
@@ -43,6 +43,8 @@ const NODE_BRANCH: u8 = 3;
 /// Slots of a branch; levels of a path.
 const FANOUT: u8 = 16;
 const PREFIX_LEN: usize = 1 + 8;
+/// A session entry without its reply's bytes.
+const SESSION_LEN: usize = 8 + 8 + 8 + 8 + 4;
 
 fn put_prefix(out: &mut BytesMut, p: &TreePrefix) {
     out.put_u8(p.depth);
@@ -226,6 +228,8 @@ impl Encode for EveMessage {
                 for s in sessions {
                     out.put_u64_le(s.client.0);
                     out.put_u64_le(s.seq.0);
+                    out.put_u64_le(s.floor.0);
+                    out.put_u64_le(s.last_batch);
                     put_bytes(out, &s.reply);
                 }
             }
@@ -268,7 +272,7 @@ impl Encode for EveMessage {
                         + 4
                         + sessions
                             .iter()
-                            .map(|s| 8 + 8 + 4 + s.reply.len())
+                            .map(|s| SESSION_LEN + s.reply.len())
                             .sum::<usize>()
                 }
                 EveMessage::TreeQuery { prefixes, .. } => 8 + 4 + prefixes.len() * PREFIX_LEN,
@@ -320,12 +324,14 @@ impl Decode for EveMessage {
                 let token = Digest(r.array()?);
                 let root = Digest(r.array()?);
                 let count = r.u32()? as usize;
-                let count = r.check_count(count, 8 + 8 + 4, "sessions")?;
+                let count = r.check_count(count, SESSION_LEN, "sessions")?;
                 let mut sessions = Vec::with_capacity(count);
                 for _ in 0..count {
                     sessions.push(EveSession {
                         client: ClientId(r.u64()?),
                         seq: RequestSeq(r.u64()?),
+                        floor: RequestSeq(r.u64()?),
+                        last_batch: r.u64()?,
                         reply: r.bytes()?,
                     });
                 }
@@ -421,6 +427,8 @@ mod tests {
             sessions: vec![EveSession {
                 client: ClientId(8),
                 seq: RequestSeq(3),
+                floor: RequestSeq(1),
+                last_batch: 9,
                 reply: Bytes::from_static(b"ok"),
             }],
         });

@@ -2,7 +2,7 @@
 //! from the primary, which offers it, answers its tree queries and then sends it every
 //! later batch.
 
-use tagma_wire::{Digest, EveBatch, EveMessage, EveSession};
+use tagma_wire::{Digest, EveBatch, EveMessage};
 
 use super::{Action, Offer, PbCore, Role};
 
@@ -44,13 +44,7 @@ impl PbCore {
         self.stats.joins_served += 1;
         self.peer_alive = false;
         self.last_heard_ms = now_ms;
-        let sessions = (self.sessions.iter())
-            .map(|(client, (seq, reply))| EveSession {
-                client: *client,
-                seq: *seq,
-                reply: reply.clone(),
-            })
-            .collect();
+        let sessions = self.sessions.export();
         self.offer = Some(Offer {
             at: self.committed,
             seq: None,

@@ -99,9 +99,7 @@ impl PbCore {
                     self.committed = seq;
                     self.peer_committed = seq;
                     self.next_seq = seq + 1;
-                    self.sessions = (sessions.into_iter())
-                        .map(|s| (s.client, (s.seq, s.reply)))
-                        .collect();
+                    self.sessions.import(sessions);
                     self.actions.push_back(Action::Rollback);
                     self.actions.push_back(Action::Fetch { seq, token, root });
                 }
