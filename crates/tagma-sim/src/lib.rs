@@ -18,10 +18,12 @@
 //! service's jobs and lock grants).
 //!
 //! Entry points: [`run_seed`] for one seed, [`run_seeds`] for a range (what `tagma sim`
-//! prints).
+//! prints). [`eve_pair`] simulates execute-verify's primary-backup pair instead (`tagma sim
+//! --eve`).
 
 pub mod byzantine;
 pub mod client;
+pub mod eve_pair;
 pub mod kv_client;
 pub mod linearizability;
 pub mod options;

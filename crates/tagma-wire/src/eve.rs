@@ -90,9 +90,10 @@ pub enum EveMessage {
     /// A server that (re)starts, to the other: send me the committed state.
     Join { view: u64 },
     /// Primary → joining server: the committed state of batch `seq` to fetch, its token and
-    /// root digest, and the clients' sessions.
+    /// root digest, and the clients' sessions; `run` is the primary's, which the joiner takes.
     StateOffer {
         view: u64,
+        run: u32,
         seq: u64,
         token: Digest,
         root: Digest,

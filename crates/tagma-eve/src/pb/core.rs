@@ -108,8 +108,15 @@ pub enum Action {
         batch: EveBatch,
         sequential: bool,
     },
-    /// The oldest executed batch committed with this token (for the stage).
-    Commit { seq: u64, token: Digest },
+    /// The oldest executed batch committed with this token (for the stage). `checked`:
+    /// the other server's token matched, or the batch ran in order; otherwise it is one
+    /// server's parallel run that nothing compared (a backup taking over commits what it
+    /// executed: the primary may have committed it).
+    Commit {
+        seq: u64,
+        token: Digest,
+        checked: bool,
+    },
     /// Discard every executed batch not committed (for the stage).
     Rollback,
     /// Reply to a client.
@@ -156,6 +163,8 @@ pub struct PbStats {
     pub joins_served: u64,
     /// Client requests dropped because the queue was full.
     pub requests_dropped: u64,
+    /// Batches committed from a parallel run nothing compared (see [`Action::Commit`]).
+    pub unchecked_commits: u64,
 }
 
 /// One batch not yet committed here, or (at the primary) not yet matched by the backup.
@@ -167,6 +176,9 @@ struct Record {
     /// The other server's token (the primary's record).
     theirs: Option<Digest>,
     committed: bool,
+    /// The batch runs in order in the current run (after a rollback, or by a server
+    /// serving alone).
+    sequential: bool,
 }
 
 /// A join this primary is serving.
@@ -367,6 +379,8 @@ impl PbCore {
                 timestamp_ms: self.last_timestamp_ms,
                 requests,
             };
+            // Alone, nothing would check a parallel run: batches run in order.
+            let sequential = !self.peer_alive;
             self.records.insert(
                 seq,
                 Record {
@@ -374,12 +388,13 @@ impl PbCore {
                     mine: None,
                     theirs: None,
                     committed: false,
+                    sequential,
                 },
             );
             self.actions.push_back(Action::Execute {
                 run: self.run,
                 batch: batch.clone(),
-                sequential: false,
+                sequential,
             });
             if self.peer_alive {
                 let committed = self.peer_committed;
@@ -389,7 +404,7 @@ impl PbCore {
                         view: self.view,
                         run: self.run,
                         committed,
-                        sequential: false,
+                        sequential,
                         batch,
                     },
                 );
@@ -432,14 +447,22 @@ impl PbCore {
     }
 
     /// Commits the record of `seq` (the next one) with this server's token and replies.
-    fn commit_record(&mut self, seq: u64) {
+    fn commit_record(&mut self, seq: u64, checked: bool) {
         debug_assert_eq!(seq, self.committed + 1, "batches commit in order");
         let record = self.records.get_mut(&seq).expect("a record to commit");
         let (token, outputs) = record.mine.clone().expect("committed once executed");
+        let checked = checked || record.sequential;
         record.committed = true;
         self.committed = seq;
         self.stats.batches_committed += 1;
-        self.actions.push_back(Action::Commit { seq, token });
+        if !checked {
+            self.stats.unchecked_commits += 1;
+        }
+        self.actions.push_back(Action::Commit {
+            seq,
+            token,
+            checked,
+        });
         for (request, reply) in record.batch.requests.iter().zip(outputs) {
             self.pending.remove(&(request.client, request.seq));
             self.sessions
@@ -463,7 +486,7 @@ impl PbCore {
             };
             if !self.peer_alive {
                 if !record.committed {
-                    self.commit_record(seq);
+                    self.commit_record(seq, false);
                 }
                 continue;
             }
@@ -476,15 +499,32 @@ impl PbCore {
                     // state again.
                     self.offer_state(now_ms);
                 } else {
+                    // The backup commits what matched before it rolls back (FIFO): its
+                    // rollback keeps only committed batches.
+                    self.tell_committed(now_ms, told);
                     self.roll_back(now_ms, seq);
                 }
                 return;
             }
             if !record.committed {
-                self.commit_record(seq);
+                self.commit_record(seq, true);
             }
             told = seq;
         }
+        self.tell_committed(now_ms, told);
+        self.forget_settled();
+        let waiting = (self.records.values().find(|r| !r.committed))
+            .is_some_and(|r| r.mine.is_some() && r.theirs.is_none());
+        self.awaiting_since_ms = match (waiting, self.awaiting_since_ms) {
+            (true, Some(since)) => Some(since),
+            (true, None) => Some(now_ms),
+            (false, _) => None,
+        };
+        self.propose(now_ms);
+    }
+
+    /// Primary: tells the backup that every batch up to `told` committed, if that is news.
+    fn tell_committed(&mut self, now_ms: u64, told: u64) {
         if told > self.peer_committed {
             self.peer_committed = told;
             let view = self.view;
@@ -496,15 +536,6 @@ impl PbCore {
                 },
             );
         }
-        self.forget_settled();
-        let waiting = (self.records.values().find(|r| !r.committed))
-            .is_some_and(|r| r.mine.is_some() && r.theirs.is_none());
-        self.awaiting_since_ms = match (waiting, self.awaiting_since_ms) {
-            (true, Some(since)) => Some(since),
-            (true, None) => Some(now_ms),
-            (false, _) => None,
-        };
-        self.propose(now_ms);
     }
 
     /// Drops the records no one needs: committed here and at the backup (or with no backup
@@ -526,20 +557,44 @@ impl PbCore {
         let (view, run) = (self.view, self.run);
         self.actions.push_back(Action::Rollback);
         self.send(now_ms, EveMessage::Rollback { view, run, seq });
-        self.execute_again(seq);
+        self.execute_again(seq, false);
     }
 
     /// Executes every uncommitted record again in the current run, the first in order.
-    fn execute_again(&mut self, first: u64) {
+    /// Executes every record from `first` again in the current run: `first` in order, the
+    /// others too if `all_in_order`.
+    fn execute_again(&mut self, first: u64, all_in_order: bool) {
         for (&seq, record) in self.records.range_mut(first..) {
             record.mine = None;
             record.theirs = None;
+            record.sequential = all_in_order || seq == first;
             self.actions.push_back(Action::Execute {
                 run: self.run,
                 batch: record.batch.clone(),
-                sequential: seq == first,
+                sequential: record.sequential,
             });
         }
+    }
+
+    /// This server goes on alone (the other is gone): what it executed in parallel and no
+    /// one compared runs again in order in a new run. With `keep_executed` (a backup taking
+    /// over), the batches it executed and sent its token for commit as they are first: the
+    /// old primary may have committed them with that token.
+    pub(super) fn go_alone(&mut self, now_ms: u64, keep_executed: bool) {
+        self.peer_alive = false;
+        if keep_executed {
+            self.settle(now_ms);
+        }
+        let unchecked = (self.records.iter())
+            .find(|(_, r)| !r.committed && !r.sequential)
+            .map(|(seq, _)| *seq);
+        if let Some(first) = unchecked {
+            let first = first.min(self.committed + 1);
+            self.run += 1;
+            self.actions.push_back(Action::Rollback);
+            self.execute_again(first, true);
+        }
+        self.settle(now_ms);
     }
 
     /// Backup: commits every executed record up to `upto`, in order.
@@ -547,7 +602,8 @@ impl PbCore {
         while self.committed < upto {
             let next = self.committed + 1;
             match self.records.get(&next) {
-                Some(r) if r.mine.is_some() => self.commit_record(next),
+                // On the primary's word: it compared the tokens.
+                Some(r) if r.mine.is_some() => self.commit_record(next, true),
                 _ => break,
             }
         }

@@ -10,6 +10,8 @@
 //! - [`core`]: the protocol, a sans-IO state machine ([`PbCore`]): inputs in through
 //!   [`PbCore::handle`], which takes the time, actions out of [`PbCore::poll_action`]. It
 //!   holds no application state.
+//! - [`harness`]: a deterministic driver of a pair (virtual time, drawn link delays,
+//!   faults, checks), for the tests and the simulator.
 //! - `sessions`: the replies kept per client, for exactly-once answers across takeovers.
 //! - [`stage`]: the state a server executes on ([`Stage`]): the [`Executor`](crate::Executor),
 //!   the snapshot it serves to a joining server and the fetch of its own; it carries out the
@@ -22,6 +24,7 @@
 //! `takeover_ms`.
 
 pub mod core;
+pub mod harness;
 mod sessions;
 pub mod stage;
 

@@ -77,7 +77,7 @@ where
                 batch,
                 sequential,
             } => self.execute(run, batch, sequential),
-            Action::Commit { seq, token } => {
+            Action::Commit { seq, token, .. } => {
                 // The core commits only what it saw this executor execute with this token.
                 self.executor
                     .commit(seq, Token(token.0))

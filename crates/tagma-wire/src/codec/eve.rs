@@ -7,7 +7,7 @@
 //! | `Commit` | 3 | view `u64`, committed `u64` |
 //! | `Rollback` | 4 | view `u64`, run `u32`, seq `u64` |
 //! | `Join` | 5 | view `u64` |
-//! | `StateOffer` | 6 | view `u64`, seq `u64`, token 32 bytes, root 32 bytes, count `u32`, count × (client `u64`, seq `u64`, floor `u64`, last_batch `u64`, reply (`u32` len + bytes)) |
+//! | `StateOffer` | 6 | view `u64`, run `u32`, seq `u64`, token 32 bytes, root 32 bytes, count `u32`, count × (client `u64`, seq `u64`, floor `u64`, last_batch `u64`, reply (`u32` len + bytes)) |
 //! | `TreeQuery` | 7 | seq `u64`, count `u32`, count × prefix |
 //! | `TreeNodes` | 8 | seq `u64`, count `u32`, count × (prefix, node) |
 //! | `Joined` | 9 | view `u64`, seq `u64` |
@@ -214,6 +214,7 @@ impl Encode for EveMessage {
             }
             EveMessage::StateOffer {
                 view,
+                run,
                 seq,
                 token,
                 root,
@@ -221,6 +222,7 @@ impl Encode for EveMessage {
             } => {
                 put_header(out, STATE_OFFER);
                 out.put_u64_le(*view);
+                out.put_u32_le(*run);
                 out.put_u64_le(*seq);
                 out.put_slice(&token.0);
                 out.put_slice(&root.0);
@@ -267,7 +269,8 @@ impl Encode for EveMessage {
                 EveMessage::Rollback { .. } => 8 + 4 + 8,
                 EveMessage::Join { .. } => 8,
                 EveMessage::StateOffer { sessions, .. } => {
-                    8 + 8
+                    8 + 4
+                        + 8
                         + 2 * Digest::LEN
                         + 4
                         + sessions
@@ -320,6 +323,7 @@ impl Decode for EveMessage {
             JOIN => Ok(EveMessage::Join { view: r.u64()? }),
             STATE_OFFER => {
                 let view = r.u64()?;
+                let run = r.u32()?;
                 let seq = r.u64()?;
                 let token = Digest(r.array()?);
                 let root = Digest(r.array()?);
@@ -337,6 +341,7 @@ impl Decode for EveMessage {
                 }
                 Ok(EveMessage::StateOffer {
                     view,
+                    run,
                     seq,
                     token,
                     root,
@@ -421,6 +426,7 @@ mod tests {
         roundtrip(EveMessage::Join { view: 4 });
         roundtrip(EveMessage::StateOffer {
             view: 4,
+            run: 2,
             seq: 10,
             token: Digest([1; 32]),
             root: Digest([2; 32]),

@@ -74,6 +74,7 @@ impl PbCore {
             now_ms,
             EveMessage::StateOffer {
                 view,
+                run: self.run,
                 seq,
                 token,
                 root,
@@ -107,15 +108,18 @@ impl PbCore {
         self.peer_alive = true;
         self.peer_committed = seq;
         let run = self.run;
-        let records: Vec<EveBatch> = self.records.values().map(|r| r.batch.clone()).collect();
-        for batch in records {
+        // Each as this server ran it, so that a correct joiner computes the same token.
+        let records: Vec<(EveBatch, bool)> = (self.records.values())
+            .map(|r| (r.batch.clone(), r.sequential))
+            .collect();
+        for (batch, sequential) in records {
             self.send(
                 now_ms,
                 EveMessage::ExecuteBatch {
                     view,
                     run,
                     committed: seq,
-                    sequential: false,
+                    sequential,
                     batch,
                 },
             );

@@ -78,12 +78,16 @@ impl PbCore {
                 if view == self.view && self.role() == Role::Backup && run > self.run {
                     self.run = run;
                     self.actions.push_back(Action::Rollback);
-                    self.execute_again(seq.max(self.committed + 1));
+                    // Every uncommitted batch runs again: the executor keeps only
+                    // committed ones.
+                    debug_assert!(seq > self.committed, "commits come before a rollback");
+                    self.execute_again(self.committed + 1, false);
                 }
             }
             EveMessage::Join { view } => self.on_join(now_ms, view),
             EveMessage::StateOffer {
                 view,
+                run,
                 seq,
                 token,
                 root,
@@ -91,6 +95,7 @@ impl PbCore {
             } => {
                 if view >= self.view && self.role() != Role::Primary {
                     self.view = view;
+                    self.run = run;
                     self.joining = true;
                     self.peer_alive = false;
                     self.records.clear();
@@ -127,6 +132,18 @@ impl PbCore {
             return;
         }
         if batch.seq < self.next_seq {
+            // Sent again: the primary did not get the token (a message was lost).
+            if let Some(record) = self.records.get(&batch.seq)
+                && let Some((token, _)) = &record.mine
+            {
+                let message = EveMessage::Token {
+                    view: self.view,
+                    run: self.run,
+                    seq: batch.seq,
+                    token: *token,
+                };
+                self.send(now_ms, message);
+            }
             return;
         }
         self.next_seq += 1;
@@ -148,6 +165,7 @@ impl PbCore {
                 mine: None,
                 theirs: None,
                 committed: false,
+                sequential,
             },
         );
     }

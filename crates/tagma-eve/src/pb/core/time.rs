@@ -1,7 +1,7 @@
 //! Time: heartbeats, the takeover of a silent primary, a primary going on alone without
 //! its backup, and giving up on a silent or slow joiner.
 
-use tagma_wire::EveMessage;
+use tagma_wire::{EveBatch, EveMessage};
 
 use super::{PbCore, Role};
 
@@ -19,11 +19,31 @@ impl PbCore {
                 return;
             }
             Role::Backup if silent => self.take_over(now_ms),
-            Role::Primary if self.peer_alive && (silent || self.token_overdue(now_ms)) => {
-                // The backup is gone, or a token of it went missing: serve alone (the
-                // backup, if it is there, gets the state afresh when it is heard again).
-                self.peer_alive = false;
-                self.settle(now_ms);
+            Role::Primary if self.peer_alive && silent => {
+                // The backup is gone: serve alone (if it comes back, it joins).
+                self.go_alone(now_ms, false);
+            }
+            Role::Primary if self.peer_alive && self.token_overdue(now_ms) => {
+                // The backup is heard but a token is missing: a message was lost. Send the
+                // batches still unanswered again (the backup answers each with its token).
+                self.awaiting_since_ms = Some(now_ms);
+                let (view, run, committed) = (self.view, self.run, self.peer_committed);
+                let unanswered: Vec<(EveBatch, bool)> = (self.records.values())
+                    .filter(|r| r.theirs.is_none())
+                    .map(|r| (r.batch.clone(), r.sequential))
+                    .collect();
+                for (batch, sequential) in unanswered {
+                    self.send(
+                        now_ms,
+                        EveMessage::ExecuteBatch {
+                            view,
+                            run,
+                            committed,
+                            sequential,
+                            batch,
+                        },
+                    );
+                }
             }
             Role::Primary if silent && self.offer.is_some() => {
                 // The joiner went silent: give up serving it.
@@ -57,9 +77,8 @@ impl PbCore {
         self.stats.takeovers += 1;
         self.view += 1;
         debug_assert_eq!(self.role(), Role::Primary);
-        self.peer_alive = false;
         self.last_heard_ms = now_ms;
-        self.settle(now_ms);
+        self.go_alone(now_ms, true);
     }
 
     /// Whether the backup's token for the oldest batch executed here and not committed is
