@@ -115,12 +115,8 @@ pub fn run(args: SimArgs) -> Result<()> {
         }
         return Ok(());
     }
-    let range = args.seeds.as_deref().unwrap_or_default();
-    let (a, b) = range
-        .split_once("..")
-        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
-        .filter(|(a, b)| a < b)
-        .with_context(|| format!("--seeds must look like 0..1000, not {range:?}"))?;
+    let seeds = parse_seeds(args.seeds.as_deref().unwrap_or_default())?;
+    let (a, b) = (seeds.start, seeds.end);
     let started = Instant::now();
     let summary = tagma_sim::run_seeds(a..b, &options);
     let elapsed_s = started.elapsed().as_secs_f64();
@@ -162,15 +158,7 @@ pub fn run(args: SimArgs) -> Result<()> {
 fn eve(args: &SimArgs) -> Result<()> {
     let seeds = match (args.seed, args.seeds.as_deref()) {
         (Some(seed), _) => seed..seed + 1,
-        (None, range) => {
-            let range = range.unwrap_or_default();
-            let (a, b) = range
-                .split_once("..")
-                .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
-                .filter(|(a, b)| a < b)
-                .with_context(|| format!("--seeds must look like 0..1000, not {range:?}"))?;
-            a..b
-        }
+        (None, range) => parse_seeds(range.unwrap_or_default())?,
     };
     if let Some(seed) = args.seed {
         let (report, trace) = tagma_sim::eve_pair::run_seed_traced(seed);
@@ -230,4 +218,14 @@ fn eve(args: &SimArgs) -> Result<()> {
         bail!("execute-verify seeds failed");
     }
     Ok(())
+}
+
+/// `--seeds A..B` (B excluded, A < B).
+fn parse_seeds(range: &str) -> Result<std::ops::Range<u64>> {
+    let (a, b) = range
+        .split_once("..")
+        .and_then(|(a, b)| Some((a.parse::<u64>().ok()?, b.parse::<u64>().ok()?)))
+        .filter(|(a, b)| a < b)
+        .with_context(|| format!("--seeds must look like 0..1000, not {range:?}"))?;
+    Ok(a..b)
 }

@@ -398,18 +398,28 @@ impl PbCore {
             });
             if self.peer_alive {
                 let committed = self.peer_committed;
-                self.send(
-                    now_ms,
-                    EveMessage::ExecuteBatch {
-                        view: self.view,
-                        run: self.run,
-                        committed,
-                        sequential,
-                        batch,
-                    },
-                );
+                self.send_batch(now_ms, batch, sequential, committed);
             }
         }
+    }
+
+    /// Sends `batch` to the backup in the current view and run, saying that every batch up
+    /// to `committed` is committed.
+    pub(super) fn send_batch(
+        &mut self,
+        now_ms: u64,
+        batch: EveBatch,
+        sequential: bool,
+        committed: u64,
+    ) {
+        let message = EveMessage::ExecuteBatch {
+            view: self.view,
+            run: self.run,
+            committed,
+            sequential,
+            batch,
+        };
+        self.send(now_ms, message);
     }
 
     fn uncommitted(&self) -> usize {

@@ -107,22 +107,12 @@ impl PbCore {
         }
         self.peer_alive = true;
         self.peer_committed = seq;
-        let run = self.run;
         // Each as this server ran it, so that a correct joiner computes the same token.
         let records: Vec<(EveBatch, bool)> = (self.records.values())
             .map(|r| (r.batch.clone(), r.sequential))
             .collect();
         for (batch, sequential) in records {
-            self.send(
-                now_ms,
-                EveMessage::ExecuteBatch {
-                    view,
-                    run,
-                    committed: seq,
-                    sequential,
-                    batch,
-                },
-            );
+            self.send_batch(now_ms, batch, sequential, seq);
         }
         self.settle(now_ms);
     }

@@ -27,22 +27,13 @@ impl PbCore {
                 // The backup is heard but a token is missing: a message was lost. Send the
                 // batches still unanswered again (the backup answers each with its token).
                 self.awaiting_since_ms = Some(now_ms);
-                let (view, run, committed) = (self.view, self.run, self.peer_committed);
+                let committed = self.peer_committed;
                 let unanswered: Vec<(EveBatch, bool)> = (self.records.values())
                     .filter(|r| r.theirs.is_none())
                     .map(|r| (r.batch.clone(), r.sequential))
                     .collect();
                 for (batch, sequential) in unanswered {
-                    self.send(
-                        now_ms,
-                        EveMessage::ExecuteBatch {
-                            view,
-                            run,
-                            committed,
-                            sequential,
-                            batch,
-                        },
-                    );
+                    self.send_batch(now_ms, batch, sequential, committed);
                 }
             }
             Role::Primary if silent && self.offer.is_some() => {
