@@ -55,6 +55,18 @@ pub(crate) fn err(
     }
 }
 
+/// Refuses the first key whose value is 0.
+pub(crate) fn check_positive(keys: &[(&str, u64)]) -> Result<(), ConfigError> {
+    match keys.iter().find(|(_, v)| *v == 0) {
+        Some((key, _)) => Err(err(
+            *key,
+            "must be greater than 0",
+            "remove the key to use the default, or set a positive value",
+        )),
+        None => Ok(()),
+    }
+}
+
 /// The whole file.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -617,15 +629,7 @@ impl Config {
             ),
             ("timeouts.handshake_timeout_ms", t.handshake_timeout_ms),
         ];
-        for (key, v) in positive {
-            if v == 0 {
-                return Err(err(
-                    key,
-                    "must be greater than 0",
-                    "remove the key to use the default, or set a positive value",
-                ));
-            }
-        }
+        check_positive(&positive)?;
         if (l.execution_queue_max as u64) < 2 * LOG_LAG_MAX {
             return Err(err(
                 "limits.execution_queue_max",

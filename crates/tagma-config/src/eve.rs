@@ -55,15 +55,7 @@ impl EveSection {
             ("eve.takeover_ms", self.takeover_ms),
             ("eve.tree_query_max", self.tree_query_max as u64),
         ];
-        for (key, v) in positive {
-            if v == 0 {
-                return Err(crate::config::err(
-                    key,
-                    "must be greater than 0",
-                    "remove the key to use the default, or set a positive value",
-                ));
-            }
-        }
+        crate::config::check_positive(&positive)?;
         if self.heartbeat_ms >= self.takeover_ms {
             return Err(crate::config::err(
                 "eve.heartbeat_ms",

@@ -103,18 +103,11 @@ impl EveKv {
             },
             KvOp::Cas { key, expected, new } => {
                 let current = Self::value(&Self::load(ctx, &key), &key);
-                if current == expected {
-                    Self::store(ctx, &key, Some(new.clone()));
-                    KvReply::Cas {
-                        applied: true,
-                        current: Some(new),
-                    }
-                } else {
-                    KvReply::Cas {
-                        applied: false,
-                        current,
-                    }
+                let (apply, reply) = crate::cas(current, expected, new.clone());
+                if apply {
+                    Self::store(ctx, &key, Some(new));
                 }
+                reply
             }
             KvOp::Incr { key, delta } => {
                 let current = Self::value(&Self::load(ctx, &key), &key);

@@ -433,19 +433,11 @@ impl KvService {
                 previous: self.map.remove(&key),
             },
             KvOp::Cas { key, expected, new } => {
-                let current = self.map.get(&key);
-                if current == expected.as_ref() {
-                    self.map.insert(key, new.clone());
-                    KvReply::Cas {
-                        applied: true,
-                        current: Some(new),
-                    }
-                } else {
-                    KvReply::Cas {
-                        applied: false,
-                        current: current.cloned(),
-                    }
+                let (apply, reply) = cas(self.map.get(&key).cloned(), expected, new.clone());
+                if apply {
+                    self.map.insert(key, new);
                 }
+                reply
             }
             KvOp::Incr { key, delta } => match incremented(self.map.get(&key), delta) {
                 Ok(value) => {
@@ -536,6 +528,27 @@ impl KvService {
         }
         r.finish()?;
         Ok(map)
+    }
+}
+
+/// `cas`'s decision: whether `new` replaces `current` (it equals `expected`), and the reply.
+pub(crate) fn cas(current: Option<Bytes>, expected: Option<Bytes>, new: Bytes) -> (bool, KvReply) {
+    if current == expected {
+        (
+            true,
+            KvReply::Cas {
+                applied: true,
+                current: Some(new),
+            },
+        )
+    } else {
+        (
+            false,
+            KvReply::Cas {
+                applied: false,
+                current,
+            },
+        )
     }
 }
 
