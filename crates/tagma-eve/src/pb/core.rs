@@ -10,16 +10,23 @@
 //!
 //! The backup executes what the primary sends, returns tokens, commits what the primary
 //! says is committed and replies too (a client takes the first reply). Both servers send
-//! COMMIT at least every `heartbeat_ms`; a backup that hears nothing from the primary for
-//! `takeover_ms` commits every batch it executed (the primary committed none it did not
-//! execute with the same token) and becomes the primary of the next view. A primary that
-//! hears nothing from the backup for `takeover_ms` serves alone.
+//! COMMIT at least every `heartbeat_ms`. A backup that hears nothing from the primary for
+//! `takeover_ms` commits every batch it executed and sent its token for (the primary may
+//! have committed it with that token; such a commit of a parallel run is reported as
+//! unchecked), runs the rest again in order, and becomes the primary of the next view. A
+//! primary that hears nothing from the backup for `takeover_ms` serves alone; a server alone
+//! runs its batches in order, since nothing would check a parallel run. A token missing for
+//! `takeover_ms` while the backup is heard was lost: the primary sends the batch again and
+//! the backup answers with its token (a primary never serves alone while its backup is
+//! heard, or the backup could later take over without what it committed alone).
 //!
-//! A (re)starting server joins: JOIN, the primary's STATE-OFFER (the committed state's
-//! batch number, token, root digest and client sessions), an incremental fetch of the tree
-//! (TREE-QUERY / TREE-NODES, carried out by the [`Stage`](super::Stage)), then JOINED; the
-//! primary sends it every batch after the offered one, and for the batches it had already
-//! committed, checks the joiner's token against its own before telling it to commit.
+//! A (re)starting server, a backup that missed a batch, or a server that hears of a later
+//! view joins: JOIN, the primary's STATE-OFFER (the committed state's batch number, token,
+//! root digest, the primary's run and the client sessions), an incremental fetch of the
+//! tree (TREE-QUERY / TREE-NODES, carried out by the [`Stage`](super::Stage)), then JOINED;
+//! the primary sends it every batch after the offered one, each run as the primary ran it,
+//! and for the batches it had already committed, checks the joiner's token against its own
+//! before telling it to commit.
 
 use std::collections::{BTreeMap, HashSet, VecDeque};
 

@@ -4,8 +4,9 @@
 //! in parallel; the backup returns its token. Equal tokens commit the batch and both servers
 //! reply; different tokens make both roll back to the last committed state and run the
 //! batch again in order. When the primary falls silent for `takeover_ms`, the backup
-//! commits what it executed and takes over in the next view; a server that comes back
-//! fetches the committed state incrementally from the one serving and becomes its backup.
+//! commits what it executed and sent its token for and takes over in the next view; a
+//! server alone runs its batches in order; a server that comes back fetches the committed
+//! state incrementally from the one serving and becomes its backup.
 //!
 //! - [`core`]: the protocol, a sans-IO state machine ([`PbCore`]): inputs in through
 //!   [`PbCore::handle`], which takes the time, actions out of [`PbCore::poll_action`]. It

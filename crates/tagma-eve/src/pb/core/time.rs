@@ -1,5 +1,6 @@
 //! Time: heartbeats, the takeover of a silent primary, a primary going on alone without
-//! its backup, and giving up on a silent or slow joiner.
+//! its backup, batches sent again for a token that went missing, and giving up on a silent
+//! or slow joiner.
 
 use tagma_wire::{EveBatch, EveMessage};
 
