@@ -11,7 +11,7 @@
 //! - `protocol`: owns the core; takes requests (authenticated by the reader), the other
 //!   server's messages, the stage's answers and the time; sends messages, replies to
 //!   clients, and hands execution and state-transfer actions to
-//! - `stage`: owns the [`Stage`](tagma_eve::pb::Stage) (the executor and its thread pool),
+//! - `stage`: owns the [`Stage`](tagma_eve::Stage) (the executor and its thread pool),
 //!   carries the actions out in order, and answers the protocol thread.
 //!
 //! [`verifier`] is the verifiers' replicated service of the asynchronous BFT deployment,

@@ -10,8 +10,9 @@ use bytes::Bytes;
 use crossbeam_channel::{Receiver, Sender, bounded, select};
 use tagma_config::ValidConfig;
 use tagma_crypto::IdentityKey;
-use tagma_eve::pb::{Action, Input, PbConfig, PbCore, PbStats, Role, Stage, StageOutput};
+use tagma_eve::pb::{Action, Input, PbConfig, PbCore, PbStats, Role};
 use tagma_eve::{EveService, Executor, Mixer, ObjectTree};
+use tagma_eve::{Stage, StageOutput};
 use tagma_net::NetLimits;
 use tagma_node::auth::RequestVerifier;
 use tagma_wire::{
@@ -315,7 +316,10 @@ fn stage_loop<S, M>(
         {
             requests += executed.outputs.len() as u64;
         }
-        let outputs = stage.apply(action);
+        let Some(work) = action.work() else {
+            continue;
+        };
+        let outputs = stage.apply(work);
         if changes_stable {
             let stable = stage.executor().stable();
             *committed.lock().unwrap_or_else(PoisonError::into_inner) = Committed {
@@ -326,8 +330,8 @@ fn stage_loop<S, M>(
         }
         for out in outputs {
             match out {
-                StageOutput::Input(input) => {
-                    if answers.send(input).is_err() {
+                StageOutput::Done(done) => {
+                    if answers.send(Input::Stage(done)).is_err() {
                         warn!("the protocol thread is gone");
                         return;
                     }

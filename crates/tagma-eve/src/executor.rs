@@ -15,7 +15,7 @@ use crate::context::RequestContext;
 use crate::error::EveError;
 use crate::mixer::{Mixer, mix};
 use crate::service::EveService;
-use crate::token::Token;
+use crate::token::{Token, TokenProof, outputs_digest};
 use crate::tree::{Digest, ObjectTree};
 use crate::working::{Accessor, WorkingState};
 
@@ -37,6 +37,8 @@ pub struct Executed {
     pub token: Token,
     /// The state's root digest after the batch.
     pub root: Digest,
+    /// What the token covers besides the root.
+    pub proof: TokenProof,
     /// The replies, in the batch's order (released on commit).
     pub outputs: Vec<Bytes>,
     pub execution: Execution,
@@ -87,6 +89,8 @@ impl Epochs {
 pub struct Stable {
     pub seq: u64,
     pub token: Token,
+    /// What the token covers besides the root (none for the initial state).
+    pub proof: Option<TokenProof>,
     pub tree: ObjectTree,
 }
 
@@ -138,6 +142,7 @@ where
             stable: Stable {
                 seq: 0,
                 token: Token::genesis(&root),
+                proof: None,
                 tree: initial,
             },
             pending: VecDeque::new(),
@@ -269,9 +274,14 @@ where
         let mut tree = base.clone();
         let (objects_written, bytes_written) = working.apply_to(&mut tree);
         let report = self.pool.install(|| tree.hash());
+        let proof = TokenProof {
+            outputs: outputs_digest(&outputs),
+            previous,
+        };
         let executed = Executed {
             seq: batch.seq,
-            token: Token::after(batch.seq, &report.root, &outputs, &previous),
+            token: Token::of(batch.seq, &report.root, Some(&proof)),
+            proof,
             root: report.root,
             outputs,
             execution,
@@ -303,6 +313,7 @@ where
         self.stable = Stable {
             seq,
             token,
+            proof: Some(p.executed.proof),
             tree: p.tree,
         };
         Ok(p.executed.outputs)

@@ -24,8 +24,9 @@
 //! - [`verify`]: the verifiers' decision of the asynchronous BFT deployment (which token a
 //!   batch commits with, or that it rolls back), as a deterministic state machine over the
 //!   verifiers' agreed order of VERIFYs.
-//! - [`pb`]: the primary-backup deployment: its protocol as a sans-IO state machine, and
-//!   the stage that carries out its execution and state transfer on an executor.
+//! - [`stage`]: a server's executor and state transfer, doing the work a protocol core
+//!   asks for ([`Work`]) and telling it what was done ([`Done`]).
+//! - [`pb`]: the primary-backup deployment's protocol, a sans-IO state machine.
 //! - [`services`]: the micro-benchmark service and a deliberately racy one.
 
 pub mod batch;
@@ -37,6 +38,7 @@ pub mod pb;
 pub mod quorum;
 pub mod service;
 pub mod services;
+pub mod stage;
 pub mod token;
 pub mod tree;
 pub mod verify;
@@ -49,5 +51,6 @@ pub use executor::{Executed, Execution, Executor, MissedConflicts, Stable, run_i
 pub use mixer::{Access, Mixed, Mixer, mix};
 pub use quorum::{Agreement, Resilience, agree};
 pub use service::EveService;
-pub use token::Token;
+pub use stage::{Done, Stage, StageOutput, Work};
+pub use token::{Token, TokenProof};
 pub use tree::{HashReport, NodeSummary, ObjectId, ObjectTree, Prefix, SyncError, TreeSync};

@@ -4,6 +4,7 @@
 //! history before them.
 
 use bytes::Bytes;
+use tagma_wire::EveTokenProof;
 
 use crate::tree::Digest;
 
@@ -37,13 +38,54 @@ impl Token {
     /// The token of batch `seq`, which reached `root` and replied `outputs` after the batch
     /// whose token is `previous`.
     pub fn after(seq: u64, root: &Digest, outputs: &[Bytes], previous: &Token) -> Token {
+        Token::of(
+            seq,
+            root,
+            Some(&TokenProof {
+                outputs: outputs_digest(outputs),
+                previous: *previous,
+            }),
+        )
+    }
+
+    /// The token of the state after batch `seq` whose root is `root`, from what else it
+    /// covers (`proof`; none for batch 0, whose token is its root's): what a server that
+    /// fetched a state checks it against.
+    pub fn of(seq: u64, root: &Digest, proof: Option<&TokenProof>) -> Token {
+        let Some(proof) = proof else {
+            return Token::genesis(root);
+        };
         let mut h = blake3::Hasher::new();
         h.update(TOKEN_DOMAIN);
         h.update(&seq.to_le_bytes());
         h.update(root);
-        h.update(&outputs_digest(outputs));
-        h.update(&previous.0);
+        h.update(&proof.outputs);
+        h.update(&proof.previous.0);
         Token(*h.finalize().as_bytes())
+    }
+}
+
+/// What a batch's token covers besides the state's root: the digest of its outputs and the
+/// token before it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TokenProof {
+    pub outputs: Digest,
+    pub previous: Token,
+}
+
+impl TokenProof {
+    pub fn to_wire(self) -> EveTokenProof {
+        EveTokenProof {
+            outputs: tagma_wire::Digest(self.outputs),
+            previous: tagma_wire::Digest(self.previous.0),
+        }
+    }
+
+    pub fn from_wire(proof: EveTokenProof) -> TokenProof {
+        TokenProof {
+            outputs: proof.outputs.0,
+            previous: Token(proof.previous.0),
+        }
     }
 }
 

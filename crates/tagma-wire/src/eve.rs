@@ -89,14 +89,16 @@ pub enum EveMessage {
     Rollback { view: u64, run: u32, seq: u64 },
     /// A server that (re)starts, to the other: send me the committed state.
     Join { view: u64 },
-    /// Primary → joining server: the committed state of batch `seq` to fetch, its token and
-    /// root digest, and the clients' sessions; `run` is the primary's, which the joiner takes.
+    /// Primary → joining server: the committed state of batch `seq` to fetch, its token,
+    /// root digest and what else the token covers (none for batch 0), and the clients'
+    /// sessions; `run` is the primary's, which the joiner takes.
     StateOffer {
         view: u64,
         run: u32,
         seq: u64,
         token: Digest,
         root: Digest,
+        proof: Option<EveTokenProof>,
         sessions: Vec<EveSession>,
     },
     /// Joining server → primary: describe these nodes of the state offered for `seq`.
@@ -109,4 +111,13 @@ pub enum EveMessage {
     /// Joining server → primary: it installed the state of batch `seq` and is ready for the
     /// next batches.
     Joined { view: u64, seq: u64 },
+}
+
+/// What a batch's token covers besides the state's root: the digest of the batch's outputs
+/// and the token before it. With the root, it gives the token back, so that a server that
+/// fetches a state checks it against a token it knows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct EveTokenProof {
+    pub outputs: Digest,
+    pub previous: Digest,
 }

@@ -23,7 +23,7 @@
 //! A (re)starting server, a backup that missed a batch, or a server that hears of a later
 //! view joins: JOIN, the primary's STATE-OFFER (the committed state's batch number, token,
 //! root digest, the primary's run and the client sessions), an incremental fetch of the
-//! tree (TREE-QUERY / TREE-NODES, carried out by the [`Stage`](super::Stage)), then JOINED;
+//! tree (TREE-QUERY / TREE-NODES, carried out by the [`Stage`](crate::Stage)), then JOINED;
 //! the primary sends it every batch after the offered one, each run as the primary ran it,
 //! and for the batches it had already committed, checks the joiner's token against its own
 //! before telling it to commit.
@@ -31,6 +31,8 @@
 use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use super::sessions::{Seen, Sessions};
+use crate::stage::{Done, Work};
+use crate::token::TokenProof;
 use bytes::Bytes;
 use tagma_wire::{
     ClientId, Digest, EveBatch, EveMessage, EveRequest, EveSession, RequestSeq, TreeNode,
@@ -85,23 +87,8 @@ pub enum Input {
     Peer(EveMessage),
     /// Time passed.
     Tick,
-    /// The stage executed batch `seq` in run `run`.
-    Executed {
-        run: u32,
-        seq: u64,
-        token: Digest,
-        outputs: Vec<Bytes>,
-    },
-    /// The stage took the committed state as the one to serve a joining server.
-    Snapshot {
-        seq: u64,
-        token: Digest,
-        root: Digest,
-    },
-    /// The stage fetched and installed the offered state.
-    Installed { seq: u64 },
-    /// The fetch failed (the donor's nodes did not match the offered digests).
-    FetchFailed,
+    /// The stage did what it was asked.
+    Stage(Done),
 }
 
 /// What the core asks the driver to do, in order.
@@ -133,22 +120,58 @@ pub enum Action {
         reply: Bytes,
     },
     /// Take the committed state as the one served to a joining server (for the stage,
-    /// which answers with [`Input::Snapshot`]).
+    /// which answers with [`Done::Snapshot`]).
     TakeSnapshot,
     /// Describe these nodes of the served state (for the stage, which sends TREE-NODES).
     AnswerTreeQuery { seq: u64, prefixes: Vec<TreePrefix> },
     /// Fetch the state offered (for the stage, which sends TREE-QUERYs and answers
-    /// [`Input::Installed`] or [`Input::FetchFailed`]).
+    /// [`Done::Installed`] or [`Done::FetchFailed`]).
     Fetch {
         seq: u64,
         token: Digest,
         root: Digest,
+        proof: Option<TokenProof>,
     },
     /// Nodes the donor sent, for the fetch under way (for the stage).
     TreeNodes {
         seq: u64,
         nodes: Vec<(TreePrefix, TreeNode)>,
     },
+}
+
+impl Action {
+    /// The stage's part of this action, if it has one (messages and replies are the
+    /// driver's).
+    pub fn work(&self) -> Option<Work> {
+        Some(match self.clone() {
+            Action::Send(_) | Action::Reply { .. } => return None,
+            Action::Execute {
+                run,
+                batch,
+                sequential,
+            } => Work::Execute {
+                run,
+                batch,
+                sequential,
+            },
+            Action::Commit { seq, token, .. } => Work::Commit { seq, token },
+            Action::Rollback => Work::Rollback,
+            Action::TakeSnapshot => Work::TakeSnapshot,
+            Action::AnswerTreeQuery { seq, prefixes } => Work::AnswerTreeQuery { seq, prefixes },
+            Action::Fetch {
+                seq,
+                token,
+                root,
+                proof,
+            } => Work::Fetch {
+                seq,
+                token,
+                root,
+                proof,
+            },
+            Action::TreeNodes { seq, nodes } => Work::TreeNodes { seq, nodes },
+        })
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -304,15 +327,20 @@ impl PbCore {
             Input::Request(request) => self.on_request(now_ms, request),
             Input::Peer(message) => self.on_peer(now_ms, message),
             Input::Tick => self.on_tick(now_ms),
-            Input::Executed {
+            Input::Stage(Done::Executed {
                 run,
                 seq,
                 token,
                 outputs,
-            } => self.on_executed(now_ms, run, seq, token, outputs),
-            Input::Snapshot { seq, token, root } => self.on_snapshot(now_ms, seq, token, root),
-            Input::Installed { seq } => self.on_installed(now_ms, seq),
-            Input::FetchFailed => {
+            }) => self.on_executed(now_ms, run, seq, token, outputs),
+            Input::Stage(Done::Snapshot {
+                seq,
+                token,
+                root,
+                proof,
+            }) => self.on_snapshot(now_ms, seq, token, root, proof),
+            Input::Stage(Done::Installed { seq }) => self.on_installed(now_ms, seq),
+            Input::Stage(Done::FetchFailed) => {
                 if self.joining {
                     self.send(now_ms, EveMessage::Join { view: self.view });
                 }

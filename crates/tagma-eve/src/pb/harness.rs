@@ -14,10 +14,11 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use tagma_wire::{ClientId, EveBatch, EveMessage, EveRequest, RequestSeq};
 
-use super::{Action, Input, PbConfig, PbCore, Stage, StageOutput};
+use super::{Action, Input, PbConfig, PbCore};
 use crate::executor::{Executor, MissedConflicts, run_in_order};
 use crate::mixer::{Access, Mixer};
 use crate::service::EveService;
+use crate::stage::{Stage, StageOutput};
 use crate::tree::{ObjectId, ObjectTree};
 use crate::{Batch, NonDeterminism, RequestContext};
 
@@ -294,7 +295,9 @@ impl Pair {
                 _ => None,
             };
             let server = self.servers[me].as_mut().expect("checked above");
-            let outputs = server.stage.apply(action);
+            let outputs = (action.work())
+                .map(|work| server.stage.apply(work))
+                .unwrap_or_default();
             if let Some(seq) = unchecked_commit {
                 // What one server's unchecked parallel run left: the checks go on from it.
                 let tree = server.stage.executor().stable().tree.clone();
@@ -302,9 +305,9 @@ impl Pair {
             }
             for out in outputs {
                 match out {
-                    StageOutput::Input(input) => {
+                    StageOutput::Done(done) => {
                         let server = self.servers[me].as_mut().expect("checked above");
-                        server.core.handle(self.now_ms, input);
+                        server.core.handle(self.now_ms, Input::Stage(done));
                     }
                     StageOutput::Send(m) => self.transmit(1 - me, m, delay()),
                 }

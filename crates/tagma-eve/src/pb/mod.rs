@@ -14,9 +14,9 @@
 //! - [`harness`]: a deterministic driver of a pair (virtual time, drawn link delays,
 //!   faults, checks), for the tests and the simulator.
 //! - `sessions`: the replies kept per client, for exactly-once answers across takeovers.
-//! - [`stage`]: the state a server executes on ([`Stage`]): the [`Executor`](crate::Executor),
-//!   the snapshot it serves to a joining server and the fetch of its own; it carries out the
-//!   core's execution and state-transfer actions.
+//!
+//! A server's state lives in a [`Stage`](crate::Stage), which carries out the core's
+//! execution and state-transfer actions ([`Action::work`]).
 //!
 //! Two servers cannot tell a crashed peer from a cut link: if the link between them fails
 //! while both run, each serves alone until the other's messages reach it again (a server
@@ -26,11 +26,9 @@
 
 pub mod core;
 pub mod harness;
-mod sessions;
-pub mod stage;
+pub(crate) mod sessions;
 
 pub use self::core::{Action, Input, PbConfig, PbCore, PbStats, Role};
-pub use self::stage::{Stage, StageOutput};
 
 #[cfg(test)]
 mod tests;

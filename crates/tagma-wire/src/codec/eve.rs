@@ -7,7 +7,7 @@
 //! | `Commit` | 3 | view `u64`, committed `u64` |
 //! | `Rollback` | 4 | view `u64`, run `u32`, seq `u64` |
 //! | `Join` | 5 | view `u64` |
-//! | `StateOffer` | 6 | view `u64`, run `u32`, seq `u64`, token 32 bytes, root 32 bytes, count `u32`, count × (client `u64`, seq `u64`, floor `u64`, last_batch `u64`, reply (`u32` len + bytes)) |
+//! | `StateOffer` | 6 | view `u64`, run `u32`, seq `u64`, token 32 bytes, root 32 bytes, proof (`u8` 0 = none, 1 = some; then outputs 32 bytes, previous 32 bytes), count `u32`, count × (client `u64`, seq `u64`, floor `u64`, last_batch `u64`, reply (`u32` len + bytes)) |
 //! | `TreeQuery` | 7 | seq `u64`, count `u32`, count × prefix |
 //! | `TreeNodes` | 8 | seq `u64`, count `u32`, count × (prefix, node) |
 //! | `Joined` | 9 | view `u64`, seq `u64` |
@@ -218,6 +218,7 @@ impl Encode for EveMessage {
                 seq,
                 token,
                 root,
+                proof,
                 sessions,
             } => {
                 put_header(out, STATE_OFFER);
@@ -226,6 +227,14 @@ impl Encode for EveMessage {
                 out.put_u64_le(*seq);
                 out.put_slice(&token.0);
                 out.put_slice(&root.0);
+                match proof {
+                    None => out.put_u8(0),
+                    Some(p) => {
+                        out.put_u8(1);
+                        out.put_slice(&p.outputs.0);
+                        out.put_slice(&p.previous.0);
+                    }
+                }
                 put_len(out, sessions.len(), "sessions");
                 for s in sessions {
                     out.put_u64_le(s.client.0);
@@ -268,10 +277,14 @@ impl Encode for EveMessage {
                 EveMessage::Commit { .. } => 8 + 8,
                 EveMessage::Rollback { .. } => 8 + 4 + 8,
                 EveMessage::Join { .. } => 8,
-                EveMessage::StateOffer { sessions, .. } => {
+                EveMessage::StateOffer {
+                    sessions, proof, ..
+                } => {
                     8 + 4
                         + 8
                         + 2 * Digest::LEN
+                        + 1
+                        + proof.map_or(0, |_| 2 * Digest::LEN)
                         + 4
                         + sessions
                             .iter()
@@ -327,6 +340,14 @@ impl Decode for EveMessage {
                 let seq = r.u64()?;
                 let token = Digest(r.array()?);
                 let root = Digest(r.array()?);
+                let proof = match r.u8()? {
+                    0 => None,
+                    1 => Some(EveTokenProof {
+                        outputs: Digest(r.array()?),
+                        previous: Digest(r.array()?),
+                    }),
+                    _ => return Err(WireError::Invalid { what: "proof" }),
+                };
                 let count = r.u32()? as usize;
                 let count = r.check_count(count, SESSION_LEN, "sessions")?;
                 let mut sessions = Vec::with_capacity(count);
@@ -345,6 +366,7 @@ impl Decode for EveMessage {
                     seq,
                     token,
                     root,
+                    proof,
                     sessions,
                 })
             }
@@ -430,6 +452,10 @@ mod tests {
             seq: 10,
             token: Digest([1; 32]),
             root: Digest([2; 32]),
+            proof: Some(EveTokenProof {
+                outputs: Digest([3; 32]),
+                previous: Digest([4; 32]),
+            }),
             sessions: vec![EveSession {
                 client: ClientId(8),
                 seq: RequestSeq(3),

@@ -5,6 +5,7 @@
 use tagma_wire::{Digest, EveBatch, EveMessage};
 
 use super::{Action, Offer, PbCore, Role};
+use crate::token::TokenProof;
 
 impl PbCore {
     /// A server that learnt of a later view, or a backup that missed a batch: it fetches the
@@ -53,7 +54,14 @@ impl PbCore {
         self.actions.push_back(Action::TakeSnapshot);
     }
 
-    pub(super) fn on_snapshot(&mut self, now_ms: u64, seq: u64, token: Digest, root: Digest) {
+    pub(super) fn on_snapshot(
+        &mut self,
+        now_ms: u64,
+        seq: u64,
+        token: Digest,
+        root: Digest,
+        proof: Option<TokenProof>,
+    ) {
         if self.role() != Role::Primary {
             return;
         }
@@ -78,6 +86,7 @@ impl PbCore {
                 seq,
                 token,
                 root,
+                proof: proof.map(TokenProof::to_wire),
                 sessions,
             },
         );

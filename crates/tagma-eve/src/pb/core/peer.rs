@@ -6,6 +6,7 @@ use std::collections::HashSet;
 use tagma_wire::{ClientId, EveBatch, EveMessage, RequestSeq};
 
 use super::{Action, PbCore, Record, Role};
+use crate::token::TokenProof;
 
 impl PbCore {
     pub(super) fn on_peer(&mut self, now_ms: u64, message: EveMessage) {
@@ -91,6 +92,7 @@ impl PbCore {
                 seq,
                 token,
                 root,
+                proof,
                 sessions,
             } => {
                 if view >= self.view && self.role() != Role::Primary {
@@ -106,7 +108,12 @@ impl PbCore {
                     self.next_seq = seq + 1;
                     self.sessions.import(sessions);
                     self.actions.push_back(Action::Rollback);
-                    self.actions.push_back(Action::Fetch { seq, token, root });
+                    self.actions.push_back(Action::Fetch {
+                        seq,
+                        token,
+                        root,
+                        proof: proof.map(TokenProof::from_wire),
+                    });
                 }
             }
             EveMessage::TreeQuery { seq, prefixes } => {

@@ -1,28 +1,84 @@
-//! The state side of a primary-backup server: carries out the core's execution and
-//! state-transfer actions on an [`Executor`] and answers with inputs for the core or
-//! messages for the other server.
+//! The state side of an execute-verify server, shared by both deployments: carries out a
+//! protocol core's execution and state-transfer work ([`Work`]) on an [`Executor`] and
+//! answers with what it did ([`Done`], for the core) or messages for another server.
 //!
-//! A driver hands every [`Action`] that is not a message or a reply to
-//! [`Stage::apply`], in the order the core emitted them (a production runtime on its
-//! execution thread, a simulator inline). Requests reach the service as their payload bytes.
+//! A driver hands the work to [`Stage::apply`] in the order the core asked for it (a
+//! production runtime on its execution thread, a simulator inline). Requests reach the
+//! service as their payload bytes.
 
 use bytes::Bytes;
 use tagma_wire::{Digest, EveBatch, EveMessage, TreeNode, TreePrefix};
 
-use super::core::{Action, Input};
 use crate::batch::{Batch, NonDeterminism};
 use crate::executor::{Execution, Executor, Stable};
 use crate::mixer::Mixer;
 use crate::service::EveService;
-use crate::token::Token;
+use crate::token::{Token, TokenProof};
 use crate::tree::{NodeSummary, ObjectId, Prefix, SyncError, TreeSync};
 
-/// What carrying out an action produced.
+/// Work a protocol core asks of its stage.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Work {
+    /// Execute the next batch, in parallel or in order; `run` tags the outcome.
+    Execute {
+        run: u32,
+        batch: EveBatch,
+        sequential: bool,
+    },
+    /// The oldest executed batch committed with this token.
+    Commit { seq: u64, token: Digest },
+    /// Discard every executed batch not committed.
+    Rollback,
+    /// Take the committed state as the one served to a fetching server (answered with
+    /// [`Done::Snapshot`]).
+    TakeSnapshot,
+    /// Describe these nodes of the served state (answered with a TREE-NODES message).
+    AnswerTreeQuery { seq: u64, prefixes: Vec<TreePrefix> },
+    /// Fetch the state whose batch, token, root digest and token proof are these
+    /// (TREE-QUERY messages, then [`Done::Installed`] or [`Done::FetchFailed`]); the state
+    /// is installed only if the root and the proof give the token.
+    Fetch {
+        seq: u64,
+        token: Digest,
+        root: Digest,
+        proof: Option<TokenProof>,
+    },
+    /// Nodes the donor sent, for the fetch under way.
+    TreeNodes {
+        seq: u64,
+        nodes: Vec<(TreePrefix, TreeNode)>,
+    },
+}
+
+/// What the stage did, for the core.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Done {
+    /// Batch `seq` executed in run `run`.
+    Executed {
+        run: u32,
+        seq: u64,
+        token: Digest,
+        outputs: Vec<Bytes>,
+    },
+    /// The committed state is now the one served to a fetching server.
+    Snapshot {
+        seq: u64,
+        token: Digest,
+        root: Digest,
+        proof: Option<TokenProof>,
+    },
+    /// The fetched state is installed.
+    Installed { seq: u64 },
+    /// The fetch failed (the donor's nodes did not match the digests they must have).
+    FetchFailed,
+}
+
+/// What carrying out work produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum StageOutput {
     /// For the core.
-    Input(Input),
-    /// For the other server.
+    Done(Done),
+    /// For the other server (the donor of a fetch, or the server whose query it answers).
     Send(EveMessage),
 }
 
@@ -30,6 +86,7 @@ pub enum StageOutput {
 struct Fetching {
     seq: u64,
     token: Token,
+    proof: Option<TokenProof>,
     sync: TreeSync,
 }
 
@@ -68,55 +125,65 @@ where
         self.last_fetch
     }
 
-    /// Carries out `action` (messages and replies are the driver's, and give nothing).
-    pub fn apply(&mut self, action: Action) -> Vec<StageOutput> {
-        match action {
-            Action::Send(_) | Action::Reply { .. } => Vec::new(),
-            Action::Execute {
+    /// Carries out `work`.
+    pub fn apply(&mut self, work: Work) -> Vec<StageOutput> {
+        match work {
+            Work::Execute {
                 run,
                 batch,
                 sequential,
             } => self.execute(run, batch, sequential),
-            Action::Commit { seq, token, .. } => {
+            Work::Commit { seq, token } => {
                 // The core commits only what it saw this executor execute with this token.
                 self.executor
                     .commit(seq, Token(token.0))
                     .expect("the core commits executed batches in order with their tokens");
                 Vec::new()
             }
-            Action::Rollback => {
+            Work::Rollback => {
                 self.executor.rollback();
                 Vec::new()
             }
-            Action::TakeSnapshot => {
+            Work::TakeSnapshot => {
                 let stable = self.executor.stable().clone();
                 let root = stable.tree.hash().root;
-                let out = StageOutput::Input(Input::Snapshot {
+                let out = StageOutput::Done(Done::Snapshot {
                     seq: stable.seq,
                     token: Digest(stable.token.0),
                     root: Digest(root),
+                    proof: stable.proof,
                 });
                 self.served = Some(stable);
                 vec![out]
             }
-            Action::AnswerTreeQuery { seq, prefixes } => {
+            Work::AnswerTreeQuery { seq, prefixes } => {
                 let nodes = prefixes
                     .into_iter()
                     .map(|p| (p, self.describe(seq, p)))
                     .collect();
                 vec![StageOutput::Send(EveMessage::TreeNodes { seq, nodes })]
             }
-            Action::Fetch { seq, token, root } => {
+            Work::Fetch {
+                seq,
+                token,
+                root,
+                proof,
+            } => {
                 self.executor.rollback();
+                if Token::of(seq, &root.0, proof.as_ref()) != Token(token.0) {
+                    // The offer's root and proof do not give its token.
+                    return vec![StageOutput::Done(Done::FetchFailed)];
+                }
                 let own = self.executor.stable().tree.clone();
                 self.fetching = Some(Fetching {
                     seq,
+                    proof,
                     token: Token(token.0),
                     sync: TreeSync::new(own, root.0),
                 });
                 self.continue_fetch()
             }
-            Action::TreeNodes { seq, nodes } => self.take_nodes(seq, nodes),
+            Work::TreeNodes { seq, nodes } => self.take_nodes(seq, nodes),
         }
     }
 
@@ -135,7 +202,7 @@ where
             Execution::Parallel
         };
         match self.executor.execute(&batch, execution) {
-            Ok(executed) => vec![StageOutput::Input(Input::Executed {
+            Ok(executed) => vec![StageOutput::Done(Done::Executed {
                 run,
                 seq: executed.seq,
                 token: Digest(executed.token.0),
@@ -189,11 +256,12 @@ where
                 self.executor.adopt(Stable {
                     seq: fetching.seq,
                     token: fetching.token,
+                    proof: fetching.proof,
                     tree,
                 });
-                vec![StageOutput::Input(Input::Installed { seq: fetching.seq })]
+                vec![StageOutput::Done(Done::Installed { seq: fetching.seq })]
             }
-            Err(_) => vec![StageOutput::Input(Input::FetchFailed)],
+            Err(_) => vec![StageOutput::Done(Done::FetchFailed)],
         }
     }
 
@@ -235,7 +303,7 @@ where
         }
         if failed {
             self.fetching = None;
-            return vec![StageOutput::Input(Input::FetchFailed)];
+            return vec![StageOutput::Done(Done::FetchFailed)];
         }
         self.continue_fetch()
     }
