@@ -27,9 +27,12 @@
 //! - [`stage`]: a server's executor and state transfer, doing the work a protocol core
 //!   asks for ([`Work`]) and telling it what was done ([`Done`]).
 //! - [`pb`]: the primary-backup deployment's protocol, a sans-IO state machine.
+//! - [`bft`]: the asynchronous BFT deployment's executor protocol, a sans-IO state machine,
+//!   and a deterministic driver of a whole deployment with lying executors and verifiers.
 //! - [`services`]: the micro-benchmark service and a deliberately racy one.
 
 pub mod batch;
+pub mod bft;
 pub mod context;
 pub mod error;
 pub mod executor;

@@ -14,6 +14,10 @@
 //!   vote, `n` rolls back: the view goes up by one (the primary rotates), and executors roll
 //!   back to `n − 1` and execute `n` again in order.
 //!
+//! - `max(u, r) + 1` executors complaining that the view makes no progress (its primary
+//!   is silent, or sends nothing they can execute) roll the next batch back the same way:
+//!   the primary rotates.
+//!
 //! Each decision answers every VERIFY of its batch (a VERIFY-RESPONSE; executors act on
 //! `r + 1` matching ones). A VERIFY of a decided batch is answered at once; one of an older
 //! view is answered with the view in force, so its executor rolls back and follows.
@@ -78,6 +82,8 @@ pub struct Verification {
     last: u64,
     kept: usize,
     tallies: BTreeMap<u64, Tally>,
+    /// Executors that complained about the current view.
+    complaints: std::collections::BTreeSet<u32>,
 }
 
 impl Verification {
@@ -95,6 +101,7 @@ impl Verification {
             last: 0,
             kept: kept.max(1),
             tallies: BTreeMap::new(),
+            complaints: Default::default(),
         }
     }
 
@@ -151,6 +158,20 @@ impl Verification {
             .entry(v.executor)
             .or_insert((v.token, v.previous));
         (Answer::Later { seq: v.seq }, self.decide())
+    }
+
+    /// Executor `executor` complains that `view` makes no progress; enough complaints of
+    /// the current view roll the next batch back into the next view.
+    pub fn complain(&mut self, executor: u32, view: u64) -> Vec<Decision> {
+        if view != self.view || executor as usize >= self.resilience.executors() {
+            return Vec::new();
+        }
+        self.complaints.insert(executor);
+        if self.complaints.len() >= self.resilience.token_quorum() {
+            vec![self.roll_back(self.last + 1)]
+        } else {
+            Vec::new()
+        }
     }
 
     /// The agreed time reached `now_ms`: a batch undecided for `timeout_ms` rolls back.
@@ -221,6 +242,7 @@ impl Verification {
         debug_assert_eq!(seq, self.last + 1);
         self.view += 1;
         self.tallies.clear();
+        self.complaints.clear();
         Decision::Rollback {
             seq,
             view: self.view,

@@ -658,7 +658,7 @@ impl PbCore {
 
 /// The primary's random seed for a batch: a digest of the view, the batch number and the
 /// time, so that it differs from batch to batch and every executor uses the same.
-fn batch_seed(view: u64, seq: u64, now_ms: u64) -> u64 {
+pub(crate) fn batch_seed(view: u64, seq: u64, now_ms: u64) -> u64 {
     let mut h = blake3::Hasher::new();
     h.update(b"tagma eve batch seed\0");
     h.update(&view.to_le_bytes());

@@ -24,8 +24,8 @@ use crate::{Batch, NonDeterminism, RequestContext};
 
 /// A key-value store on bytes: the first byte names the key, the rest is the value; the
 /// reply is the value before. With `diverge`, a request run on an executor's pool thread
-/// (in parallel) replies with its server's number instead: executions in parallel differ
-/// between the servers, in order they agree.
+/// (in parallel) writes its server's number before the value and replies with that number
+/// instead: executions in parallel differ between the servers, in order they agree.
 pub struct Kv {
     pub me: u8,
     pub diverge: bool,
@@ -38,12 +38,14 @@ impl EveService for Kv {
         let Some(&key) = request.first() else {
             return Bytes::new();
         };
-        let before = (ctx.put(ObjectId(u64::from(key)), request.slice(1..))).unwrap_or_default();
         let on_pool = (std::thread::current().name()).is_some_and(|n| n.starts_with("eve-exec"));
         if self.diverge && on_pool {
+            let mut value = vec![self.me];
+            value.extend_from_slice(&request[1..]);
+            ctx.put(ObjectId(u64::from(key)), Bytes::from(value));
             return Bytes::from(vec![self.me]);
         }
-        before
+        (ctx.put(ObjectId(u64::from(key)), request.slice(1..))).unwrap_or_default()
     }
 }
 

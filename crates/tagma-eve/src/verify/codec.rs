@@ -122,7 +122,8 @@ impl Decision {
 
 impl Verification {
     /// The whole state: u, r, genesis, timeout, view, last, kept, the committed tokens, the
-    /// tallies (batch, first vote time, votes: executor, token, previous).
+    /// tallies (batch, first vote time, votes: executor, token, previous), the executors
+    /// that complained about the view.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for n in [self.resilience.u as u64, self.resilience.r as u64] {
@@ -147,6 +148,10 @@ impl Verification {
                 out.extend_from_slice(&token.0);
                 out.extend_from_slice(&previous.0);
             }
+        }
+        out.extend_from_slice(&(self.complaints.len() as u32).to_le_bytes());
+        for executor in &self.complaints {
+            out.extend_from_slice(&executor.to_le_bytes());
         }
         out
     }
@@ -178,6 +183,10 @@ impl Verification {
                 },
             );
         }
+        let mut complaints = std::collections::BTreeSet::new();
+        for _ in 0..r.count(4)? {
+            complaints.insert(r.u32()?);
+        }
         r.finish()?;
         let kept = usize::try_from(kept).map_err(|_| VerifyCodecError::Invalid("kept"))?;
         let v = Verification {
@@ -189,6 +198,7 @@ impl Verification {
             last,
             kept: kept.max(1),
             tallies,
+            complaints,
         };
         if v.last > 0 && v.token_of(v.last).is_none() {
             return Err(VerifyCodecError::Invalid(
@@ -217,6 +227,7 @@ mod tests {
         v.verify(vote(0, 1, 1, 0), 3);
         v.verify(vote(1, 1, 1, 0), 3);
         v.verify(vote(0, 2, 2, 1), 4);
+        v.complain(2, 0);
         let bytes = v.encode();
         assert_eq!(Verification::decode(&bytes).unwrap(), v);
         for d in [

@@ -155,3 +155,20 @@ fn with_r_zero_a_race_on_one_executor_is_outvoted() {
         }]
     );
 }
+
+#[test]
+fn a_quorum_of_complaints_rotates_the_primary_and_a_single_one_does_not() {
+    let mut v = bft();
+    assert_eq!(v.complain(1, 0), Vec::new());
+    // Twice from one executor still counts once; another view's complaint does not count.
+    assert_eq!(v.complain(1, 0), Vec::new());
+    assert_eq!(v.complain(2, 7), Vec::new());
+    assert_eq!(v.complain(9, 0), Vec::new(), "no such executor");
+    assert_eq!(
+        v.complain(2, 0),
+        vec![Decision::Rollback { seq: 1, view: 1 }]
+    );
+    assert_eq!(v.view(), 1);
+    // The complaints of the old view are gone.
+    assert_eq!(v.complain(0, 1), Vec::new());
+}
