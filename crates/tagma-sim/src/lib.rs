@@ -19,10 +19,11 @@
 //!
 //! Entry points: [`run_seed`] for one seed, [`run_seeds`] for a range (what `tagma sim`
 //! prints). [`eve_pair`] simulates execute-verify's primary-backup pair instead (`tagma sim
-//! --eve`).
+//! --eve`), [`eve_bft`] its BFT deployment (`tagma sim --eve-bft`).
 
 pub mod byzantine;
 pub mod client;
+pub mod eve_bft;
 pub mod eve_pair;
 pub mod kv_client;
 pub mod linearizability;

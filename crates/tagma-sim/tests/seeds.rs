@@ -1,10 +1,12 @@
 //! Seed-range simulation (CI) of the key-value store, of the coordination service and of
-//! execute-verify's primary-backup pair, determinism, and the regression seeds.
+//! execute-verify's primary-backup pair and BFT deployment, determinism, and the regression
+//! seeds.
 //!
 //! `TAGMA_SIM_SEEDS=N` changes how many seeds the key-value range test runs (default
 //! [`CI_SEEDS`]), `TAGMA_SIM_SPACE_SEEDS=N` the coordination service's (default
 //! [`CI_SPACE_SEEDS`]), `TAGMA_SIM_EVE_SEEDS=N` the execute-verify pair's (default
-//! [`CI_EVE_SEEDS`]); `TAGMA_SIM_START=S` where they start.
+//! [`CI_EVE_SEEDS`]), `TAGMA_SIM_EVE_BFT_SEEDS=N` the BFT deployment's (default
+//! [`CI_EVE_BFT_SEEDS`]); `TAGMA_SIM_START=S` where they start.
 
 use std::time::Instant;
 
@@ -19,6 +21,8 @@ const CI_SPACE_SEEDS: u64 = 180;
 /// Seeds of execute-verify's primary-backup pair the CI range test runs (seeds 7, 16, 22
 /// and 29 among them: each found a bug; 171, 241 and 660 run besides).
 const CI_EVE_SEEDS: u64 = 120;
+/// Execute-verify BFT seeds the CI range test runs.
+const CI_EVE_BFT_SEEDS: u64 = 60;
 
 /// The configuration seed `seed` runs under in the range test.
 fn ci_options(seed: u64) -> SimOptions {
@@ -210,6 +214,30 @@ fn eve_pair_seed_range_holds_every_invariant() {
     // A seed replays alike.
     let again = tagma_sim::eve_pair::run_seed_traced(start + 16).1;
     assert_eq!(tagma_sim::eve_pair::run_seed_traced(start + 16).1, again);
+}
+
+#[test]
+fn eve_bft_seed_range_holds_every_invariant() {
+    let start = env_u64("TAGMA_SIM_START", 0);
+    let count = env_u64("TAGMA_SIM_EVE_BFT_SEEDS", CI_EVE_BFT_SEEDS);
+    let summary = tagma_sim::eve_bft::run_seeds(start..start + count);
+    eprintln!("execute-verify BFT: {summary:?}");
+    assert_eq!(
+        summary.violations + summary.liveness_failures,
+        0,
+        "{summary:?}"
+    );
+    if count >= CI_EVE_BFT_SEEDS {
+        // The range lies in every way, crashes, races and rolls back, and repairs what
+        // manifested.
+        assert!(summary.faults_exercised.len() >= 6, "{summary:?}");
+        assert!(summary.lies_sent > 0 && summary.rollbacks > 0 && summary.fetches > 0);
+        assert_eq!(summary.repaired, summary.manifested);
+        assert!(summary.manifested > 0);
+    }
+    // A seed replays alike.
+    let again = tagma_sim::eve_bft::run_seed_traced(start + 3, true).1;
+    assert_eq!(tagma_sim::eve_bft::run_seed_traced(start + 3, true).1, again);
 }
 
 #[test]

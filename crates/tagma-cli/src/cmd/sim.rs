@@ -54,6 +54,14 @@ pub struct SimArgs {
     /// execution's, and service after the faults.
     #[arg(long, conflicts_with_all = ["replicas", "byzantine", "mode", "f", "reconfig", "flood"])]
     pub eve: bool,
+    /// Simulate execute-verify's BFT deployment instead: each seed draws u and r (r = 0
+    /// masks concurrency bugs), clients, link delays, and up to u faulty executors (lying
+    /// about tokens, replies or state, crashing, or racy), sometimes every executor racy,
+    /// and lying verifiers; checked for one batch per number, replies and states equal to
+    /// sequential execution's, no lying reply accepted, service after the faults and every
+    /// divergence repaired.
+    #[arg(long, conflicts_with_all = ["eve", "replicas", "byzantine", "mode", "f", "reconfig", "flood"])]
+    pub eve_bft: bool,
     /// Print one line per event (with --seed).
     #[arg(long)]
     pub trace: bool,
@@ -64,6 +72,9 @@ pub struct SimArgs {
 
 /// `tagma sim`.
 pub fn run(args: SimArgs) -> Result<()> {
+    if args.eve_bft {
+        return eve_bft(&args);
+    }
     if args.eve {
         return eve(&args);
     }
@@ -216,6 +227,75 @@ fn eve(args: &SimArgs) -> Result<()> {
     }
     if summary.violations + summary.liveness_failures > 0 {
         bail!("execute-verify seeds failed");
+    }
+    Ok(())
+}
+
+/// `tagma sim --eve-bft`.
+fn eve_bft(args: &SimArgs) -> Result<()> {
+    let seeds = match (args.seed, args.seeds.as_deref()) {
+        (Some(seed), _) => seed..seed + 1,
+        (None, range) => parse_seeds(range.unwrap_or_default())?,
+    };
+    if let Some(seed) = args.seed {
+        let (report, trace) = tagma_sim::eve_bft::run_seed_traced(seed, args.trace);
+        for line in &trace {
+            println!("{line}");
+        }
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            println!(
+                "seed {seed}: u = {}, r = {} ({} executors), {} clients, links up to {} ms, faults {:?}: {} virtual ms, {} batches committed, {} requests answered, {} lies sent, {} divergences manifested, {} repaired, {} rollbacks, {} fetches",
+                report.u,
+                report.r,
+                report.executors,
+                report.clients,
+                report.delay_max_ms,
+                report.faults,
+                report.virtual_ms,
+                report.committed_batches,
+                report.answered,
+                report.lies_sent,
+                report.manifested,
+                report.repaired,
+                report.rollbacks,
+                report.fetches
+            );
+        }
+        if let Some(problem) = report
+            .violations
+            .first()
+            .or(report.liveness_failure.as_ref())
+        {
+            bail!("seed {seed} failed: {problem}");
+        }
+        return Ok(());
+    }
+    let started = Instant::now();
+    let summary = tagma_sim::eve_bft::run_seeds(seeds);
+    let elapsed_s = started.elapsed().as_secs_f64();
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&summary)?);
+    } else {
+        println!(
+            "{} seeds in {elapsed_s:.1} s: {} with violations, {} liveness failures; {} lies sent, {} divergences manifested, {} repaired, {} rollbacks, {} fetches; faults {:?}",
+            summary.seeds_run,
+            summary.violations,
+            summary.liveness_failures,
+            summary.lies_sent,
+            summary.manifested,
+            summary.repaired,
+            summary.rollbacks,
+            summary.fetches,
+            summary.faults_exercised
+        );
+        for (seed, problem) in &summary.failures {
+            println!("  seed {seed}: {problem}\n    replay: tagma sim --eve-bft --seed {seed}");
+        }
+    }
+    if summary.violations + summary.liveness_failures > 0 {
+        bail!("execute-verify BFT seeds failed");
     }
     Ok(())
 }
