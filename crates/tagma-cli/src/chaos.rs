@@ -77,9 +77,25 @@ pub enum Scenario {
     /// backup takes over), restarts after --down-s and fetches the state, then the new
     /// primary is killed too.
     PrimaryCrash,
+    /// With --mode eve: in the deterministic BFT deployment (u = r = 2), executors send
+    /// wrong tokens, wrong replies and forged state nodes; counts what was sent, refused and
+    /// repaired.
+    LyingExecutor,
+    /// With --mode eve: in the deterministic BFT deployment masking concurrency bugs (u = 1,
+    /// r = 0), a race in the service manifests on one executor; counts the divergences
+    /// manifested, detected and repaired.
+    RacyService,
 }
 
 impl Scenario {
+    /// Whether the scenario is execute-verify's (`--mode eve`).
+    pub fn is_eve(self) -> bool {
+        matches!(
+            self,
+            Scenario::PrimaryCrash | Scenario::LyingExecutor | Scenario::RacyService
+        )
+    }
+
     /// Whether the scenario damages the files of `--damaged` replicas.
     pub fn damages_disks(self) -> bool {
         matches!(
@@ -106,6 +122,8 @@ impl Scenario {
             Scenario::ReconfigTour => "reconfig-tour",
             Scenario::SlowDisk => "slow-disk",
             Scenario::PrimaryCrash => "primary-crash",
+            Scenario::LyingExecutor => "lying-executor",
+            Scenario::RacyService => "racy-service",
         }
     }
 }
@@ -597,7 +615,11 @@ fn inject(
             wait_caught_up(cluster, lagging, Duration::from_secs(120))?;
             restarted.elapsed().as_secs_f64() * 1000.0
         }
-        Scenario::ReconfigTour | Scenario::SlowDisk | Scenario::PrimaryCrash => {
+        Scenario::ReconfigTour
+        | Scenario::SlowDisk
+        | Scenario::PrimaryCrash
+        | Scenario::LyingExecutor
+        | Scenario::RacyService => {
             unreachable!("refused by run")
         }
         Scenario::LoneLyingDisk => {

@@ -12,6 +12,7 @@
 //!   stalling under load.
 
 pub mod chaos;
+pub mod chaos_eve;
 pub mod chaos_space;
 pub mod cmd;
 pub mod slow_disk;

@@ -88,7 +88,13 @@ pub fn run_seed_traced(seed: u64, trace: bool) -> (EveBftReport, Vec<String>) {
             let victim = victims.remove(rng.below(victims.len() as u64) as usize);
             // At most r executors lie: the deployment is safe against no more.
             let kinds: &[&str] = if liars < r {
-                &["wrong-tokens", "wrong-replies", "wrong-state", "crash", "racy"]
+                &[
+                    "wrong-tokens",
+                    "wrong-replies",
+                    "wrong-state",
+                    "crash",
+                    "racy",
+                ]
             } else {
                 &["crash", "racy"]
             };

@@ -237,7 +237,10 @@ fn eve_bft_seed_range_holds_every_invariant() {
     }
     // A seed replays alike.
     let again = tagma_sim::eve_bft::run_seed_traced(start + 3, true).1;
-    assert_eq!(tagma_sim::eve_bft::run_seed_traced(start + 3, true).1, again);
+    assert_eq!(
+        tagma_sim::eve_bft::run_seed_traced(start + 3, true).1,
+        again
+    );
 }
 
 #[test]

@@ -13,8 +13,10 @@ use crate::chaos::{ChaosOptions, Scenario};
 /// `tagma chaos`.
 #[derive(clap::Args)]
 pub struct ChaosArgs {
-    /// How the servers replicate: ordered (every scenario but primary-crash) or eve (an
-    /// execute-verify primary-backup pair: primary-crash).
+    /// How the servers replicate: ordered (every scenario but primary-crash,
+    /// lying-executor and racy-service) or eve (execute-verify: primary-crash, with a pair
+    /// of real processes; lying-executor and racy-service, in the deterministic BFT
+    /// deployment).
     #[arg(long, value_enum, default_value_t = super::demo::ReplicationMode::Ordered)]
     pub mode: super::demo::ReplicationMode,
     /// kill-all: SIGKILL every replica under load and restart them all from disk;
@@ -26,7 +28,10 @@ pub struct ChaosArgs {
     /// crashes and restarts, the joiner leaves, with throughput sampled every second
     /// (--after-s between events); slow-disk: the disk of a follower, then of the leader,
     /// stalls for --down-s each under load, then recovers (throughput during and after,
-    /// time to catch up).
+    /// time to catch up). With --mode eve: primary-crash (a pair of real processes; the
+    /// primary is killed, later the new one too); lying-executor and racy-service (the
+    /// deterministic BFT deployment for --before-s + --down-s + --after-s of virtual time:
+    /// lies sent and refused, races manifested, detected and repaired).
     #[arg(long, value_enum)]
     pub scenario: Scenario,
     /// The load: counters of the key-value service, or the coordination service's items
@@ -84,12 +89,26 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         down: secs("down-s", args.down_s)?,
         after: secs("after-s", args.after_s)?,
     };
-    if (args.mode == super::demo::ReplicationMode::Eve) != (args.scenario == Scenario::PrimaryCrash)
-    {
+    if (args.mode == super::demo::ReplicationMode::Eve) != args.scenario.is_eve() {
         bail!(
-            "primary-crash is the scenario of an execute-verify pair, and the pair has no \
-             other: pass --mode eve --scenario primary-crash, or leave out --mode eve"
+            "primary-crash, lying-executor and racy-service are execute-verify's scenarios, \
+             and execute-verify has no other: pass --mode eve with one of them, or leave out \
+             --mode eve"
         );
+    }
+    if matches!(
+        args.scenario,
+        Scenario::LyingExecutor | Scenario::RacyService
+    ) {
+        if args.plot.is_some() {
+            bail!(
+                "--plot draws the primary-crash timeline; {} has no plot",
+                args.scenario.name()
+            );
+        }
+        let load_ms = (opts.before + opts.down + opts.after).as_millis() as u64;
+        let report = crate::chaos_eve::run(args.scenario, load_ms.max(1_000), 1);
+        return print_verdict(args.json, &report, report.table(), report.passed());
     }
     if args.scenario == Scenario::PrimaryCrash {
         return primary_crash(&args, &opts);
