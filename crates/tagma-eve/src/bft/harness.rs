@@ -479,6 +479,8 @@ impl Deployment {
         for decision in decisions {
             if let Decision::Rollback { seq, view } = decision {
                 self.divergences.rollbacks += 1;
+                // Tokens of the rolled-back run are not judged: every executor runs again.
+                self.tokens.retain(|(_, s), _| *s < seq);
                 self.note(|| format!("the verifiers roll batch {seq} back into view {view}"));
             }
             self.respond(decision, &all);
@@ -529,6 +531,9 @@ impl Deployment {
         let all: Vec<u32> = (0..n).collect();
         for decision in decisions {
             self.divergences.rollbacks += 1;
+            if let Decision::Rollback { seq, .. } = decision {
+                self.tokens.retain(|(_, s), _| *s < seq);
+            }
             self.note(|| format!("the verifiers time out: {decision:?}"));
             self.respond(decision, &all);
         }
