@@ -1,6 +1,8 @@
-//! An execute-verify primary-backup pair under the checked key-value workload: `tagma demo
-//! --mode eve` (the store served in Eve mode) and `tagma chaos --mode eve --scenario
-//! primary-crash` (the primary killed under load: the backup's takeover timed; the old
+//! An execute-verify deployment under the checked key-value workload — a primary-backup pair,
+//! or with `bft` the executors and verifier cluster of the BFT deployment: `tagma demo
+//! --mode eve [--bft]` (the store served in Eve mode) and `tagma chaos --mode eve [--bft]
+//! --scenario primary-crash` (the primary killed under load: the takeover timed — the backup
+//! taking over, or the verifiers rotating the primary on the executors' complaints; the old
 //! primary restarted, fetching the state, then the new primary killed too, so every
 //! acknowledged operation must have reached the restarted server).
 //!
@@ -14,6 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use serde::Serialize;
+use tagma_cluster::eve_bft::EveBft;
 use tagma_cluster::eve_pair::EvePair;
 use tagma_cluster::workload::{self, FailoverProbe, WorkloadOptions};
 use tagma_cluster::{converged_states, digests_equal};
@@ -33,9 +36,81 @@ pub struct PairRunOptions {
     /// the other is killed, and after it.
     pub crash: Option<CrashTimes>,
     pub threads: usize,
+    /// Primary-backup: the takeover timeout; BFT: the executors' progress timeout, after
+    /// which they complain about the view.
     pub takeover_ms: u64,
+    /// The BFT deployment tolerating (u, r) instead of a pair.
+    pub bft: Option<(usize, usize)>,
     /// Keep the cluster directory (and print it).
     pub keep: bool,
+}
+
+/// The processes under test.
+enum Servers {
+    Pair(Box<EvePair>),
+    Bft(Box<EveBft>),
+}
+
+impl Servers {
+    fn launch(exe: &Path, opts: &PairRunOptions) -> Result<Servers> {
+        let (threads, takeover_ms) = (opts.threads, opts.takeover_ms);
+        Ok(match opts.bft {
+            None => Servers::Pair(Box::new(EvePair::launch(exe, None, |cfg| {
+                cfg.eve.threads = threads;
+                cfg.eve.takeover_ms = takeover_ms;
+                cfg.eve.heartbeat_ms = (takeover_ms / 10).max(1);
+            })?)),
+            Some((u, r)) => Servers::Bft(Box::new(EveBft::launch(exe, None, u, r, |eve| {
+                eve.threads = threads;
+                eve.progress_ms = takeover_ms;
+            })?)),
+        })
+    }
+
+    fn ids(&self) -> Vec<ReplicaId> {
+        let n = match self {
+            Servers::Pair(_) => 2,
+            Servers::Bft(d) => d.dirs.executors.n(),
+        };
+        (0..n as u32).map(ReplicaId).collect()
+    }
+
+    fn proxy(&self, timeout: Duration) -> Result<tagma_client::Proxy> {
+        match self {
+            Servers::Pair(p) => p.proxy(timeout),
+            Servers::Bft(d) => d.proxy(timeout),
+        }
+    }
+
+    fn kill(&mut self, i: usize) {
+        match self {
+            Servers::Pair(p) => p.kill(i),
+            Servers::Bft(d) => d.kill_executor(i),
+        }
+    }
+
+    /// Restarts server `i`, which fetches the state from the others.
+    fn restart(&mut self, i: usize) -> Result<()> {
+        match self {
+            Servers::Pair(p) => p.start(i, true),
+            Servers::Bft(d) => d.start_executor(i),
+        }
+    }
+
+    /// Whether restarted server `i` caught up: became the backup, or fetched the state.
+    fn rejoined(&self, i: usize) -> bool {
+        match self {
+            Servers::Pair(p) => p.log(i).contains("now Backup"),
+            Servers::Bft(d) => d.log("executor", i).contains("fetched the committed state"),
+        }
+    }
+
+    fn keep(&mut self) -> std::path::PathBuf {
+        match self {
+            Servers::Pair(p) => p.keep(),
+            Servers::Bft(d) => d.keep(),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -53,6 +128,8 @@ pub struct Sample {
 
 #[derive(Clone, Debug, Serialize)]
 pub struct PairReport {
+    /// "primary-backup", or "bft" with its u and r.
+    pub deployment: String,
     pub clients: usize,
     pub threads: usize,
     pub completed_ops: u64,
@@ -74,7 +151,8 @@ pub struct PairReport {
     /// From the primary's kill to the first completion of a request issued after it.
     pub takeover_ms: Option<f64>,
     pub takeover_timeout_ms: u64,
-    /// The killed server restarted, fetched the state and became the backup.
+    /// The killed server restarted, fetched the state and became the backup (BFT: fetched
+    /// the committed state and went on executing).
     pub rejoined_as_backup: bool,
     /// The server that took over was killed in turn, leaving the restarted one alone.
     pub second_crash: bool,
@@ -96,8 +174,9 @@ impl PairReport {
 
     pub fn table(&self) -> String {
         let mut out = format!(
-            "execute-verify primary-backup, {} threads per server, {} clients\n\
+            "execute-verify {}, {} threads per server, {} clients\n\
              {} operations ({} failed), {:.0} ops/s, p50 {:.2} ms, p99 {:.2} ms\n",
+            self.deployment,
             self.threads,
             self.clients,
             self.completed_ops,
@@ -141,7 +220,10 @@ impl PairReport {
     /// The timeline chart, with the events marked.
     pub fn chart(&self) -> crate::plot::Chart {
         crate::plot::Chart {
-            title: "execute-verify primary-backup: a primary crash and its takeover".into(),
+            title: format!(
+                "execute-verify {}: a primary crash and its takeover",
+                self.deployment
+            ),
             x_label: "seconds".into(),
             y_label: "completed operations per second".into(),
             integer_x: false,
@@ -158,11 +240,7 @@ impl PairReport {
 /// reports.
 pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
     let (threads, takeover_ms) = (opts.threads, opts.takeover_ms);
-    let mut pair = EvePair::launch(exe, None, |cfg| {
-        cfg.eve.threads = threads;
-        cfg.eve.takeover_ms = takeover_ms;
-        cfg.eve.heartbeat_ms = (takeover_ms / 10).max(1);
-    })?;
+    let mut pair = Servers::launch(exe, opts)?;
     let ready = Duration::from_secs(20);
     let proxies = (0..opts.clients)
         .map(|_| pair.proxy(ready))
@@ -236,11 +314,11 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
                         events.push((t, "primary (server 0) killed".to_string()));
                     }
                     1 => {
-                        pair.start(0, true)?;
+                        pair.restart(0)?;
                         events.push((t, "server 0 restarted, fetching the state".to_string()));
                     }
                     _ => {
-                        rejoined = pair.log(0).contains("now Backup");
+                        rejoined = pair.rejoined(0);
                         pair.kill(1);
                         second_crash = true;
                         events.push((t, "server 1 (primary since) killed".to_string()));
@@ -256,10 +334,10 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
     // Both servers running again, the state they agree on holds every acknowledged
     // increment once.
     if second_crash {
-        pair.start(1, true)?;
+        pair.restart(1)?;
     }
     let reader = pair.proxy(ready)?;
-    let states = converged_states(&reader, &[ReplicaId(0), ReplicaId(1)], ready)?;
+    let states = converged_states(&reader, &pair.ids(), ready)?;
     let reply = reader.invoke_ordered(
         KvOp::Get {
             key: Bytes::from_static(COUNTER),
@@ -279,6 +357,10 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
         eprintln!("cluster directory kept: {}", pair.keep().display());
     }
     Ok(PairReport {
+        deployment: match opts.bft {
+            None => "primary-backup".to_string(),
+            Some((u, r)) => format!("bft (u = {u}, r = {r})"),
+        },
         clients: opts.clients,
         threads,
         completed_ops: report.completed,

@@ -1,5 +1,6 @@
 //! Execute-verify replication across real processes, as users run it: a primary-backup pair
-//! of `tagma eve serve` processes under the checked key-value workload.
+//! of `tagma eve serve` processes, and the BFT deployment (executors and a verifier cluster of
+//! `tagma replica --service eve-verifier` processes), under the checked key-value workload.
 
 use std::sync::Mutex;
 
@@ -61,7 +62,7 @@ fn the_demo_serves_the_key_value_store_in_eve_mode() {
 }
 
 #[test]
-fn eve_mode_names_its_only_chaos_scenario() {
+fn eve_mode_names_its_chaos_scenarios() {
     let out = std::process::Command::new(exe())
         .args(["chaos", "--mode", "eve", "--scenario", "kill-all"])
         .output()
@@ -69,7 +70,7 @@ fn eve_mode_names_its_only_chaos_scenario() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains("--mode eve --scenario primary-crash"),
+        stderr.contains("primary-crash, lying-executor and racy-service"),
         "{stderr}"
     );
 }
@@ -105,4 +106,74 @@ fn init_writes_a_pair_that_eve_serve_accepts() {
         stderr.contains("exactly two [[replica]] entries"),
         "{stderr}"
     );
+}
+
+#[test]
+fn the_bft_deployment_serves_across_processes_and_survives_its_primary_killed() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Three executors and four verifiers, each a process; the primary executor killed,
+    // restarted (it fetches the committed state), then the next primary killed.
+    let report = tagma_json(&[
+        "chaos",
+        "--mode",
+        "eve",
+        "--bft",
+        "--scenario",
+        "primary-crash",
+        "--before-s",
+        "1",
+        "--down-s",
+        "1.5",
+        "--after-s",
+        "1.5",
+        "--json",
+    ]);
+    assert_nothing_lost(&report);
+    assert!(report["takeover_ms"].as_f64().is_some(), "{report}");
+    assert_eq!(report["rejoined_as_backup"], true, "{report}");
+    assert_eq!(report["second_crash"], true, "{report}");
+    assert!(
+        report["deployment"].as_str().unwrap().starts_with("bft"),
+        "{report}"
+    );
+}
+
+#[test]
+fn the_demo_serves_the_key_value_store_on_executors_and_verifiers() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let report = tagma_json(&[
+        "demo",
+        "--mode",
+        "eve",
+        "--bft",
+        "--duration-s",
+        "2",
+        "--json",
+    ]);
+    assert_nothing_lost(&report);
+}
+
+#[test]
+fn init_writes_executors_and_verifiers_and_refuses_a_verifier_cluster_tagma_cannot_order() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(exe())
+        .args(["init", "--eve", "--bft", "--u", "1", "--r", "0", "--dir"])
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let executors = tagma_node::cluster_dir::load_config(dir.path()).unwrap();
+    let verifiers = tagma_node::cluster_dir::load_config(&dir.path().join("verifiers")).unwrap();
+    // r = 0 masks concurrency bugs: 2u + 1 executors, 2u + 1 crash-faulty verifiers.
+    assert_eq!((executors.n(), verifiers.n()), (3, 3));
+    assert_eq!(verifiers.raw.eve.executor_principals.len(), 3);
+    let bad = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(exe())
+        .args(["init", "--eve", "--bft", "--u", "2", "--r", "1", "--dir"])
+        .arg(bad.path())
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("fix: pass --r 2"), "{stderr}");
 }

@@ -9,6 +9,8 @@
 //!   (replicas joining by view change too);
 //! - [`eve_pair`]: a local primary-backup pair of execute-verify servers (`tagma eve
 //!   serve`);
+//! - [`eve_bft`]: a local BFT deployment of execute-verify replication: executors (`tagma
+//!   eve serve`) and their verifier cluster (`tagma replica --service eve-verifier`);
 //! - [`disk`]: damages a stopped replica's data directory the way failing disks do (for the
 //!   chaos scenarios and the state-transfer benchmark);
 //! - [`workload`]: a mixed key-value workload that checks every result a client gets for its
@@ -16,6 +18,7 @@
 
 pub mod cluster;
 pub mod disk;
+pub mod eve_bft;
 pub mod eve_pair;
 pub mod init;
 pub mod workload;

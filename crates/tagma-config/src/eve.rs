@@ -1,6 +1,9 @@
-//! The `[eve]` section: the settings of execute-verify replication's primary-backup
-//! deployment (`tagma eve serve`): two servers, listed as the `[[replica]]` entries, that
-//! both execute every batch in parallel and compare tokens.
+//! The `[eve]` section: the settings of execute-verify replication (`tagma eve serve`). In
+//! the primary-backup deployment the `[[replica]]` entries are two servers that both execute
+//! every batch in parallel and compare tokens; in the BFT deployment they are the
+//! `u + max(u, r) + 1` executors, and a verifier cluster (`tagma replica --service
+//! eve-verifier`, whose own `[eve]` section names the executors' client principals) decides
+//! on their tokens.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +29,33 @@ pub struct EveSection {
     pub takeover_ms: u64,
     /// Tree nodes asked in one query while fetching the state.
     pub tree_query_max: usize,
+    /// `"primary-backup"` or `"bft"`.
+    pub deployment: Deployment,
+    /// BFT: faulty replicas tolerated for liveness.
+    pub u: usize,
+    /// BFT: lying replicas tolerated for safety (0: masking concurrency bugs).
+    pub r: usize,
+    /// BFT executors: work waiting with nothing committed for this long makes an executor
+    /// complain to the verifiers.
+    pub progress_ms: u64,
+    /// BFT executors: a state fetch whose donor is silent this long asks another executor.
+    pub fetch_ms: u64,
+    /// Verifiers: a batch undecided this long (in agreed time) after its first VERIFY
+    /// rolls back.
+    pub verify_timeout_ms: u64,
+    /// Verifiers: the executors' client principals, in executor order.
+    pub executor_principals: Vec<u32>,
+}
+
+/// Which execute-verify deployment a cluster directory holds.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Deployment {
+    /// Two servers tolerating a crash.
+    #[default]
+    PrimaryBackup,
+    /// `u + max(u, r) + 1` executors and a verifier cluster.
+    Bft,
 }
 
 impl Default for EveSection {
@@ -39,13 +69,24 @@ impl Default for EveSection {
             heartbeat_ms: 50,
             takeover_ms: 500,
             tree_query_max: 256,
+            deployment: Deployment::PrimaryBackup,
+            u: 1,
+            r: 1,
+            progress_ms: 500,
+            fetch_ms: 200,
+            verify_timeout_ms: 1_000,
+            executor_principals: Vec::new(),
         }
     }
 }
 
 impl EveSection {
     pub(crate) fn check(&self) -> Result<(), ConfigError> {
-        let positive: [(&str, u64); 8] = [
+        let positive: [(&str, u64); 12] = [
+            ("eve.u", self.u as u64),
+            ("eve.progress_ms", self.progress_ms),
+            ("eve.fetch_ms", self.fetch_ms),
+            ("eve.verify_timeout_ms", self.verify_timeout_ms),
             ("eve.threads", self.threads as u64),
             ("eve.batch_size_max", self.batch_size_max as u64),
             ("eve.pipeline_max", self.pipeline_max as u64),
@@ -83,7 +124,15 @@ impl EveSection {
              # Batches a primary keeps for a server that joins while it fetches the state. Default {}.\ncatch_up_max = {}\n\
              # The longest a server stays silent towards the other, in ms. Default {}.\nheartbeat_ms = {}\n\
              # Silence from the other server after which the backup takes over, or the primary serves alone, in ms. Default {}.\ntakeover_ms = {}\n\
-             # Tree nodes asked in one query while fetching the state. Default {}.\ntree_query_max = {}\n",
+             # Tree nodes asked in one query while fetching the state. Default {}.\ntree_query_max = {}\n\
+             # \"primary-backup\" (the two [[replica]] entries) or \"bft\" (the [[replica]] entries are u + max(u, r) + 1\n\
+             # executors; a verifier cluster decides on their tokens). Default \"primary-backup\".\ndeployment = \"{}\"\n\
+             # BFT: faulty replicas tolerated for liveness. Default {}.\nu = {}\n\
+             # BFT: lying replicas tolerated for safety (0: mask concurrency bugs). Default {}.\nr = {}\n\
+             # BFT executors: work waiting with nothing committed this long makes an executor complain, in ms. Default {}.\nprogress_ms = {}\n\
+             # BFT executors: a state fetch whose donor is silent this long asks another executor, in ms. Default {}.\nfetch_ms = {}\n\
+             # Verifiers: a batch undecided this long in agreed time after its first VERIFY rolls back, in ms. Default {}.\nverify_timeout_ms = {}\n\
+             # Verifiers: the executors' client principals, in executor order. Default [].\nexecutor_principals = {:?}\n",
             d.threads,
             self.threads,
             d.batch_size_max,
@@ -100,6 +149,21 @@ impl EveSection {
             self.takeover_ms,
             d.tree_query_max,
             self.tree_query_max,
+            match self.deployment {
+                Deployment::PrimaryBackup => "primary-backup",
+                Deployment::Bft => "bft",
+            },
+            d.u,
+            self.u,
+            d.r,
+            self.r,
+            d.progress_ms,
+            self.progress_ms,
+            d.fetch_ms,
+            self.fetch_ms,
+            d.verify_timeout_ms,
+            self.verify_timeout_ms,
+            self.executor_principals,
         )
     }
 }

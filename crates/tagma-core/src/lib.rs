@@ -26,4 +26,4 @@ pub use replica::{
     WRITE_SET_MAX,
 };
 pub use tagma_config::{Config, ConfigError, Mode, Quorums, ValidConfig};
-pub use tagma_config::{config, quorum, view};
+pub use tagma_config::{config, eve, quorum, view};

@@ -1,5 +1,5 @@
 //! Connections: accepting and authenticating them, client readers and writers, and the
-//! links to the other server.
+//! links to the other servers.
 
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
@@ -25,7 +25,11 @@ pub(crate) enum Event {
         kind: tagma_wire::RequestKind,
         conn: Sender<Bytes>,
     },
-    Peer(EveMessage),
+    /// A message from another server.
+    Peer {
+        from: ReplicaId,
+        message: EveMessage,
+    },
 }
 
 /// What every connection thread shares.
@@ -108,7 +112,7 @@ fn peer_reader(links: &Links, from: ReplicaId, mut reader: FrameReader) {
         };
         match EveMessage::decode(&frame) {
             Ok(m) => {
-                if links.events.send(Event::Peer(m)).is_err() {
+                if links.events.send(Event::Peer { from, message: m }).is_err() {
                     return;
                 }
             }
@@ -212,7 +216,7 @@ fn write_loop(rx: &Receiver<Bytes>, mut writer: FrameWriter) {
     writer.shutdown();
 }
 
-/// Keeps the outbound connection to the other server and writes its queue; frames queued
+/// Keeps the outbound connection to server `peer` and writes its queue; frames queued
 /// while it is unreachable are dropped (the protocol repeats what matters).
 pub(crate) fn peer_writer(links: &Links, peer: ReplicaId, rx: &Receiver<Bytes>) {
     let Some(info) = links.cfg.replica(peer).cloned() else {

@@ -1,7 +1,6 @@
 //! Starting a server, and its two working threads: the protocol thread around the core and
 //! the stage thread around the executor.
 
-use std::collections::HashMap;
 use std::net::{SocketAddr, TcpListener};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -15,13 +14,12 @@ use tagma_eve::{EveService, Executor, Mixer, ObjectTree};
 use tagma_eve::{Stage, StageOutput};
 use tagma_net::NetLimits;
 use tagma_node::auth::RequestVerifier;
-use tagma_wire::{
-    ClientId, Encode, ReplicaId, ReplicaMessage, Reply, RequestKind, RequestSeq, ViewId,
-};
+use tagma_wire::{Encode, ReplicaId};
 use thiserror::Error;
 use tracing::{info, warn};
 
 use crate::links::{Committed, Event, Links, accept_loop, peer_writer, send_peer};
+use crate::routes::Routes;
 
 #[derive(Debug, Error)]
 pub enum EveNodeError {
@@ -40,6 +38,19 @@ pub enum EveNodeError {
         addr: SocketAddr,
         source: std::io::Error,
     },
+    #[error(
+        "u = {u} and r = {r} make {executors} executors, ids 0..{executors}, but tagma.toml lists the [[replica]] ids {listed}: `tagma init --eve --bft` writes a matching directory"
+    )]
+    Executors {
+        u: usize,
+        r: usize,
+        executors: usize,
+        listed: String,
+    },
+    #[error(
+        "cannot reach the verifier cluster: {0} (are its `tagma replica --service eve-verifier` processes running?)"
+    )]
+    Verifiers(String),
     #[error("the client keys of tagma.toml: {0}")]
     Keys(String),
     #[error("the executor: {0}")]
@@ -77,7 +88,7 @@ impl EveNodeHandle {
     }
 }
 
-fn thread(
+pub(crate) fn thread(
     name: &str,
     f: impl FnOnce() + Send + 'static,
 ) -> Result<std::thread::JoinHandle<()>, EveNodeError> {
@@ -114,44 +125,13 @@ where
         return Err(EveNodeError::ReadonlyRequests);
     }
     let eve = cfg.raw.eve.clone();
-    let verifier =
-        RequestVerifier::new(&cfg, me, &key).map_err(|e| EveNodeError::Keys(e.to_string()))?;
-    let listener = TcpListener::bind(info.addr).map_err(|source| EveNodeError::Listen {
-        addr: info.addr,
-        source,
-    })?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|source| EveNodeError::Listen {
-            addr: info.addr,
-            source,
-        })?;
-    let limits = NetLimits {
-        frame_bytes_max: cfg.raw.limits.frame_bytes_max,
-        handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
-    };
-    let queue_max = cfg.raw.limits.connection_queue_max;
-    let (events_tx, events_rx) = bounded::<Event>(eve.queue_max);
-
-    let links = Arc::new(Links {
-        cfg,
-        me,
-        key,
-        limits,
-        verifier,
-        events: events_tx.clone(),
-        committed: Mutex::new(Committed::default()),
-    });
-    let peer = ReplicaId(1 - me.0);
-    let (peer_tx, peer_rx) = bounded::<Bytes>(queue_max);
-    {
-        let links = links.clone();
-        thread("peer-out", move || peer_writer(&links, peer, &peer_rx))?;
-    }
-    {
-        let links = links.clone();
-        thread("accept", move || accept_loop(&links, listener))?;
-    }
+    let Listening {
+        links,
+        local_addr,
+        events: events_rx,
+        peers,
+    } = listen(cfg, me, key, info.addr)?;
+    let peer_tx = peers[1 - me.0 as usize].clone().expect("the other server");
     let executor = Executor::new(
         service,
         mixer,
@@ -211,6 +191,68 @@ where
     })
 }
 
+/// A server's connections, up and accepting.
+pub(crate) struct Listening {
+    pub(crate) links: Arc<Links>,
+    pub(crate) local_addr: SocketAddr,
+    /// Requests and peer messages, for the protocol thread.
+    pub(crate) events: Receiver<Event>,
+    /// The queue of the writer to each other server (`None` for this one), by id.
+    pub(crate) peers: Vec<Option<Sender<Bytes>>>,
+}
+
+/// Listens on `addr` as server `me` of `cfg` and keeps an outbound link to every other
+/// `[[replica]]`.
+pub(crate) fn listen(
+    cfg: ValidConfig,
+    me: ReplicaId,
+    key: IdentityKey,
+    addr: SocketAddr,
+) -> Result<Listening, EveNodeError> {
+    let verifier =
+        RequestVerifier::new(&cfg, me, &key).map_err(|e| EveNodeError::Keys(e.to_string()))?;
+    let listener =
+        TcpListener::bind(addr).map_err(|source| EveNodeError::Listen { addr, source })?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|source| EveNodeError::Listen { addr, source })?;
+    let limits = NetLimits {
+        frame_bytes_max: cfg.raw.limits.frame_bytes_max,
+        handshake_timeout: Duration::from_millis(cfg.raw.timeouts.handshake_timeout_ms),
+    };
+    let queue_max = cfg.raw.limits.connection_queue_max;
+    let (events_tx, events_rx) = bounded::<Event>(cfg.raw.eve.queue_max);
+    let ids: Vec<ReplicaId> = cfg.replicas.iter().map(|r| r.id).collect();
+    let links = Arc::new(Links {
+        cfg,
+        me,
+        key,
+        limits,
+        verifier,
+        events: events_tx,
+        committed: Mutex::new(Committed::default()),
+    });
+    let mut peers = vec![None; ids.iter().map(|i| i.0 as usize + 1).max().unwrap_or(0)];
+    for peer in ids.into_iter().filter(|&p| p != me) {
+        let (tx, rx) = bounded::<Bytes>(queue_max);
+        let links = links.clone();
+        thread(&format!("peer-out-{}", peer.0), move || {
+            peer_writer(&links, peer, &rx)
+        })?;
+        peers[peer.0 as usize] = Some(tx);
+    }
+    {
+        let links = links.clone();
+        thread("accept", move || accept_loop(&links, listener))?;
+    }
+    Ok(Listening {
+        links,
+        local_addr,
+        events: events_rx,
+        peers,
+    })
+}
+
 fn status_of(core: &PbCore) -> Status {
     Status {
         role: core.role(),
@@ -231,18 +273,17 @@ fn protocol_loop(
     status: &Mutex<Status>,
 ) {
     let now = || clock.elapsed().as_millis() as u64;
-    // Where each client's replies go, and the kind of its request in flight.
-    let mut routes: HashMap<ClientId, (Sender<Bytes>, RequestSeq, RequestKind)> = HashMap::new();
+    let mut routes = Routes::default();
     let mut role = core.role();
     loop {
         let wait_ms = core.next_timeout_ms().saturating_sub(now()).clamp(1, 100);
         let input = select! {
             recv(events) -> event => match event {
                 Ok(Event::Request { request, kind, conn }) => {
-                    routes.insert(request.client, (conn, request.seq, kind));
+                    routes.note(&request, kind, conn);
                     Input::Request(request)
                 }
-                Ok(Event::Peer(message)) => Input::Peer(message),
+                Ok(Event::Peer { message, .. }) => Input::Peer(message),
                 Err(_) => return,
             },
             recv(answers) -> answer => match answer {
@@ -259,27 +300,7 @@ fn protocol_loop(
         while let Some(action) = core.poll_action() {
             match action {
                 Action::Send(message) => send_peer(peer, message.to_bytes()),
-                Action::Reply { client, seq, reply } => {
-                    let Some((conn, waiting, kind)) = routes.get(&client) else {
-                        continue;
-                    };
-                    let done = *waiting == seq;
-                    let frame = ReplicaMessage::Reply(Reply {
-                        client,
-                        seq,
-                        kind: *kind,
-                        view: ViewId(0),
-                        payload: reply,
-                    })
-                    .to_bytes();
-                    // A full connection queue drops the reply: the client retransmits and
-                    // gets the session's reply again.
-                    let _ = conn.try_send(frame);
-                    if done {
-                        // Routes live as long as a request waits: bounded by the clients.
-                        routes.remove(&client);
-                    }
-                }
+                Action::Reply { client, seq, reply } => routes.reply(client, seq, reply),
                 action => {
                     if stage.send(action).is_err() {
                         return;

@@ -4,7 +4,10 @@
 //! runs [`Verification`] over that order.
 //!
 //! A VERIFY is an ordered request of an executor (a client principal the service knows as
-//! executor `i`) whose payload is [`encode_verify`]'s. Its reply is the decision of its
+//! executor `i`) whose payload is [`encode_verify`](tagma_eve::verify::encode_verify)'s; a
+//! complaint that the view makes no progress
+//! ([`encode_complaint`](tagma_eve::verify::encode_complaint)) is answered at once with the
+//! view in force or the last committed batch. Its reply is the decision of its
 //! batch (VERIFY-RESPONSE, [`Decision::encode`]): at once if the batch is decided, else
 //! deferred until it is; executors act on `r + 1` matching replies, the client library's
 //! Byzantine reply quorum when `r = f`. A batch undecided for the timeout rolls back in the
@@ -13,7 +16,7 @@
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
-use tagma_eve::verify::{Answer, Decision, Verification, Verify, decode_verify};
+use tagma_eve::verify::{Answer, Decision, Verification, VerifierRequest, Verify, decode_request};
 use tagma_exec::{Context, LateReply, Service, ServiceError};
 use tagma_wire::{ClientId, Digest, RequestSeq};
 
@@ -75,8 +78,33 @@ impl VerifierService {
         let Some(&executor) = self.executors.get(&ctx.client.principal()) else {
             return refused;
         };
-        let Ok((view, seq, token, previous)) = decode_verify(request) else {
-            return refused;
+        let (view, seq, token, previous) = match decode_request(request) {
+            Ok(VerifierRequest::Verify {
+                view,
+                seq,
+                token,
+                previous,
+            }) => (view, seq, token, previous),
+            Ok(VerifierRequest::Query { seq }) => {
+                return match self.verification.query(seq) {
+                    Answer::Now(decision) => Some(Bytes::from(decision.encode())),
+                    Answer::Refused => refused,
+                    Answer::Later { seq: batch } => {
+                        self.waiting.push(Waiting {
+                            client: ctx.client,
+                            seq: ctx.seq,
+                            batch,
+                        });
+                        None
+                    }
+                };
+            }
+            Ok(VerifierRequest::Complain { view }) => {
+                let (answer, decisions) = self.verification.complain(executor, view);
+                self.answer(&decisions, late);
+                return Some(Bytes::from(answer.encode()));
+            }
+            Err(_) => return refused,
         };
         let verify = Verify {
             executor,

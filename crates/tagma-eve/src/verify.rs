@@ -161,17 +161,45 @@ impl Verification {
     }
 
     /// Executor `executor` complains that `view` makes no progress; enough complaints of
-    /// the current view roll the next batch back into the next view.
-    pub fn complain(&mut self, executor: u32, view: u64) -> Vec<Decision> {
+    /// the current view roll the next batch back into the next view. Returns the answer to
+    /// the complaint — the view in force (a rollback into it) when the complaint is of
+    /// another view or brought the rollback, else the last committed batch, so that an
+    /// executor that fell behind learns where to fetch — and the decisions it brought.
+    pub fn complain(&mut self, executor: u32, view: u64) -> (Decision, Vec<Decision>) {
+        let (last, token) = self.last_committed();
+        let in_force = Decision::Rollback {
+            seq: last + 1,
+            view: self.view,
+        };
         if view != self.view || executor as usize >= self.resilience.executors() {
-            return Vec::new();
+            return (in_force, Vec::new());
         }
         self.complaints.insert(executor);
         if self.complaints.len() >= self.resilience.token_quorum() {
-            vec![self.roll_back(self.last + 1)]
+            let rollback = self.roll_back(last + 1);
+            (rollback, vec![rollback])
         } else {
-            Vec::new()
+            (Decision::Commit { seq: last, token }, Vec::new())
         }
+    }
+
+    /// Which token batch `seq` committed with: at once if it did (the newest decision if its
+    /// token is no longer kept), later with its decision if it is not decided yet.
+    pub fn query(&self, seq: u64) -> Answer {
+        if seq > self.last + self.kept as u64 {
+            return Answer::Refused;
+        }
+        if seq > self.last {
+            return Answer::Later { seq };
+        }
+        let decision = match self.token_of(seq) {
+            Some(token) => Decision::Commit { seq, token },
+            None => {
+                let (seq, token) = self.last_committed();
+                Decision::Commit { seq, token }
+            }
+        };
+        Answer::Now(decision)
     }
 
     /// The agreed time reached `now_ms`: a batch undecided for `timeout_ms` rolls back.
@@ -251,7 +279,10 @@ impl Verification {
 }
 
 mod codec;
-pub use codec::{VerifyCodecError, decode_verify, encode_verify};
+pub use codec::{
+    VerifierRequest, VerifyCodecError, decode_request, encode_complaint, encode_query,
+    encode_verify,
+};
 
 #[cfg(test)]
 mod tests;

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Result, bail};
+use anyhow::{Context, Result, bail};
 use tagma_bench::replicated::BenchOptions;
 use tagma_bench::sweep::Sweep;
 use tagma_core::config::Durability;
@@ -431,7 +431,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
         }
     }
     let opts = BenchOptions {
-        workload: args.workload.workload(),
+        workload: args.workload.workload().with_context(|| {
+            "eve-verifier has no benchmark workload — fix: measure execute-verify with `tagma bench eve`"
+        })?,
         conflict_pct: args.conflict_pct,
         state_size: args.exec.state_size,
         replica_args: exec.to_args(),

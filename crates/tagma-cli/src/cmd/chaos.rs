@@ -19,6 +19,11 @@ pub struct ChaosArgs {
     /// deployment).
     #[arg(long, value_enum, default_value_t = super::demo::ReplicationMode::Ordered)]
     pub mode: super::demo::ReplicationMode,
+    /// With --mode eve --scenario primary-crash: the BFT deployment (u = r = 1: three
+    /// executor and four verifier processes) instead of a primary-backup pair; the primary
+    /// executor is killed, restarted (it fetches the state), then the next primary.
+    #[arg(long)]
+    pub bft: bool,
     /// kill-all: SIGKILL every replica under load and restart them all from disk;
     /// lagging-replica: stop one follower for --down-s under load, restart it, time its
     /// catch-up; corrupt-log / corrupt-checkpoint / corrupt-both: damage the log, the newest
@@ -110,6 +115,12 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         let report = crate::chaos_eve::run(args.scenario, load_ms.max(1_000), 1);
         return print_verdict(args.json, &report, report.table(), report.passed());
     }
+    if args.bft && args.scenario != Scenario::PrimaryCrash {
+        bail!(
+            "--bft chooses the deployment of --mode eve --scenario primary-crash (lying-executor \
+             and racy-service always run the BFT deployment)"
+        );
+    }
     if args.scenario == Scenario::PrimaryCrash {
         return primary_crash(&args, &opts);
     }
@@ -165,10 +176,14 @@ fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
         }),
         threads: 2,
         takeover_ms: 500,
+        bft: args.bft.then_some((1, 1)),
         keep: false,
     };
     if !args.json {
-        eprintln!("killing the primary of an execute-verify pair under load…");
+        eprintln!(
+            "killing the primary of an execute-verify {} under load…",
+            if args.bft { "BFT deployment" } else { "pair" }
+        );
     }
     let report = tagma_bench::eve_pair::run(&super::tagma_exe()?, &run)?;
     if let Some(path) = &args.plot {

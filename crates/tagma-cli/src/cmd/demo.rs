@@ -20,8 +20,9 @@ pub enum DemoService {
 pub enum ReplicationMode {
     /// Order, then execute: replicas agree on each batch (BFT or CFT), then execute it.
     Ordered,
-    /// Execute, then verify: a primary-backup pair executes each batch in parallel on both
-    /// servers and compares what they reached (the key-value store only; crash faults).
+    /// Execute, then verify: servers execute each batch in parallel and compare what they
+    /// reached (the key-value store only): a primary-backup pair (crash faults), or with
+    /// --bft executors whose tokens a verifier cluster decides on.
     Eve,
 }
 
@@ -34,6 +35,10 @@ pub struct DemoArgs {
     /// With --mode eve: execution threads of each server.
     #[arg(long, default_value_t = 2)]
     pub threads: usize,
+    /// With --mode eve: the BFT deployment (u = r = 1: three executors and four verifiers,
+    /// each a process) instead of a primary-backup pair.
+    #[arg(long)]
+    pub bft: bool,
     /// The replicated service to demonstrate.
     #[arg(long, value_enum, default_value_t = DemoService::Kv)]
     pub service: DemoService,
@@ -79,6 +84,9 @@ pub fn run(args: DemoArgs) -> Result<()> {
     if args.mode == ReplicationMode::Eve {
         return eve(&args);
     }
+    if args.bft {
+        anyhow::bail!("--bft is a deployment of --mode eve: pass --mode eve --bft");
+    }
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
     if args.service == DemoService::Space {
         let opts = tagma_bench::space_demo::SpaceDemoOptions {
@@ -110,8 +118,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
 fn eve(args: &DemoArgs) -> Result<()> {
     if args.service != DemoService::Kv || args.cft || args.replicas.is_some() {
         anyhow::bail!(
-            "--mode eve runs the key-value store on a primary-backup pair: leave out --service, \
-             --cft and --replicas"
+            "--mode eve runs the key-value store on a primary-backup pair (or with --bft on \
+             executors and verifiers): leave out --service, --cft and --replicas"
         );
     }
     let opts = tagma_bench::eve_pair::PairRunOptions {
@@ -120,13 +128,21 @@ fn eve(args: &DemoArgs) -> Result<()> {
         crash: None,
         threads: args.threads,
         takeover_ms: 500,
+        bft: args.bft.then_some((1, 1)),
         keep: args.keep,
     };
     if !args.json {
         eprintln!(
-            "serving the key-value store on an execute-verify pair ({} threads each), {} \
+            "serving the key-value store on execute-verify {} ({} threads each), {} \
              clients for {} s…",
-            opts.threads, opts.clients, args.duration_s
+            if args.bft {
+                "executors (u = r = 1: three executors, four verifiers)"
+            } else {
+                "pair"
+            },
+            opts.threads,
+            opts.clients,
+            args.duration_s
         );
     }
     let report = tagma_bench::eve_pair::run(&super::tagma_exe()?, &opts)?;

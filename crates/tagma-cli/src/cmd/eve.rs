@@ -17,12 +17,14 @@ pub struct EveArgs {
 
 #[derive(clap::Subcommand)]
 pub enum EveCmd {
-    /// Run one server of a primary-backup pair serving the key-value store in
-    /// execute-verify mode (until killed): both servers execute every batch in parallel on
-    /// `[eve] threads` threads and compare tokens; the backup takes over a silent primary.
-    /// The cluster directory needs exactly two replicas, ids 0 and 1, and
-    /// `readonly_requests = false` (`tagma init --dir DIR --eve` writes one); settings in
-    /// its `[eve]` section.
+    /// Run one server serving the key-value store in execute-verify mode (until killed).
+    /// With `[eve] deployment = "primary-backup"`: one server of a pair (two replicas, ids 0
+    /// and 1; `tagma init --dir DIR --eve` writes one); both execute every batch in parallel
+    /// on `[eve] threads` threads and compare tokens, and the backup takes over a silent
+    /// primary. With `deployment = "bft"`: one of the u + max(u, r) + 1 executors (`tagma
+    /// init --dir DIR --eve --bft` writes them and the verifier cluster in DIR/verifiers,
+    /// whose replicas run `tagma replica --dir DIR/verifiers --id N --service
+    /// eve-verifier`); each executes every batch and sends its token to the verifiers.
     Serve(ServeArgs),
 }
 
@@ -31,11 +33,12 @@ pub struct ServeArgs {
     /// The cluster directory (tagma.toml and keys/).
     #[arg(long)]
     pub dir: PathBuf,
-    /// Which server of the pair: 0 (the first primary) or 1.
+    /// Which server: 0 (the first primary) or 1 of a pair, 0..n_E for an executor.
     #[arg(long)]
     pub id: u32,
-    /// Start by fetching the state from the other server, which serves: for a server that
-    /// restarts while the other runs.
+    /// Primary-backup: start by fetching the state from the other server, which serves: for
+    /// a server that restarts while the other runs. (An executor of the BFT deployment that
+    /// restarts fetches the state when the verifiers' decisions show it is behind.)
     #[arg(long)]
     pub join: bool,
 }
@@ -52,6 +55,9 @@ fn serve(args: ServeArgs) -> Result<()> {
     let key_path = cluster_dir::replica_key_path(&args.dir, id);
     let key = IdentityKey::read_file(&key_path)
         .with_context(|| format!("cannot read {}", key_path.display()))?;
+    if cfg.raw.eve.deployment == tagma_core::eve::Deployment::Bft {
+        return serve_executor(&args, cfg, id, key);
+    }
     let handle = tagma_eve_node::start(
         cfg,
         id,
@@ -61,6 +67,48 @@ fn serve(args: ServeArgs) -> Result<()> {
         ObjectTree::new(),
         args.join,
     )?;
+    handle.join();
+    Ok(())
+}
+
+/// An executor of the BFT deployment.
+fn serve_executor(
+    args: &ServeArgs,
+    cfg: tagma_core::ValidConfig,
+    id: ReplicaId,
+    key: IdentityKey,
+) -> Result<()> {
+    use tagma_cluster::eve_bft::{executor_key_path, verifiers_dir};
+    let vdir = verifiers_dir(&args.dir);
+    let verifiers = cluster_dir::load_config(&vdir).with_context(|| {
+        format!(
+            "the verifier cluster of {} — fix: `tagma init --dir {} --eve --bft` writes it",
+            args.dir.display(),
+            args.dir.display()
+        )
+    })?;
+    let principal = *verifiers
+        .raw
+        .eve
+        .executor_principals
+        .get(id.0 as usize)
+        .with_context(|| {
+            format!(
+                "{} names no client principal for executor {} in [eve] executor_principals",
+                cluster_dir::config_path(&vdir).display(),
+                id.0
+            )
+        })?;
+    let key_path = executor_key_path(&args.dir, id);
+    let verifier_key = IdentityKey::read_file(&key_path)
+        .with_context(|| format!("cannot read {}", key_path.display()))?;
+    let link = tagma_eve_node::VerifierLink {
+        cfg: verifiers,
+        principal,
+        key: verifier_key,
+    };
+    let handle =
+        tagma_eve_node::start_executor(cfg, id, key, link, EveKv, EveKvMixer, ObjectTree::new())?;
     handle.join();
     Ok(())
 }

@@ -38,6 +38,17 @@ pub struct InitArgs {
     /// faults, clients taking the first reply.
     #[arg(long, conflicts_with_all = ["replicas", "cft", "f"])]
     pub eve: bool,
+    /// With --eve: the BFT deployment instead of a pair: u + max(u, r) + 1 executors in
+    /// --dir and the verifier cluster in DIR/verifiers (ports picked free).
+    #[arg(long, requires = "eve")]
+    pub bft: bool,
+    /// With --bft: faulty replicas tolerated for liveness.
+    #[arg(long, default_value_t = 1, requires = "bft")]
+    pub u: usize,
+    /// With --bft: lying replicas tolerated for safety, u (Byzantine verifiers) or 0
+    /// (crash-faulty verifiers, masking concurrency bugs).
+    #[arg(long, default_value_t = 1, requires = "bft")]
+    pub r: usize,
 }
 
 /// `tagma keygen`.
@@ -50,6 +61,37 @@ pub struct KeygenArgs {
 
 /// `tagma init`: writes the directory and says how to start it.
 pub fn run_init(args: InitArgs) -> Result<()> {
+    if args.bft {
+        let dirs = tagma_cluster::eve_bft::init_bft(
+            &args.dir,
+            args.u,
+            args.r,
+            &args.host,
+            args.force,
+            |_| {},
+        )?;
+        let vdir = tagma_cluster::eve_bft::verifiers_dir(&args.dir);
+        println!(
+            "wrote {} ({} executors, u = {}, r = {}) and the verifier cluster {} ({} verifiers)",
+            cluster_dir::config_path(&args.dir).display(),
+            dirs.executors.n(),
+            args.u,
+            args.r,
+            cluster_dir::config_path(&vdir).display(),
+            dirs.verifiers.n()
+        );
+        println!(
+            "start each verifier with: tagma replica --dir {} --id <0..{}> --service eve-verifier",
+            vdir.display(),
+            dirs.verifiers.n() - 1
+        );
+        println!(
+            "then each executor with: tagma eve serve --dir {} --id <0..{}>",
+            args.dir.display(),
+            dirs.executors.n() - 1
+        );
+        return Ok(());
+    }
     if args.eve {
         let cfg = tagma_cluster::eve_pair::init_pair(
             &args.dir,

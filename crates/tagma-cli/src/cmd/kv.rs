@@ -206,7 +206,12 @@ pub fn run(args: KvArgs) -> Result<()> {
         .key
         .unwrap_or_else(|| cluster_dir::client_key_path(dir));
     let key = IdentityKey::read_file(&key_path)?;
-    let proxy = Proxy::connect(&cfg, key, ClientOptions::new(args.principal))?;
+    let mut options = ClientOptions::new(args.principal);
+    if cfg.raw.eve.deployment == tagma_core::eve::Deployment::Bft {
+        // The executors of an execute-verify BFT deployment: r + 1 matching replies.
+        options.reply_quorum = Some(cfg.raw.eve.r + 1);
+    }
+    let proxy = Proxy::connect(&cfg, key, options)?;
     let reply = if args.unordered && op.is_read_only() {
         proxy.invoke_unordered(request)?
     } else {

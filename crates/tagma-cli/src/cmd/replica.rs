@@ -5,7 +5,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context, Result};
+use anyhow::{Context, Result, bail};
 use tagma_bench::micro::EmptyService;
 use tagma_crypto::IdentityKey;
 use tagma_kv::KvService;
@@ -113,6 +113,10 @@ fn start_service(
             let space = tagma_bench::exec::tuple_space(class, &initial);
             start_as(cfg, id, key, exec.parallel(space), how)?
         }
+        ServiceKind::EveVerifier => {
+            let service = eve_verifier(&cfg)?;
+            start_as(cfg, id, key, service, how)?
+        }
         ServiceKind::Space => {
             // Clients seal private fields for the configured replicas, in member order.
             let replicas = cfg.initial_view().members.iter().map(|m| m.key).collect();
@@ -120,6 +124,31 @@ fn start_service(
             start_as(cfg, id, key, service, how)?
         }
     })
+}
+
+/// The verifiers' service from the `[eve]` section: the executors serve the key-value store,
+/// whose initial state is empty.
+fn eve_verifier(cfg: &tagma_core::ValidConfig) -> Result<tagma_eve_node::VerifierService> {
+    let eve = &cfg.raw.eve;
+    let resilience = tagma_eve::Resilience::new(eve.u, eve.r)
+        .map_err(|e| anyhow::anyhow!("{e} — fix: set [eve] u to at least 1"))?;
+    if eve.executor_principals.len() != resilience.executors() {
+        bail!(
+            "[eve] executor_principals lists {} executors, but u = {} and r = {} make {} — fix: \
+             list one client principal per executor (`tagma init --eve --bft` writes them)",
+            eve.executor_principals.len(),
+            eve.u,
+            eve.r,
+            resilience.executors()
+        );
+    }
+    let genesis = tagma_eve::Token::genesis(&tagma_eve::ObjectTree::new().hash().root);
+    let verification =
+        tagma_eve::verify::Verification::new(resilience, genesis, eve.verify_timeout_ms, 4_096);
+    Ok(tagma_eve_node::VerifierService::new(
+        verification,
+        &eve.executor_principals,
+    ))
 }
 
 /// Creates replica `id`'s data directory; the error names it.

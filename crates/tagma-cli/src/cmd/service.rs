@@ -17,20 +17,24 @@ pub enum ServiceKind {
     /// The coordination service: named tuple spaces with blocking operations, leases and
     /// access policies (`tagma space`); --exec-threads runs different spaces at once.
     Space,
+    /// The verifiers of execute-verify's BFT deployment: they decide on the tokens the
+    /// executors send (the `[eve]` section names u, r, the timeout and the executors).
+    EveVerifier,
 }
 
 impl ServiceKind {
-    /// The benchmark workload of this service.
-    pub fn workload(self) -> tagma_bench::requests::Workload {
+    /// The benchmark workload of this service (the verifiers have none).
+    pub fn workload(self) -> Option<tagma_bench::requests::Workload> {
         use tagma_bench::requests::Workload;
-        match self {
+        Some(match self {
             ServiceKind::Kv => Workload::Kv,
             ServiceKind::Micro => Workload::Micro,
             ServiceKind::List => Workload::List,
             ServiceKind::TuplespaceTs1 => Workload::TuplespaceTs1,
             ServiceKind::TuplespaceTs2 => Workload::TuplespaceTs2,
             ServiceKind::Space => Workload::Space,
-        }
+            ServiceKind::EveVerifier => return None,
+        })
     }
 }
 

@@ -138,13 +138,15 @@ impl Members {
     }
 }
 
-/// The [`Members`] of `view` for a client with `key`; links of `old` to the same replica
+/// The [`Members`] of `view` for a client with `key` (needing `reply_quorum` matching
+/// replies to an ordered request, if given, else the cluster's quorum); links of `old` to the same replica
 /// (same address and key) are kept, with their connections. Members whose address is not
 /// IP:PORT cannot be reached (they still count in the quorums).
 pub(super) fn members_of(
     key: &IdentityKey,
     mode: tagma_config::Mode,
     readonly: bool,
+    reply_quorum: Option<usize>,
     view: &tagma_wire::View,
     old: Option<&Members>,
 ) -> Result<Members, ClientError> {
@@ -174,7 +176,7 @@ pub(super) fn members_of(
         view: view.id,
         links,
         auth,
-        ordered_quorum: q.reply_quorum(readonly),
+        ordered_quorum: reply_quorum.unwrap_or(q.reply_quorum(readonly)),
         unordered_quorum: q.unordered_reply_quorum(),
     })
 }

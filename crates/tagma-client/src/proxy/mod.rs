@@ -47,6 +47,10 @@ pub struct ClientOptions {
     pub instance: Option<u32>,
     /// Most requests in flight; `invoke_async` blocks beyond it.
     pub outstanding_max: usize,
+    /// Matching replies an ordered request needs, instead of the cluster's quorum: the
+    /// servers of an execute-verify BFT deployment are `u + max(u, r) + 1` executors whose
+    /// clients accept `r + 1` matching replies.
+    pub reply_quorum: Option<usize>,
 }
 
 impl ClientOptions {
@@ -55,6 +59,7 @@ impl ClientOptions {
             principal,
             instance: None,
             outstanding_max: 128,
+            reply_quorum: None,
         }
     }
 }
@@ -70,6 +75,8 @@ struct Inner {
     /// Whether unordered reads may be answered (`[cluster] readonly_requests`): it changes
     /// the ordered reply quorum.
     readonly: bool,
+    /// The ordered reply quorum the client chose instead of the cluster's.
+    reply_quorum: Option<usize>,
     /// Read on every send; replaced on a view change (see [`Members`]).
     members: RwLock<Arc<Members>>,
     request_bytes_max: usize,
@@ -135,6 +142,7 @@ impl Proxy {
             &key,
             cfg.mode,
             raw.cluster.readonly_requests,
+            options.reply_quorum,
             &cfg.initial_view(),
             None,
         )?;
@@ -144,6 +152,7 @@ impl Proxy {
             signed: raw.cluster.signed_requests,
             mode: cfg.mode,
             readonly: raw.cluster.readonly_requests,
+            reply_quorum: options.reply_quorum,
             members: RwLock::new(Arc::new(members)),
             request_bytes_max: raw.limits.request_bytes_max,
             limits: NetLimits {

@@ -160,7 +160,14 @@ impl Inner {
             if view.id <= current.view {
                 return;
             }
-            let next = match members_of(&self.key, self.mode, self.readonly, view, Some(&current)) {
+            let next = match members_of(
+                &self.key,
+                self.mode,
+                self.readonly,
+                self.reply_quorum,
+                view,
+                Some(&current),
+            ) {
                 Ok(m) => Arc::new(m),
                 Err(e) => {
                     tracing::warn!("cannot follow view {}: {e}", view.id);

@@ -70,6 +70,9 @@ pub enum Input {
     Peer { from: u32, message: EveMessage },
     /// A VERIFY-RESPONSE of verifier `verifier`.
     Response { verifier: u32, decision: Decision },
+    /// A decision `r + 1` verifiers sent alike, as a client library that votes on replies
+    /// hands it over.
+    Decided(Decision),
     /// Time passed.
     Tick,
     /// The stage did what it was asked.
@@ -87,6 +90,15 @@ pub enum Action {
     Verify(Verify),
     /// Tell the verifiers that `view` makes no progress here.
     Complain { view: u64 },
+    /// Ask the verifiers which token batch `seq` committed with (the answer comes as a
+    /// decision).
+    Query { seq: u64 },
+    /// Ask the verifiers (without ordering) for the view in force and the last committed
+    /// batch; the answer comes back as a rollback into that view and a commit of that batch
+    /// ([`Input::Decided`] or [`Input::Response`]). An executor asks when it starts and
+    /// while it sees nothing commit, so that one that restarted or fell behind learns where
+    /// to fetch the state from, even when no client sends anything.
+    Poll,
     /// Work for the stage; the messages it produces go to executor `peer`.
     Work { work: Work, peer: Option<u32> },
     Reply {
@@ -127,6 +139,19 @@ struct Fetch {
     since_ms: u64,
     /// The offer being fetched: its batch and sessions.
     offered: Option<(u64, Vec<EveSession>)>,
+    /// An offer of a batch whose decided token this executor does not know yet: it asked
+    /// the verifiers.
+    unchecked: Option<Offer>,
+}
+
+/// A STATE-OFFER as it came.
+#[derive(Clone, Debug)]
+struct Offer {
+    seq: u64,
+    token: Digest,
+    root: Digest,
+    proof: Option<tagma_wire::EveTokenProof>,
+    sessions: Vec<EveSession>,
 }
 
 /// The protocol of one executor.
@@ -156,6 +181,8 @@ pub struct ExecutorCore {
     askers: Vec<u32>,
     /// The next batch proposed runs in order (the first of a view).
     first_in_view: bool,
+    /// The latest view of a batch that came early, which the verifiers were asked about.
+    asked_view: u64,
     last_progress_ms: u64,
     last_complaint_ms: u64,
     /// Since when a decided batch is missing here.
@@ -173,7 +200,7 @@ impl ExecutorCore {
             "an executor is numbered below n_E"
         );
         let sessions = Sessions::new(cfg.replies_per_client, cfg.sessions_max);
-        ExecutorCore {
+        let mut core = ExecutorCore {
             cfg,
             view: 0,
             run: 0,
@@ -191,13 +218,16 @@ impl ExecutorCore {
             donor_turn: 1,
             askers: Vec::new(),
             first_in_view: false,
+            asked_view: 0,
             last_progress_ms: now_ms,
             last_complaint_ms: now_ms,
             missing_since_ms: None,
             last_timestamp_ms: 0,
             actions: VecDeque::new(),
             stats: ExecutorStats::default(),
-        }
+        };
+        core.actions.push_back(Action::Poll);
+        core
     }
 
     pub fn view(&self) -> u64 {
@@ -251,6 +281,11 @@ impl ExecutorCore {
             Input::Request(request) => self.on_request(now_ms, request),
             Input::Peer { from, message } => self.on_peer(now_ms, from, message),
             Input::Response { verifier, decision } => self.on_response(now_ms, verifier, decision),
+            Input::Decided(decision) => {
+                if self.is_news(&decision) {
+                    self.on_decision(now_ms, decision);
+                }
+            }
             Input::Tick => self.on_tick(now_ms),
             Input::Stage(Done::Executed {
                 run,
@@ -401,6 +436,12 @@ impl ExecutorCore {
                 batch,
             };
             self.future.push_back((from, message));
+            if view > self.asked_view {
+                // Another executor is in a later view: ask the verifiers which view is in
+                // force (a complaint about this one is answered with it), once per view.
+                self.asked_view = view;
+                self.actions.push_back(Action::Complain { view: self.view });
+            }
             return;
         }
         if view < self.view || batch.seq != self.next_seq {
@@ -461,9 +502,7 @@ impl ExecutorCore {
         if seq > self.committed + self.cfg.window && !behind {
             return;
         }
-        if let Decision::Commit { seq, .. } = decision
-            && (seq <= self.committed || self.decided.contains_key(&seq))
-        {
+        if !self.is_news(&decision) {
             return;
         }
         let votes = self.responses.entry(seq).or_default();
@@ -475,6 +514,21 @@ impl ExecutorCore {
         if matching < self.cfg.resilience.response_quorum() {
             return;
         }
+        self.on_decision(now_ms, decision);
+    }
+
+    /// Whether a decision tells this executor something it does not know.
+    fn is_news(&self, decision: &Decision) -> bool {
+        match *decision {
+            Decision::Commit { seq, .. } => {
+                seq > self.committed && !self.decided.contains_key(&seq)
+            }
+            Decision::Rollback { view, .. } => view > self.view,
+        }
+    }
+
+    /// Acts on a decision of the verifiers.
+    fn on_decision(&mut self, now_ms: u64, decision: Decision) {
         match decision {
             Decision::Commit { seq, token } => {
                 self.responses.remove(&seq);
@@ -483,6 +537,7 @@ impl ExecutorCore {
                     // Far behind: only the newest decisions matter (it fetches the state).
                     self.decided.pop_first();
                 }
+                self.check_offer(now_ms);
                 self.advance(now_ms);
             }
             Decision::Rollback { seq, view } if view > self.view => {
@@ -632,7 +687,16 @@ impl ExecutorCore {
                 proof,
                 sessions,
                 ..
-            } => self.on_offer(from, seq, token, root, proof, sessions),
+            } => {
+                let offer = Offer {
+                    seq,
+                    token,
+                    root,
+                    proof,
+                    sessions,
+                };
+                self.on_offer(now_ms, from, offer);
+            }
             EveMessage::TreeQuery { seq, prefixes } => {
                 self.work(Work::AnswerTreeQuery { seq, prefixes }, Some(from));
             }
@@ -670,6 +734,7 @@ impl ExecutorCore {
             self.actions.push_back(Action::Complain { view });
         } else if !waiting && quiet >= self.cfg.progress_ms {
             self.last_complaint_ms = now_ms;
+            self.actions.push_back(Action::Poll);
         }
     }
 }

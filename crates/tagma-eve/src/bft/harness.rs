@@ -100,6 +100,12 @@ enum Event {
     },
     /// A VERIFY reaches the verifiers' agreed order.
     Verify(Verify),
+    /// A query of a batch's token reaches the verifiers' agreed order (an undecided batch's
+    /// decision goes to every executor anyway).
+    Query {
+        executor: u32,
+        seq: u64,
+    },
     /// A complaint reaches the verifiers' agreed order.
     Complain {
         executor: u32,
@@ -307,6 +313,22 @@ impl Deployment {
                     let delay = self.draw(self.setup.max_delay_ms) * 2;
                     self.schedule(self.now_ms + delay, Event::Verify(verify));
                 }
+                Action::Query { seq } => {
+                    let delay = self.draw(self.setup.max_delay_ms) * 2;
+                    self.schedule(self.now_ms + delay, Event::Query { executor: me, seq });
+                }
+                Action::Poll => {
+                    let (last, token) = self.verification.last_committed();
+                    let view = self.verification.view();
+                    self.respond(
+                        Decision::Rollback {
+                            seq: last + 1,
+                            view,
+                        },
+                        &[me],
+                    );
+                    self.respond(Decision::Commit { seq: last, token }, &[me]);
+                }
                 Action::Complain { view } => {
                     self.note(|| format!("executor {me} complains about view {view}"));
                     let delay = self.draw(self.setup.max_delay_ms) * 2;
@@ -473,7 +495,19 @@ impl Deployment {
                 }
                 decisions
             }
-            Event::Complain { executor, view } => self.verification.complain(executor, view),
+            Event::Complain { executor, view } => {
+                let (answer, decisions) = self.verification.complain(executor, view);
+                if decisions.is_empty() {
+                    self.respond(answer, &[executor]);
+                }
+                decisions
+            }
+            Event::Query { executor, seq } => {
+                if let Answer::Now(decision) = self.verification.query(seq) {
+                    self.respond(decision, &[executor]);
+                }
+                Vec::new()
+            }
             Event::ToExecutor { .. } => unreachable!("not for the verifiers"),
         };
         for decision in decisions {

@@ -62,9 +62,31 @@ impl Reader<'_> {
     }
 }
 
-/// A VERIFY's payload: view, batch, token, previous token (the executor is who sends it).
+const VERIFY: u8 = 1;
+const COMPLAIN: u8 = 2;
+const QUERY: u8 = 3;
+
+/// What an executor asks of the verifiers (the payload of its ordered request).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifierRequest {
+    /// VERIFY(view, batch, token, token of the batch before).
+    Verify {
+        view: u64,
+        seq: u64,
+        token: Token,
+        previous: Token,
+    },
+    /// The executor sees no progress in `view`.
+    Complain { view: u64 },
+    /// Which token did batch `seq` commit with? (An executor checking a state offered to
+    /// it.)
+    Query { seq: u64 },
+}
+
+/// A VERIFY's payload: tag `u8` 1, view `u64`, batch `u64`, token, previous token.
 pub fn encode_verify(view: u64, seq: u64, token: Token, previous: Token) -> Vec<u8> {
-    let mut out = Vec::with_capacity(80);
+    let mut out = Vec::with_capacity(81);
+    out.push(VERIFY);
     out.extend_from_slice(&view.to_le_bytes());
     out.extend_from_slice(&seq.to_le_bytes());
     out.extend_from_slice(&token.0);
@@ -72,12 +94,38 @@ pub fn encode_verify(view: u64, seq: u64, token: Token, previous: Token) -> Vec<
     out
 }
 
-/// Decodes a VERIFY's payload: (view, batch, token, previous token).
-pub fn decode_verify(bytes: &[u8]) -> Result<(u64, u64, Token, Token), VerifyCodecError> {
+/// A complaint's payload: tag `u8` 2, view `u64`.
+pub fn encode_complaint(view: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    out.push(COMPLAIN);
+    out.extend_from_slice(&view.to_le_bytes());
+    out
+}
+
+/// A query's payload: tag `u8` 3, batch `u64`.
+pub fn encode_query(seq: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(9);
+    out.push(QUERY);
+    out.extend_from_slice(&seq.to_le_bytes());
+    out
+}
+
+/// Decodes an executor's request to the verifiers.
+pub fn decode_request(bytes: &[u8]) -> Result<VerifierRequest, VerifyCodecError> {
     let mut r = Reader(bytes);
-    let v = (r.u64()?, r.u64()?, r.token()?, r.token()?);
+    let request = match r.u8()? {
+        VERIFY => VerifierRequest::Verify {
+            view: r.u64()?,
+            seq: r.u64()?,
+            token: r.token()?,
+            previous: r.token()?,
+        },
+        COMPLAIN => VerifierRequest::Complain { view: r.u64()? },
+        QUERY => VerifierRequest::Query { seq: r.u64()? },
+        tag => return Err(VerifyCodecError::Tag(tag)),
+    };
     r.finish()?;
-    Ok(v)
+    Ok(request)
 }
 
 const COMMIT: u8 = 1;
@@ -241,9 +289,23 @@ mod tests {
         }
         let payload = encode_verify(1, 2, Token([3; 32]), Token([4; 32]));
         assert_eq!(
-            decode_verify(&payload).unwrap(),
-            (1, 2, Token([3; 32]), Token([4; 32]))
+            decode_request(&payload).unwrap(),
+            VerifierRequest::Verify {
+                view: 1,
+                seq: 2,
+                token: Token([3; 32]),
+                previous: Token([4; 32])
+            }
         );
+        assert_eq!(
+            decode_request(&encode_complaint(7)).unwrap(),
+            VerifierRequest::Complain { view: 7 }
+        );
+        assert_eq!(
+            decode_request(&encode_query(9)).unwrap(),
+            VerifierRequest::Query { seq: 9 }
+        );
+        assert!(decode_request(&[4, 0, 0, 0, 0, 0, 0, 0, 0]).is_err());
         // Every prefix, and a byte more, is refused without a panic.
         for cut in 0..bytes.len() {
             assert!(Verification::decode(&bytes[..cut]).is_err());
@@ -251,7 +313,7 @@ mod tests {
         let mut longer = bytes.clone();
         longer.push(0);
         assert!(Verification::decode(&longer).is_err());
-        assert!(decode_verify(&payload[..79]).is_err());
+        assert!(decode_request(&payload[..80]).is_err());
         assert!(Decision::decode(&[9]).is_err());
     }
 }

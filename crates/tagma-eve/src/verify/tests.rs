@@ -159,16 +159,43 @@ fn with_r_zero_a_race_on_one_executor_is_outvoted() {
 #[test]
 fn a_quorum_of_complaints_rotates_the_primary_and_a_single_one_does_not() {
     let mut v = bft();
-    assert_eq!(v.complain(1, 0), Vec::new());
-    // Twice from one executor still counts once; another view's complaint does not count.
-    assert_eq!(v.complain(1, 0), Vec::new());
-    assert_eq!(v.complain(2, 7), Vec::new());
-    assert_eq!(v.complain(9, 0), Vec::new(), "no such executor");
-    assert_eq!(
-        v.complain(2, 0),
-        vec![Decision::Rollback { seq: 1, view: 1 }]
-    );
+    let last = Decision::Commit {
+        seq: 0,
+        token: t(0),
+    };
+    assert_eq!(v.complain(1, 0), (last, Vec::new()));
+    // Twice from one executor still counts once; another view's complaint does not count
+    // (it learns the view in force).
+    assert_eq!(v.complain(1, 0), (last, Vec::new()));
+    let in_force = Decision::Rollback { seq: 1, view: 0 };
+    assert_eq!(v.complain(2, 7), (in_force, Vec::new()));
+    assert_eq!(v.complain(9, 0).1, Vec::new(), "no such executor");
+    let rollback = Decision::Rollback { seq: 1, view: 1 };
+    assert_eq!(v.complain(2, 0), (rollback, vec![rollback]));
     assert_eq!(v.view(), 1);
     // The complaints of the old view are gone.
-    assert_eq!(v.complain(0, 1), Vec::new());
+    assert_eq!(v.complain(0, 1).1, Vec::new());
+}
+
+#[test]
+fn a_query_names_a_committed_token_at_once_and_waits_for_an_undecided_batch() {
+    let mut v = bft();
+    v.verify(vote(0, 1, t(1), t(0)), 0);
+    assert_eq!(v.query(1), Answer::Later { seq: 1 });
+    v.verify(vote(1, 1, t(1), t(0)), 0);
+    assert_eq!(
+        v.query(1),
+        Answer::Now(Decision::Commit {
+            seq: 1,
+            token: t(1)
+        })
+    );
+    assert_eq!(
+        v.query(0),
+        Answer::Now(Decision::Commit {
+            seq: 0,
+            token: t(0)
+        })
+    );
+    assert_eq!(v.query(1_000), Answer::Refused);
 }

@@ -1,9 +1,9 @@
 //! State transfer between executors: serving the committed state to an executor that
 //! fetches it, and fetching it (from one donor after another until a fetch checks out).
 
-use tagma_wire::{Digest, EveBatch, EveMessage, EveSession, EveTokenProof};
+use tagma_wire::{Digest, EveBatch, EveMessage};
 
-use super::{Action, ExecutorCore, Fetch};
+use super::{Action, ExecutorCore, Fetch, Offer};
 use crate::stage::Work;
 use crate::token::{Token, TokenProof};
 
@@ -55,6 +55,7 @@ impl ExecutorCore {
             donor,
             since_ms: now_ms,
             offered: None,
+            unchecked: None,
         });
         let view = self.view;
         self.actions.push_back(Action::Send {
@@ -74,35 +75,56 @@ impl ExecutorCore {
         self.ask_donor(now_ms);
     }
 
-    pub(super) fn on_offer(
-        &mut self,
-        from: u32,
-        seq: u64,
-        token: Digest,
-        root: Digest,
-        proof: Option<EveTokenProof>,
-        sessions: Vec<EveSession>,
-    ) {
+    pub(super) fn on_offer(&mut self, now_ms: u64, from: u32, offer: Offer) {
         let Some(fetch) = self.fetch.as_mut() else {
             return;
         };
-        if fetch.donor != from || fetch.offered.is_some() {
+        if fetch.donor != from || fetch.offered.is_some() || fetch.unchecked.is_some() {
             return;
         }
-        // Only a state the verifiers decided is taken (its root and proof are checked
-        // against the token by the stage); anything else waits for the next donor.
-        if self.decided.get(&seq) != Some(&Token(token.0)) {
+        if offer.seq <= self.committed {
+            // Nothing newer than what this executor has: the next donor, in time.
             return;
         }
-        fetch.offered = Some((seq, sessions));
+        if self.decided.contains_key(&offer.seq) {
+            fetch.unchecked = Some(offer);
+            self.check_offer(now_ms);
+        } else {
+            // Only a state the verifiers decided is taken: ask them about this one.
+            let seq = offer.seq;
+            fetch.unchecked = Some(offer);
+            self.actions.push_back(Action::Query { seq });
+        }
+    }
+
+    /// Takes the offer waiting for its batch's decided token once it is known: fetches it
+    /// if the tokens match (the stage checks the root and proof against the token, and
+    /// every node against its parent), asks the next donor if they do not.
+    pub(super) fn check_offer(&mut self, now_ms: u64) {
+        let Some(fetch) = self.fetch.as_mut() else {
+            return;
+        };
+        let Some(offer) = fetch.unchecked.as_ref() else {
+            return;
+        };
+        let Some(decided) = self.decided.get(&offer.seq) else {
+            return;
+        };
+        if *decided != Token(offer.token.0) {
+            self.next_donor(now_ms, true);
+            return;
+        }
+        let offer = fetch.unchecked.take().expect("checked above");
+        let donor = fetch.donor;
+        fetch.offered = Some((offer.seq, offer.sessions));
         self.work(
             Work::Fetch {
-                seq,
-                token,
-                root,
-                proof: proof.map(TokenProof::from_wire),
+                seq: offer.seq,
+                token: offer.token,
+                root: offer.root,
+                proof: offer.proof.map(TokenProof::from_wire),
             },
-            Some(from),
+            Some(donor),
         );
     }
 
