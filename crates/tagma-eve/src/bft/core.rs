@@ -436,12 +436,7 @@ impl ExecutorCore {
                 batch,
             };
             self.future.push_back((from, message));
-            if view > self.asked_view {
-                // Another executor is in a later view: ask the verifiers which view is in
-                // force (a complaint about this one is answered with it), once per view.
-                self.asked_view = view;
-                self.actions.push_back(Action::Complain { view: self.view });
-            }
+            self.heard_of_view(view);
             return;
         }
         if view < self.view || batch.seq != self.next_seq {
@@ -454,6 +449,16 @@ impl ExecutorCore {
         self.queue.retain(|r| !keys.contains(&(r.client, r.seq)));
         self.pending.extend(keys);
         self.take_batch(batch, sequential);
+    }
+
+    /// Another executor says it is in `view`: if that is later than this executor's, ask
+    /// the verifiers which view is in force (a complaint about this one is answered with
+    /// it), once per view — the word of one executor proves nothing.
+    fn heard_of_view(&mut self, view: u64) {
+        if view > self.view && view > self.asked_view {
+            self.asked_view = view;
+            self.actions.push_back(Action::Complain { view: self.view });
+        }
     }
 
     fn on_executed(&mut self, now_ms: u64, run: u32, seq: u64, token: Token, outputs: Vec<Bytes>) {
@@ -621,6 +626,12 @@ impl ExecutorCore {
         self.work(Work::Rollback, None);
         self.requeue_records();
         self.responses.retain(|&s, _| s < seq);
+        // Executors that have not heard of the view yet ask the verifiers.
+        self.actions
+            .push_back(Action::Broadcast(EveMessage::Commit {
+                view,
+                committed: self.committed,
+            }));
         if let Some(fetch) = self.fetch.as_mut() {
             // A fetch under way goes on; the batches of the view run after it.
             fetch.since_ms = now_ms;
@@ -706,6 +717,7 @@ impl ExecutorCore {
                     self.work(Work::TreeNodes { seq, nodes }, Some(from));
                 }
             }
+            EveMessage::Commit { view, .. } => self.heard_of_view(view),
             _ => {}
         }
     }

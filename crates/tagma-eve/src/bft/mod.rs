@@ -21,8 +21,10 @@
 //!   from another executor (JOIN, STATE-OFFER, TREE-QUERY / TREE-NODES), checking the offered
 //!   root against the decided token and every node against its parent's digest, then runs
 //!   again what it holds after that state;
-//! - *rollback* into view `v'`: it discards what it executed after the last committed batch;
-//!   the primary of `v'` sends the batches again, the first in order.
+//! - *rollback* into view `v'`: it discards what it executed after the last committed batch,
+//!   and tells the other executors it is in `v'` (COMMIT(v'), on which an executor still in
+//!   an earlier view asks the verifiers); the primary of `v'` sends the batches again, the
+//!   first in order.
 //!
 //! An executor that holds requests or batches and sees nothing commit for `progress_ms`
 //! complains to the verifiers; `max(u, r) + 1` complaints rotate the primary. A client
