@@ -45,6 +45,11 @@ pub struct EveSection {
     pub verify_timeout_ms: u64,
     /// Verifiers: the executors' client principals, in executor order.
     pub executor_principals: Vec<u32>,
+    /// Verifiers, extra protection mode: after this many batches in a row in agreement, a
+    /// batch waits for every executor's token (0: off).
+    pub protection_after_batches: u64,
+    /// Verifiers, extra protection mode: how long a batch waits for every token.
+    pub protection_wait_ms: u64,
 }
 
 /// Which execute-verify deployment a cluster directory holds.
@@ -76,6 +81,8 @@ impl Default for EveSection {
             fetch_ms: 200,
             verify_timeout_ms: 1_000,
             executor_principals: Vec::new(),
+            protection_after_batches: 0,
+            protection_wait_ms: 20,
         }
     }
 }
@@ -132,7 +139,10 @@ impl EveSection {
              # BFT executors: work waiting with nothing committed this long makes an executor complain, in ms. Default {}.\nprogress_ms = {}\n\
              # BFT executors: a state fetch whose donor is silent this long asks another executor, in ms. Default {}.\nfetch_ms = {}\n\
              # Verifiers: a batch undecided this long in agreed time after its first VERIFY rolls back, in ms. Default {}.\nverify_timeout_ms = {}\n\
-             # Verifiers: the executors' client principals, in executor order. Default [].\nexecutor_principals = {:?}\n",
+             # Verifiers: the executors' client principals, in executor order. Default [].\nexecutor_principals = {:?}\n\
+             # Verifiers, extra protection mode: after this many batches in a row in agreement, a batch waits for\n\
+             # every executor's token, and rolls back (to run in order) if one differs; 0 turns it off. Default {}.\nprotection_after_batches = {}\n\
+             # Verifiers, extra protection mode: how long a batch waits for every token, in ms. Default {}.\nprotection_wait_ms = {}\n",
             d.threads,
             self.threads,
             d.batch_size_max,
@@ -164,6 +174,10 @@ impl EveSection {
             d.verify_timeout_ms,
             self.verify_timeout_ms,
             self.executor_principals,
+            d.protection_after_batches,
+            self.protection_after_batches,
+            d.protection_wait_ms,
+            self.protection_wait_ms,
         )
     }
 }

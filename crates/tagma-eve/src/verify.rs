@@ -18,6 +18,13 @@
 //!   is silent, or sends nothing they can execute) roll the next batch back the same way:
 //!   the primary rotates.
 //!
+//! - In the extra protection mode (concurrency-bug masking), once `after_batches` batches in
+//!   a row committed with no token differing (when they committed, or arriving late), a
+//!   batch waits up to `wait_ms`
+//!   for all `n_E` tokens: all equal commit it, any different rolls it back (it runs again
+//!   in order, where no race can manifest), and after the wait the quorum commits it as
+//!   usual.
+//!
 //! Each decision answers every VERIFY of its batch (a VERIFY-RESPONSE; executors act on
 //! `r + 1` matching ones). A VERIFY of a decided batch is answered at once; one of an older
 //! view is answered with the view in force, so its executor rolls back and follows.
@@ -35,6 +42,14 @@ pub enum Decision {
     /// Batch `seq` rolls back: executors return to batch `seq − 1` and execute `seq` in
     /// order in `view`.
     Rollback { seq: u64, view: u64 },
+}
+
+/// The extra protection mode: after `after_batches` batches in a row in agreement, wait up
+/// to `wait_ms` for every executor's token.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Protection {
+    pub after_batches: u64,
+    pub wait_ms: u64,
 }
 
 /// A VERIFY, as the verifiers' order delivers it.
@@ -84,6 +99,9 @@ pub struct Verification {
     tallies: BTreeMap<u64, Tally>,
     /// Executors that complained about the current view.
     complaints: std::collections::BTreeSet<u32>,
+    protection: Option<Protection>,
+    /// Batches in a row committed with no token differing (in the tally, or arriving late).
+    streak: u64,
 }
 
 impl Verification {
@@ -102,7 +120,20 @@ impl Verification {
             kept: kept.max(1),
             tallies: BTreeMap::new(),
             complaints: Default::default(),
+            protection: None,
+            streak: 0,
         }
+    }
+
+    /// The same, in the extra protection mode.
+    pub fn with_protection(mut self, protection: Protection) -> Self {
+        self.protection = Some(protection);
+        self
+    }
+
+    /// The protection in force now: set, and `after_batches` unanimous batches in a row.
+    fn protecting(&self) -> Option<Protection> {
+        self.protection.filter(|p| self.streak >= p.after_batches)
     }
 
     pub fn view(&self) -> u64 {
@@ -129,6 +160,10 @@ impl Verification {
             return (Answer::Refused, Vec::new());
         }
         if v.seq <= self.last {
+            if self.token_of(v.seq).is_some_and(|t| t != v.token) {
+                // A late token that differs: the executors are not in agreement.
+                self.streak = 0;
+            }
             let decided = match self.token_of(v.seq) {
                 Some(token) => Decision::Commit { seq: v.seq, token },
                 // Committed so long ago that its token is gone: the executor is far behind
@@ -157,7 +192,7 @@ impl Verification {
             .votes
             .entry(v.executor)
             .or_insert((v.token, v.previous));
-        (Answer::Later { seq: v.seq }, self.decide())
+        (Answer::Later { seq: v.seq }, self.decide(now_ms))
     }
 
     /// Executor `executor` complains that `view` makes no progress; enough complaints of
@@ -204,6 +239,10 @@ impl Verification {
 
     /// The agreed time reached `now_ms`: a batch undecided for `timeout_ms` rolls back.
     pub fn advance_time(&mut self, now_ms: u64) -> Vec<Decision> {
+        let decided = self.decide(now_ms);
+        if !decided.is_empty() {
+            return decided;
+        }
         let next = self.last + 1;
         match self.tallies.get(&next) {
             Some(t) if now_ms.saturating_sub(t.first_vote_ms) >= self.timeout_ms => {
@@ -215,11 +254,13 @@ impl Verification {
 
     /// When [`Verification::advance_time`] next has something to do.
     pub fn next_due_ms(&self) -> Option<u64> {
-        (self.tallies.get(&(self.last + 1))).map(|t| t.first_vote_ms + self.timeout_ms)
+        let tally = self.tallies.get(&(self.last + 1))?;
+        let wait = self.protecting().map_or(self.timeout_ms, |p| p.wait_ms);
+        Some(tally.first_vote_ms + wait.min(self.timeout_ms))
     }
 
     /// Decides what the votes in hand decide, batch after batch.
-    fn decide(&mut self) -> Vec<Decision> {
+    fn decide(&mut self, now_ms: u64) -> Vec<Decision> {
         let mut decisions = Vec::new();
         loop {
             let next = self.last + 1;
@@ -237,13 +278,28 @@ impl Verification {
                 }
             }
             let quorum = self.resilience.token_quorum();
-            if let Some((token, _)) = counts.iter().find(|(_, c)| **c >= quorum) {
-                let token = Token(*token);
+            let voted = tally.votes.len();
+            let all = self.resilience.executors();
+            if let Some((token, count)) = counts.iter().find(|(_, c)| **c >= quorum) {
+                let (token, count) = (Token(*token), *count);
+                if let Some(p) = self.protecting()
+                    && count < all
+                {
+                    if voted == all {
+                        // A token differs: the batch runs again in order.
+                        decisions.push(self.roll_back(next));
+                        break;
+                    }
+                    if now_ms.saturating_sub(tally.first_vote_ms) < p.wait_ms {
+                        break;
+                    }
+                }
+                // In agreement so far: every vote in hand names the token.
+                self.streak = if count == voted { self.streak + 1 } else { 0 };
                 self.commit(next, token);
                 decisions.push(Decision::Commit { seq: next, token });
                 continue;
             }
-            let voted = tally.votes.len();
             let missing = self.resilience.executors() - voted;
             let best = counts.values().copied().max().unwrap_or(0);
             let answered = voted >= self.resilience.executors() - self.resilience.u;
@@ -271,6 +327,7 @@ impl Verification {
         self.view += 1;
         self.tallies.clear();
         self.complaints.clear();
+        self.streak = 0;
         Decision::Rollback {
             seq,
             view: self.view,

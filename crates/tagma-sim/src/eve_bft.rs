@@ -5,7 +5,8 @@
 //! lying (wrong tokens, wrong replies or forged state nodes; at most `r` of them), crashing
 //! during the run, or racy (its parallel runs diverge from everyone's, as a race would);
 //! sometimes every executor is racy, so that only runs in order agree and batches roll
-//! back; and up to `r` verifiers telling one lie. The real executor core, stage and
+//! back; up to `r` verifiers telling one lie; and, with `r = 0`, sometimes the verifiers'
+//! extra protection mode. The real executor core, stage and
 //! verifiers' decision run underneath (`tagma_eve::bft::harness`). Checked: each batch
 //! number commits one batch at every correct executor; the committed batches run in order
 //! give every reply the clients accepted and each correct executor's committed state; no
@@ -111,6 +112,13 @@ pub fn run_seed_traced(seed: u64, trace: bool) -> (EveBftReport, Vec<String>) {
             }
             faults.push(kind.to_string());
         }
+    }
+    if r == 0 && rng.chance(0.5) {
+        setup.protection = Some(tagma_eve::verify::Protection {
+            after_batches: rng.range(1, 10),
+            wait_ms: rng.range(5, 40),
+        });
+        faults.push("extra-protection".to_string());
     }
     if r > 0 && rng.chance(0.3) {
         setup.lying_verifiers = 1 + rng.below(r as u64) as u32;

@@ -143,8 +143,14 @@ fn eve_verifier(cfg: &tagma_core::ValidConfig) -> Result<tagma_eve_node::Verifie
         );
     }
     let genesis = tagma_eve::Token::genesis(&tagma_eve::ObjectTree::new().hash().root);
-    let verification =
+    let mut verification =
         tagma_eve::verify::Verification::new(resilience, genesis, eve.verify_timeout_ms, 4_096);
+    if eve.protection_after_batches > 0 {
+        verification = verification.with_protection(tagma_eve::verify::Protection {
+            after_batches: eve.protection_after_batches,
+            wait_ms: eve.protection_wait_ms,
+        });
+    }
     Ok(tagma_eve_node::VerifierService::new(
         verification,
         &eve.executor_principals,

@@ -24,7 +24,7 @@ use crate::quorum::Resilience;
 use crate::stage::{Stage, StageOutput, Work};
 use crate::token::Token;
 use crate::tree::ObjectTree;
-use crate::verify::{Answer, Decision, Verification, Verify};
+use crate::verify::{Answer, Decision, Protection, Verification, Verify};
 use crate::{Batch, NonDeterminism};
 
 /// How an executor behaves.
@@ -61,6 +61,8 @@ pub struct BftSetup {
     pub racy: Vec<u32>,
     /// Verifiers (the first ones) that answer with a lie, all the same.
     pub lying_verifiers: u32,
+    /// The verifiers' extra protection mode.
+    pub protection: Option<Protection>,
     pub seed: u64,
 }
 
@@ -79,6 +81,7 @@ impl BftSetup {
             behaviours: Vec::new(),
             racy: Vec::new(),
             lying_verifiers: 0,
+            protection: None,
             seed: 1,
         }
     }
@@ -174,8 +177,11 @@ fn lie(token: Token) -> Token {
 impl Deployment {
     pub fn new(setup: BftSetup) -> Deployment {
         let genesis = Token::genesis(&ObjectTree::new().hash().root);
-        let verification =
+        let mut verification =
             Verification::new(setup.resilience, genesis, setup.verify_timeout_ms, 256);
+        if let Some(p) = setup.protection {
+            verification = verification.with_protection(p);
+        }
         let mut d = Deployment {
             now_ms: 0,
             rng: setup.seed ^ 0x9e37_79b9_7f4a_7c15,

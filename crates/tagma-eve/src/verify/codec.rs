@@ -171,7 +171,7 @@ impl Decision {
 impl Verification {
     /// The whole state: u, r, genesis, timeout, view, last, kept, the committed tokens, the
     /// tallies (batch, first vote time, votes: executor, token, previous), the executors
-    /// that complained about the view.
+    /// that complained about the view, the protection mode and the unanimous streak.
     pub fn encode(&self) -> Vec<u8> {
         let mut out = Vec::new();
         for n in [self.resilience.u as u64, self.resilience.r as u64] {
@@ -201,6 +201,15 @@ impl Verification {
         for executor in &self.complaints {
             out.extend_from_slice(&executor.to_le_bytes());
         }
+        match self.protection {
+            None => out.push(0),
+            Some(p) => {
+                out.push(1);
+                out.extend_from_slice(&p.after_batches.to_le_bytes());
+                out.extend_from_slice(&p.wait_ms.to_le_bytes());
+            }
+        }
+        out.extend_from_slice(&self.streak.to_le_bytes());
         out
     }
 
@@ -235,6 +244,15 @@ impl Verification {
         for _ in 0..r.count(4)? {
             complaints.insert(r.u32()?);
         }
+        let protection = match r.u8()? {
+            0 => None,
+            1 => Some(super::Protection {
+                after_batches: r.u64()?,
+                wait_ms: r.u64()?,
+            }),
+            _ => return Err(VerifyCodecError::Invalid("protection flag")),
+        };
+        let streak = r.u64()?;
         r.finish()?;
         let kept = usize::try_from(kept).map_err(|_| VerifyCodecError::Invalid("kept"))?;
         let v = Verification {
@@ -247,6 +265,8 @@ impl Verification {
             kept: kept.max(1),
             tallies,
             complaints,
+            protection,
+            streak,
         };
         if v.last > 0 && v.token_of(v.last).is_none() {
             return Err(VerifyCodecError::Invalid(
@@ -264,7 +284,11 @@ mod tests {
 
     #[test]
     fn the_state_verifies_and_decisions_decode_to_themselves_and_noise_is_refused() {
-        let mut v = Verification::new(Resilience::new(1, 1).unwrap(), Token([0; 32]), 500, 8);
+        let mut v = Verification::new(Resilience::new(1, 1).unwrap(), Token([0; 32]), 500, 8)
+            .with_protection(super::super::Protection {
+                after_batches: 3,
+                wait_ms: 20,
+            });
         let vote = |executor, seq, token: u8, previous: u8| Verify {
             executor,
             view: 0,

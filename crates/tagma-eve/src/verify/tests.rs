@@ -199,3 +199,90 @@ fn a_query_names_a_committed_token_at_once_and_waits_for_an_undecided_batch() {
     );
     assert_eq!(v.query(1_000), Answer::Refused);
 }
+
+#[test]
+fn in_the_extra_protection_mode_a_unanimous_streak_makes_batches_wait_for_every_token() {
+    // r = 0, three executors: u + 1 = 2 matching tokens commit.
+    let p = Protection {
+        after_batches: 2,
+        wait_ms: 30,
+    };
+    let mut v =
+        Verification::new(Resilience::new(1, 0).unwrap(), t(0), 1_000, 64).with_protection(p);
+    let unanimous = |v: &mut Verification, seq: u64, now| {
+        let prev = v.last_committed().1;
+        for e in 0..3 {
+            v.verify(
+                Verify {
+                    executor: e,
+                    view: v.view(),
+                    seq,
+                    token: t(seq as u8),
+                    previous: prev,
+                },
+                now,
+            );
+        }
+    };
+    // Not yet protecting: two matching tokens commit at once.
+    unanimous(&mut v, 1, 0);
+    unanimous(&mut v, 2, 0);
+    assert_eq!(v.last_committed().0, 2);
+    // Protecting now: two matching tokens wait for the third...
+    let prev = v.last_committed().1;
+    let ballot = |e, token| Verify {
+        executor: e,
+        view: 0,
+        seq: 3,
+        token,
+        previous: prev,
+    };
+    v.verify(ballot(0, t(3)), 100);
+    let (_, decided) = v.verify(ballot(1, t(3)), 100);
+    assert_eq!(decided, Vec::new());
+    assert_eq!(v.next_due_ms(), Some(130));
+    // ... and a different third token rolls the batch back (it runs in order).
+    let (_, decided) = v.verify(ballot(2, t(9)), 110);
+    assert_eq!(decided, vec![Decision::Rollback { seq: 3, view: 1 }]);
+    // After a rollback the streak starts again: the quorum commits at once.
+    let prev = v.last_committed().1;
+    for e in 0..2 {
+        v.verify(
+            Verify {
+                executor: e,
+                view: 1,
+                seq: 3,
+                token: t(3),
+                previous: prev,
+            },
+            120,
+        );
+    }
+    assert_eq!(v.last_committed().0, 3);
+    // A missing third token is waited for only `wait_ms`.
+    for seq in 4..6u64 {
+        unanimous(&mut v, seq, 200);
+    }
+    let prev = v.last_committed().1;
+    for e in 0..2 {
+        v.verify(
+            Verify {
+                executor: e,
+                view: 1,
+                seq: 6,
+                token: t(6),
+                previous: prev,
+            },
+            300,
+        );
+    }
+    assert_eq!(v.last_committed().0, 5);
+    assert_eq!(v.advance_time(329), Vec::new());
+    assert_eq!(
+        v.advance_time(330),
+        vec![Decision::Commit {
+            seq: 6,
+            token: t(6)
+        }]
+    );
+}
