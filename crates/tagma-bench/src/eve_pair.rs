@@ -41,6 +41,8 @@ pub struct PairRunOptions {
     pub takeover_ms: u64,
     /// The BFT deployment tolerating (u, r) instead of a pair.
     pub bft: Option<(usize, usize)>,
+    /// BFT: executors that lie, `(id, what)` as `tagma eve serve --lie` takes it.
+    pub liars: Vec<(usize, String)>,
     /// Keep the cluster directory (and print it).
     pub keep: bool,
 }
@@ -54,16 +56,26 @@ enum Servers {
 impl Servers {
     fn launch(exe: &Path, opts: &PairRunOptions) -> Result<Servers> {
         let (threads, takeover_ms) = (opts.threads, opts.takeover_ms);
+        let lies: Vec<(usize, &str)> = (opts.liars.iter())
+            .map(|(i, what)| (*i, what.as_str()))
+            .collect();
         Ok(match opts.bft {
             None => Servers::Pair(Box::new(EvePair::launch(exe, None, |cfg| {
                 cfg.eve.threads = threads;
                 cfg.eve.takeover_ms = takeover_ms;
                 cfg.eve.heartbeat_ms = (takeover_ms / 10).max(1);
             })?)),
-            Some((u, r)) => Servers::Bft(Box::new(EveBft::launch(exe, None, u, r, |eve| {
-                eve.threads = threads;
-                eve.progress_ms = takeover_ms;
-            })?)),
+            Some((u, r)) => Servers::Bft(Box::new(EveBft::launch_lying(
+                exe,
+                None,
+                u,
+                r,
+                &lies,
+                |eve| {
+                    eve.threads = threads;
+                    eve.progress_ms = takeover_ms;
+                },
+            )?)),
         })
     }
 
@@ -102,6 +114,14 @@ impl Servers {
         match self {
             Servers::Pair(p) => p.log(i).contains("now Backup"),
             Servers::Bft(d) => d.log("executor", i).contains("fetched the committed state"),
+        }
+    }
+
+    /// Fetched states server `i` refused (they did not check out against the decided token).
+    fn fetches_refused(&self, i: usize) -> u64 {
+        match self {
+            Servers::Pair(_) => 0,
+            Servers::Bft(d) => d.log("executor", i).matches("did not check out").count() as u64,
         }
     }
 
@@ -156,6 +176,10 @@ pub struct PairReport {
     pub rejoined_as_backup: bool,
     /// The server that took over was killed in turn, leaving the restarted one alone.
     pub second_crash: bool,
+    /// BFT: the executors that lie, and what about.
+    pub liars: Vec<String>,
+    /// BFT: fetched states the restarted executor refused (a liar's forged nodes).
+    pub forged_states_refused: u64,
     /// (seconds into the run, what happened).
     pub events: Vec<(f64, String)>,
     pub timeline: Vec<Sample>,
@@ -198,6 +222,15 @@ impl PairReport {
             out.push_str(&format!(
                 "restarted server fetched the state and followed: {}\n",
                 self.rejoined_as_backup
+            ));
+        }
+        for liar in &self.liars {
+            out.push_str(&format!("{liar}\n"));
+        }
+        if !self.liars.is_empty() {
+            out.push_str(&format!(
+                "forged states the restarted executor refused: {}\n",
+                self.forged_states_refused
             ));
         }
         out.push_str(&format!(
@@ -269,6 +302,7 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
     let mut events = Vec::new();
     let mut timeline = Vec::new();
     let mut rejoined = false;
+    let mut forged_refused = 0;
     let mut second_crash = false;
     let report = std::thread::scope(|s| -> Result<_> {
         let worker = s.spawn(|| workload::run(proxies, &workload_opts, &progress, &stop));
@@ -319,6 +353,7 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
                     }
                     _ => {
                         rejoined = pair.rejoined(0);
+                        forged_refused = pair.fetches_refused(0);
                         pair.kill(1);
                         second_crash = true;
                         events.push((t, "server 1 (primary since) killed".to_string()));
@@ -378,6 +413,10 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
         takeover_timeout_ms: takeover_ms,
         rejoined_as_backup: rejoined,
         second_crash,
+        liars: (opts.liars.iter())
+            .map(|(i, what)| format!("executor {i} lies: {what}"))
+            .collect(),
+        forged_states_refused: forged_refused,
         events,
         timeline,
     })

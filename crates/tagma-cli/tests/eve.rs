@@ -177,3 +177,33 @@ fn init_writes_executors_and_verifiers_and_refuses_a_verifier_cluster_tagma_cann
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("fix: pass --r 2"), "{stderr}");
 }
+
+#[test]
+fn lying_executors_across_processes_are_outvoted_and_their_forged_state_refused() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // u = r = 2: five executors (executor 1 serves forged state, executor 4 lies about
+    // tokens and replies) and seven verifiers; executor 0 killed and restarted asks the
+    // forger for the state first.
+    let report = tagma_json(&[
+        "chaos",
+        "--mode",
+        "eve",
+        "--scenario",
+        "lying-executor",
+        "--processes",
+        "--before-s",
+        "1.5",
+        "--down-s",
+        "1.5",
+        "--after-s",
+        "1",
+        "--json",
+    ]);
+    assert_nothing_lost(&report);
+    assert_eq!(report["rejoined_as_backup"], true, "{report}");
+    assert!(
+        report["forged_states_refused"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert_eq!(report["liars"].as_array().unwrap().len(), 2, "{report}");
+}

@@ -135,6 +135,8 @@ pub struct EveBft {
     exe: PathBuf,
     executors: Vec<Option<Child>>,
     verifiers: Vec<Option<Child>>,
+    /// The `--lie` argument of each executor that lies (tests), by id.
+    lies: Vec<Option<String>>,
 }
 
 impl EveBft {
@@ -145,6 +147,19 @@ impl EveBft {
         dir: Option<&Path>,
         u: usize,
         r: usize,
+        edit: impl Fn(&mut tagma_config::eve::EveSection),
+    ) -> Result<Self> {
+        Self::launch_lying(exe, dir, u, r, &[], edit)
+    }
+
+    /// [`EveBft::launch`] with executors that lie: `(id, what)` starts executor `id` with
+    /// `--lie what` (for example `tokens,replies`).
+    pub fn launch_lying(
+        exe: &Path,
+        dir: Option<&Path>,
+        u: usize,
+        r: usize,
+        lies: &[(usize, &str)],
         edit: impl Fn(&mut tagma_config::eve::EveSection),
     ) -> Result<Self> {
         let (tmp, dir) = match dir {
@@ -162,6 +177,9 @@ impl EveBft {
         let mut d = EveBft {
             executors: (0..dirs.executors.n()).map(|_| None).collect(),
             verifiers: (0..dirs.verifiers.n()).map(|_| None).collect(),
+            lies: (0..dirs.executors.n())
+                .map(|i| (lies.iter().find(|(l, _)| *l == i)).map(|(_, what)| what.to_string()))
+                .collect(),
             dir,
             tmp,
             dirs,
@@ -212,6 +230,9 @@ impl EveBft {
         cmd.args(["eve", "serve", "--dir"])
             .arg(&self.dir)
             .args(["--id", &i.to_string()]);
+        if let Some(what) = &self.lies[i] {
+            cmd.args(["--lie", what]);
+        }
         let log = self.open_log("executor", i)?;
         self.executors[i] = Some(spawn_logged(cmd, log)?);
         Ok(())

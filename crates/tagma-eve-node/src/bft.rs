@@ -30,6 +30,7 @@ use tagma_eve::{Work, stage::Done};
 use tagma_wire::{Encode, ReplicaId};
 use tracing::{debug, info, warn};
 
+use crate::lies::Lies;
 use crate::links::{Committed, Event, send_peer};
 use crate::routes::Routes;
 use crate::server::{EveNodeError, Listening, listen, thread};
@@ -41,6 +42,13 @@ pub struct VerifierLink {
     /// This executor's client principal there, and its key.
     pub principal: u32,
     pub key: IdentityKey,
+}
+
+/// The application an executor serves: its service, its mixer and the initial state.
+pub struct Application<S, M> {
+    pub service: S,
+    pub mixer: M,
+    pub initial: ObjectTree,
 }
 
 /// What a running executor shows of itself.
@@ -83,16 +91,15 @@ fn status_of(core: &ExecutorCore) -> ExecutorStatus {
 }
 
 /// Starts executor `me` of `cfg` (whose `[[replica]]` entries are the `u + max(u, r) + 1`
-/// executors and whose `[eve]` section names u and r) running `service` with `mixer` from
-/// `initial`, verified by the cluster `verifiers` reaches.
+/// executors and whose `[eve]` section names u and r) serving `app`, verified by the cluster
+/// `verifiers` reaches, telling `lies` (none but in tests).
 pub fn start_executor<S, M>(
     cfg: ValidConfig,
     me: ReplicaId,
     key: IdentityKey,
     verifiers: VerifierLink,
-    service: S,
-    mixer: M,
-    initial: ObjectTree,
+    app: Application<S, M>,
+    lies: Lies,
 ) -> Result<ExecutorHandle, EveNodeError>
 where
     S: EveService<Request = Bytes> + 'static,
@@ -129,6 +136,11 @@ where
     .map_err(|e| EveNodeError::Verifiers(e.to_string()))?;
     let proxy = Arc::new(proxy);
 
+    let Application {
+        service,
+        mixer,
+        initial,
+    } = app;
     let genesis = Token::genesis(&initial.hash().root);
     let executor = Executor::new(
         service,
@@ -145,7 +157,7 @@ where
         let peers = peers.clone();
         let links = links.clone();
         thread("stage", move || {
-            stage_loop(stage, &work_rx, &answers_tx, &peers, &links.committed);
+            stage_loop(stage, &work_rx, &answers_tx, &peers, &links.committed, lies);
         })?;
     }
     // One call per batch in the pipeline, one for a complaint, one to spare.
@@ -182,7 +194,7 @@ where
             calls: calls_tx,
             peers,
         };
-        protocol_loop(core, &clock, &queues, &shown);
+        protocol_loop(core, &clock, &queues, &shown, lies);
     })?;
     info!(
         executor = me.0,
@@ -238,11 +250,13 @@ fn protocol_loop(
     clock: &Instant,
     q: &Queues,
     status: &Mutex<ExecutorStatus>,
+    lies: Lies,
 ) {
     let now = || clock.elapsed().as_millis() as u64;
     let mut routes = Routes::default();
     let mut view = core.view();
     let mut fetching = false;
+    let mut fetches_failed = 0;
     loop {
         let wait_ms = core.next_timeout_ms().saturating_sub(now()).clamp(1, 100);
         let input = select! {
@@ -279,7 +293,10 @@ fn protocol_loop(
                     }
                 }
                 Action::Verify(v) => q.call(Call::Ordered(Bytes::from(encode_verify(
-                    v.view, v.seq, v.token, v.previous,
+                    v.view,
+                    v.seq,
+                    lies.token(v.token),
+                    v.previous,
                 )))),
                 Action::Complain { view } => {
                     info!(view, "no progress: complaining to the verifiers");
@@ -287,7 +304,9 @@ fn protocol_loop(
                 }
                 Action::Poll => q.call(Call::Status),
                 Action::Query { seq } => q.call(Call::Ordered(Bytes::from(encode_query(seq)))),
-                Action::Reply { client, seq, reply } => routes.reply(client, seq, reply),
+                Action::Reply { client, seq, reply } => {
+                    routes.reply(client, seq, lies.reply(reply))
+                }
                 Action::Work { work, peer } => {
                     if q.work.send((work, peer)).is_err() {
                         return;
@@ -298,6 +317,13 @@ fn protocol_loop(
         if core.view() != view {
             view = core.view();
             info!(view, primary = core.primary(), "entered a new view");
+        }
+        if core.stats().fetches_failed > fetches_failed {
+            fetches_failed = core.stats().fetches_failed;
+            warn!(
+                fetches_failed,
+                "a fetched state did not check out against the decided token: asking another executor"
+            );
         }
         if core.is_fetching() != fetching {
             fetching = core.is_fetching();
@@ -320,6 +346,7 @@ fn stage_loop<S, M>(
     answers: &Sender<Done>,
     peers: &[Option<Sender<Bytes>>],
     committed: &Mutex<Committed>,
+    lies: Lies,
 ) where
     S: EveService<Request = Bytes>,
     M: Mixer<Bytes> + Sync,
@@ -354,7 +381,7 @@ fn stage_loop<S, M>(
                 }
                 StageOutput::Send(message) => {
                     if let Some(Some(tx)) = peer.and_then(|p| peers.get(p as usize)) {
-                        send_peer(tx, message.to_bytes());
+                        send_peer(tx, lies.nodes(message).to_bytes());
                     }
                 }
             }

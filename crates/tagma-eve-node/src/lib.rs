@@ -23,11 +23,13 @@
 //! BFT deployment.
 
 pub mod bft;
+pub mod lies;
 mod links;
 mod routes;
 mod server;
 pub mod verifier;
 
-pub use bft::{ExecutorHandle, ExecutorStatus, VerifierLink, start_executor};
+pub use bft::{Application, ExecutorHandle, ExecutorStatus, VerifierLink, start_executor};
+pub use lies::Lies;
 pub use server::{EveNodeError, EveNodeHandle, start};
 pub use verifier::VerifierService;

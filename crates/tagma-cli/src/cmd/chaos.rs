@@ -24,6 +24,12 @@ pub struct ChaosArgs {
     /// executor is killed, restarted (it fetches the state), then the next primary.
     #[arg(long)]
     pub bft: bool,
+    /// With --mode eve --scenario lying-executor: run across real processes (u = r = 2: five
+    /// executors, one serving forged state and one lying about tokens and replies, and seven
+    /// verifiers) under the checked key-value workload, killing and restarting an executor
+    /// so that it fetches the state past the forger.
+    #[arg(long)]
+    pub processes: bool,
     /// kill-all: SIGKILL every replica under load and restart them all from disk;
     /// lagging-replica: stop one follower for --down-s under load, restart it, time its
     /// catch-up; corrupt-log / corrupt-checkpoint / corrupt-both: damage the log, the newest
@@ -111,6 +117,15 @@ pub fn run(args: ChaosArgs) -> Result<()> {
                 args.scenario.name()
             );
         }
+        if args.processes {
+            if args.scenario == Scenario::RacyService {
+                bail!(
+                    "racy-service runs in the deterministic deployment only — fix: leave out \
+                     --processes"
+                );
+            }
+            return lying_processes(&args, &opts);
+        }
         let load_ms = (opts.before + opts.down + opts.after).as_millis() as u64;
         let report = crate::chaos_eve::run(args.scenario, load_ms.max(1_000), 1);
         return print_verdict(args.json, &report, report.table(), report.passed());
@@ -177,6 +192,7 @@ fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
         threads: 2,
         takeover_ms: 500,
         bft: args.bft.then_some((1, 1)),
+        liars: Vec::new(),
         keep: false,
     };
     if !args.json {
@@ -193,6 +209,36 @@ fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
         }
     }
     print_verdict(args.json, &report, report.table(), report.ok())
+}
+
+/// `tagma chaos --mode eve --scenario lying-executor --processes`.
+fn lying_processes(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
+    if opts.clients == 0 {
+        bail!("--clients must be at least 1");
+    }
+    let run = tagma_bench::eve_pair::PairRunOptions {
+        clients: opts.clients,
+        before_s: opts.before.as_secs_f64(),
+        crash: Some(tagma_bench::eve_pair::CrashTimes {
+            down_s: opts.down.as_secs_f64(),
+            after_s: opts.after.as_secs_f64(),
+        }),
+        threads: 1,
+        takeover_ms: 500,
+        bft: Some((2, 2)),
+        // Executor 0, restarted, asks executor 1 for the state first.
+        liars: vec![(1, "state".into()), (4, "tokens,replies".into())],
+        keep: false,
+    };
+    if !args.json {
+        eprintln!(
+            "five executors (two lying) and seven verifiers under load; executor 0 killed, \
+             restarted, then executor 1…"
+        );
+    }
+    let report = tagma_bench::eve_pair::run(&super::tagma_exe()?, &run)?;
+    let passed = report.ok() && report.forged_states_refused > 0;
+    print_verdict(args.json, &report, report.table(), passed)
 }
 
 /// Prints a report (one JSON object, or its table) and exits with 1 if it did not pass.

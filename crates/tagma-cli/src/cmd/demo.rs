@@ -129,6 +129,7 @@ fn eve(args: &DemoArgs) -> Result<()> {
         threads: args.threads,
         takeover_ms: 500,
         bft: args.bft.then_some((1, 1)),
+        liars: Vec::new(),
         keep: args.keep,
     };
     if !args.json {

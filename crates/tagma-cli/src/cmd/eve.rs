@@ -41,6 +41,20 @@ pub struct ServeArgs {
     /// restarts fetches the state when the verifiers' decisions show it is behind.)
     #[arg(long)]
     pub join: bool,
+    /// For testing the BFT deployment: this executor lies — `tokens` (a wrong token in
+    /// every VERIFY), `replies` (a wrong reply to every client), `state` (forged values in
+    /// the state it serves to an executor that fetches), comma-separated. It still
+    /// executes correctly; the deployment tolerates r such executors.
+    #[arg(long, value_delimiter = ',', value_enum)]
+    pub lie: Vec<LieKind>,
+}
+
+/// What a lying executor lies about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LieKind {
+    Tokens,
+    Replies,
+    State,
 }
 
 pub fn run(args: EveArgs) -> Result<()> {
@@ -57,6 +71,12 @@ fn serve(args: ServeArgs) -> Result<()> {
         .with_context(|| format!("cannot read {}", key_path.display()))?;
     if cfg.raw.eve.deployment == tagma_core::eve::Deployment::Bft {
         return serve_executor(&args, cfg, id, key);
+    }
+    if !args.lie.is_empty() {
+        anyhow::bail!(
+            "--lie makes an executor of the BFT deployment lie; a primary-backup pair tolerates \
+             crashes only — fix: leave out --lie, or use a directory from `tagma init --eve --bft`"
+        );
     }
     let handle = tagma_eve_node::start(
         cfg,
@@ -107,8 +127,23 @@ fn serve_executor(
         principal,
         key: verifier_key,
     };
-    let handle =
-        tagma_eve_node::start_executor(cfg, id, key, link, EveKv, EveKvMixer, ObjectTree::new())?;
+    let lies = tagma_eve_node::Lies {
+        tokens: args.lie.contains(&LieKind::Tokens),
+        replies: args.lie.contains(&LieKind::Replies),
+        state: args.lie.contains(&LieKind::State),
+    };
+    let handle = tagma_eve_node::start_executor(
+        cfg,
+        id,
+        key,
+        link,
+        tagma_eve_node::Application {
+            service: EveKv,
+            mixer: EveKvMixer,
+            initial: ObjectTree::new(),
+        },
+        lies,
+    )?;
     handle.join();
     Ok(())
 }
