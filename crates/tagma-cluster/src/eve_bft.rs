@@ -9,10 +9,9 @@
 //! `3u + 1 = 2u + r + 1` of them) or `r = 0` (crash faults, `2u + 1`, masking concurrency
 //! bugs).
 
-use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 use tagma_client::{ClientOptions, Proxy};
@@ -22,6 +21,7 @@ use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
 use tagma_wire::ReplicaId;
 
 use crate::cluster::spawn_logged;
+use crate::eve_pair::{connect_proxy, wait_listening};
 use crate::init::{InitOptions, init_cluster};
 
 /// The first client principal of the executors at the verifier cluster.
@@ -244,25 +244,20 @@ impl EveBft {
         what: &str,
         timeout: Duration,
     ) -> Result<()> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            let children = self.executors.iter_mut().chain(self.verifiers.iter_mut());
-            for c in children.flatten() {
-                if let Ok(Some(status)) = c.try_wait() {
-                    bail!(
-                        "a process of the deployment exited ({status}); logs in {}",
-                        self.dir.join("logs").display()
-                    );
-                }
-            }
-            if Instant::now() >= deadline {
-                bail!("{what} does not listen on {addr} after {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let logs = self.dir.join("logs");
+        let children = &mut self.executors.iter_mut().chain(self.verifiers.iter_mut());
+        let mut children: Vec<&mut Option<Child>> = children.collect();
+        wait_listening(addr, what, timeout, || {
+            let mut exited = children.iter_mut().flat_map(|c| c.as_mut());
+            exited
+                .find_map(|c| c.try_wait().ok().flatten())
+                .map(|status| {
+                    format!(
+                        "cannot start: a process of the deployment exited ({status}); logs in {}",
+                        logs.display()
+                    )
+                })
+        })
     }
 
     /// SIGKILLs executor `i`.
@@ -281,14 +276,7 @@ impl EveBft {
             reply_quorum: Some(self.dirs.executors.raw.eve.r + 1),
             ..ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL)
         };
-        let deadline = Instant::now() + timeout;
-        loop {
-            match Proxy::connect(&self.dirs.executors, key.clone(), options.clone()) {
-                Ok(p) => return Ok(p),
-                Err(e) if Instant::now() >= deadline => bail!("{e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        connect_proxy(&self.dirs.executors, &key, &options, timeout)
     }
 
     /// Keeps the directory after the deployment is dropped; returns it.

@@ -112,24 +112,12 @@ impl EvePair {
     /// Waits until server `i` accepts TCP connections.
     pub fn wait_listening(&mut self, i: usize, timeout: Duration) -> Result<()> {
         let addr = self.cfg.replicas[i].addr;
-        let deadline = Instant::now() + timeout;
-        loop {
-            if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
-                return Ok(());
-            }
-            if let Some(c) = self.children[i].as_mut()
-                && let Ok(Some(status)) = c.try_wait()
-            {
-                bail!(
-                    "eve server {i} exited ({status}); its log: {}",
-                    self.log_path(i).display()
-                );
-            }
-            if Instant::now() >= deadline {
-                bail!("eve server {i} does not listen on {addr} after {timeout:?}");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let log = self.log_path(i);
+        let child = &mut self.children[i];
+        wait_listening(addr, &format!("eve server {i}"), timeout, || {
+            let exited = child.as_mut().and_then(|c| c.try_wait().ok().flatten());
+            exited.map(|status| format!("exited ({status}); its log: {}", log.display()))
+        })
     }
 
     /// SIGKILLs server `i`.
@@ -144,18 +132,8 @@ impl EvePair {
     /// first reply counts).
     pub fn proxy(&self, timeout: Duration) -> Result<Proxy> {
         let key = IdentityKey::read_file(&cluster_dir::client_key_path(&self.dir))?;
-        let deadline = Instant::now() + timeout;
-        loop {
-            match Proxy::connect(
-                &self.cfg,
-                key.clone(),
-                ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL),
-            ) {
-                Ok(p) => return Ok(p),
-                Err(e) if Instant::now() >= deadline => bail!("{e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        let options = ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL);
+        connect_proxy(&self.cfg, &key, &options, timeout)
     }
 
     /// Keeps the cluster directory after the pair is dropped; returns it.
@@ -176,5 +154,45 @@ impl Drop for EvePair {
     fn drop(&mut self) {
         self.kill(0);
         self.kill(1);
+    }
+}
+
+/// Waits until something listens on `addr`; `exited` says why it never will (the process
+/// ended).
+pub(crate) fn wait_listening(
+    addr: std::net::SocketAddr,
+    what: &str,
+    timeout: Duration,
+    mut exited: impl FnMut() -> Option<String>,
+) -> Result<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        if TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok() {
+            return Ok(());
+        }
+        if let Some(why) = exited() {
+            bail!("{what} {why}");
+        }
+        if Instant::now() >= deadline {
+            bail!("{what} does not listen on {addr} after {timeout:?}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A proxy to `cfg`'s servers, retried until `timeout` while they start.
+pub(crate) fn connect_proxy(
+    cfg: &ValidConfig,
+    key: &IdentityKey,
+    options: &ClientOptions,
+    timeout: Duration,
+) -> Result<Proxy> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match Proxy::connect(cfg, key.clone(), options.clone()) {
+            Ok(p) => return Ok(p),
+            Err(e) if Instant::now() >= deadline => bail!("{e}"),
+            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        }
     }
 }

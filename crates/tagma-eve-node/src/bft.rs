@@ -12,7 +12,6 @@
 //!   (a VERIFY's reply waits until its batch is decided) and handing the decision, which the
 //!   proxy accepted from `r + 1` matching verifiers, to the protocol thread.
 
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -33,7 +32,7 @@ use tracing::{debug, info, warn};
 use crate::lies::Lies;
 use crate::links::{Committed, Event, send_peer};
 use crate::routes::Routes;
-use crate::server::{EveNodeError, Listening, listen, thread};
+use crate::server::{EveNodeError, Handle, Listening, listen, thread};
 
 /// How an executor reaches the verifiers.
 pub struct VerifierLink {
@@ -62,23 +61,7 @@ pub struct ExecutorStatus {
 }
 
 /// A running executor.
-pub struct ExecutorHandle {
-    pub id: ReplicaId,
-    pub local_addr: SocketAddr,
-    status: Arc<Mutex<ExecutorStatus>>,
-    protocol: std::thread::JoinHandle<()>,
-}
-
-impl ExecutorHandle {
-    pub fn status(&self) -> ExecutorStatus {
-        *self.status.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Runs until the process is killed.
-    pub fn join(self) {
-        let _ = self.protocol.join();
-    }
-}
+pub type ExecutorHandle = Handle<ExecutorStatus>;
 
 fn status_of(core: &ExecutorCore) -> ExecutorStatus {
     ExecutorStatus {

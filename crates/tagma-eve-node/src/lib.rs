@@ -31,5 +31,5 @@ pub mod verifier;
 
 pub use bft::{Application, ExecutorHandle, ExecutorStatus, VerifierLink, start_executor};
 pub use lies::Lies;
-pub use server::{EveNodeError, EveNodeHandle, start};
+pub use server::{EveNodeError, EveNodeHandle, Handle, start};
 pub use verifier::VerifierService;

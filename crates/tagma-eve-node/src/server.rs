@@ -69,16 +69,16 @@ pub struct Status {
     pub stats: PbStats,
 }
 
-/// A running server.
-pub struct EveNodeHandle {
+/// A running server (or executor) whose protocol thread shows an `S`.
+pub struct Handle<S> {
     pub id: ReplicaId,
     pub local_addr: SocketAddr,
-    status: Arc<Mutex<Status>>,
-    protocol: std::thread::JoinHandle<()>,
+    pub(crate) status: Arc<Mutex<S>>,
+    pub(crate) protocol: std::thread::JoinHandle<()>,
 }
 
-impl EveNodeHandle {
-    pub fn status(&self) -> Status {
+impl<S: Copy> Handle<S> {
+    pub fn status(&self) -> S {
         *self.status.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -87,6 +87,9 @@ impl EveNodeHandle {
         let _ = self.protocol.join();
     }
 }
+
+/// A running server of a primary-backup pair.
+pub type EveNodeHandle = Handle<Status>;
 
 pub(crate) fn thread(
     name: &str,

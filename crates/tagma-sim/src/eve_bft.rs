@@ -21,6 +21,7 @@ use tagma_eve::Resilience;
 use tagma_eve::bft::harness::{Behaviour, BftSetup, Deployment};
 
 use crate::rng::Rng;
+use crate::seed_runs::run_each;
 
 /// One seed's run.
 #[derive(Clone, Debug, Serialize)]
@@ -180,21 +181,8 @@ pub fn run_seed_traced(seed: u64, trace: bool) -> (EveBftReport, Vec<String>) {
 /// Runs every seed of `seeds`.
 pub fn run_seeds(seeds: Range<u64>) -> EveBftSummary {
     let mut summary = EveBftSummary::default();
-    for seed in seeds {
-        summary.seeds_run += 1;
-        let r = match std::panic::catch_unwind(|| run_seed(seed)) {
-            Ok(r) => r,
-            Err(panic) => {
-                let what = (panic.downcast_ref::<String>().cloned())
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                summary.violations += 1;
-                if summary.failures.len() < 20 {
-                    summary.failures.push((seed, format!("panicked: {what}")));
-                }
-                continue;
-            }
-        };
+    let problems = |r: &EveBftReport| (r.violations.first().cloned(), r.liveness_failure.clone());
+    let tally = run_each(seeds, run_seed, problems, |r| {
         for f in &r.faults {
             *summary.faults_exercised.entry(f.clone()).or_default() += 1;
         }
@@ -203,17 +191,10 @@ pub fn run_seeds(seeds: Range<u64>) -> EveBftSummary {
         summary.repaired += r.repaired;
         summary.rollbacks += r.rollbacks;
         summary.fetches += r.fetches;
-        let problem = r.violations.first().cloned().or(r.liveness_failure.clone());
-        if !r.violations.is_empty() {
-            summary.violations += 1;
-        } else if r.liveness_failure.is_some() {
-            summary.liveness_failures += 1;
-        }
-        if let Some(problem) = problem
-            && summary.failures.len() < 20
-        {
-            summary.failures.push((seed, problem));
-        }
-    }
+    });
+    summary.seeds_run = tally.seeds_run;
+    summary.violations = tally.violations;
+    summary.liveness_failures = tally.liveness_failures;
+    summary.failures = tally.failures;
     summary
 }

@@ -20,6 +20,7 @@ use tagma_eve::pb::harness::{Pair, PairSetup};
 use tagma_wire::EveMessage;
 
 use crate::rng::Rng;
+use crate::seed_runs::run_each;
 
 /// The faults a seed can draw.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,22 +208,8 @@ fn run(seed: u64, traced: bool) -> (EvePairReport, Vec<String>) {
 /// Runs every seed of `seeds`.
 pub fn run_seeds(seeds: Range<u64>) -> EvePairSummary {
     let mut summary = EvePairSummary::default();
-    for seed in seeds {
-        let r = match std::panic::catch_unwind(|| run_seed(seed)) {
-            Ok(r) => r,
-            Err(panic) => {
-                let what = (panic.downcast_ref::<String>().cloned())
-                    .or_else(|| panic.downcast_ref::<&str>().map(|s| s.to_string()))
-                    .unwrap_or_default();
-                summary.seeds_run += 1;
-                summary.violations += 1;
-                if summary.failures.len() < 20 {
-                    summary.failures.push((seed, format!("panicked: {what}")));
-                }
-                continue;
-            }
-        };
-        summary.seeds_run += 1;
+    let problems = |r: &EvePairReport| (r.violations.first().cloned(), r.liveness_failure.clone());
+    let tally = run_each(seeds, run_seed, problems, |r| {
         for f in &r.faults {
             *summary.faults_exercised.entry(f.clone()).or_default() += 1;
         }
@@ -230,17 +217,10 @@ pub fn run_seeds(seeds: Range<u64>) -> EvePairSummary {
         summary.takeovers += r.takeovers;
         summary.joins_served += r.joins_served;
         summary.unchecked_commits += r.unchecked_commits as u64;
-        let problem = r.violations.first().cloned().or(r.liveness_failure.clone());
-        if !r.violations.is_empty() {
-            summary.violations += 1;
-        } else if r.liveness_failure.is_some() {
-            summary.liveness_failures += 1;
-        }
-        if let Some(problem) = problem
-            && summary.failures.len() < 20
-        {
-            summary.failures.push((seed, problem));
-        }
-    }
+    });
+    summary.seeds_run = tally.seeds_run;
+    summary.violations = tally.violations;
+    summary.liveness_failures = tally.liveness_failures;
+    summary.failures = tally.failures;
     summary
 }

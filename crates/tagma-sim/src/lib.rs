@@ -30,6 +30,7 @@ pub mod linearizability;
 pub mod options;
 pub mod rng;
 pub mod scenario;
+mod seed_runs;
 pub mod space_client;
 pub mod space_ledger;
 pub mod world;

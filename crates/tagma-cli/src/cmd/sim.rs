@@ -73,10 +73,10 @@ pub struct SimArgs {
 /// `tagma sim`.
 pub fn run(args: SimArgs) -> Result<()> {
     if args.eve_bft {
-        return eve_bft(&args);
+        return eve::<BftSim>(&args);
     }
     if args.eve {
-        return eve(&args);
+        return eve::<PairSim>(&args);
     }
     let mode = match args.mode.as_deref() {
         None => None,
@@ -165,14 +165,156 @@ pub fn run(args: SimArgs) -> Result<()> {
     Ok(())
 }
 
-/// `tagma sim --eve`.
-fn eve(args: &SimArgs) -> Result<()> {
-    let seeds = match (args.seed, args.seeds.as_deref()) {
-        (Some(seed), _) => seed..seed + 1,
-        (None, range) => parse_seeds(range.unwrap_or_default())?,
-    };
+/// An execute-verify simulation: one seed replayed (its report, and its trace if asked), or
+/// a range summed up.
+trait EveSim {
+    /// The flag that chooses it (for the replay line).
+    const FLAG: &'static str;
+    type Report: serde::Serialize;
+    type Summary: serde::Serialize;
+    fn one(seed: u64, trace: bool) -> (Self::Report, Vec<String>);
+    /// The report in one line.
+    fn line(report: &Self::Report) -> String;
+    /// The first violation, else the liveness failure.
+    fn problem(report: &Self::Report) -> Option<String>;
+    fn many(seeds: std::ops::Range<u64>) -> Self::Summary;
+    /// The summary in one line (after "N seeds in T s: ").
+    fn summary_line(summary: &Self::Summary) -> String;
+    fn failures(summary: &Self::Summary) -> &[(u64, String)];
+    fn failed(summary: &Self::Summary) -> bool;
+}
+
+/// `tagma sim --eve`: the primary-backup pair.
+struct PairSim;
+
+impl EveSim for PairSim {
+    const FLAG: &'static str = "--eve";
+    type Report = tagma_sim::eve_pair::EvePairReport;
+    type Summary = tagma_sim::eve_pair::EvePairSummary;
+
+    fn one(seed: u64, _trace: bool) -> (Self::Report, Vec<String>) {
+        tagma_sim::eve_pair::run_seed_traced(seed)
+    }
+
+    fn line(r: &Self::Report) -> String {
+        format!(
+            "{} clients, links up to {} ms, diverging: {}, faults {:?}: {} virtual ms, {} batches committed, {} requests answered, {} rollbacks, {} takeovers, {} joins",
+            r.clients,
+            r.delay_max_ms,
+            r.diverge,
+            r.faults,
+            r.virtual_ms,
+            r.committed_batches,
+            r.answered,
+            r.rollbacks,
+            r.takeovers,
+            r.joins_served
+        )
+    }
+
+    fn problem(r: &Self::Report) -> Option<String> {
+        r.violations
+            .first()
+            .or(r.liveness_failure.as_ref())
+            .cloned()
+    }
+
+    fn many(seeds: std::ops::Range<u64>) -> Self::Summary {
+        tagma_sim::eve_pair::run_seeds(seeds)
+    }
+
+    fn summary_line(s: &Self::Summary) -> String {
+        format!(
+            "{} with violations, {} liveness failures; {} rollbacks, {} takeovers, {} joins, {} unchecked commits; faults {:?}",
+            s.violations,
+            s.liveness_failures,
+            s.rollbacks,
+            s.takeovers,
+            s.joins_served,
+            s.unchecked_commits,
+            s.faults_exercised
+        )
+    }
+
+    fn failures(s: &Self::Summary) -> &[(u64, String)] {
+        &s.failures
+    }
+
+    fn failed(s: &Self::Summary) -> bool {
+        s.violations + s.liveness_failures > 0
+    }
+}
+
+/// `tagma sim --eve-bft`: the BFT deployment.
+struct BftSim;
+
+impl EveSim for BftSim {
+    const FLAG: &'static str = "--eve-bft";
+    type Report = tagma_sim::eve_bft::EveBftReport;
+    type Summary = tagma_sim::eve_bft::EveBftSummary;
+
+    fn one(seed: u64, trace: bool) -> (Self::Report, Vec<String>) {
+        tagma_sim::eve_bft::run_seed_traced(seed, trace)
+    }
+
+    fn line(r: &Self::Report) -> String {
+        format!(
+            "u = {}, r = {} ({} executors), {} clients, links up to {} ms, faults {:?}: {} virtual ms, {} batches committed, {} requests answered, {} lies sent, {} divergences manifested, {} repaired, {} rollbacks, {} fetches",
+            r.u,
+            r.r,
+            r.executors,
+            r.clients,
+            r.delay_max_ms,
+            r.faults,
+            r.virtual_ms,
+            r.committed_batches,
+            r.answered,
+            r.lies_sent,
+            r.manifested,
+            r.repaired,
+            r.rollbacks,
+            r.fetches
+        )
+    }
+
+    fn problem(r: &Self::Report) -> Option<String> {
+        r.violations
+            .first()
+            .or(r.liveness_failure.as_ref())
+            .cloned()
+    }
+
+    fn many(seeds: std::ops::Range<u64>) -> Self::Summary {
+        tagma_sim::eve_bft::run_seeds(seeds)
+    }
+
+    fn summary_line(s: &Self::Summary) -> String {
+        format!(
+            "{} with violations, {} liveness failures; {} lies sent, {} divergences manifested, {} repaired, {} rollbacks, {} fetches; faults {:?}",
+            s.violations,
+            s.liveness_failures,
+            s.lies_sent,
+            s.manifested,
+            s.repaired,
+            s.rollbacks,
+            s.fetches,
+            s.faults_exercised
+        )
+    }
+
+    fn failures(s: &Self::Summary) -> &[(u64, String)] {
+        &s.failures
+    }
+
+    fn failed(s: &Self::Summary) -> bool {
+        s.violations + s.liveness_failures > 0
+    }
+}
+
+/// `tagma sim --eve` or `--eve-bft`: one seed replayed, or a range summed up.
+fn eve<S: EveSim>(args: &SimArgs) -> Result<()> {
     if let Some(seed) = args.seed {
-        let (report, trace) = tagma_sim::eve_pair::run_seed_traced(seed);
+        let (report, trace) = S::one(seed, args.trace);
         if args.trace {
             for line in &trace {
                 println!("{line}");
@@ -181,121 +323,34 @@ fn eve(args: &SimArgs) -> Result<()> {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {
-            println!(
-                "seed {seed}: {} clients, links up to {} ms, diverging: {}, faults {:?}: {} virtual ms, {} batches committed, {} requests answered, {} rollbacks, {} takeovers, {} joins",
-                report.clients,
-                report.delay_max_ms,
-                report.diverge,
-                report.faults,
-                report.virtual_ms,
-                report.committed_batches,
-                report.answered,
-                report.rollbacks,
-                report.takeovers,
-                report.joins_served
-            );
+            println!("seed {seed}: {}", S::line(&report));
         }
-        if let Some(problem) = report
-            .violations
-            .first()
-            .or(report.liveness_failure.as_ref())
-        {
+        if let Some(problem) = S::problem(&report) {
             bail!("seed {seed} failed: {problem}");
         }
         return Ok(());
     }
+    let seeds = parse_seeds(args.seeds.as_deref().unwrap_or_default())?;
     let started = Instant::now();
-    let summary = tagma_sim::eve_pair::run_seeds(seeds);
+    let summary = S::many(seeds.clone());
     let elapsed_s = started.elapsed().as_secs_f64();
     if args.json {
         println!("{}", serde_json::to_string_pretty(&summary)?);
     } else {
         println!(
-            "{} seeds in {elapsed_s:.1} s: {} with violations, {} liveness failures; {} rollbacks, {} takeovers, {} joins, {} unchecked commits; faults {:?}",
-            summary.seeds_run,
-            summary.violations,
-            summary.liveness_failures,
-            summary.rollbacks,
-            summary.takeovers,
-            summary.joins_served,
-            summary.unchecked_commits,
-            summary.faults_exercised
+            "{} seeds in {elapsed_s:.1} s: {}",
+            seeds.end - seeds.start,
+            S::summary_line(&summary)
         );
-        for (seed, problem) in &summary.failures {
-            println!("  seed {seed}: {problem}\n    replay: tagma sim --eve --seed {seed}");
+        for (seed, problem) in S::failures(&summary) {
+            println!(
+                "  seed {seed}: {problem}\n    replay: tagma sim {} --seed {seed}",
+                S::FLAG
+            );
         }
     }
-    if summary.violations + summary.liveness_failures > 0 {
+    if S::failed(&summary) {
         bail!("execute-verify seeds failed");
-    }
-    Ok(())
-}
-
-/// `tagma sim --eve-bft`.
-fn eve_bft(args: &SimArgs) -> Result<()> {
-    let seeds = match (args.seed, args.seeds.as_deref()) {
-        (Some(seed), _) => seed..seed + 1,
-        (None, range) => parse_seeds(range.unwrap_or_default())?,
-    };
-    if let Some(seed) = args.seed {
-        let (report, trace) = tagma_sim::eve_bft::run_seed_traced(seed, args.trace);
-        for line in &trace {
-            println!("{line}");
-        }
-        if args.json {
-            println!("{}", serde_json::to_string_pretty(&report)?);
-        } else {
-            println!(
-                "seed {seed}: u = {}, r = {} ({} executors), {} clients, links up to {} ms, faults {:?}: {} virtual ms, {} batches committed, {} requests answered, {} lies sent, {} divergences manifested, {} repaired, {} rollbacks, {} fetches",
-                report.u,
-                report.r,
-                report.executors,
-                report.clients,
-                report.delay_max_ms,
-                report.faults,
-                report.virtual_ms,
-                report.committed_batches,
-                report.answered,
-                report.lies_sent,
-                report.manifested,
-                report.repaired,
-                report.rollbacks,
-                report.fetches
-            );
-        }
-        if let Some(problem) = report
-            .violations
-            .first()
-            .or(report.liveness_failure.as_ref())
-        {
-            bail!("seed {seed} failed: {problem}");
-        }
-        return Ok(());
-    }
-    let started = Instant::now();
-    let summary = tagma_sim::eve_bft::run_seeds(seeds);
-    let elapsed_s = started.elapsed().as_secs_f64();
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        println!(
-            "{} seeds in {elapsed_s:.1} s: {} with violations, {} liveness failures; {} lies sent, {} divergences manifested, {} repaired, {} rollbacks, {} fetches; faults {:?}",
-            summary.seeds_run,
-            summary.violations,
-            summary.liveness_failures,
-            summary.lies_sent,
-            summary.manifested,
-            summary.repaired,
-            summary.rollbacks,
-            summary.fetches,
-            summary.faults_exercised
-        );
-        for (seed, problem) in &summary.failures {
-            println!("  seed {seed}: {problem}\n    replay: tagma sim --eve-bft --seed {seed}");
-        }
-    }
-    if summary.violations + summary.liveness_failures > 0 {
-        bail!("execute-verify BFT seeds failed");
     }
     Ok(())
 }

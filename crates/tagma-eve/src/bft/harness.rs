@@ -18,14 +18,13 @@ use bytes::Bytes;
 use tagma_wire::{ClientId, EveBatch, EveMessage, EveRequest, RequestSeq, TreeNode};
 
 use super::{Action, BftConfig, ExecutorCore, Input};
-use crate::executor::{Executor, MissedConflicts, run_in_order};
-use crate::pb::harness::{KeyMixer, Kv};
+use crate::executor::{Executor, MissedConflicts};
+use crate::pb::harness::{KeyMixer, Kv, run_committed};
 use crate::quorum::Resilience;
 use crate::stage::{Stage, StageOutput, Work};
 use crate::token::Token;
 use crate::tree::ObjectTree;
 use crate::verify::{Answer, Decision, Protection, Verification, Verify};
-use crate::{Batch, NonDeterminism};
 
 /// How an executor behaves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -621,10 +620,6 @@ impl Deployment {
     /// accepted and the state every correct executor committed; returns what does not hold.
     pub fn check_against_sequential(&self) -> Vec<String> {
         let mut problems = self.violations.clone();
-        let service = Kv {
-            me: u8::MAX,
-            diverge: false,
-        };
         let mut tree = ObjectTree::new();
         let mut states = BTreeMap::new();
         let mut outputs_of = BTreeMap::new();
@@ -636,18 +631,7 @@ impl Deployment {
                 ));
                 return problems;
             }
-            let outputs = run_in_order(
-                &service,
-                &mut tree,
-                &Batch {
-                    seq: batch.seq,
-                    nd: NonDeterminism {
-                        seed: batch.seed,
-                        timestamp_ms: batch.timestamp_ms,
-                    },
-                    requests: batch.requests.iter().map(|r| r.payload.clone()).collect(),
-                },
-            );
+            let outputs = run_committed(&mut tree, batch);
             for (request, output) in batch.requests.iter().zip(outputs) {
                 outputs_of
                     .entry((request.client, request.seq))

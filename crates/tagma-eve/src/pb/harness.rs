@@ -49,6 +49,27 @@ impl EveService for Kv {
     }
 }
 
+/// Runs a committed batch in order on [`Kv`] (without divergence) from `tree`: what every
+/// check against sequential execution replays.
+pub(crate) fn run_committed(tree: &mut ObjectTree, batch: &EveBatch) -> Vec<Bytes> {
+    let service = Kv {
+        me: u8::MAX,
+        diverge: false,
+    };
+    run_in_order(
+        &service,
+        tree,
+        &Batch {
+            seq: batch.seq,
+            nd: NonDeterminism {
+                seed: batch.seed,
+                timestamp_ms: batch.timestamp_ms,
+            },
+            requests: batch.requests.iter().map(|r| r.payload.clone()).collect(),
+        },
+    )
+}
+
 /// [`Kv`]'s mixer: a request writes its key.
 pub struct KeyMixer;
 
@@ -447,10 +468,6 @@ impl Pair {
     /// its state.
     pub fn check_against_sequential(&self) -> Vec<String> {
         let mut problems = Vec::new();
-        let service = Kv {
-            me: u8::MAX,
-            diverge: false,
-        };
         let mut tree = ObjectTree::new();
         let mut states = BTreeMap::new();
         for (expected, (seq, batch)) in (1..).zip(&self.ledger) {
@@ -461,18 +478,7 @@ impl Pair {
                 ));
                 return problems;
             }
-            let outputs = run_in_order(
-                &service,
-                &mut tree,
-                &Batch {
-                    seq: batch.seq,
-                    nd: NonDeterminism {
-                        seed: batch.seed,
-                        timestamp_ms: batch.timestamp_ms,
-                    },
-                    requests: batch.requests.iter().map(|r| r.payload.clone()).collect(),
-                },
-            );
+            let outputs = run_committed(&mut tree, batch);
             if let Some(state) = self.unchecked_states.get(seq) {
                 tree = state.clone();
                 states.insert(*seq, tree.clone());
