@@ -24,15 +24,16 @@ use tagma_eve::bft::{Action, BftConfig, ExecutorCore, ExecutorStats, Input};
 use tagma_eve::verify::{
     Decision, VerifyCodecError, encode_complaint, encode_query, encode_verify,
 };
-use tagma_eve::{EveService, Executor, Mixer, ObjectTree, Resilience, Stage, StageOutput, Token};
+use tagma_eve::{EveService, Executor, Mixer, ObjectTree, Resilience, Stage, Token};
 use tagma_eve::{Work, stage::Done};
 use tagma_wire::{Encode, ReplicaId};
 use tracing::{debug, info, warn};
 
 use crate::lies::Lies;
-use crate::links::{Committed, Event, send_peer};
+use crate::links::{Event, send_peer};
 use crate::routes::Routes;
 use crate::server::{EveNodeError, Handle, Listening, listen, thread};
+use crate::stage_thread::stage_loop;
 
 /// How an executor reaches the verifiers.
 pub struct VerifierLink {
@@ -320,55 +321,6 @@ fn protocol_loop(
             }
         }
         *status.lock().unwrap_or_else(PoisonError::into_inner) = status_of(&core);
-    }
-}
-
-fn stage_loop<S, M>(
-    mut stage: Stage<S, M>,
-    work: &Receiver<(Work, Option<u32>)>,
-    answers: &Sender<Done>,
-    peers: &[Option<Sender<Bytes>>],
-    committed: &Mutex<Committed>,
-    lies: Lies,
-) where
-    S: EveService<Request = Bytes>,
-    M: Mixer<Bytes> + Sync,
-{
-    let mut requests = 0u64;
-    while let Ok((work, peer)) = work.recv() {
-        let changes_stable = matches!(
-            work,
-            Work::Commit { .. } | Work::TreeNodes { .. } | Work::Fetch { .. }
-        );
-        if let Work::Commit { seq, .. } = &work
-            && let Some(executed) = stage.executor().pending().find(|e| e.seq == *seq)
-        {
-            requests += executed.outputs.len() as u64;
-        }
-        let outputs = stage.apply(work);
-        if changes_stable {
-            let stable = stage.executor().stable();
-            *committed.lock().unwrap_or_else(PoisonError::into_inner) = Committed {
-                seq: stable.seq,
-                requests,
-                root: tagma_wire::Digest(stable.tree.hash().root),
-            };
-        }
-        for out in outputs {
-            match out {
-                StageOutput::Done(done) => {
-                    if answers.send(done).is_err() {
-                        warn!("the protocol thread is gone");
-                        return;
-                    }
-                }
-                StageOutput::Send(message) => {
-                    if let Some(Some(tx)) = peer.and_then(|p| peers.get(p as usize)) {
-                        send_peer(tx, lies.nodes(message).to_bytes());
-                    }
-                }
-            }
-        }
     }
 }
 

@@ -27,6 +27,7 @@ pub mod lies;
 mod links;
 mod routes;
 mod server;
+mod stage_thread;
 pub mod verifier;
 
 pub use bft::{Application, ExecutorHandle, ExecutorStatus, VerifierLink, start_executor};

@@ -10,16 +10,18 @@ use crossbeam_channel::{Receiver, Sender, bounded, select};
 use tagma_config::ValidConfig;
 use tagma_crypto::IdentityKey;
 use tagma_eve::pb::{Action, Input, PbConfig, PbCore, PbStats, Role};
+use tagma_eve::{Done, Stage, Work};
 use tagma_eve::{EveService, Executor, Mixer, ObjectTree};
-use tagma_eve::{Stage, StageOutput};
 use tagma_net::NetLimits;
 use tagma_node::auth::RequestVerifier;
 use tagma_wire::{Encode, ReplicaId};
 use thiserror::Error;
-use tracing::{info, warn};
+use tracing::info;
 
+use crate::lies::Lies;
 use crate::links::{Committed, Event, Links, accept_loop, peer_writer, send_peer};
 use crate::routes::Routes;
+use crate::stage_thread::stage_loop;
 
 #[derive(Debug, Error)]
 pub enum EveNodeError {
@@ -143,15 +145,23 @@ where
         eve.pipeline_max + eve.catch_up_max,
     )?;
     let stage = Stage::new(executor, eve.tree_query_max);
-    let (stage_tx, stage_rx) = bounded::<Action>(eve.queue_max);
-    // The stage answers at most once per action: twice the action queue never fills, so
-    // the two threads cannot wait on each other.
-    let (answers_tx, answers_rx) = bounded::<Input>(2 * eve.queue_max + 2);
+    let (stage_tx, stage_rx) = bounded::<(Work, Option<u32>)>(eve.queue_max);
+    // The stage answers at most once per piece of work: twice the work queue never fills,
+    // so the two threads cannot wait on each other.
+    let (answers_tx, answers_rx) = bounded::<Done>(2 * eve.queue_max + 2);
     {
-        let peer_tx = peer_tx.clone();
+        let peers = peers.clone();
         let links = links.clone();
         thread("stage", move || {
-            stage_loop(stage, &stage_rx, &answers_tx, &peer_tx, &links.committed);
+            let none = Lies::default();
+            stage_loop(
+                stage,
+                &stage_rx,
+                &answers_tx,
+                &peers,
+                &links.committed,
+                none,
+            );
         })?;
     }
     let pb = PbConfig {
@@ -176,7 +186,7 @@ where
             &events_rx,
             &answers_rx,
             &stage_tx,
-            &peer_tx,
+            (1 - me.0, &peer_tx),
             &shown,
         );
     })?;
@@ -270,11 +280,13 @@ fn protocol_loop(
     mut core: PbCore,
     clock: &Instant,
     events: &Receiver<Event>,
-    answers: &Receiver<Input>,
-    stage: &Sender<Action>,
-    peer: &Sender<Bytes>,
+    answers: &Receiver<Done>,
+    stage: &Sender<(Work, Option<u32>)>,
+    (other, peer): (u32, &Sender<Bytes>),
     status: &Mutex<Status>,
 ) {
+    // The stage's state messages go to the other server too.
+    let other = Some(other);
     let now = || clock.elapsed().as_millis() as u64;
     let mut routes = Routes::default();
     let mut role = core.role();
@@ -289,8 +301,8 @@ fn protocol_loop(
                 Ok(Event::Peer { message, .. }) => Input::Peer(message),
                 Err(_) => return,
             },
-            recv(answers) -> answer => match answer {
-                Ok(input) => input,
+            recv(answers) -> done => match done {
+                Ok(done) => Input::Stage(done),
                 Err(_) => return,
             },
             default(Duration::from_millis(wait_ms)) => Input::Tick,
@@ -305,7 +317,8 @@ fn protocol_loop(
                 Action::Send(message) => send_peer(peer, message.to_bytes()),
                 Action::Reply { client, seq, reply } => routes.reply(client, seq, reply),
                 action => {
-                    if stage.send(action).is_err() {
+                    let Some(work) = action.work() else { continue };
+                    if stage.send((work, other)).is_err() {
                         return;
                     }
                 }
@@ -316,52 +329,5 @@ fn protocol_loop(
             role = core.role();
         }
         *status.lock().unwrap_or_else(PoisonError::into_inner) = status_of(&core);
-    }
-}
-
-fn stage_loop<S, M>(
-    mut stage: Stage<S, M>,
-    actions: &Receiver<Action>,
-    answers: &Sender<Input>,
-    peer: &Sender<Bytes>,
-    committed: &Mutex<Committed>,
-) where
-    S: EveService<Request = Bytes>,
-    M: Mixer<Bytes> + Sync,
-{
-    let mut requests = 0u64;
-    while let Ok(action) = actions.recv() {
-        let changes_stable = matches!(
-            action,
-            Action::Commit { .. } | Action::TreeNodes { .. } | Action::Fetch { .. }
-        );
-        if let Action::Commit { seq, .. } = &action
-            && let Some(executed) = stage.executor().pending().find(|e| e.seq == *seq)
-        {
-            requests += executed.outputs.len() as u64;
-        }
-        let Some(work) = action.work() else {
-            continue;
-        };
-        let outputs = stage.apply(work);
-        if changes_stable {
-            let stable = stage.executor().stable();
-            *committed.lock().unwrap_or_else(PoisonError::into_inner) = Committed {
-                seq: stable.seq,
-                requests,
-                root: tagma_wire::Digest(stable.tree.hash().root),
-            };
-        }
-        for out in outputs {
-            match out {
-                StageOutput::Done(done) => {
-                    if answers.send(Input::Stage(done)).is_err() {
-                        warn!("the protocol thread is gone");
-                        return;
-                    }
-                }
-                StageOutput::Send(message) => send_peer(peer, message.to_bytes()),
-            }
-        }
     }
 }

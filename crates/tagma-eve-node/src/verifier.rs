@@ -86,18 +86,8 @@ impl VerifierService {
                 previous,
             }) => (view, seq, token, previous),
             Ok(VerifierRequest::Query { seq }) => {
-                return match self.verification.query(seq) {
-                    Answer::Now(decision) => Some(Bytes::from(decision.encode())),
-                    Answer::Refused => refused,
-                    Answer::Later { seq: batch } => {
-                        self.waiting.push(Waiting {
-                            client: ctx.client,
-                            seq: ctx.seq,
-                            batch,
-                        });
-                        None
-                    }
-                };
+                let answer = self.verification.query(seq);
+                return self.reply(answer, ctx);
             }
             Ok(VerifierRequest::Complain { view }) => {
                 let (answer, decisions) = self.verification.complain(executor, view);
@@ -114,9 +104,17 @@ impl VerifierService {
             previous,
         };
         let (answer, decisions) = self.verification.verify(verify, ctx.timestamp_ms);
-        let reply = match answer {
+        let reply = self.reply(answer, ctx);
+        self.answer(&decisions, late);
+        reply
+    }
+
+    /// The reply to a request answered with `answer`: now, never (refused), or once its
+    /// batch is decided (the request waits).
+    fn reply(&mut self, answer: Answer, ctx: &Context) -> Option<Bytes> {
+        match answer {
             Answer::Now(decision) => Some(Bytes::from(decision.encode())),
-            Answer::Refused => refused,
+            Answer::Refused => Some(Bytes::from_static(REFUSED)),
             Answer::Later { seq: batch } => {
                 self.waiting.push(Waiting {
                     client: ctx.client,
@@ -125,9 +123,7 @@ impl VerifierService {
                 });
                 None
             }
-        };
-        self.answer(&decisions, late);
-        reply
+        }
     }
 }
 

@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, HashSet, VecDeque};
 use bytes::Bytes;
 use tagma_wire::{ClientId, Digest, EveBatch, EveMessage, EveRequest, EveSession, RequestSeq};
 
-use crate::pb::sessions::{Seen, Sessions};
+use crate::pb::sessions::{Admission, Intake, Seen, Sessions};
 use crate::quorum::Resilience;
 use crate::stage::{Done, Work};
 use crate::token::Token;
@@ -164,9 +164,8 @@ pub struct ExecutorCore {
     committed_token: Token,
     next_seq: u64,
     records: BTreeMap<u64, Record>,
-    queue: VecDeque<EveRequest>,
-    /// Requests queued or in a record, by (client, seq).
-    pending: HashSet<(ClientId, RequestSeq)>,
+    /// Requests waiting for a batch, and the keys of those queued or in a record.
+    intake: Intake,
     sessions: Sessions,
     /// Responses of the batches not yet decided, by batch and verifier.
     responses: BTreeMap<u64, BTreeMap<u32, Decision>>,
@@ -208,8 +207,7 @@ impl ExecutorCore {
             committed_token: genesis,
             next_seq: 1,
             records: BTreeMap::new(),
-            queue: VecDeque::new(),
-            pending: HashSet::new(),
+            intake: Intake::default(),
             sessions,
             responses: BTreeMap::new(),
             decided: BTreeMap::new(),
@@ -311,7 +309,7 @@ impl ExecutorCore {
             (self.records.keys().copied()).eq(self.committed + 1..self.next_seq),
             "records cover the batches after the committed one without a gap"
         );
-        debug_assert!(self.queue.len() <= self.cfg.queue_max);
+        debug_assert!(self.intake.queue.len() <= self.cfg.queue_max);
         debug_assert!(self.decided.keys().all(|&s| s > self.committed));
     }
 
@@ -324,33 +322,20 @@ impl ExecutorCore {
     // --------------------------------------------------------------------------------------
 
     fn on_request(&mut self, now_ms: u64, request: EveRequest) {
-        match self.sessions.check(request.client, request.seq) {
-            Seen::Reply(reply) => {
-                self.actions.push_back(Action::Reply {
-                    client: request.client,
-                    seq: request.seq,
-                    reply,
-                });
-                return;
+        let idle = self.intake.queue.is_empty() && self.records.is_empty();
+        let (client, seq) = (request.client, request.seq);
+        match (self.intake).admit(&self.sessions, self.cfg.queue_max, request) {
+            Admission::Reply(reply) => self.actions.push_back(Action::Reply { client, seq, reply }),
+            Admission::Known => {}
+            Admission::Dropped => self.stats.requests_dropped += 1,
+            Admission::Queued => {
+                if idle {
+                    // Work starts waiting now.
+                    self.last_progress_ms = now_ms;
+                }
+                self.propose(now_ms);
             }
-            Seen::Old => return,
-            Seen::New => {}
         }
-        let key = (request.client, request.seq);
-        if self.pending.contains(&key) {
-            return;
-        }
-        if self.queue.len() >= self.cfg.queue_max {
-            self.stats.requests_dropped += 1;
-            return;
-        }
-        if self.queue.is_empty() && self.records.is_empty() {
-            // Work starts waiting now.
-            self.last_progress_ms = now_ms;
-        }
-        self.pending.insert(key);
-        self.queue.push_back(request);
-        self.propose(now_ms);
     }
 
     /// Primary: turns queued requests into batches while the pipeline has room.
@@ -358,16 +343,16 @@ impl ExecutorCore {
         if !self.is_primary() || self.fetch.is_some() {
             return;
         }
-        while !self.queue.is_empty() && self.records.len() < self.cfg.pipeline_max {
+        while !self.intake.queue.is_empty() && self.records.len() < self.cfg.pipeline_max {
             let mut requests = Vec::new();
             while requests.len() < self.cfg.batch_size_max {
-                let Some(request) = self.queue.pop_front() else {
+                let Some(request) = self.intake.queue.pop_front() else {
                     break;
                 };
                 if matches!(self.sessions.check(request.client, request.seq), Seen::New) {
                     requests.push(request);
                 } else {
-                    self.pending.remove(&(request.client, request.seq));
+                    self.intake.pending.remove(&(request.client, request.seq));
                 }
             }
             if requests.is_empty() {
@@ -446,8 +431,10 @@ impl ExecutorCore {
         }
         let keys: HashSet<(ClientId, RequestSeq)> =
             (batch.requests.iter()).map(|r| (r.client, r.seq)).collect();
-        self.queue.retain(|r| !keys.contains(&(r.client, r.seq)));
-        self.pending.extend(keys);
+        self.intake
+            .queue
+            .retain(|r| !keys.contains(&(r.client, r.seq)));
+        self.intake.pending.extend(keys);
         self.take_batch(batch, sequential);
     }
 
@@ -603,7 +590,7 @@ impl ExecutorCore {
         self.last_progress_ms = now_ms;
         self.stats.batches_committed += 1;
         for (request, reply) in record.batch.requests.iter().zip(outputs) {
-            self.pending.remove(&(request.client, request.seq));
+            self.intake.pending.remove(&(request.client, request.seq));
             self.sessions
                 .record(request.client, request.seq, reply.clone(), seq);
             self.actions.push_back(Action::Reply {
@@ -657,10 +644,10 @@ impl ExecutorCore {
         let records = std::mem::take(&mut self.records);
         for record in records.into_values().rev() {
             for request in record.batch.requests.into_iter().rev() {
-                if self.queue.len() < self.cfg.queue_max {
-                    self.queue.push_front(request);
+                if self.intake.queue.len() < self.cfg.queue_max {
+                    self.intake.queue.push_front(request);
                 } else {
-                    self.pending.remove(&(request.client, request.seq));
+                    self.intake.pending.remove(&(request.client, request.seq));
                 }
             }
         }
@@ -737,7 +724,7 @@ impl ExecutorCore {
         {
             self.start_fetch(now_ms);
         }
-        let waiting = !self.queue.is_empty() || !self.records.is_empty();
+        let waiting = !self.intake.queue.is_empty() || !self.records.is_empty();
         let quiet = now_ms.saturating_sub(self.last_progress_ms.max(self.last_complaint_ms));
         if waiting && quiet >= self.cfg.progress_ms {
             self.last_complaint_ms = now_ms;

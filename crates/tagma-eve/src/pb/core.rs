@@ -28,9 +28,9 @@
 //! and for the batches it had already committed, checks the joiner's token against its own
 //! before telling it to commit.
 
-use std::collections::{BTreeMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 
-use super::sessions::{Seen, Sessions};
+use super::sessions::{Admission, Intake, Sessions};
 use crate::stage::{Done, Work};
 use crate::token::TokenProof;
 use bytes::Bytes;
@@ -240,9 +240,8 @@ pub struct PbCore {
     next_seq: u64,
     last_timestamp_ms: u64,
     records: BTreeMap<u64, Record>,
-    queue: VecDeque<EveRequest>,
-    /// Requests queued or in a record, by (client, seq).
-    pending: HashSet<(ClientId, RequestSeq)>,
+    /// Requests waiting for a batch, and the keys of those queued or in a record.
+    intake: Intake,
     sessions: Sessions,
     offer: Option<Offer>,
     /// Since when the primary waits for the backup's token of its oldest uncommitted batch
@@ -271,8 +270,7 @@ impl PbCore {
             next_seq: 1,
             last_timestamp_ms: 0,
             records: BTreeMap::new(),
-            queue: VecDeque::new(),
-            pending: HashSet::new(),
+            intake: Intake::default(),
             sessions,
             offer: None,
             awaiting_since_ms: None,
@@ -359,7 +357,7 @@ impl PbCore {
             (self.records.iter()).all(|(&s, r)| r.committed == (s <= self.committed)),
             "records are committed exactly up to `committed`"
         );
-        debug_assert!(self.queue.len() <= self.cfg.queue_max);
+        debug_assert!(self.intake.queue.len() <= self.cfg.queue_max);
     }
 
     fn send(&mut self, now_ms: u64, message: EveMessage) {
@@ -372,29 +370,13 @@ impl PbCore {
     // --------------------------------------------------------------------------------------
 
     fn on_request(&mut self, now_ms: u64, request: EveRequest) {
-        match self.sessions.check(request.client, request.seq) {
-            Seen::Reply(reply) => {
-                self.actions.push_back(Action::Reply {
-                    client: request.client,
-                    seq: request.seq,
-                    reply,
-                });
-                return;
-            }
-            Seen::Old => return,
-            Seen::New => {}
+        let (client, seq) = (request.client, request.seq);
+        match (self.intake).admit(&self.sessions, self.cfg.queue_max, request) {
+            Admission::Reply(reply) => self.actions.push_back(Action::Reply { client, seq, reply }),
+            Admission::Known => {}
+            Admission::Dropped => self.stats.requests_dropped += 1,
+            Admission::Queued => self.propose(now_ms),
         }
-        let key = (request.client, request.seq);
-        if self.pending.contains(&key) {
-            return;
-        }
-        if self.queue.len() >= self.cfg.queue_max {
-            self.stats.requests_dropped += 1;
-            return;
-        }
-        self.pending.insert(key);
-        self.queue.push_back(request);
-        self.propose(now_ms);
     }
 
     /// Primary: turns queued requests into batches while the pipeline has room.
@@ -402,9 +384,9 @@ impl PbCore {
         if self.role() != Role::Primary {
             return;
         }
-        while !self.queue.is_empty() && self.uncommitted() < self.cfg.pipeline_max {
-            let take = self.queue.len().min(self.cfg.batch_size_max);
-            let requests: Vec<EveRequest> = self.queue.drain(..take).collect();
+        while !self.intake.queue.is_empty() && self.uncommitted() < self.cfg.pipeline_max {
+            let take = self.intake.queue.len().min(self.cfg.batch_size_max);
+            let requests: Vec<EveRequest> = self.intake.queue.drain(..take).collect();
             let seq = self.next_seq;
             self.next_seq += 1;
             self.last_timestamp_ms = self.last_timestamp_ms.max(now_ms);
@@ -509,7 +491,7 @@ impl PbCore {
             checked,
         });
         for (request, reply) in record.batch.requests.iter().zip(outputs) {
-            self.pending.remove(&(request.client, request.seq));
+            self.intake.pending.remove(&(request.client, request.seq));
             self.sessions
                 .record(request.client, request.seq, reply.clone(), seq);
             self.actions.push_back(Action::Reply {

@@ -9,10 +9,10 @@
 //! too: beyond `sessions_max`, the client that committed least recently (then the lowest
 //! id) loses its session, the same one on both servers.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet, VecDeque};
 
 use bytes::Bytes;
-use tagma_wire::{ClientId, EveSession, RequestSeq};
+use tagma_wire::{ClientId, EveRequest, EveSession, RequestSeq};
 
 /// What a request is, for its client's session.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +23,54 @@ pub(crate) enum Seen {
     Old,
     /// Not committed.
     New,
+}
+
+/// What became of a client request a server received.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Admission {
+    /// Committed already: reply with this.
+    Reply(Bytes),
+    /// Committed long ago, or already queued or in a batch: nothing to do.
+    Known,
+    /// The queue is full: dropped (the client retransmits).
+    Dropped,
+    /// Queued for a batch.
+    Queued,
+}
+
+/// The requests waiting for a batch at a server, and the keys of those queued or in a batch
+/// not yet committed.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Intake {
+    pub(crate) queue: VecDeque<EveRequest>,
+    pub(crate) pending: HashSet<(ClientId, RequestSeq)>,
+}
+
+impl Intake {
+    /// Takes `request` in, against the clients' `sessions` and a queue of at most
+    /// `queue_max`.
+    pub(crate) fn admit(
+        &mut self,
+        sessions: &Sessions,
+        queue_max: usize,
+        request: EveRequest,
+    ) -> Admission {
+        match sessions.check(request.client, request.seq) {
+            Seen::Reply(reply) => return Admission::Reply(reply),
+            Seen::Old => return Admission::Known,
+            Seen::New => {}
+        }
+        let key = (request.client, request.seq);
+        if self.pending.contains(&key) {
+            return Admission::Known;
+        }
+        if self.queue.len() >= queue_max {
+            return Admission::Dropped;
+        }
+        self.pending.insert(key);
+        self.queue.push_back(request);
+        Admission::Queued
+    }
 }
 
 #[derive(Clone, Debug, Default)]

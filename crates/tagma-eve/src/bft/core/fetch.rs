@@ -149,7 +149,7 @@ impl ExecutorCore {
         let later = self.records.split_off(&(seq + 1));
         for record in std::mem::take(&mut self.records).into_values() {
             for r in &record.batch.requests {
-                self.pending.remove(&(r.client, r.seq));
+                self.intake.pending.remove(&(r.client, r.seq));
             }
         }
         self.records = later;

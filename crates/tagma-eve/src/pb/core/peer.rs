@@ -101,8 +101,8 @@ impl PbCore {
                     self.joining = true;
                     self.peer_alive = false;
                     self.records.clear();
-                    self.queue.clear();
-                    self.pending.clear();
+                    self.intake.queue.clear();
+                    self.intake.pending.clear();
                     self.committed = seq;
                     self.peer_committed = seq;
                     self.next_seq = seq + 1;
@@ -155,11 +155,13 @@ impl PbCore {
         }
         self.next_seq += 1;
         for request in &batch.requests {
-            self.pending.insert((request.client, request.seq));
+            self.intake.pending.insert((request.client, request.seq));
         }
         let taken: HashSet<(ClientId, RequestSeq)> =
             batch.requests.iter().map(|r| (r.client, r.seq)).collect();
-        self.queue.retain(|r| !taken.contains(&(r.client, r.seq)));
+        self.intake
+            .queue
+            .retain(|r| !taken.contains(&(r.client, r.seq)));
         self.actions.push_back(Action::Execute {
             run: self.run,
             batch: batch.clone(),
