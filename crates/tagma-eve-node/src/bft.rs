@@ -24,7 +24,7 @@ use tagma_eve::bft::{Action, BftConfig, ExecutorCore, ExecutorStats, Input};
 use tagma_eve::verify::{
     Decision, VerifyCodecError, encode_complaint, encode_query, encode_verify,
 };
-use tagma_eve::{EveService, Executor, Mixer, ObjectTree, Resilience, Stage, Token};
+use tagma_eve::{EveService, Mixer, ObjectTree, Resilience, Token};
 use tagma_eve::{Work, stage::Done};
 use tagma_wire::{Encode, ReplicaId};
 use tracing::{debug, info, warn};
@@ -33,7 +33,7 @@ use crate::lies::Lies;
 use crate::links::{Event, send_peer};
 use crate::routes::Routes;
 use crate::server::{EveNodeError, Handle, Listening, listen, thread};
-use crate::stage_thread::stage_loop;
+use crate::stage_thread::start_stage;
 
 /// How an executor reaches the verifiers.
 pub struct VerifierLink {
@@ -126,24 +126,7 @@ where
         initial,
     } = app;
     let genesis = Token::genesis(&initial.hash().root);
-    let executor = Executor::new(
-        service,
-        mixer,
-        eve.threads,
-        initial,
-        eve.pipeline_max + eve.catch_up_max,
-    )?;
-    let stage = Stage::new(executor, eve.tree_query_max);
-    let (work_tx, work_rx) = bounded::<(Work, Option<u32>)>(eve.queue_max);
-    // The stage answers at most once per piece of work: twice the work queue never fills.
-    let (answers_tx, answers_rx) = bounded::<Done>(2 * eve.queue_max + 2);
-    {
-        let peers = peers.clone();
-        let links = links.clone();
-        thread("stage", move || {
-            stage_loop(stage, &work_rx, &answers_tx, &peers, &links.committed, lies);
-        })?;
-    }
+    let (work_tx, answers_rx) = start_stage((service, mixer, initial), &eve, &links, &peers, lies)?;
     // One call per batch in the pipeline, one for a complaint, one to spare.
     let callers = eve.pipeline_max + 2;
     let (calls_tx, calls_rx) = bounded::<Call>(eve.queue_max);

@@ -10,8 +10,8 @@ use crossbeam_channel::{Receiver, Sender, bounded, select};
 use tagma_config::ValidConfig;
 use tagma_crypto::IdentityKey;
 use tagma_eve::pb::{Action, Input, PbConfig, PbCore, PbStats, Role};
-use tagma_eve::{Done, Stage, Work};
-use tagma_eve::{EveService, Executor, Mixer, ObjectTree};
+use tagma_eve::{Done, Work};
+use tagma_eve::{EveService, Mixer, ObjectTree};
 use tagma_net::NetLimits;
 use tagma_node::auth::RequestVerifier;
 use tagma_wire::{Encode, ReplicaId};
@@ -21,7 +21,7 @@ use tracing::info;
 use crate::lies::Lies;
 use crate::links::{Committed, Event, Links, accept_loop, peer_writer, send_peer};
 use crate::routes::Routes;
-use crate::stage_thread::stage_loop;
+use crate::stage_thread::start_stage;
 
 #[derive(Debug, Error)]
 pub enum EveNodeError {
@@ -137,33 +137,13 @@ where
         peers,
     } = listen(cfg, me, key, info.addr)?;
     let peer_tx = peers[1 - me.0 as usize].clone().expect("the other server");
-    let executor = Executor::new(
-        service,
-        mixer,
-        eve.threads,
-        initial,
-        eve.pipeline_max + eve.catch_up_max,
+    let (stage_tx, answers_rx) = start_stage(
+        (service, mixer, initial),
+        &eve,
+        &links,
+        &peers,
+        Lies::default(),
     )?;
-    let stage = Stage::new(executor, eve.tree_query_max);
-    let (stage_tx, stage_rx) = bounded::<(Work, Option<u32>)>(eve.queue_max);
-    // The stage answers at most once per piece of work: twice the work queue never fills,
-    // so the two threads cannot wait on each other.
-    let (answers_tx, answers_rx) = bounded::<Done>(2 * eve.queue_max + 2);
-    {
-        let peers = peers.clone();
-        let links = links.clone();
-        thread("stage", move || {
-            let none = Lies::default();
-            stage_loop(
-                stage,
-                &stage_rx,
-                &answers_tx,
-                &peers,
-                &links.committed,
-                none,
-            );
-        })?;
-    }
     let pb = PbConfig {
         me: me.0 as u8,
         batch_size_max: eve.batch_size_max,

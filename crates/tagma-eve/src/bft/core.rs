@@ -137,8 +137,8 @@ struct Record {
 struct Fetch {
     donor: u32,
     since_ms: u64,
-    /// The offer being fetched: its batch and sessions.
-    offered: Option<(u64, Vec<EveSession>)>,
+    /// The offer being fetched: its batch, decided token and sessions.
+    offered: Option<(u64, Token, Vec<EveSession>)>,
     /// An offer of a batch whose decided token this executor does not know yet: it asked
     /// the verifiers.
     unchecked: Option<Offer>,
@@ -422,6 +422,11 @@ impl ExecutorCore {
             };
             self.future.push_back((from, message));
             self.heard_of_view(view);
+            return;
+        }
+        if batch.requests.len() > self.cfg.batch_size_max {
+            // Beyond the configured bound: no correct primary sends it. Nothing is executed
+            // or verified, so the view makes no progress and the executors complain.
             return;
         }
         if view < self.view || batch.seq != self.next_seq {

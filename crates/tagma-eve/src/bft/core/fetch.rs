@@ -116,7 +116,7 @@ impl ExecutorCore {
         }
         let offer = fetch.unchecked.take().expect("checked above");
         let donor = fetch.donor;
-        fetch.offered = Some((offer.seq, offer.sessions));
+        fetch.offered = Some((offer.seq, *decided, offer.sessions));
         self.work(
             Work::Fetch {
                 seq: offer.seq,
@@ -132,13 +132,14 @@ impl ExecutorCore {
         let Some(fetch) = self.fetch.take() else {
             return;
         };
-        let Some((offered, sessions)) = fetch.offered else {
+        let Some((offered, token, sessions)) = fetch.offered else {
             return;
         };
         if offered != seq {
             return;
         }
-        let token = self.decided[&seq];
+        // The token decided for the batch when the offer was taken (the decisions kept may
+        // have moved on since).
         self.committed = seq;
         self.committed_token = token;
         self.last_progress_ms = now_ms;
