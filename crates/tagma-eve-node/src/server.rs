@@ -296,8 +296,7 @@ fn protocol_loop(
             match action {
                 Action::Send(message) => send_peer(peer, message.to_bytes()),
                 Action::Reply { client, seq, reply } => routes.reply(client, seq, reply),
-                action => {
-                    let Some(work) = action.work() else { continue };
+                Action::Stage(work) => {
                     if stage.send((work, other)).is_err() {
                         return;
                     }

@@ -25,8 +25,14 @@ pub enum Work {
         batch: EveBatch,
         sequential: bool,
     },
-    /// The oldest executed batch committed with this token.
-    Commit { seq: u64, token: Digest },
+    /// The oldest executed batch committed with this token; `checked`: another server's
+    /// token (or the verifiers' decision) confirmed it, or it ran in order — otherwise it is
+    /// one server's parallel run that nothing compared (the stage commits it all the same).
+    Commit {
+        seq: u64,
+        token: Digest,
+        checked: bool,
+    },
     /// Discard every executed batch not committed.
     Rollback,
     /// Take the committed state as the one served to a fetching server (answered with
@@ -133,7 +139,7 @@ where
                 batch,
                 sequential,
             } => self.execute(run, batch, sequential),
-            Work::Commit { seq, token } => {
+            Work::Commit { seq, token, .. } => {
                 // The core commits only what it saw this executor execute with this token.
                 self.executor
                     .commit(seq, Token(token.0))

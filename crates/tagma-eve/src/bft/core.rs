@@ -587,6 +587,7 @@ impl ExecutorCore {
             Work::Commit {
                 seq,
                 token: Digest(token.0),
+                checked: true,
             },
             None,
         );

@@ -32,12 +32,8 @@ use std::collections::{BTreeMap, VecDeque};
 
 use super::sessions::{Admission, Intake, Sessions};
 use crate::stage::{Done, Work};
-use crate::token::TokenProof;
 use bytes::Bytes;
-use tagma_wire::{
-    ClientId, Digest, EveBatch, EveMessage, EveRequest, EveSession, RequestSeq, TreeNode,
-    TreePrefix,
-};
+use tagma_wire::{ClientId, Digest, EveBatch, EveMessage, EveRequest, EveSession, RequestSeq};
 
 /// Settings of a server.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -96,82 +92,17 @@ pub enum Input {
 pub enum Action {
     /// Send a message to the other server.
     Send(EveMessage),
-    /// Execute the next batch (for the stage).
-    Execute {
-        run: u32,
-        batch: EveBatch,
-        sequential: bool,
-    },
-    /// The oldest executed batch committed with this token (for the stage). `checked`:
-    /// the other server's token matched, or the batch ran in order; otherwise it is one
-    /// server's parallel run that nothing compared (a backup taking over commits what it
-    /// executed: the primary may have committed it).
-    Commit {
-        seq: u64,
-        token: Digest,
-        checked: bool,
-    },
-    /// Discard every executed batch not committed (for the stage).
-    Rollback,
     /// Reply to a client.
     Reply {
         client: ClientId,
         seq: RequestSeq,
         reply: Bytes,
     },
-    /// Take the committed state as the one served to a joining server (for the stage,
-    /// which answers with [`Done::Snapshot`]).
-    TakeSnapshot,
-    /// Describe these nodes of the served state (for the stage, which sends TREE-NODES).
-    AnswerTreeQuery { seq: u64, prefixes: Vec<TreePrefix> },
-    /// Fetch the state offered (for the stage, which sends TREE-QUERYs and answers
-    /// [`Done::Installed`] or [`Done::FetchFailed`]).
-    Fetch {
-        seq: u64,
-        token: Digest,
-        root: Digest,
-        proof: Option<TokenProof>,
-    },
-    /// Nodes the donor sent, for the fetch under way (for the stage).
-    TreeNodes {
-        seq: u64,
-        nodes: Vec<(TreePrefix, TreeNode)>,
-    },
-}
-
-impl Action {
-    /// The stage's part of this action, if it has one (messages and replies are the
-    /// driver's).
-    pub fn work(&self) -> Option<Work> {
-        Some(match self.clone() {
-            Action::Send(_) | Action::Reply { .. } => return None,
-            Action::Execute {
-                run,
-                batch,
-                sequential,
-            } => Work::Execute {
-                run,
-                batch,
-                sequential,
-            },
-            Action::Commit { seq, token, .. } => Work::Commit { seq, token },
-            Action::Rollback => Work::Rollback,
-            Action::TakeSnapshot => Work::TakeSnapshot,
-            Action::AnswerTreeQuery { seq, prefixes } => Work::AnswerTreeQuery { seq, prefixes },
-            Action::Fetch {
-                seq,
-                token,
-                root,
-                proof,
-            } => Work::Fetch {
-                seq,
-                token,
-                root,
-                proof,
-            },
-            Action::TreeNodes { seq, nodes } => Work::TreeNodes { seq, nodes },
-        })
-    }
+    /// Work for the stage: executing batches, committing (`checked` says whether the other
+    /// server's token confirmed the batch: a backup taking over commits what it executed,
+    /// which nothing compared if it ran in parallel), rolling back, serving and fetching the
+    /// state.
+    Stage(Work),
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -193,7 +124,7 @@ pub struct PbStats {
     pub joins_served: u64,
     /// Client requests dropped because the queue was full.
     pub requests_dropped: u64,
-    /// Batches committed from a parallel run nothing compared (see [`Action::Commit`]).
+    /// Batches committed from a parallel run nothing compared (see [`Action::Stage`]).
     pub unchecked_commits: u64,
 }
 
@@ -311,6 +242,10 @@ impl PbCore {
         self.stats
     }
 
+    fn work(&mut self, work: Work) {
+        self.actions.push_back(Action::Stage(work));
+    }
+
     pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
@@ -408,7 +343,7 @@ impl PbCore {
                     sequential,
                 },
             );
-            self.actions.push_back(Action::Execute {
+            self.work(Work::Execute {
                 run: self.run,
                 batch: batch.clone(),
                 sequential,
@@ -485,11 +420,11 @@ impl PbCore {
         if !checked {
             self.stats.unchecked_commits += 1;
         }
-        self.actions.push_back(Action::Commit {
+        self.actions.push_back(Action::Stage(Work::Commit {
             seq,
             token,
             checked,
-        });
+        }));
         for (request, reply) in record.batch.requests.iter().zip(outputs) {
             self.intake.pending.remove(&(request.client, request.seq));
             self.sessions
@@ -582,7 +517,7 @@ impl PbCore {
         self.stats.rollbacks += 1;
         self.run += 1;
         let (view, run) = (self.view, self.run);
-        self.actions.push_back(Action::Rollback);
+        self.work(Work::Rollback);
         self.send(now_ms, EveMessage::Rollback { view, run, seq });
         self.execute_again(seq, false);
     }
@@ -595,11 +530,11 @@ impl PbCore {
             record.mine = None;
             record.theirs = None;
             record.sequential = all_in_order || seq == first;
-            self.actions.push_back(Action::Execute {
+            self.actions.push_back(Action::Stage(Work::Execute {
                 run: self.run,
                 batch: record.batch.clone(),
                 sequential: record.sequential,
-            });
+            }));
         }
     }
 
@@ -618,7 +553,7 @@ impl PbCore {
         if let Some(first) = unchecked {
             let first = first.min(self.committed + 1);
             self.run += 1;
-            self.actions.push_back(Action::Rollback);
+            self.work(Work::Rollback);
             self.execute_again(first, true);
         }
         self.settle(now_ms);

@@ -18,7 +18,7 @@ use super::{Action, Input, PbConfig, PbCore};
 use crate::executor::{Executor, MissedConflicts, run_in_order};
 use crate::mixer::{Access, Mixer};
 use crate::service::EveService;
-use crate::stage::{Stage, StageOutput};
+use crate::stage::{Stage, StageOutput, Work};
 use crate::tree::{ObjectId, ObjectTree};
 use crate::{Batch, NonDeterminism, RequestContext};
 
@@ -300,10 +300,10 @@ impl Pair {
                     self.transmit(1 - me, m.clone(), delay());
                 }
                 Action::Reply { client, seq, reply } => self.reply(*client, *seq, reply.clone()),
-                Action::Execute { batch, .. } => {
+                Action::Stage(Work::Execute { batch, .. }) => {
                     self.executed[me].insert(batch.seq, batch.clone());
                 }
-                Action::Commit { seq, checked, .. } => {
+                Action::Stage(Work::Commit { seq, checked, .. }) => {
                     let (seq, checked) = (*seq, *checked);
                     self.note(|| format!("server {me} commits batch {seq} (checked: {checked})"));
                     self.record_commit(me, seq);
@@ -313,14 +313,15 @@ impl Pair {
                 }
                 _ => {}
             }
-            let unchecked_commit = match &action {
-                Action::Commit { seq, checked, .. } => (!checked).then_some(*seq),
+            let Action::Stage(work) = action else {
+                continue;
+            };
+            let unchecked_commit = match &work {
+                Work::Commit { seq, checked, .. } => (!checked).then_some(*seq),
                 _ => None,
             };
             let server = self.servers[me].as_mut().expect("checked above");
-            let outputs = (action.work())
-                .map(|work| server.stage.apply(work))
-                .unwrap_or_default();
+            let outputs = server.stage.apply(work);
             if let Some(seq) = unchecked_commit {
                 // What one server's unchecked parallel run left: the checks go on from it.
                 let tree = server.stage.executor().stable().tree.clone();

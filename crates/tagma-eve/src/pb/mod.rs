@@ -16,7 +16,7 @@
 //! - `sessions`: the replies kept per client, for exactly-once answers across takeovers.
 //!
 //! A server's state lives in a [`Stage`](crate::Stage), which carries out the core's
-//! execution and state-transfer actions ([`Action::work`]).
+//! execution and state-transfer work ([`Action::Stage`]).
 //!
 //! Two servers cannot tell a crashed peer from a cut link: if the link between them fails
 //! while both run, each serves alone until the other's messages reach it again (a server

@@ -4,7 +4,8 @@
 
 use tagma_wire::{Digest, EveBatch, EveMessage};
 
-use super::{Action, Offer, PbCore, Role};
+use super::{Offer, PbCore, Role};
+use crate::stage::Work;
 use crate::token::TokenProof;
 
 impl PbCore {
@@ -51,7 +52,7 @@ impl PbCore {
             seq: None,
             sessions,
         });
-        self.actions.push_back(Action::TakeSnapshot);
+        self.work(Work::TakeSnapshot);
     }
 
     pub(super) fn on_snapshot(

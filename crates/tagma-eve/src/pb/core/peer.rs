@@ -5,7 +5,8 @@ use std::collections::HashSet;
 
 use tagma_wire::{ClientId, EveBatch, EveMessage, RequestSeq};
 
-use super::{Action, PbCore, Record, Role};
+use super::{PbCore, Record, Role};
+use crate::stage::Work;
 use crate::token::TokenProof;
 
 impl PbCore {
@@ -78,7 +79,7 @@ impl PbCore {
             EveMessage::Rollback { view, run, seq } => {
                 if view == self.view && self.role() == Role::Backup && run > self.run {
                     self.run = run;
-                    self.actions.push_back(Action::Rollback);
+                    self.work(Work::Rollback);
                     // Every uncommitted batch runs again: the executor keeps only
                     // committed ones.
                     debug_assert!(seq > self.committed, "commits come before a rollback");
@@ -107,8 +108,8 @@ impl PbCore {
                     self.peer_committed = seq;
                     self.next_seq = seq + 1;
                     self.sessions.import(sessions);
-                    self.actions.push_back(Action::Rollback);
-                    self.actions.push_back(Action::Fetch {
+                    self.work(Work::Rollback);
+                    self.work(Work::Fetch {
                         seq,
                         token,
                         root,
@@ -118,13 +119,12 @@ impl PbCore {
             }
             EveMessage::TreeQuery { seq, prefixes } => {
                 if self.role() == Role::Primary {
-                    self.actions
-                        .push_back(Action::AnswerTreeQuery { seq, prefixes });
+                    self.work(Work::AnswerTreeQuery { seq, prefixes });
                 }
             }
             EveMessage::TreeNodes { seq, nodes } => {
                 if self.joining {
-                    self.actions.push_back(Action::TreeNodes { seq, nodes });
+                    self.work(Work::TreeNodes { seq, nodes });
                 }
             }
             EveMessage::Joined { view, seq } => self.on_joined(now_ms, view, seq),
@@ -162,7 +162,7 @@ impl PbCore {
         self.intake
             .queue
             .retain(|r| !taken.contains(&(r.client, r.seq)));
-        self.actions.push_back(Action::Execute {
+        self.work(Work::Execute {
             run: self.run,
             batch: batch.clone(),
             sequential,
