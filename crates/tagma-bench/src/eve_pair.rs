@@ -173,7 +173,7 @@ pub struct PairReport {
     pub takeover_timeout_ms: u64,
     /// The killed server restarted, fetched the state and became the backup (BFT: fetched
     /// the committed state and went on executing).
-    pub rejoined_as_backup: bool,
+    pub restarted_caught_up: bool,
     /// The server that took over was killed in turn, leaving the restarted one alone.
     pub second_crash: bool,
     /// BFT: the executors that lie, and what about.
@@ -193,7 +193,7 @@ impl PairReport {
             && self.lost_acknowledged_ops == 0
             && self.duplicated_ops == 0
             && self.state_digests_equal
-            && (self.events.is_empty() || (self.takeover_ms.is_some() && self.rejoined_as_backup))
+            && (self.events.is_empty() || (self.takeover_ms.is_some() && self.restarted_caught_up))
     }
 
     pub fn table(&self) -> String {
@@ -221,7 +221,7 @@ impl PairReport {
         if !self.events.is_empty() {
             out.push_str(&format!(
                 "restarted server fetched the state and followed: {}\n",
-                self.rejoined_as_backup
+                self.restarted_caught_up
             ));
         }
         for liar in &self.liars {
@@ -411,7 +411,7 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
         state_digests_equal: digests_equal(&states),
         takeover_ms: opts.crash.and(failover),
         takeover_timeout_ms: takeover_ms,
-        rejoined_as_backup: rejoined,
+        restarted_caught_up: rejoined,
         second_crash,
         liars: (opts.liars.iter())
             .map(|(i, what)| format!("executor {i} lies: {what}"))

@@ -48,7 +48,7 @@ fn a_killed_primary_is_taken_over_within_a_second_and_comes_back_by_fetching_the
         (400.0..=1000.0).contains(&takeover_ms),
         "takeover after {takeover_ms} ms with a 500 ms timeout: {report}"
     );
-    assert_eq!(report["rejoined_as_backup"], true, "{report}");
+    assert_eq!(report["restarted_caught_up"], true, "{report}");
     assert_eq!(report["second_crash"], true, "{report}");
     assert_eq!(report["events"].as_array().unwrap().len(), 3, "{report}");
 }
@@ -130,7 +130,7 @@ fn the_bft_deployment_serves_across_processes_and_survives_its_primary_killed() 
     ]);
     assert_nothing_lost(&report);
     assert!(report["takeover_ms"].as_f64().is_some(), "{report}");
-    assert_eq!(report["rejoined_as_backup"], true, "{report}");
+    assert_eq!(report["restarted_caught_up"], true, "{report}");
     assert_eq!(report["second_crash"], true, "{report}");
     assert!(
         report["deployment"].as_str().unwrap().starts_with("bft"),
@@ -200,7 +200,7 @@ fn lying_executors_across_processes_are_outvoted_and_their_forged_state_refused(
         "--json",
     ]);
     assert_nothing_lost(&report);
-    assert_eq!(report["rejoined_as_backup"], true, "{report}");
+    assert_eq!(report["restarted_caught_up"], true, "{report}");
     assert!(
         report["forged_states_refused"].as_u64().unwrap() > 0,
         "{report}"
