@@ -177,24 +177,35 @@ pub fn run(args: ChaosArgs) -> Result<()> {
     print_verdict(args.json, &report, report.table(), report.passed())
 }
 
-/// `tagma chaos --mode eve --scenario primary-crash`.
-fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
+/// The run of an execute-verify crash plan (primary killed, restarted, the next one
+/// killed) with the timing of `opts`.
+fn crash_run(
+    opts: &ChaosOptions,
+    threads: usize,
+    bft: Option<(usize, usize)>,
+    liars: Vec<(usize, String)>,
+) -> Result<tagma_bench::eve_pair::PairRunOptions> {
     if opts.clients == 0 {
         bail!("--clients must be at least 1");
     }
-    let run = tagma_bench::eve_pair::PairRunOptions {
+    Ok(tagma_bench::eve_pair::PairRunOptions {
         clients: opts.clients,
         before_s: opts.before.as_secs_f64(),
         crash: Some(tagma_bench::eve_pair::CrashTimes {
             down_s: opts.down.as_secs_f64(),
             after_s: opts.after.as_secs_f64(),
         }),
-        threads: 2,
+        threads,
         takeover_ms: 500,
-        bft: args.bft.then_some((1, 1)),
-        liars: Vec::new(),
+        bft,
+        liars,
         keep: false,
-    };
+    })
+}
+
+/// `tagma chaos --mode eve --scenario primary-crash`.
+fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
+    let run = crash_run(opts, 2, args.bft.then_some((1, 1)), Vec::new())?;
     if !args.json {
         eprintln!(
             "killing the primary of an execute-verify {} under load…",
@@ -213,23 +224,9 @@ fn primary_crash(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
 
 /// `tagma chaos --mode eve --scenario lying-executor --processes`.
 fn lying_processes(args: &ChaosArgs, opts: &ChaosOptions) -> Result<()> {
-    if opts.clients == 0 {
-        bail!("--clients must be at least 1");
-    }
-    let run = tagma_bench::eve_pair::PairRunOptions {
-        clients: opts.clients,
-        before_s: opts.before.as_secs_f64(),
-        crash: Some(tagma_bench::eve_pair::CrashTimes {
-            down_s: opts.down.as_secs_f64(),
-            after_s: opts.after.as_secs_f64(),
-        }),
-        threads: 1,
-        takeover_ms: 500,
-        bft: Some((2, 2)),
-        // Executor 0, restarted, asks executor 1 for the state first.
-        liars: vec![(1, "state".into()), (4, "tokens,replies".into())],
-        keep: false,
-    };
+    // Executor 0, restarted, asks executor 1 for the state first.
+    let liars = vec![(1, "state".into()), (4, "tokens,replies".into())];
+    let run = crash_run(opts, 1, Some((2, 2)), liars)?;
     if !args.json {
         eprintln!(
             "five executors (two lying) and seven verifiers under load; executor 0 killed, \
