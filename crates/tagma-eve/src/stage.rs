@@ -105,6 +105,9 @@ pub struct Stage<S: EveService<Request = Bytes>, M> {
     fetching: Option<Fetching>,
     /// Objects and bytes fetched by the last completed fetch.
     last_fetch: (usize, usize),
+    /// Parallel batches whose threads' accesses conflicted (the mixer missed it), and of
+    /// those the ones the executor ran again in order.
+    conflicts: (u64, u64),
 }
 
 impl<S, M> Stage<S, M>
@@ -119,6 +122,7 @@ where
             served: None,
             fetching: None,
             last_fetch: (0, 0),
+            conflicts: (0, 0),
         }
     }
 
@@ -129,6 +133,12 @@ where
     /// Objects and value bytes the last completed fetch brought.
     pub fn last_fetch(&self) -> (usize, usize) {
         self.last_fetch
+    }
+
+    /// Parallel batches whose threads' accesses conflicted (conflicts the mixer missed), and
+    /// of those the ones run again in order before the token, since the start.
+    pub fn missed_conflicts(&self) -> (u64, u64) {
+        self.conflicts
     }
 
     /// Carries out `work`.
@@ -208,12 +218,16 @@ where
             Execution::Parallel
         };
         match self.executor.execute(&batch, execution) {
-            Ok(executed) => vec![StageOutput::Done(Done::Executed {
-                run,
-                seq: executed.seq,
-                token: Digest(executed.token.0),
-                outputs: executed.outputs.clone(),
-            })],
+            Ok(executed) => {
+                self.conflicts.0 += executed.missed_conflicts as u64;
+                self.conflicts.1 += executed.reruns as u64;
+                vec![StageOutput::Done(Done::Executed {
+                    run,
+                    seq: executed.seq,
+                    token: Digest(executed.token.0),
+                    outputs: executed.outputs.clone(),
+                })]
+            }
             // A batch of a run rolled back since, or already replaced by a fetched state:
             // the core ignores its outcome anyway.
             Err(_) => Vec::new(),

@@ -42,7 +42,9 @@ pub struct ChaosArgs {
     /// time to catch up). With --mode eve: primary-crash (a pair of real processes; the
     /// primary is killed, later the new one too); lying-executor and racy-service (the
     /// deterministic BFT deployment for --before-s + --down-s + --after-s of virtual time:
-    /// lies sent and refused, races manifested, detected and repaired).
+    /// lies sent and refused; races manifested, detected, repaired and undetected, for an
+    /// injected divergence and for a real race with verification alone, with the extra
+    /// protection mode and with the executors' access check).
     #[arg(long, value_enum)]
     pub scenario: Scenario,
     /// The load: counters of the key-value service, or the coordination service's items
@@ -73,6 +75,11 @@ pub struct ChaosArgs {
     /// Seconds of load after recovery.
     #[arg(long, default_value_t = 2.0)]
     pub after_s: f64,
+    /// racy-service: the real race's window between the counter's read and its write, in
+    /// microseconds of CPU work. Longer windows make the race show alike on every executor
+    /// more often (which no comparison of executions can see).
+    #[arg(long, default_value_t = 20)]
+    pub race_window_us: u64,
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -127,7 +134,11 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             return lying_processes(&args, &opts);
         }
         let load_ms = (opts.before + opts.down + opts.after).as_millis() as u64;
-        let report = crate::chaos_eve::run(args.scenario, load_ms.max(1_000), 1);
+        if args.scenario == Scenario::RacyService {
+            let report = crate::chaos_eve_race::run(load_ms.max(1_000), args.race_window_us, 1);
+            return print_verdict(args.json, &report, report.table(), report.passed());
+        }
+        let report = crate::chaos_eve::run(load_ms.max(1_000), 1);
         return print_verdict(args.json, &report, report.table(), report.passed());
     }
     if args.bft && args.scenario != Scenario::PrimaryCrash {

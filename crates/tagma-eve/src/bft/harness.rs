@@ -7,6 +7,14 @@
 //! executors (wrong tokens, wrong replies, wrong state nodes), lying verifiers (all telling
 //! the same lie), executors whose parallel runs diverge as a race would, and crashes.
 //!
+//! Races can also be real: with a counter window, some clients increment the racy
+//! counter ([`COUNTER_KEY`]), whose read-modify-write races on each executor's threads.
+//! Such a run depends on the threads' timing, so it is not reproducible; the deployment
+//! runs every parallel batch again in order from the same state and counts the races that
+//! showed (the two runs' tokens differ), were caught (the verifiers committed another
+//! token or rolled the batch back) or committed unseen (the verifiers committed the racy
+//! token: the race showed alike on a quorum of executors).
+//!
 //! It records every committed batch and every accepted reply and checks them: each batch
 //! number commits one batch at every correct executor, and the committed batches run in
 //! order from the start give the replies the clients accepted and each correct executor's
@@ -19,10 +27,11 @@ use tagma_wire::{ClientId, EveBatch, EveMessage, EveRequest, RequestSeq, TreeNod
 
 use super::{Action, BftConfig, ExecutorCore, Input};
 use crate::executor::{Executor, MissedConflicts};
-use crate::pb::harness::{KeyMixer, Kv, run_committed};
+use crate::pb::harness::{COUNTER_KEY, KeyMixer, Kv, run_committed};
 use crate::quorum::Resilience;
 use crate::stage::{Stage, StageOutput, Work};
-use crate::token::Token;
+use crate::token::outputs_digest;
+use crate::token::{Token, TokenProof};
 use crate::tree::ObjectTree;
 use crate::verify::{Answer, Decision, Protection, Verification, Verify};
 
@@ -62,6 +71,12 @@ pub struct BftSetup {
     pub lying_verifiers: u32,
     /// The verifiers' extra protection mode.
     pub protection: Option<Protection>,
+    /// With a window (spin iterations between the read and the write), the first
+    /// `counter_clients` clients increment the racy counter instead of writing keys.
+    pub counter_window: Option<u64>,
+    pub counter_clients: u32,
+    /// What executors do about the conflicts they see in their threads' accesses.
+    pub missed_conflicts: MissedConflicts,
     pub seed: u64,
 }
 
@@ -81,6 +96,9 @@ impl BftSetup {
             racy: Vec::new(),
             lying_verifiers: 0,
             protection: None,
+            counter_window: None,
+            counter_clients: 2,
+            missed_conflicts: MissedConflicts::Verify,
             seed: 1,
         }
     }
@@ -123,6 +141,46 @@ struct Client {
     done: u64,
 }
 
+/// What became of a race that showed on an executor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Fate {
+    /// Its batch is not decided yet.
+    Pending,
+    /// The verifiers committed another token, or rolled the batch back.
+    Caught,
+    /// The verifiers committed its token.
+    Committed,
+}
+
+/// An executor's parallel run of a batch whose token differs from the batch's run in order
+/// from the same state.
+struct Race {
+    executor: u32,
+    seq: u64,
+    token: Token,
+    fate: Fate,
+}
+
+/// What races did on the correct executors, counted in batches, as the deployment saw
+/// them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Races {
+    /// Batches that some executor ran in parallel with another token than the batch's run
+    /// in order from the same state.
+    pub manifested: u64,
+    /// Of those, the ones where the verifiers committed none of the racy tokens (they
+    /// committed another or rolled the batch back).
+    pub detected: u64,
+    /// Of those manifested, the ones where the verifiers committed a racy token: the race
+    /// showed alike on a quorum of executors.
+    pub undetected: u64,
+    /// Detected batches whose racy executors have all since committed the batch or a later
+    /// one (they reached the committed state again).
+    pub repaired: u64,
+    /// Batches whose fate is not decided yet.
+    pub pending: u64,
+}
+
 /// What lies and divergences did, and what the deployment made of them.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Divergences {
@@ -159,6 +217,10 @@ pub struct Deployment {
     decided: BTreeMap<u64, Token>,
     /// Where each correct executor diverged: (executor, batch).
     diverged: Vec<(u32, u64)>,
+    /// The token of each batch a correct executor runs in parallel, run in order from the
+    /// same state: (executor, seq) → token.
+    in_order: BTreeMap<(u32, u64), Token>,
+    races: Vec<Race>,
     pub divergences: Divergences,
     /// Clients send no new requests (they still resend unanswered ones).
     pub quiet: bool,
@@ -204,6 +266,8 @@ impl Deployment {
             tokens: BTreeMap::new(),
             decided: BTreeMap::new(),
             diverged: Vec::new(),
+            in_order: BTreeMap::new(),
+            races: Vec::new(),
             quiet: false,
             divergences: Divergences::default(),
             violations: Vec::new(),
@@ -214,12 +278,12 @@ impl Deployment {
             let behaviour =
                 (d.setup.behaviours.get(me as usize).copied()).unwrap_or(Behaviour::Correct);
             let service = Kv {
-                me: me as u8,
-                diverge: d.setup.racy.contains(&me),
+                window: d.setup.counter_window.unwrap_or(0),
+                ..Kv::new(me as u8, d.setup.racy.contains(&me))
             };
             let executor = Executor::new(service, KeyMixer, 2, ObjectTree::new(), 4_000)
                 .expect("two threads")
-                .with_missed_conflicts(MissedConflicts::Verify);
+                .with_missed_conflicts(d.setup.missed_conflicts);
             let cfg = BftConfig {
                 batch_size_max: d.setup.batch_size_max,
                 pipeline_max: d.setup.pipeline_max,
@@ -311,6 +375,19 @@ impl Deployment {
                 }
                 Action::Verify(mut verify) => {
                     self.tokens.insert((me, verify.seq), verify.token);
+                    if let Some(in_order) = self.in_order.remove(&(me, verify.seq))
+                        && in_order != verify.token
+                    {
+                        self.note(|| {
+                            format!("a race shows on executor {me} at batch {}", verify.seq)
+                        });
+                        self.races.push(Race {
+                            executor: me,
+                            seq: verify.seq,
+                            token: verify.token,
+                            fate: Fate::Pending,
+                        });
+                    }
                     if behaviour == Behaviour::WrongTokens {
                         verify.token = lie(verify.token);
                         self.divergences.lies_sent += 1;
@@ -355,9 +432,26 @@ impl Deployment {
 
     fn work(&mut self, me: u32, work: Work, peer: Option<u32>, behaviour: Behaviour) {
         match &work {
-            Work::Execute { batch, .. } => {
+            Work::Execute {
+                batch, sequential, ..
+            } => {
                 let node = self.nodes[me as usize].as_mut().expect("running");
                 node.executed.insert(batch.seq, batch.clone());
+                let executor = node.stage.executor();
+                if !sequential
+                    && behaviour == Behaviour::Correct
+                    && batch.seq == executor.next_seq()
+                {
+                    let mut tree = executor.state().clone();
+                    let previous = executor.last_token();
+                    let outputs = run_committed(&mut tree, batch);
+                    let proof = TokenProof {
+                        outputs: outputs_digest(&outputs),
+                        previous,
+                    };
+                    let token = Token::of(batch.seq, &tree.hash().root, Some(&proof));
+                    self.in_order.insert((me, batch.seq), token);
+                }
             }
             Work::Commit { seq, .. } => {
                 let seq = *seq;
@@ -480,12 +574,30 @@ impl Deployment {
             .filter(|((_, s), _)| *s == seq)
             .map(|((e, _), t)| (*e, *t))
             .collect();
+        for race in &mut self.races {
+            if race.fate == Fate::Pending && race.seq == seq {
+                race.fate = if race.token == token {
+                    Fate::Committed
+                } else {
+                    Fate::Caught
+                };
+            }
+        }
         for (executor, mine) in judged {
             self.tokens.remove(&(executor, seq));
             if mine != token && self.is_correct(executor) {
                 self.divergences.manifested += 1;
                 self.diverged.push((executor, seq));
                 self.note(|| format!("executor {executor} diverged at batch {seq}"));
+            }
+        }
+    }
+
+    /// Batches from `seq` on are run again: the races pending there are caught.
+    fn rolled_back(&mut self, seq: u64) {
+        for race in &mut self.races {
+            if race.fate == Fate::Pending && race.seq >= seq {
+                race.fate = Fate::Caught;
             }
         }
     }
@@ -520,15 +632,22 @@ impl Deployment {
                 self.divergences.rollbacks += 1;
                 // Tokens of the rolled-back run are not judged: every executor runs again.
                 self.tokens.retain(|(_, s), _| *s < seq);
+                self.rolled_back(seq);
                 self.note(|| format!("the verifiers roll batch {seq} back into view {view}"));
             }
             self.respond(decision, &all);
         }
     }
 
-    fn request(c: &Client) -> EveRequest {
+    fn request(&self, c: &Client) -> EveRequest {
         let key = (c.id.0 as u8).wrapping_mul(7).wrapping_add(c.seq as u8) % 32;
-        let mut payload = vec![key];
+        let instance = c.id.0 as u32;
+        let mut payload =
+            if self.setup.counter_window.is_some() && instance < self.setup.counter_clients {
+                vec![COUNTER_KEY, 1 + key]
+            } else {
+                vec![key]
+            };
         payload.extend_from_slice(format!("{}:{}", c.id.0, c.seq).as_bytes());
         EveRequest {
             client: c.id,
@@ -552,7 +671,7 @@ impl Deployment {
                 self.clients[i].answered = false;
             }
             self.clients[i].sent_ms = self.now_ms;
-            let request = Self::request(&self.clients[i]);
+            let request = self.request(&self.clients[i]);
             for to in 0..n {
                 self.send(u32::MAX, to, Input::Request(request.clone()));
             }
@@ -572,6 +691,7 @@ impl Deployment {
             self.divergences.rollbacks += 1;
             if let Decision::Rollback { seq, .. } = decision {
                 self.tokens.retain(|(_, s), _| *s < seq);
+                self.rolled_back(seq);
             }
             self.note(|| format!("the verifiers time out: {decision:?}"));
             self.respond(decision, &all);
@@ -614,6 +734,31 @@ impl Deployment {
                     .is_some_and(|n| n.core.committed() >= *seq)
             })
             .count() as u64
+    }
+
+    /// What races did on the correct executors, by batch.
+    pub fn races(&self) -> Races {
+        let mut by_batch: BTreeMap<u64, Vec<&Race>> = BTreeMap::new();
+        for race in &self.races {
+            by_batch.entry(race.seq).or_default().push(race);
+        }
+        let mut races = Races::default();
+        for (seq, raced) in by_batch {
+            races.manifested += 1;
+            if raced.iter().any(|r| r.fate == Fate::Committed) {
+                races.undetected += 1;
+            } else if raced.iter().any(|r| r.fate == Fate::Pending) {
+                races.pending += 1;
+            } else {
+                races.detected += 1;
+                let repaired = raced.iter().all(|r| {
+                    (self.nodes[r.executor as usize].as_ref())
+                        .is_some_and(|n| n.core.committed() >= seq)
+                });
+                races.repaired += u64::from(repaired);
+            }
+        }
+        races
     }
 
     /// The committed batches, run in order from the start, give the replies the clients

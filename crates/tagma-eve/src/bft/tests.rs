@@ -145,3 +145,32 @@ fn seeds_with_drawn_delays_and_faults_keep_every_promise() {
         assert!(d.answered() > 50, "seed {seed}: {}", d.answered());
     }
 }
+
+#[test]
+fn a_modelled_race_is_counted_by_batch_caught_and_repaired() {
+    let mut setup = BftSetup::new(resilience(1, 0));
+    setup.racy = vec![1];
+    let mut d = Deployment::new(setup);
+    d.run(1_500);
+    d.quiet = true;
+    d.run(1_000);
+    let races = d.races();
+    assert!(races.manifested > 0);
+    assert_eq!((races.undetected, races.pending), (0, 0), "{races:?}");
+    assert_eq!(races.repaired, races.manifested, "{races:?}");
+    assert!(d.check_against_sequential().is_empty());
+}
+
+#[test]
+fn a_real_race_the_executors_see_in_their_accesses_never_reaches_a_token() {
+    let mut setup = BftSetup::new(resilience(1, 0));
+    setup.counter_window = Some(10_000);
+    setup.counter_clients = 4;
+    setup.missed_conflicts = crate::executor::MissedConflicts::Rerun;
+    let mut d = Deployment::new(setup);
+    run_and_check(&mut d, 1_500);
+    assert_eq!(d.races(), super::harness::Races::default());
+    let (seen, rerun) = d.node(0).unwrap().stage.missed_conflicts();
+    assert!(seen > 0, "increments share parallel batches");
+    assert_eq!(seen, rerun);
+}

@@ -7,7 +7,8 @@
 //! from the start give the replies the clients got and each server's committed state.
 //!
 //! The service is a small key-value store on bytes ([`Kv`]); with `diverge`, its parallel
-//! executions differ between the servers (as a race would), so batches roll back.
+//! executions differ between the servers (as a race would), so batches roll back. It also
+//! has a counter with a real race ([`COUNTER_KEY`]), which its mixer misses.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -22,6 +23,12 @@ use crate::stage::{Stage, StageOutput, Work};
 use crate::tree::{ObjectId, ObjectTree};
 use crate::{Batch, NonDeterminism, RequestContext};
 
+/// The key of the racy counter: a request `[COUNTER_KEY, amount, ..]` reads the counter,
+/// works for the service's `window`, and writes the count read plus `amount`, with nothing
+/// to keep two such requests apart; it replies with the count it wrote. [`KeyMixer`] says
+/// it touches nothing, so increments share parallel batches and race on the threads.
+pub const COUNTER_KEY: u8 = 0xff;
+
 /// A key-value store on bytes: the first byte names the key, the rest is the value; the
 /// reply is the value before. With `diverge`, a request run on an executor's pool thread
 /// (in parallel) writes its server's number before the value and replies with that number
@@ -29,6 +36,28 @@ use crate::{Batch, NonDeterminism, RequestContext};
 pub struct Kv {
     pub me: u8,
     pub diverge: bool,
+    /// The racy counter's window between its read and its write, in spin iterations.
+    pub window: u64,
+}
+
+impl Kv {
+    pub fn new(me: u8, diverge: bool) -> Kv {
+        Kv {
+            me,
+            diverge,
+            window: 0,
+        }
+    }
+
+    fn increment(&self, amount: u8, ctx: &mut RequestContext<'_>) -> Bytes {
+        let counter = ObjectId(u64::from(COUNTER_KEY));
+        let before = crate::services::racy::count(ctx.get(counter).as_ref());
+        std::hint::black_box(crate::services::micro::spin(self.window));
+        let after = before.wrapping_add(u64::from(amount));
+        let value = Bytes::copy_from_slice(&after.to_le_bytes());
+        ctx.put(counter, value.clone());
+        value
+    }
 }
 
 impl EveService for Kv {
@@ -38,6 +67,9 @@ impl EveService for Kv {
         let Some(&key) = request.first() else {
             return Bytes::new();
         };
+        if key == COUNTER_KEY {
+            return self.increment(request.get(1).copied().unwrap_or(1), ctx);
+        }
         let on_pool = (std::thread::current().name()).is_some_and(|n| n.starts_with("eve-exec"));
         if self.diverge && on_pool {
             let mut value = vec![self.me];
@@ -52,10 +84,7 @@ impl EveService for Kv {
 /// Runs a committed batch in order on [`Kv`] (without divergence) from `tree`: what every
 /// check against sequential execution replays.
 pub(crate) fn run_committed(tree: &mut ObjectTree, batch: &EveBatch) -> Vec<Bytes> {
-    let service = Kv {
-        me: u8::MAX,
-        diverge: false,
-    };
+    let service = Kv::new(u8::MAX, false);
     run_in_order(
         &service,
         tree,
@@ -70,7 +99,7 @@ pub(crate) fn run_committed(tree: &mut ObjectTree, batch: &EveBatch) -> Vec<Byte
     )
 }
 
-/// [`Kv`]'s mixer: a request writes its key.
+/// [`Kv`]'s mixer: a request writes its key; the racy counter's increments it misses.
 pub struct KeyMixer;
 
 impl Mixer<Bytes> for KeyMixer {
@@ -78,7 +107,10 @@ impl Mixer<Bytes> for KeyMixer {
     fn access(&self, request: &Bytes) -> Access<u8> {
         Access {
             reads: Vec::new(),
-            writes: request.first().copied().into_iter().collect(),
+            writes: (request.first().copied())
+                .filter(|&key| key != COUNTER_KEY)
+                .into_iter()
+                .collect(),
         }
     }
 }
@@ -191,10 +223,7 @@ impl Pair {
     /// Starts server `me` afresh (`joining`: it fetches the state from the other).
     pub fn start(&mut self, me: u8, joining: bool) {
         let s = self.setup;
-        let service = Kv {
-            me,
-            diverge: s.diverge,
-        };
+        let service = Kv::new(me, s.diverge);
         let executor = Executor::new(service, KeyMixer, 2, ObjectTree::new(), 4_000)
             .expect("two threads")
             .with_missed_conflicts(MissedConflicts::Verify);

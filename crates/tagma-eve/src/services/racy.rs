@@ -2,7 +2,9 @@
 //! the counter plus one, with nothing to keep two increments apart; its mixer says requests
 //! never conflict. Run at once, two increments can both read the same count and one update
 //! is lost, differently from one executor to the next: the race Eve detects (executors
-//! disagree) and repairs (the batch runs again in order).
+//! disagree) and repairs (the batch runs again in order). The deterministic BFT deployment
+//! carries the same read-modify-write as its key-value service's counter
+//! (`pb::harness::COUNTER_KEY`), for the concurrency-bug masking experiment.
 
 use bytes::Bytes;
 
