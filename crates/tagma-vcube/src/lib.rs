@@ -1,0 +1,23 @@
+//! VCube-Sync's node, sans-IO (de Araujo, Arantes, Duarte, Rodrigues, Sens: "VCube-PS: A
+//! Causal Broadcast Topic-based Publish/Subscribe System"; Duarte, Bona, Ruoso: "VCube: A
+//! Provably Scalable Distributed Diagnosis Algorithm"): the hypercube overlay ([`cube`]),
+//! its failure detector ([`detector`]), per-topic trees over subscribers ([`tree`]) and
+//! causal delivery with causal barriers ([`causal`]), and the node that puts them together
+//! ([`node`]) over a reliable hop-by-hop channel with repair, replicating a [`Store`].
+
+pub mod causal;
+pub mod cube;
+pub mod detector;
+pub mod error;
+pub mod message;
+pub mod node;
+pub mod store;
+pub mod tree;
+
+pub use causal::{Causal, Delivered, MsgId, Received};
+pub use cube::{Cube, NodeId};
+pub use detector::{Change, Detector, DetectorConfig};
+pub use error::VcubeError;
+pub use message::{Data, Limits, Message, TopicId};
+pub use node::{Action, Input, Node, NodeConfig, NodeStats};
+pub use store::{NoStore, Store};

@@ -1,0 +1,654 @@
+//! A VCube-Sync node, sans-IO: inputs (a message from a peer, the passing of time) go in
+//! through [`Node::handle`] with the current time, publishes through [`Node::publish`], and
+//! what the node does comes out of [`Node::poll_action`] — messages to send and operations
+//! delivered. It never touches a socket, a clock or a random number generator, so a
+//! network runtime and a discrete-event simulator drive the same code.
+//!
+//! A published message goes down the topic's tree ([`crate::tree`]) hop by hop over a
+//! reliable channel: every tree message is acknowledged by its receiver and sent again
+//! every `retransmit_ms` until it is; a receiver that stays silent for `ack_misses_max`
+//! retransmissions is suspected, and the message goes to the next subscriber of its
+//! cluster instead, as it does when the failure detector ([`crate::detector`]) suspects
+//! it. A node relays a message as soon as it receives it and delivers it in causal order
+//! ([`crate::causal`]). Repair ([`repair`]) covers what the tree cannot: predecessors a
+//! buffered message waits on too long are fetched, anti-entropy rounds compare what two
+//! subscribers delivered, and a node that joins late (or fell behind what its peers keep)
+//! installs a snapshot of the topic's state.
+
+mod repair;
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+
+use bytes::Bytes;
+
+use crate::causal::{Causal, MsgId, Received};
+use crate::cube::{Cube, NodeId};
+use crate::detector::{Change, Detector, DetectorConfig};
+use crate::error::VcubeError;
+use crate::message::{Data, Limits, Message, TopicId};
+use crate::store::Store;
+use crate::tree::{clusters_below, relays};
+
+/// A node's settings (defaults in [`NodeConfig::default`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeConfig {
+    pub detector: DetectorConfig,
+    /// An unacknowledged tree message is sent again after this long.
+    pub retransmit_ms: u64,
+    /// Unacknowledged retransmissions after which the receiver is suspected.
+    pub ack_misses_max: u32,
+    /// How often the node checks its retransmissions and repairs.
+    pub tick_ms: u64,
+    /// A buffered message waiting this long on a predecessor makes the node fetch it.
+    pub fetch_after_ms: u64,
+    /// Time between anti-entropy rounds (0: none).
+    pub sync_ms: u64,
+    /// Messages delivered less than this long ago are not sent by anti-entropy (they may
+    /// still be on their way down the tree).
+    pub sync_grace_ms: u64,
+    /// A joining node asks another subscriber for the snapshot after this long.
+    pub snapshot_retry_ms: u64,
+    /// Buffered messages per topic.
+    pub buffer_max: usize,
+    /// Delivered messages kept per topic to answer fetches and anti-entropy.
+    pub log_max: usize,
+    /// Messages sent in one answer to a fetch or an anti-entropy request.
+    pub repair_batch_max: usize,
+    /// Tree messages awaiting acknowledgement; beyond, the oldest is given up (repair
+    /// brings it where it is missing).
+    pub in_flight_max: usize,
+    /// This node's own publishes awaiting acknowledgement; beyond, publishing is refused.
+    pub publish_pending_max: usize,
+    pub limits: Limits,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            detector: DetectorConfig::default(),
+            retransmit_ms: 500,
+            ack_misses_max: 4,
+            tick_ms: 100,
+            fetch_after_ms: 1_000,
+            sync_ms: 2_000,
+            sync_grace_ms: 2_000,
+            snapshot_retry_ms: 1_000,
+            buffer_max: 4_096,
+            log_max: 1_024,
+            repair_batch_max: 256,
+            in_flight_max: 65_536,
+            publish_pending_max: 1_024,
+            limits: Limits::default(),
+        }
+    }
+}
+
+/// What the node does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Action {
+    Send {
+        to: NodeId,
+        message: Message,
+    },
+    /// An operation was delivered (and applied to the store), in causal order.
+    Deliver {
+        topic: TopicId,
+        id: MsgId,
+        hops: u8,
+    },
+    /// A snapshot of the topic was installed, covering these counters.
+    Installed {
+        topic: TopicId,
+    },
+}
+
+/// An input.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Input {
+    Message {
+        from: NodeId,
+        message: Message,
+    },
+    /// Time passed: timers that are due fire.
+    Tick,
+}
+
+/// Counts of what the node did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NodeStats {
+    pub published: u64,
+    pub delivered: u64,
+    /// Tree messages received for a message already delivered or buffered.
+    pub duplicates: u64,
+    /// Repair messages received for a message already delivered or buffered.
+    pub repair_duplicates: u64,
+    pub retransmissions: u64,
+    /// Tree messages re-sent to the next subscriber of a cluster.
+    pub replacements: u64,
+    pub repairs_sent: u64,
+    pub fetches_sent: u64,
+    pub snapshots_installed: u64,
+    /// Messages refused (malformed, from outside the cube, for an unknown topic, buffer
+    /// full).
+    pub rejected: u64,
+    pub given_up: u64,
+}
+
+struct Child {
+    cluster: u32,
+    node: NodeId,
+    sent_ms: u64,
+    misses: u32,
+}
+
+struct InFlight {
+    data: Data,
+    children: Vec<Child>,
+    /// Whether this node published it.
+    own: bool,
+}
+
+/// A delivered message kept for repair.
+struct Logged {
+    data: Data,
+    delivered_ms: u64,
+}
+
+struct Topic {
+    causal: Causal,
+    log: BTreeMap<MsgId, Logged>,
+    log_order: VecDeque<MsgId>,
+    /// When each missing predecessor was last fetched.
+    fetched: BTreeMap<MsgId, u64>,
+    /// A joining node: when it last asked for the snapshot, and how often.
+    joining: Option<(u64, u32)>,
+}
+
+/// One VCube-Sync node.
+pub struct Node<S: Store> {
+    cube: Cube,
+    me: NodeId,
+    config: NodeConfig,
+    detector: Detector,
+    store: S,
+    topics: BTreeMap<TopicId, Topic>,
+    /// Who subscribes to each topic, in this node's view.
+    subscribers: BTreeMap<TopicId, BTreeSet<NodeId>>,
+    in_flight: BTreeMap<(TopicId, MsgId), InFlight>,
+    in_flight_order: VecDeque<(TopicId, MsgId)>,
+    own_pending: usize,
+    actions: VecDeque<Action>,
+    next_tick_ms: u64,
+    next_sync_ms: u64,
+    sync_round: u32,
+    stats: NodeStats,
+}
+
+impl<S: Store> Node<S> {
+    /// Node `me` of `cube`, knowing who subscribes to what; `joining`: it starts without
+    /// the topics' state and fetches a snapshot of each it subscribes to.
+    pub fn new(
+        cube: Cube,
+        me: NodeId,
+        config: NodeConfig,
+        subscriptions: &BTreeMap<TopicId, BTreeSet<NodeId>>,
+        store: S,
+        joining: bool,
+        now_ms: u64,
+    ) -> Result<Node<S>, VcubeError> {
+        cube.check(me)?;
+        if config.retransmit_ms == 0 || config.tick_ms == 0 || config.buffer_max == 0 {
+            return Err(VcubeError::Config(
+                "retransmit_ms, tick_ms and buffer_max must be positive".into(),
+            ));
+        }
+        for members in subscriptions.values() {
+            for &j in members {
+                cube.check(j)?;
+            }
+        }
+        let mut node = Node {
+            cube,
+            me,
+            config,
+            detector: Detector::new(cube, me, config.detector, now_ms),
+            store,
+            topics: BTreeMap::new(),
+            subscribers: subscriptions.clone(),
+            in_flight: BTreeMap::new(),
+            in_flight_order: VecDeque::new(),
+            own_pending: 0,
+            actions: VecDeque::new(),
+            next_tick_ms: now_ms,
+            next_sync_ms: now_ms + config.sync_ms,
+            sync_round: 0,
+            stats: NodeStats::default(),
+        };
+        let mine: Vec<TopicId> = (subscriptions.iter())
+            .filter(|(_, members)| members.contains(&me))
+            .map(|(t, _)| *t)
+            .collect();
+        for topic in mine {
+            let causal = if joining {
+                Causal::held(me, config.buffer_max)
+            } else {
+                Causal::new(me, config.buffer_max)
+            };
+            node.topics.insert(
+                topic,
+                Topic {
+                    causal,
+                    log: BTreeMap::new(),
+                    log_order: VecDeque::new(),
+                    fetched: BTreeMap::new(),
+                    joining: joining.then_some((0, 0)),
+                },
+            );
+        }
+        Ok(node)
+    }
+
+    pub fn id(&self) -> NodeId {
+        self.me
+    }
+
+    pub fn store(&self) -> &S {
+        &self.store
+    }
+
+    pub fn stats(&self) -> NodeStats {
+        self.stats
+    }
+
+    pub fn detector(&self) -> &Detector {
+        &self.detector
+    }
+
+    /// What this node delivered on `topic`: the highest counter of each publisher.
+    pub fn delivered(&self, topic: TopicId) -> Option<&BTreeMap<NodeId, u64>> {
+        self.topics.get(&topic).map(|t| t.causal.delivered())
+    }
+
+    /// Messages waiting for predecessors, over all topics.
+    pub fn buffered(&self) -> usize {
+        self.topics.values().map(|t| t.causal.buffered()).sum()
+    }
+
+    /// Whether a topic still awaits its snapshot.
+    pub fn is_joining(&self, topic: TopicId) -> bool {
+        self.topics.get(&topic).is_some_and(|t| t.joining.is_some())
+    }
+
+    pub fn poll_action(&mut self) -> Option<Action> {
+        self.actions.pop_front()
+    }
+
+    /// When [`Input::Tick`] next has work.
+    pub fn next_timeout_ms(&self) -> u64 {
+        self.next_tick_ms
+            .min(self.detector.next_timeout_ms())
+            .min(self.next_sync_ms)
+    }
+
+    fn send(&mut self, to: NodeId, message: Message) {
+        self.actions.push_back(Action::Send { to, message });
+    }
+
+    fn eligible(&self, topic: TopicId, j: NodeId) -> bool {
+        j != self.me
+            && self.detector.is_correct(j)
+            && self.subscribers.get(&topic).is_some_and(|s| s.contains(&j))
+    }
+
+    /// Publishes `payload` on `topic`: it is delivered here at once and sent down the tree.
+    pub fn publish(
+        &mut self,
+        now_ms: u64,
+        topic: TopicId,
+        payload: Bytes,
+    ) -> Result<MsgId, VcubeError> {
+        let Some(t) = self.topics.get_mut(&topic) else {
+            return Err(VcubeError::NotSubscribed { topic: topic.0 });
+        };
+        if t.joining.is_some() {
+            return Err(VcubeError::Config(format!(
+                "topic {} awaits its snapshot: publish once it is installed",
+                topic.0
+            )));
+        }
+        if payload.len() > self.config.limits.payload_bytes_max {
+            return Err(VcubeError::TooLarge {
+                bytes: payload.len(),
+                max: self.config.limits.payload_bytes_max,
+            });
+        }
+        if self.own_pending >= self.config.publish_pending_max {
+            return Err(VcubeError::Backpressure {
+                pending: self.own_pending,
+                max: self.config.publish_pending_max,
+            });
+        }
+        let (id, barrier) = t.causal.publish();
+        let data = Data {
+            topic,
+            id,
+            barrier,
+            hops: 0,
+            payload,
+        };
+        self.stats.published += 1;
+        self.delivered_now(now_ms, data.clone());
+        self.relay(now_ms, data, None, true);
+        Ok(id)
+    }
+
+    /// Takes an input at `now_ms`.
+    pub fn handle(&mut self, now_ms: u64, input: Input) {
+        match input {
+            Input::Tick => self.tick(now_ms),
+            Input::Message { from, message } => {
+                if !self.cube.contains(from) || from == self.me {
+                    self.stats.rejected += 1;
+                    return;
+                }
+                self.on_message(now_ms, from, message);
+            }
+        }
+    }
+
+    fn on_message(&mut self, now_ms: u64, from: NodeId, message: Message) {
+        match message {
+            Message::Data { data, repair } => {
+                if repair {
+                    self.on_repair(now_ms, data);
+                } else {
+                    self.on_tree(now_ms, from, data);
+                }
+            }
+            Message::Ack { topic, id } => self.on_ack(topic, id, from),
+            Message::Test => {
+                let events = self.detector.events();
+                self.send(from, Message::TestReply { events });
+            }
+            Message::TestReply { events } => {
+                let changes = self.detector.on_reply(from, &events);
+                self.on_changes(now_ms, changes);
+            }
+            Message::SyncRequest { topic, delivered } => {
+                self.on_sync_request(now_ms, from, topic, &delivered)
+            }
+            Message::Fetch { topic, ids } => self.on_fetch(from, topic, &ids),
+            Message::SnapshotRequest { topic } => self.on_snapshot_request(from, topic),
+            Message::Snapshot {
+                topic,
+                delivered,
+                state,
+            } => self.on_snapshot(now_ms, topic, &delivered, &state),
+        }
+    }
+
+    /// A tree message from `from`: acknowledge, relay below the cluster it came from,
+    /// deliver in causal order.
+    fn on_tree(&mut self, now_ms: u64, from: NodeId, data: Data) {
+        let (topic, id) = (data.topic, data.id);
+        if !self.cube.contains(id.source) {
+            self.stats.rejected += 1;
+            return;
+        }
+        self.send(from, Message::Ack { topic, id });
+        let seen = self.in_flight.contains_key(&(topic, id))
+            || self.topics.get(&topic).is_some_and(|t| t.causal.has(id));
+        if seen {
+            self.stats.duplicates += 1;
+            return;
+        }
+        let data = Data {
+            hops: data.hops.saturating_add(1),
+            ..data
+        };
+        // A node that does not subscribe (its subscription ended, the sender's view is
+        // older) still relays, so that the subscribers below it are not cut off.
+        self.relay(now_ms, data.clone(), Some(from), false);
+        self.take(now_ms, data, false);
+    }
+
+    /// Takes a message into the topic's causal order; delivers what it unblocks.
+    fn take(&mut self, now_ms: u64, data: Data, repair: bool) {
+        let Some(t) = self.topics.get_mut(&data.topic) else {
+            if repair {
+                self.stats.rejected += 1;
+            }
+            return;
+        };
+        let topic = data.topic;
+        let hops = data.hops;
+        match t
+            .causal
+            .receive(data.id, data.barrier.clone(), data.payload.clone(), now_ms)
+        {
+            Ok(Received::Duplicate) => {
+                if repair {
+                    self.stats.repair_duplicates += 1;
+                } else {
+                    self.stats.duplicates += 1;
+                }
+            }
+            Ok(Received::Taken(delivered)) => {
+                for d in delivered {
+                    let hops = if d.id == data.id { hops } else { 0 };
+                    self.delivered_now(
+                        now_ms,
+                        Data {
+                            topic,
+                            id: d.id,
+                            barrier: d.barrier,
+                            hops,
+                            payload: d.payload,
+                        },
+                    );
+                }
+            }
+            Err(_) => self.stats.rejected += 1,
+        }
+    }
+
+    /// A message is delivered here: apply, log, report.
+    fn delivered_now(&mut self, now_ms: u64, data: Data) {
+        let (topic, id, hops) = (data.topic, data.id, data.hops);
+        self.store.apply(topic, id, &data.payload);
+        self.stats.delivered += 1;
+        if let Some(t) = self.topics.get_mut(&topic) {
+            t.fetched.remove(&id);
+            t.log.insert(
+                id,
+                Logged {
+                    data,
+                    delivered_ms: now_ms,
+                },
+            );
+            t.log_order.push_back(id);
+            while t.log_order.len() > self.config.log_max {
+                if let Some(old) = t.log_order.pop_front() {
+                    t.log.remove(&old);
+                }
+            }
+        }
+        self.actions.push_back(Action::Deliver { topic, id, hops });
+    }
+
+    /// Sends `data` to the first eligible node of each cluster below the one it came from.
+    fn relay(&mut self, now_ms: u64, data: Data, from: Option<NodeId>, own: bool) {
+        let clusters = clusters_below(&self.cube, self.me, from);
+        let topic = data.topic;
+        let children: Vec<Child> =
+            relays(&self.cube, self.me, clusters, |j| self.eligible(topic, j))
+                .into_iter()
+                .map(|(cluster, node)| Child {
+                    cluster,
+                    node,
+                    sent_ms: now_ms,
+                    misses: 0,
+                })
+                .collect();
+        if children.is_empty() {
+            return;
+        }
+        for c in &children {
+            self.send(
+                c.node,
+                Message::Data {
+                    data: data.clone(),
+                    repair: false,
+                },
+            );
+        }
+        let key = (topic, data.id);
+        self.in_flight.insert(
+            key,
+            InFlight {
+                data,
+                children,
+                own,
+            },
+        );
+        self.own_pending += usize::from(own);
+        self.in_flight_order.push_back(key);
+        while self.in_flight.len() > self.config.in_flight_max {
+            let Some(old) = self.in_flight_order.pop_front() else {
+                break;
+            };
+            if let Some(gone) = self.in_flight.remove(&old) {
+                self.own_pending -= usize::from(gone.own);
+                self.stats.given_up += 1;
+            }
+        }
+    }
+
+    fn on_ack(&mut self, topic: TopicId, id: MsgId, from: NodeId) {
+        let key = (topic, id);
+        let Some(f) = self.in_flight.get_mut(&key) else {
+            return;
+        };
+        f.children.retain(|c| c.node != from);
+        if f.children.is_empty() {
+            let own = f.own;
+            self.in_flight.remove(&key);
+            self.own_pending -= usize::from(own);
+        }
+    }
+
+    fn tick(&mut self, now_ms: u64) {
+        let (tests, changes) = self.detector.tick(now_ms);
+        for j in tests {
+            self.send(j, Message::Test);
+        }
+        self.on_changes(now_ms, changes);
+        if now_ms >= self.next_tick_ms {
+            self.next_tick_ms = now_ms + self.config.tick_ms;
+            self.retransmit(now_ms);
+            self.fetch_missing(now_ms);
+            self.join_topics(now_ms);
+        }
+        if now_ms >= self.next_sync_ms {
+            self.next_sync_ms = now_ms + self.config.sync_ms.max(self.config.tick_ms);
+            if self.config.sync_ms > 0 {
+                self.sync(now_ms);
+            }
+        }
+        self.in_flight_order
+            .retain(|key| self.in_flight.contains_key(key));
+    }
+
+    /// Sends again what stays unacknowledged; a receiver silent too long is suspected.
+    fn retransmit(&mut self, now_ms: u64) {
+        let mut resend = Vec::new();
+        let mut suspects = Vec::new();
+        for (key, f) in &mut self.in_flight {
+            for c in &mut f.children {
+                if now_ms < c.sent_ms + self.config.retransmit_ms {
+                    continue;
+                }
+                c.misses += 1;
+                c.sent_ms = now_ms;
+                if c.misses >= self.config.ack_misses_max {
+                    suspects.push(c.node);
+                } else {
+                    resend.push((*key, c.node));
+                }
+            }
+        }
+        for (key, to) in resend {
+            let data = self.in_flight[&key].data.clone();
+            self.stats.retransmissions += 1;
+            self.send(
+                to,
+                Message::Data {
+                    data,
+                    repair: false,
+                },
+            );
+        }
+        suspects.sort();
+        suspects.dedup();
+        let changes: Vec<Change> = (suspects.into_iter())
+            .filter_map(|j| self.detector.suspect(j))
+            .collect();
+        self.on_changes(now_ms, changes);
+    }
+
+    /// The view changed: tree messages awaiting a suspected node go to the next eligible
+    /// node of its cluster.
+    fn on_changes(&mut self, now_ms: u64, changes: Vec<Change>) {
+        let suspected: Vec<NodeId> = (changes.into_iter())
+            .filter_map(|c| match c {
+                Change::Suspected(j) => Some(j),
+                Change::Trusted(_) => None,
+            })
+            .collect();
+        if suspected.is_empty() {
+            return;
+        }
+        let keys: Vec<(TopicId, MsgId)> = (self.in_flight.iter())
+            .filter(|(_, f)| f.children.iter().any(|c| suspected.contains(&c.node)))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            let mut f = self.in_flight.remove(&key).expect("listed");
+            let mut children = Vec::new();
+            for c in std::mem::take(&mut f.children) {
+                if !suspected.contains(&c.node) {
+                    children.push(c);
+                    continue;
+                }
+                let next = self
+                    .cube
+                    .first_in(self.me, c.cluster, |j| self.eligible(key.0, j));
+                if let Some(node) = next {
+                    self.stats.replacements += 1;
+                    self.send(
+                        node,
+                        Message::Data {
+                            data: f.data.clone(),
+                            repair: false,
+                        },
+                    );
+                    children.push(Child {
+                        cluster: c.cluster,
+                        node,
+                        sent_ms: now_ms,
+                        misses: 0,
+                    });
+                }
+            }
+            if children.is_empty() {
+                self.own_pending -= usize::from(f.own);
+            } else {
+                f.children = children;
+                self.in_flight.insert(key, f);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,333 @@
+//! Nodes wired to each other through an in-memory queue with a fixed delay per message,
+//! crashes and losses chosen by the test.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::*;
+use crate::store::Store;
+
+/// Records the operations applied, in order; its snapshot is that list.
+#[derive(Default)]
+struct Log(Vec<(u32, u64)>);
+
+impl Store for Log {
+    fn apply(&mut self, _: TopicId, id: MsgId, _: &Bytes) {
+        self.0.push((id.source.0, id.counter));
+    }
+    fn snapshot(&self, _: TopicId) -> Bytes {
+        let mut out = Vec::new();
+        for (s, c) in &self.0 {
+            out.extend_from_slice(&s.to_le_bytes());
+            out.extend_from_slice(&c.to_le_bytes());
+        }
+        Bytes::from(out)
+    }
+    fn install(&mut self, _: TopicId, state: &Bytes) -> Result<(), String> {
+        if !state.len().is_multiple_of(12) {
+            return Err("not a log".into());
+        }
+        self.0 = (state.chunks(12))
+            .map(|c| {
+                (
+                    u32::from_le_bytes(c[..4].try_into().unwrap()),
+                    u64::from_le_bytes(c[4..].try_into().unwrap()),
+                )
+            })
+            .collect();
+        Ok(())
+    }
+}
+
+const T: TopicId = TopicId(1);
+
+/// Decides whether a message from one node to another is lost.
+type Loss = Box<dyn FnMut(NodeId, NodeId, &Message) -> bool>;
+
+struct Net {
+    now_ms: u64,
+    nodes: Vec<Option<Node<Log>>>,
+    queue: BTreeMap<(u64, u64), (NodeId, NodeId, Message)>,
+    seq: u64,
+    /// Drops the message when true.
+    lose: Loss,
+    sent: u64,
+}
+
+fn config() -> NodeConfig {
+    NodeConfig {
+        detector: DetectorConfig {
+            round_ms: 200,
+            test_timeout_ms: 50,
+            misses_max: 2,
+        },
+        retransmit_ms: 50,
+        ack_misses_max: 3,
+        tick_ms: 10,
+        fetch_after_ms: 100,
+        sync_ms: 300,
+        sync_grace_ms: 100,
+        snapshot_retry_ms: 100,
+        ..NodeConfig::default()
+    }
+}
+
+impl Net {
+    fn new(n: u32, subscribers: &[u32]) -> Net {
+        let cube = Cube::new(n).unwrap();
+        let subs = BTreeMap::from([(
+            T,
+            subscribers
+                .iter()
+                .map(|&i| NodeId(i))
+                .collect::<BTreeSet<_>>(),
+        )]);
+        Net {
+            now_ms: 0,
+            nodes: (0..n)
+                .map(|i| {
+                    Some(
+                        Node::new(cube, NodeId(i), config(), &subs, Log::default(), false, 0)
+                            .unwrap(),
+                    )
+                })
+                .collect(),
+            queue: BTreeMap::new(),
+            seq: 0,
+            lose: Box::new(|_, _, _| false),
+            sent: 0,
+        }
+    }
+
+    fn drain(&mut self, i: u32) {
+        while let Some(action) = self.nodes[i as usize]
+            .as_mut()
+            .and_then(|n| n.poll_action())
+        {
+            if let Action::Send { to, message } = action {
+                self.sent += 1;
+                if (self.lose)(NodeId(i), to, &message) {
+                    continue;
+                }
+                self.seq += 1;
+                self.queue
+                    .insert((self.now_ms + 5, self.seq), (NodeId(i), to, message));
+            }
+        }
+    }
+
+    fn publish(&mut self, i: u32) -> MsgId {
+        let now = self.now_ms;
+        let id = self.nodes[i as usize]
+            .as_mut()
+            .unwrap()
+            .publish(now, T, Bytes::from_static(b"op"))
+            .unwrap();
+        self.drain(i);
+        id
+    }
+
+    fn run(&mut self, ms: u64) {
+        let end = self.now_ms + ms;
+        while self.now_ms < end {
+            self.now_ms += 1;
+            while let Some(entry) = self.queue.first_entry() {
+                if entry.key().0 > self.now_ms {
+                    break;
+                }
+                let (from, to, message) = entry.remove();
+                let now = self.now_ms;
+                if let Some(node) = self.nodes[to.0 as usize].as_mut() {
+                    node.handle(now, Input::Message { from, message });
+                    self.drain(to.0);
+                }
+            }
+            for i in 0..self.nodes.len() as u32 {
+                let now = self.now_ms;
+                let due = self.nodes[i as usize]
+                    .as_ref()
+                    .is_some_and(|n| n.next_timeout_ms() <= now);
+                if due {
+                    self.nodes[i as usize]
+                        .as_mut()
+                        .unwrap()
+                        .handle(now, Input::Tick);
+                    self.drain(i);
+                }
+            }
+        }
+    }
+
+    fn log(&self, i: u32) -> &[(u32, u64)] {
+        &self.nodes[i as usize].as_ref().unwrap().store().0
+    }
+}
+
+#[test]
+fn a_message_reaches_every_subscriber_once_and_no_one_else() {
+    let subscribers = [0, 3, 6, 9, 12, 15];
+    let mut net = Net::new(16, &subscribers);
+    net.run(300); // past the first testing round
+    net.publish(0);
+    net.run(100);
+    for i in 0..16 {
+        let node = net.nodes[i as usize].as_ref().unwrap();
+        let expected: &[(u32, u64)] = if subscribers.contains(&i) {
+            &[(0, 1)]
+        } else {
+            &[]
+        };
+        assert_eq!(net.log(i), expected, "node {i}");
+        assert_eq!(node.stats().duplicates, 0);
+    }
+}
+
+#[test]
+fn causal_order_holds_when_a_successor_overtakes_its_predecessor() {
+    let all: Vec<u32> = (0..8).collect();
+    let mut net = Net::new(8, &all);
+    // Node 0's message to 4 is lost twice: 4's subtree gets it late.
+    let mut lost = 0;
+    net.lose = Box::new(move |from, to, m| {
+        let hit =
+            from == NodeId(0) && to == NodeId(4) && matches!(m, Message::Data { .. }) && lost < 2;
+        lost += u32::from(hit);
+        hit
+    });
+    net.run(300);
+    let first = net.publish(0);
+    net.run(8);
+    let second = net.publish(1); // after delivering `first`
+    net.run(400);
+    for i in 0..8 {
+        let log = net.log(i);
+        let a = log
+            .iter()
+            .position(|&e| e == (first.source.0, first.counter))
+            .unwrap();
+        let b = log
+            .iter()
+            .position(|&e| e == (second.source.0, second.counter))
+            .unwrap();
+        assert!(a < b, "node {i} delivered {log:?}");
+    }
+}
+
+#[test]
+fn a_crashed_relay_is_replaced_and_its_subtree_still_delivers() {
+    let all: Vec<u32> = (0..16).collect();
+    let mut net = Net::new(16, &all);
+    net.run(300);
+    net.nodes[8] = None; // relays 0's messages to 9..16
+    for _ in 0..5 {
+        net.publish(0);
+        net.run(20);
+    }
+    net.run(2_000);
+    for i in (0..16).filter(|&i| i != 8) {
+        assert_eq!(net.log(i).len(), 5, "node {i}");
+    }
+    let stats = net.nodes[0].as_ref().unwrap().stats();
+    assert!(stats.replacements > 0, "{stats:?}");
+}
+
+#[test]
+fn a_late_joiner_installs_a_snapshot_then_follows_the_stream() {
+    let all: Vec<u32> = (0..8).collect();
+    let mut net = Net::new(8, &all);
+    let joiner = net.nodes[5].take();
+    drop(joiner);
+    net.run(300);
+    for _ in 0..3 {
+        net.publish(2);
+        net.run(20);
+    }
+    let subs = BTreeMap::from([(T, (0..8).map(NodeId).collect::<BTreeSet<_>>())]);
+    let now = net.now_ms;
+    net.nodes[5] = Some(
+        Node::new(
+            Cube::new(8).unwrap(),
+            NodeId(5),
+            config(),
+            &subs,
+            Log::default(),
+            true,
+            now,
+        )
+        .unwrap(),
+    );
+    net.run(1_000);
+    net.publish(2);
+    net.run(1_000);
+    assert_eq!(net.log(5), &[(2, 1), (2, 2), (2, 3), (2, 4)]);
+    assert_eq!(net.log(5), net.log(2));
+    assert!(!net.nodes[5].as_ref().unwrap().is_joining(T));
+}
+
+#[test]
+fn lost_messages_are_resent_and_every_subscriber_converges() {
+    let all: Vec<u32> = (0..32).collect();
+    let mut net = Net::new(32, &all);
+    let mut draw = 1u64;
+    net.lose = Box::new(move |_, _, _| {
+        draw = draw
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        (draw >> 33) % 100 < 10
+    });
+    net.run(300);
+    for k in 0..20 {
+        net.publish(k % 32);
+        net.run(30);
+    }
+    net.run(5_000);
+    let reference: BTreeSet<(u32, u64)> = net.log(0).iter().copied().collect();
+    assert_eq!(reference.len(), 20);
+    for i in 0..32 {
+        let got: BTreeSet<(u32, u64)> = net.log(i).iter().copied().collect();
+        assert_eq!(got, reference, "node {i}");
+        assert_eq!(net.log(i).len(), 20, "node {i} applied an operation twice");
+    }
+}
+
+#[test]
+fn bad_input_is_refused_without_panicking() {
+    let mut net = Net::new(4, &[0, 1, 2, 3]);
+    let node = net.nodes[0].as_mut().unwrap();
+    node.handle(
+        0,
+        Input::Message {
+            from: NodeId(9),
+            message: Message::Test,
+        },
+    );
+    let stray = Message::Data {
+        data: Data {
+            topic: TopicId(77),
+            id: MsgId {
+                source: NodeId(99),
+                counter: 1,
+            },
+            barrier: vec![],
+            hops: 0,
+            payload: Bytes::new(),
+        },
+        repair: true,
+    };
+    node.handle(
+        0,
+        Input::Message {
+            from: NodeId(1),
+            message: stray,
+        },
+    );
+    assert_eq!(node.stats().rejected, 2);
+    assert!(matches!(
+        node.publish(0, TopicId(77), Bytes::new()),
+        Err(VcubeError::NotSubscribed { topic: 77 })
+    ));
+    let cube = Cube::new(4).unwrap();
+    let subs = BTreeMap::from([(T, BTreeSet::from([NodeId(4)]))]);
+    assert!(Node::new(cube, NodeId(0), config(), &subs, Log::default(), false, 0).is_err());
+}
