@@ -30,7 +30,7 @@ pub struct DetectorConfig {
 impl Default for DetectorConfig {
     fn default() -> Self {
         DetectorConfig {
-            round_ms: 1_000,
+            round_ms: 2_000,
             test_timeout_ms: 400,
             misses_max: 3,
         }

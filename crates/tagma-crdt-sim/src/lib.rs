@@ -1,0 +1,24 @@
+//! A deterministic discrete-event simulator of causal CRDT replication for thousands of
+//! nodes in one process: VCube-Sync's sans-IO node (`tagma-vcube`) and the baselines run on
+//! one link model ([`link`]), one workload ([`workload`]) and one message accounting
+//! ([`metrics`]), judged by one causal-order checker ([`checker`]).
+
+pub mod checker;
+pub mod engine;
+pub mod error;
+pub mod flood;
+pub mod link;
+pub mod metrics;
+pub mod overlay;
+pub mod plumtree;
+pub mod proto;
+pub mod run;
+pub mod store;
+pub mod vcube;
+pub mod workload;
+
+pub use error::SimError;
+pub use link::LinkModel;
+pub use metrics::Report;
+pub use run::{Protocol as ProtocolKind, run};
+pub use workload::Workload;

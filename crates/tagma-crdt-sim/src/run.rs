@@ -1,0 +1,101 @@
+//! Runs one protocol on a workload: builds its nodes and the engine, returns the report.
+
+use tagma_vcube::{Cube, Node, NodeConfig, NodeId};
+
+use crate::flood::FloodNode;
+use crate::overlay::overlay;
+use crate::plumtree::{PlumtreeConfig, PlumtreeNode};
+
+use crate::engine::Sim;
+use crate::error::SimError;
+use crate::metrics::Report;
+use crate::store::OpSetStore;
+use crate::vcube::VcubeNode;
+use crate::workload::Workload;
+
+/// The protocols the simulator runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Protocol {
+    Vcube,
+    Plumtree,
+    Flood,
+}
+
+impl Protocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            Protocol::Vcube => "vcube",
+            Protocol::Plumtree => "plumtree",
+            Protocol::Flood => "flood",
+        }
+    }
+}
+
+/// Runs `protocol` on `workload`.
+pub fn run(
+    protocol: Protocol,
+    workload: &Workload,
+    config: NodeConfig,
+) -> Result<Report, SimError> {
+    workload.check()?;
+    let cube = Cube::new(workload.nodes)?;
+    let plan = workload.plan();
+    match protocol {
+        Protocol::Vcube => {
+            let subscriptions = plan.subscriptions.clone();
+            // Check the configuration once, before building thousands of nodes with it.
+            Node::new(
+                cube,
+                tagma_vcube::NodeId(0),
+                config,
+                &subscriptions,
+                OpSetStore::default(),
+                false,
+                0,
+            )?;
+            let factory = move |id, joining, now_ms| {
+                VcubeNode(
+                    Node::new(
+                        cube,
+                        id,
+                        config,
+                        &subscriptions,
+                        OpSetStore::default(),
+                        joining,
+                        now_ms,
+                    )
+                    .expect("checked above"),
+                )
+            };
+            Ok(Sim::new(workload.clone(), Box::new(factory)).run())
+        }
+        Protocol::Plumtree | Protocol::Flood => {
+            if workload.join_pct > 0.0 {
+                return Err(SimError::Workload(format!(
+                    "late joins need state transfer, which only vcube has here: leave out \
+                     --join-pct with --protocol {}",
+                    protocol.name()
+                )));
+            }
+            let neighbours = overlay(workload.nodes, workload.seed);
+            let subscriptions = plan.subscriptions.clone();
+            if protocol == Protocol::Flood {
+                let factory = move |id: NodeId, _joining, _now_ms| {
+                    FloodNode::new(id, neighbours[id.0 as usize].clone(), &subscriptions)
+                };
+                Ok(Sim::new(workload.clone(), Box::new(factory)).run())
+            } else {
+                let factory = move |id: NodeId, _joining, _now_ms| {
+                    PlumtreeNode::new(
+                        id,
+                        neighbours[id.0 as usize].clone(),
+                        &subscriptions,
+                        PlumtreeConfig::default(),
+                    )
+                };
+                Ok(Sim::new(workload.clone(), Box::new(factory)).run())
+            }
+        }
+    }
+}

@@ -1,0 +1,104 @@
+//! VCube-Sync in the simulator: the very node of `tagma-vcube`, its actions turned into the
+//! simulator's effects and its messages sized by their encoding.
+
+use bytes::Bytes;
+use tagma_vcube::message::barrier_len;
+use tagma_vcube::{Action, Input, Message, MsgId, Node, NodeId, TopicId};
+
+use crate::proto::{Effect, Protocol, Sizes};
+use crate::store::OpSetStore;
+
+/// A VCube-Sync node with its replicas.
+pub struct VcubeNode(pub Node<OpSetStore>);
+
+impl VcubeNode {
+    fn drain(&mut self, out: &mut Vec<Effect<Message>>) {
+        while let Some(action) = self.0.poll_action() {
+            match action {
+                Action::Send { to, message } => out.push(Effect::Send { to, message }),
+                Action::Deliver { topic, id, hops } => {
+                    out.push(Effect::Deliver { topic, id, hops })
+                }
+                Action::Installed { topic } => {
+                    let delivered = (self.0.delivered(topic).into_iter().flatten())
+                        .map(|(n, c)| (*n, *c))
+                        .collect();
+                    out.push(Effect::Installed { topic, delivered });
+                }
+            }
+        }
+    }
+}
+
+impl Protocol for VcubeNode {
+    type Message = Message;
+
+    fn sizes(message: &Message) -> Sizes {
+        let total = message.encoded_len();
+        match message {
+            Message::Data { data, .. } => {
+                let metadata = barrier_len(&data.barrier);
+                let payload = data.payload.len();
+                Sizes {
+                    payload,
+                    metadata,
+                    control: total - payload - metadata,
+                    detector: 0,
+                }
+            }
+            Message::Snapshot { state, .. } => Sizes {
+                payload: state.len(),
+                control: total - state.len(),
+                ..Sizes::default()
+            },
+            Message::Test | Message::TestReply { .. } => Sizes {
+                detector: total,
+                ..Sizes::default()
+            },
+            _ => Sizes {
+                control: total,
+                ..Sizes::default()
+            },
+        }
+    }
+
+    fn handle(
+        &mut self,
+        now_ms: u64,
+        from: NodeId,
+        message: Message,
+        out: &mut Vec<Effect<Message>>,
+    ) {
+        self.0.handle(now_ms, Input::Message { from, message });
+        self.drain(out);
+    }
+
+    fn tick(&mut self, now_ms: u64, out: &mut Vec<Effect<Message>>) {
+        self.0.handle(now_ms, Input::Tick);
+        self.drain(out);
+    }
+
+    fn next_timeout_ms(&self) -> u64 {
+        self.0.next_timeout_ms()
+    }
+
+    fn publish(
+        &mut self,
+        now_ms: u64,
+        topic: TopicId,
+        payload: Bytes,
+        out: &mut Vec<Effect<Message>>,
+    ) -> Option<MsgId> {
+        let id = self.0.publish(now_ms, topic, payload).ok();
+        self.drain(out);
+        id
+    }
+
+    fn digest(&self, topic: TopicId) -> [u8; 32] {
+        self.0.store().digest(topic)
+    }
+
+    fn duplicates(&self) -> u64 {
+        self.0.stats().duplicates
+    }
+}

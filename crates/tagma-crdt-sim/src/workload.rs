@@ -1,0 +1,138 @@
+//! What a run does: how many nodes, who subscribes to and publishes on which topic, how
+//! fast, for how long, and which faults strike (crashes mid-run, late joins, loss). Every
+//! choice is drawn from the seed, so a run is reproducible and every protocol compared in
+//! one invocation faces the same plan.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use tagma_vcube::{NodeId, TopicId};
+
+use crate::error::SimError;
+use crate::link::LinkModel;
+
+/// A run's workload and faults.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct Workload {
+    pub nodes: u32,
+    pub topics: u32,
+    /// Share of the nodes subscribed to each topic.
+    pub subscribers_pct: f64,
+    /// Publishers per topic (drawn among its subscribers).
+    pub publishers: u32,
+    /// Operations each publisher publishes per second.
+    pub ops_per_s: f64,
+    pub duration_s: f64,
+    /// Bytes of each operation's value.
+    pub payload_bytes: usize,
+    /// Share of the nodes that crash at half the run.
+    pub crash_pct: f64,
+    /// Share of the subscribers that start at a third of the run, without state.
+    pub join_pct: f64,
+    /// Simulated time after the last publish for repairs to finish.
+    pub drain_s: f64,
+    pub link: LinkModel,
+    pub seed: u64,
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Workload {
+            nodes: 200,
+            topics: 1,
+            subscribers_pct: 100.0,
+            publishers: 1,
+            ops_per_s: 1.0,
+            duration_s: 60.0,
+            payload_bytes: 1_024,
+            crash_pct: 0.0,
+            join_pct: 0.0,
+            drain_s: 30.0,
+            link: LinkModel::default(),
+            seed: 1,
+        }
+    }
+}
+
+/// The plan drawn from a workload.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub subscriptions: BTreeMap<TopicId, BTreeSet<NodeId>>,
+    pub publishers: BTreeMap<TopicId, Vec<NodeId>>,
+    /// Nodes that crash at half the run.
+    pub crashes: BTreeSet<NodeId>,
+    /// Nodes that join at a third of the run.
+    pub joins: BTreeSet<NodeId>,
+}
+
+impl Workload {
+    pub fn check(&self) -> Result<(), SimError> {
+        let bad = |what: &str| Err(SimError::Workload(what.to_string()));
+        if self.nodes < 2 || self.nodes > 1 << 16 {
+            return bad("--nodes must be 2 to 65,536");
+        }
+        if self.topics == 0 || self.topics > 64 {
+            return bad("--topics must be 1 to 64");
+        }
+        let pct = |p: f64| (0.0..=100.0).contains(&p);
+        if !pct(self.subscribers_pct) || !pct(self.crash_pct) || !pct(self.join_pct) {
+            return bad("percentages must be 0 to 100");
+        }
+        if !(self.ops_per_s > 0.0 && self.ops_per_s <= 10_000.0) {
+            return bad("--ops-per-sec must be above 0 and at most 10,000");
+        }
+        if !(self.duration_s > 0.0 && self.duration_s <= 3_600.0)
+            || !(0.0..=3_600.0).contains(&self.drain_s)
+        {
+            return bad(
+                "--duration-s must be above 0 and at most 3,600 (and the drain at most 3,600)",
+            );
+        }
+        if !(0.0..1.0).contains(&self.link.loss) {
+            return bad("--loss-pct must be 0 to below 100");
+        }
+        if self.publishers == 0 || self.publishers > self.subscribers() {
+            return bad("--publishers must be 1 to the number of subscribers of a topic");
+        }
+        if self.payload_bytes == 0 || self.payload_bytes > 60 * 1024 {
+            return bad("the payload must be 1 to 61,440 bytes");
+        }
+        Ok(())
+    }
+
+    /// Subscribers of each topic (at least 2).
+    pub fn subscribers(&self) -> u32 {
+        ((f64::from(self.nodes) * self.subscribers_pct / 100.0).round() as u32).clamp(2, self.nodes)
+    }
+
+    /// Draws who subscribes, publishes, crashes and joins.
+    pub fn plan(&self) -> Plan {
+        let mut rng = fastrand::Rng::with_seed(self.seed);
+        let all: Vec<NodeId> = (0..self.nodes).map(NodeId).collect();
+        let mut subscriptions = BTreeMap::new();
+        let mut publishers = BTreeMap::new();
+        for t in 0..self.topics {
+            let mut members = all.clone();
+            rng.shuffle(&mut members);
+            members.truncate(self.subscribers() as usize);
+            let pubs: Vec<NodeId> = members[..self.publishers as usize].to_vec();
+            subscriptions.insert(TopicId(t), members.into_iter().collect());
+            publishers.insert(TopicId(t), pubs);
+        }
+        let count = |pct: f64| {
+            ((f64::from(self.nodes) * pct / 100.0).round() as usize).min(self.nodes as usize)
+        };
+        let mut shuffled = all.clone();
+        rng.shuffle(&mut shuffled);
+        let crashes: BTreeSet<NodeId> = shuffled[..count(self.crash_pct)].iter().copied().collect();
+        let joins: BTreeSet<NodeId> = (shuffled[count(self.crash_pct)..].iter())
+            .take(count(self.join_pct))
+            .copied()
+            .collect();
+        Plan {
+            subscriptions,
+            publishers,
+            crashes,
+            joins,
+        }
+    }
+}
