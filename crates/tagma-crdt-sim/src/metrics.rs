@@ -36,6 +36,9 @@ pub struct Report {
     /// Why not, per topic.
     pub divergence: Vec<String>,
     pub causal_violations: u64,
+    /// Nodes at which every delivery's causal past was compared (the others check their
+    /// per-publisher order).
+    pub causal_witnesses: u32,
     /// Operations a node applied twice.
     pub double_deliveries: u64,
     /// Payload messages a node received again.
@@ -139,8 +142,10 @@ impl Metrics {
         0.0
     }
 
+    #[allow(clippy::too_many_arguments)]
     pub fn report(
         &self,
+        causal_witnesses: u32,
         convergent: bool,
         divergence: Vec<String>,
         causal_violations: u64,
@@ -154,6 +159,7 @@ impl Metrics {
             convergent,
             divergence,
             causal_violations,
+            causal_witnesses,
             double_deliveries,
             duplicates,
             operations: self.ops,

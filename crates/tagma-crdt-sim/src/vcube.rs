@@ -20,9 +20,7 @@ impl VcubeNode {
                     out.push(Effect::Deliver { topic, id, hops })
                 }
                 Action::Installed { topic } => {
-                    let delivered = (self.0.delivered(topic).into_iter().flatten())
-                        .map(|(n, c)| (*n, *c))
-                        .collect();
+                    let delivered = self.0.delivered(topic).unwrap_or_default();
                     out.push(Effect::Installed { topic, delivered });
                 }
             }

@@ -11,12 +11,15 @@
 //! [`VcubeError::BufferFull`]; [`Causal::missing`] names the predecessors that buffered
 //! messages have waited on too long, for the node to fetch.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use bytes::Bytes;
 
 use crate::cube::NodeId;
 use crate::error::VcubeError;
+
+/// Node ids at or above this are refused (a cube holds at most 2^20 nodes).
+const ID_LIMIT: u32 = 1 << 20;
 
 /// A message's id: its publisher and the publisher's counter on the topic (from 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -35,6 +38,9 @@ pub struct Delivered {
 
 struct Waiting {
     barrier: Vec<MsgId>,
+    /// Barrier entries before this one are delivered (deliveries only grow, so each
+    /// entry is checked once).
+    checked: usize,
     payload: Bytes,
     since_ms: u64,
 }
@@ -51,11 +57,14 @@ pub enum Received {
 /// One topic's causal state at one node.
 pub struct Causal {
     me: NodeId,
-    /// The highest counter delivered from each publisher.
-    delivered: BTreeMap<NodeId, u64>,
-    /// The direct predecessors of this node's next message.
-    barrier: Vec<MsgId>,
+    /// The highest counter delivered from each publisher, by node id (0: none).
+    delivered: Vec<u64>,
+    /// The direct predecessors of this node's next message: at most one per publisher (a
+    /// publisher's earlier messages precede its later ones), by node id (0: none).
+    barrier: Vec<u64>,
     buffer: BTreeMap<MsgId, Waiting>,
+    /// Buffered messages by the predecessor they wait on (one each at a time).
+    waiters: HashMap<MsgId, Vec<MsgId>>,
     buffer_max: usize,
     /// Buffer without delivering (a joining node awaiting its snapshot).
     held: bool,
@@ -65,9 +74,10 @@ impl Causal {
     pub fn new(me: NodeId, buffer_max: usize) -> Causal {
         Causal {
             me,
-            delivered: BTreeMap::new(),
+            delivered: Vec::new(),
             barrier: Vec::new(),
             buffer: BTreeMap::new(),
+            waiters: HashMap::new(),
             buffer_max,
             held: false,
         }
@@ -86,9 +96,12 @@ impl Causal {
     }
 
     pub fn is_delivered(&self, id: MsgId) -> bool {
-        self.delivered
-            .get(&id.source)
-            .is_some_and(|&c| c >= id.counter)
+        self.delivered_of(id.source) >= id.counter
+    }
+
+    /// The highest counter delivered from `source`.
+    pub fn delivered_of(&self, source: NodeId) -> u64 {
+        self.delivered.get(source.0 as usize).copied().unwrap_or(0)
     }
 
     /// Whether `id` is delivered or waiting.
@@ -96,13 +109,40 @@ impl Causal {
         self.is_delivered(id) || self.buffer.contains_key(&id)
     }
 
-    /// The highest counter delivered from each publisher.
-    pub fn delivered(&self) -> &BTreeMap<NodeId, u64> {
-        &self.delivered
+    /// The highest counter delivered from each publisher that delivered any.
+    pub fn delivered(&self) -> Vec<(NodeId, u64)> {
+        (self.delivered.iter().enumerate())
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, &c)| (NodeId(i as u32), c))
+            .collect()
     }
 
-    pub fn barrier(&self) -> &[MsgId] {
-        &self.barrier
+    /// The direct predecessors of this node's next message.
+    pub fn barrier(&self) -> Vec<MsgId> {
+        (self.barrier.iter().enumerate())
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, &counter)| MsgId {
+                source: NodeId(i as u32),
+                counter,
+            })
+            .collect()
+    }
+
+    /// Records `counter` as `source`'s highest delivered.
+    fn set_delivered(&mut self, source: NodeId, counter: u64) {
+        let i = source.0 as usize;
+        if i >= self.delivered.len() {
+            self.delivered.resize(i + 1, 0);
+        }
+        self.delivered[i] = counter;
+    }
+
+    fn set_barrier(&mut self, source: NodeId, counter: u64) {
+        let i = source.0 as usize;
+        if i >= self.barrier.len() {
+            self.barrier.resize(i + 1, 0);
+        }
+        self.barrier[i] = counter;
     }
 
     pub fn buffered(&self) -> usize {
@@ -112,13 +152,15 @@ impl Causal {
     /// Publishes a message: its id and barrier; it is delivered here at once and the
     /// barrier becomes the message alone.
     pub fn publish(&mut self) -> (MsgId, Vec<MsgId>) {
-        let counter = self.delivered.get(&self.me).copied().unwrap_or(0) + 1;
+        let counter = self.delivered_of(self.me) + 1;
         let id = MsgId {
             source: self.me,
             counter,
         };
-        self.delivered.insert(self.me, counter);
-        let barrier = std::mem::replace(&mut self.barrier, vec![id]);
+        self.set_delivered(self.me, counter);
+        let barrier = self.barrier();
+        self.barrier.iter_mut().for_each(|c| *c = 0);
+        self.set_barrier(self.me, counter);
         (id, barrier)
     }
 
@@ -133,6 +175,14 @@ impl Causal {
         if self.has(id) {
             return Ok(Received::Duplicate);
         }
+        if let Some(bad) = (std::iter::once(id.source).chain(barrier.iter().map(|p| p.source)))
+            .find(|s| s.0 >= ID_LIMIT)
+        {
+            return Err(VcubeError::NodeOutsideCube {
+                id: bad.0,
+                n: ID_LIMIT,
+            });
+        }
         if self.buffer.len() >= self.buffer_max {
             return Err(VcubeError::BufferFull {
                 topic: 0,
@@ -143,50 +193,77 @@ impl Causal {
             id,
             Waiting {
                 barrier,
+                checked: 0,
                 payload,
                 since_ms: now_ms,
             },
         );
-        Ok(Received::Taken(self.drain()))
-    }
-
-    fn ready(&self, barrier: &[MsgId]) -> bool {
-        barrier.iter().all(|&p| self.is_delivered(p))
-    }
-
-    /// Delivers every buffered message whose predecessors are delivered, until none is.
-    fn drain(&mut self) -> Vec<Delivered> {
         let mut out = Vec::new();
-        if self.held {
-            return out;
+        if !self.held {
+            self.settle(vec![id], &mut out);
         }
-        loop {
-            let next = (self.buffer.iter())
-                .find(|(id, w)| {
-                    // Per-publisher FIFO: the next of its publisher first.
-                    let previous = self.delivered.get(&id.source).copied().unwrap_or(0);
-                    id.counter == previous + 1 && self.ready(&w.barrier)
-                })
-                .map(|(id, _)| *id);
-            let Some(id) = next else { break };
+        Ok(Received::Taken(out))
+    }
+
+    /// The first predecessor of a buffered message not delivered yet: its publisher's
+    /// previous message, then its barrier (from where the last check stopped).
+    fn blocker(&mut self, id: MsgId) -> Option<MsgId> {
+        let previous = MsgId {
+            source: id.source,
+            counter: id.counter.saturating_sub(1),
+        };
+        if id.counter > 1 && !self.is_delivered(previous) {
+            return Some(previous);
+        }
+        let delivered = &self.delivered;
+        let w = self.buffer.get_mut(&id)?;
+        while let Some(&p) = w.barrier.get(w.checked) {
+            if delivered.get(p.source.0 as usize).copied().unwrap_or(0) < p.counter {
+                return Some(p);
+            }
+            w.checked += 1;
+        }
+        None
+    }
+
+    /// Delivers each of `candidates` that nothing blocks, and whatever that unblocks; the
+    /// others wait on their first blocker.
+    fn settle(&mut self, mut candidates: Vec<MsgId>, out: &mut Vec<Delivered>) {
+        while let Some(id) = candidates.pop() {
+            if !self.buffer.contains_key(&id) {
+                continue; // delivered meanwhile, or dropped by a snapshot
+            }
+            if let Some(blocker) = self.blocker(id) {
+                self.waiters.entry(blocker).or_default().push(id);
+                continue;
+            }
             let w = self.buffer.remove(&id).expect("found");
             self.deliver(id, &w.barrier);
+            if let Some(unblocked) = self.waiters.remove(&id) {
+                candidates.extend(unblocked);
+            }
             out.push(Delivered {
                 id,
                 barrier: w.barrier,
                 payload: w.payload,
             });
         }
-        out
     }
 
     fn deliver(&mut self, id: MsgId, barrier: &[MsgId]) {
-        debug_assert!(self.ready(barrier), "causal order");
-        self.delivered.insert(id.source, id.counter);
-        self.barrier.retain(|b| {
-            !(barrier.contains(b) || (b.source == id.source && b.counter < id.counter))
-        });
-        self.barrier.push(id);
+        debug_assert!(
+            barrier.iter().all(|&p| self.is_delivered(p)),
+            "causal order"
+        );
+        self.set_delivered(id.source, id.counter);
+        for b in barrier {
+            if let Some(c) = self.barrier.get_mut(b.source.0 as usize)
+                && *c == b.counter
+            {
+                *c = 0;
+            }
+        }
+        self.set_barrier(id.source, id.counter);
     }
 
     /// Predecessors that buffered messages have waited on since before `before_ms`, neither
@@ -201,7 +278,7 @@ impl Causal {
                 continue;
             }
             // The publisher's earlier messages, then the barrier.
-            let previous = self.delivered.get(&id.source).copied().unwrap_or(0);
+            let previous = self.delivered_of(id.source);
             let gap = (previous + 1..id.counter).map(|counter| MsgId {
                 source: id.source,
                 counter,
@@ -221,17 +298,19 @@ impl Causal {
     pub fn install(&mut self, delivered: &BTreeMap<NodeId, u64>) -> Vec<Delivered> {
         self.held = false;
         for (&source, &counter) in delivered {
-            let mine = self.delivered.entry(source).or_insert(0);
-            *mine = (*mine).max(counter);
+            if source.0 < ID_LIMIT && counter > self.delivered_of(source) {
+                self.set_delivered(source, counter);
+            }
         }
         let delivered = &self.delivered;
         self.buffer
-            .retain(|id, _| delivered.get(&id.source).is_none_or(|&c| c < id.counter));
-        self.barrier = (self.delivered.iter())
-            .filter(|(_, c)| **c > 0)
-            .map(|(&source, &counter)| MsgId { source, counter })
-            .collect();
-        self.drain()
+            .retain(|id, _| delivered.get(id.source.0 as usize).copied().unwrap_or(0) < id.counter);
+        self.barrier = self.delivered.clone();
+        self.waiters.clear();
+        let candidates: Vec<MsgId> = self.buffer.keys().copied().collect();
+        let mut out = Vec::new();
+        self.settle(candidates, &mut out);
+        out
     }
 }
 
@@ -273,7 +352,7 @@ mod tests {
             taken(c.receive(m1, b1, Bytes::new(), 5).unwrap()),
             vec![m1, m2]
         );
-        assert_eq!(c.barrier(), &[m2], "m1 is an indirect predecessor now");
+        assert_eq!(c.barrier(), vec![m2], "m1 is an indirect predecessor now");
         assert_eq!(
             c.receive(m1, vec![], Bytes::new(), 6).unwrap(),
             Received::Duplicate

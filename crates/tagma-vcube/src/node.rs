@@ -265,7 +265,7 @@ impl<S: Store> Node<S> {
     }
 
     /// What this node delivered on `topic`: the highest counter of each publisher.
-    pub fn delivered(&self, topic: TopicId) -> Option<&BTreeMap<NodeId, u64>> {
+    pub fn delivered(&self, topic: TopicId) -> Option<Vec<(NodeId, u64)>> {
         self.topics.get(&topic).map(|t| t.causal.delivered())
     }
 

@@ -95,9 +95,7 @@ impl<S: Store> Node<S> {
             let Some(to) = self.peer(topic, self.sync_round) else {
                 continue;
             };
-            let delivered = (self.topics[&topic].causal.delivered().iter())
-                .map(|(n, c)| (*n, *c))
-                .collect();
+            let delivered = self.topics[&topic].causal.delivered();
             self.send(to, Message::SyncRequest { topic, delivered });
         }
     }
@@ -124,15 +122,14 @@ impl<S: Store> Node<S> {
         for id in t.log.keys() {
             oldest.entry(id.source).or_insert(id.counter);
         }
-        let beyond_log = (t.causal.delivered().iter()).any(|(source, &mine)| {
-            let known = theirs.get(source).copied().unwrap_or(0);
-            let first = oldest.get(source).copied().unwrap_or(mine + 1);
+        let beyond_log = (t.causal.delivered().into_iter()).any(|(source, mine)| {
+            let known = theirs.get(&source).copied().unwrap_or(0);
+            let first = oldest.get(&source).copied().unwrap_or(mine + 1);
             mine > known && first > known + 1
         });
         let grace = now_ms.saturating_sub(self.config.sync_grace_ms);
         if beyond_log {
-            let covers = (theirs.iter())
-                .all(|(source, &c)| t.causal.delivered().get(source).is_some_and(|&m| m >= c));
+            let covers = (theirs.iter()).all(|(source, &c)| t.causal.delivered_of(*source) >= c);
             if covers {
                 self.send_snapshot(from, topic);
             }
@@ -153,9 +150,7 @@ impl<S: Store> Node<S> {
         let Some(t) = self.topics.get(&topic) else {
             return;
         };
-        let delivered = (t.causal.delivered().iter())
-            .map(|(n, c)| (*n, *c))
-            .collect();
+        let delivered = t.causal.delivered();
         let state = self.store.snapshot(topic);
         self.send(
             to,
@@ -213,8 +208,8 @@ impl<S: Store> Node<S> {
             return;
         }
         // Only a snapshot covering everything delivered here replaces the state.
-        let covers = (t.causal.delivered().iter())
-            .all(|(source, &mine)| delivered.get(source).is_some_and(|&c| c >= mine));
+        let covers = (t.causal.delivered().into_iter())
+            .all(|(source, mine)| delivered.get(&source).is_some_and(|&c| c >= mine));
         if !covers {
             return;
         }
