@@ -9,7 +9,6 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::Instant;
 
-use bytes::Bytes;
 use tagma_vcube::{NodeId, TopicId};
 
 use crate::checker::Checker;
@@ -60,10 +59,11 @@ pub struct Sim<'a, P: Protocol> {
     cpu_free_us: Vec<u64>,
     timer_us: Vec<u64>,
     rng: fastrand::Rng,
+    /// Draws the operations, apart from the losses, so every protocol publishes the same.
+    op_rng: fastrand::Rng,
     checker: Checker,
     metrics: Metrics,
     effects: Vec<Effect<P::Message>>,
-    payload: Bytes,
 }
 
 impl<'a, P: Protocol> Sim<'a, P> {
@@ -86,8 +86,8 @@ impl<'a, P: Protocol> Sim<'a, P> {
             cpu_free_us: vec![0; n],
             timer_us: vec![u64::MAX; n],
             rng: fastrand::Rng::with_seed(workload.seed ^ 0x5eed),
+            op_rng: fastrand::Rng::with_seed(workload.seed ^ 0x0b5),
             effects: Vec::new(),
-            payload: Bytes::from(vec![0x5a; workload.payload_bytes]),
             plan,
             workload,
         }
@@ -246,17 +246,12 @@ impl<'a, P: Protocol> Sim<'a, P> {
                     let Some(p) = self.nodes[node.0 as usize].as_mut() else {
                         continue;
                     };
-                    let payload = self.payload.clone();
-                    if let Some(id) = p.publish(now_ms, topic, payload, &mut effects) {
+                    let draw = self.op_rng.u64(..);
+                    if let Some((id, bytes)) = p.publish(now_ms, topic, draw, &mut effects) {
                         let receivers = self.receivers(topic);
                         self.checker.published(topic, id, receivers);
-                        self.metrics.published(
-                            topic,
-                            id,
-                            self.now_us,
-                            receivers,
-                            self.workload.payload_bytes,
-                        );
+                        self.metrics
+                            .published(topic, id, self.now_us, receivers, bytes);
                     } else {
                         self.metrics.refused += 1;
                     }

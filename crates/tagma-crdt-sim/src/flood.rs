@@ -6,7 +6,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bytes::Bytes;
 use tagma_vcube::{Data, MsgId, NodeId, TopicId};
 
 use crate::overlay::{GossipMessage, Replicas};
@@ -23,10 +22,11 @@ impl FloodNode {
         me: NodeId,
         neighbours: Vec<NodeId>,
         subscriptions: &BTreeMap<TopicId, BTreeSet<NodeId>>,
+        value_bytes: usize,
     ) -> FloodNode {
         FloodNode {
             neighbours,
-            replicas: Replicas::new(me, subscriptions, 1 << 20),
+            replicas: Replicas::new(me, subscriptions, 1 << 20, value_bytes),
         }
     }
 
@@ -81,12 +81,12 @@ impl Protocol for FloodNode {
         &mut self,
         _now_ms: u64,
         topic: TopicId,
-        payload: Bytes,
+        draw: u64,
         out: &mut Vec<Effect<GossipMessage>>,
-    ) -> Option<MsgId> {
-        let data = self.replicas.publish(topic, payload, out)?;
+    ) -> Option<(MsgId, usize)> {
+        let data = self.replicas.publish(topic, draw, out)?;
         self.spread(&data, None, out);
-        Some(data.id)
+        Some((data.id, data.payload.len()))
     }
 
     fn digest(&self, topic: TopicId) -> [u8; 32] {

@@ -8,12 +8,11 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use bytes::Bytes;
 use tagma_vcube::message::{barrier_len, varint_len};
 use tagma_vcube::{Causal, Data, MsgId, NodeId, Received, Store, TopicId};
 
 use crate::proto::{Effect, Sizes};
-use crate::store::OpSetStore;
+use crate::store::CrdtStore;
 
 /// Neighbours of every node.
 pub fn overlay(nodes: u32, seed: u64) -> Vec<Vec<NodeId>> {
@@ -94,7 +93,7 @@ pub struct Replicas {
     me: NodeId,
     causal: BTreeMap<TopicId, Causal>,
     subscribed: BTreeSet<TopicId>,
-    store: OpSetStore,
+    store: CrdtStore,
     /// Messages seen by a node that does not subscribe to their topic.
     relayed: BTreeMap<TopicId, BTreeSet<MsgId>>,
     pub duplicates: u64,
@@ -105,6 +104,7 @@ impl Replicas {
         me: NodeId,
         subscriptions: &BTreeMap<TopicId, BTreeSet<NodeId>>,
         buffer_max: usize,
+        value_bytes: usize,
     ) -> Replicas {
         let subscribed: BTreeSet<TopicId> = (subscriptions.iter())
             .filter(|(_, m)| m.contains(&me))
@@ -117,7 +117,7 @@ impl Replicas {
                 .map(|t| (*t, Causal::new(me, buffer_max)))
                 .collect(),
             subscribed,
-            store: OpSetStore::default(),
+            store: CrdtStore::new(me, value_bytes),
             relayed: BTreeMap::new(),
             duplicates: 0,
         }
@@ -152,16 +152,18 @@ impl Replicas {
         }
     }
 
-    /// Publishes: the message to spread, delivered here at once.
+    /// Publishes an operation built from this replica: the message to spread, delivered
+    /// here at once.
     pub fn publish<M>(
         &mut self,
         topic: TopicId,
-        payload: Bytes,
+        draw: u64,
         out: &mut Vec<Effect<M>>,
     ) -> Option<Data> {
         if !self.subscribed.contains(&topic) {
             return None;
         }
+        let payload = self.store.operation(topic, draw);
         let c = self.causal.get_mut(&topic)?;
         let (id, barrier) = c.publish();
         self.store.apply(topic, id, &payload);

@@ -9,7 +9,6 @@
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
-use bytes::Bytes;
 use tagma_vcube::{Data, MsgId, NodeId, TopicId};
 
 use crate::overlay::{GossipMessage, Replicas};
@@ -58,12 +57,13 @@ impl PlumtreeNode {
         neighbours: Vec<NodeId>,
         subscriptions: &BTreeMap<TopicId, BTreeSet<NodeId>>,
         config: PlumtreeConfig,
+        value_bytes: usize,
     ) -> PlumtreeNode {
         PlumtreeNode {
             config,
             eager: neighbours.into_iter().collect(),
             lazy: BTreeSet::new(),
-            replicas: Replicas::new(me, subscriptions, 1 << 20),
+            replicas: Replicas::new(me, subscriptions, 1 << 20, value_bytes),
             log: BTreeMap::new(),
             log_order: VecDeque::new(),
             missing: BTreeMap::new(),
@@ -215,12 +215,12 @@ impl Protocol for PlumtreeNode {
         &mut self,
         _now_ms: u64,
         topic: TopicId,
-        payload: Bytes,
+        draw: u64,
         out: &mut Vec<Effect<GossipMessage>>,
-    ) -> Option<MsgId> {
-        let data = self.replicas.publish(topic, payload, out)?;
+    ) -> Option<(MsgId, usize)> {
+        let data = self.replicas.publish(topic, draw, out)?;
         self.spread(&data, None, out);
-        Some(data.id)
+        Some((data.id, data.payload.len()))
     }
 
     fn digest(&self, topic: TopicId) -> [u8; 32] {

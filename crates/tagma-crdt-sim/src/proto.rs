@@ -3,7 +3,6 @@
 //! the baselines implement it, so every protocol runs on the same link model, the same
 //! workload and the same message accounting.
 
-use bytes::Bytes;
 use tagma_vcube::{MsgId, NodeId, TopicId};
 
 /// Bytes of a message by what they carry.
@@ -61,14 +60,15 @@ pub trait Protocol {
     );
     fn tick(&mut self, now_ms: u64, out: &mut Vec<Effect<Self::Message>>);
     fn next_timeout_ms(&self) -> u64;
-    /// Publishes an operation; `None` when the node refuses (not subscribed, back-pressure).
+    /// Publishes an operation built from the node's replica (`draw` picks what it does);
+    /// its id and bytes, or `None` when the node refuses (not subscribed, back-pressure).
     fn publish(
         &mut self,
         now_ms: u64,
         topic: TopicId,
-        payload: Bytes,
+        draw: u64,
         out: &mut Vec<Effect<Self::Message>>,
-    ) -> Option<MsgId>;
+    ) -> Option<(MsgId, usize)>;
     /// A digest of the node's replica of `topic` (equal digests: equal states).
     fn digest(&self, topic: TopicId) -> [u8; 32];
     /// Messages received again (a payload it had already).

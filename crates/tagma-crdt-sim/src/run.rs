@@ -9,7 +9,7 @@ use crate::plumtree::{PlumtreeConfig, PlumtreeNode};
 use crate::engine::Sim;
 use crate::error::SimError;
 use crate::metrics::Report;
-use crate::store::OpSetStore;
+use crate::store::CrdtStore;
 use crate::vcube::VcubeNode;
 use crate::workload::Workload;
 
@@ -41,16 +41,17 @@ pub fn run(
     workload.check()?;
     let cube = Cube::new(workload.nodes)?;
     let plan = workload.plan();
+    let value_bytes = workload.payload_bytes;
     match protocol {
         Protocol::Vcube => {
             let subscriptions = plan.subscriptions.clone();
             // Check the configuration once, before building thousands of nodes with it.
             Node::new(
                 cube,
-                tagma_vcube::NodeId(0),
+                NodeId(0),
                 config,
                 &subscriptions,
-                OpSetStore::default(),
+                CrdtStore::new(NodeId(0), value_bytes),
                 false,
                 0,
             )?;
@@ -61,7 +62,7 @@ pub fn run(
                         id,
                         config,
                         &subscriptions,
-                        OpSetStore::default(),
+                        CrdtStore::new(id, value_bytes),
                         joining,
                         now_ms,
                     )
@@ -82,7 +83,12 @@ pub fn run(
             let subscriptions = plan.subscriptions.clone();
             if protocol == Protocol::Flood {
                 let factory = move |id: NodeId, _joining, _now_ms| {
-                    FloodNode::new(id, neighbours[id.0 as usize].clone(), &subscriptions)
+                    FloodNode::new(
+                        id,
+                        neighbours[id.0 as usize].clone(),
+                        &subscriptions,
+                        value_bytes,
+                    )
                 };
                 Ok(Sim::new(workload.clone(), Box::new(factory)).run())
             } else {
@@ -92,6 +98,7 @@ pub fn run(
                         neighbours[id.0 as usize].clone(),
                         &subscriptions,
                         PlumtreeConfig::default(),
+                        value_bytes,
                     )
                 };
                 Ok(Sim::new(workload.clone(), Box::new(factory)).run())

@@ -1,15 +1,14 @@
 //! VCube-Sync in the simulator: the very node of `tagma-vcube`, its actions turned into the
 //! simulator's effects and its messages sized by their encoding.
 
-use bytes::Bytes;
 use tagma_vcube::message::barrier_len;
 use tagma_vcube::{Action, Input, Message, MsgId, Node, NodeId, TopicId};
 
 use crate::proto::{Effect, Protocol, Sizes};
-use crate::store::OpSetStore;
+use crate::store::CrdtStore;
 
 /// A VCube-Sync node with its replicas.
-pub struct VcubeNode(pub Node<OpSetStore>);
+pub struct VcubeNode(pub Node<CrdtStore>);
 
 impl VcubeNode {
     fn drain(&mut self, out: &mut Vec<Effect<Message>>) {
@@ -19,9 +18,8 @@ impl VcubeNode {
                 Action::Deliver { topic, id, hops } => {
                     out.push(Effect::Deliver { topic, id, hops })
                 }
-                Action::Installed { topic } => {
-                    let delivered = self.0.delivered(topic).unwrap_or_default();
-                    out.push(Effect::Installed { topic, delivered });
+                Action::Installed { topic, delivered } => {
+                    out.push(Effect::Installed { topic, delivered })
                 }
             }
         }
@@ -84,12 +82,14 @@ impl Protocol for VcubeNode {
         &mut self,
         now_ms: u64,
         topic: TopicId,
-        payload: Bytes,
+        draw: u64,
         out: &mut Vec<Effect<Message>>,
-    ) -> Option<MsgId> {
-        let id = self.0.publish(now_ms, topic, payload).ok();
+    ) -> Option<(MsgId, usize)> {
+        let op = self.0.store().operation(topic, draw);
+        let len = op.len();
+        let id = self.0.publish(now_ms, topic, op).ok();
         self.drain(out);
-        id
+        id.map(|id| (id, len))
     }
 
     fn digest(&self, topic: TopicId) -> [u8; 32] {

@@ -96,9 +96,11 @@ pub enum Action {
         id: MsgId,
         hops: u8,
     },
-    /// A snapshot of the topic was installed, covering these counters.
+    /// A snapshot of the topic was installed, covering these counters (the operations it
+    /// unblocked are delivered after it).
     Installed {
         topic: TopicId,
+        delivered: Vec<(NodeId, u64)>,
     },
 }
 

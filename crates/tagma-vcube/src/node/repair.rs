@@ -236,7 +236,10 @@ impl<S: Store> Node<S> {
         t.log.clear();
         t.log_order.clear();
         let unblocked = t.causal.install(delivered);
-        self.actions.push_back(Action::Installed { topic });
+        self.actions.push_back(Action::Installed {
+            topic,
+            delivered: delivered.iter().map(|(n, c)| (*n, *c)).collect(),
+        });
         for d in unblocked {
             self.delivered_now(
                 now_ms,
