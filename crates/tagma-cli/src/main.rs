@@ -80,6 +80,9 @@ enum Cmd {
     /// coordination service, `--service space`), and liveness. `--seeds A..B` runs a range;
     /// `--seed S --trace` replays one seed.
     Sim(SimArgs),
+    /// Causal CRDT replication for many nodes over the VCube hypercube (VCube-Sync):
+    /// `tagma crdt sim` simulates it against Plumtree and flooding on one workload.
+    Crdt(tagma_cli::cmd::crdt::CrdtArgs),
 }
 
 /// jemalloc: the replicas allocate on one thread and free on another all the time (requests
@@ -120,6 +123,7 @@ fn main() {
         Cmd::View(args) => tagma_cli::cmd::view::run(args),
         Cmd::Status(args) => tagma_cli::cmd::status::run(args),
         Cmd::Sim(args) => tagma_cli::cmd::sim::run(args),
+        Cmd::Crdt(args) => tagma_cli::cmd::crdt::run(args),
     };
     if let Err(e) = result {
         eprintln!("error: {}", tagma_cli::cmd::errors::render(&e));

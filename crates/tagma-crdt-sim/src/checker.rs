@@ -69,7 +69,7 @@ impl Checker {
     }
 
     fn is_witness(&self, node: NodeId) -> bool {
-        node.0 % self.stride == 0
+        node.0.is_multiple_of(self.stride)
     }
 
     /// `id` was published; `receivers` deliveries are expected (all nodes but the

@@ -62,6 +62,9 @@ pub struct Report {
     pub publishes_refused: u64,
     pub snapshots_installed: u64,
     pub sim_wall_s: f64,
+    /// The latency distribution: (ms, share of deliveries at most that late), up to 64
+    /// points.
+    pub latency_cdf: Vec<(f64, f64)>,
 }
 
 impl Default for Metrics {
@@ -142,6 +145,21 @@ impl Metrics {
         0.0
     }
 
+    /// Up to 64 points of the latency distribution, evenly spaced in ms.
+    fn cdf(&self) -> Vec<(f64, f64)> {
+        let last = (self.histogram.iter().rposition(|&c| c > 0)).unwrap_or(0);
+        let step = (last / 63).max(1);
+        let mut out = Vec::new();
+        let mut seen = 0u64;
+        for (ms, &count) in self.histogram.iter().enumerate().take(last + 1) {
+            seen += count;
+            if ms % step == 0 || ms == last {
+                out.push((ms as f64, seen as f64 / self.deliveries.max(1) as f64));
+            }
+        }
+        out
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub fn report(
         &self,
@@ -188,6 +206,7 @@ impl Metrics {
             publishes_refused: self.refused,
             snapshots_installed: self.snapshots,
             sim_wall_s,
+            latency_cdf: self.cdf(),
         }
     }
 }

@@ -62,7 +62,7 @@ impl CrdtStore {
             }
             Crdt::Counter(c) => c.add((draw % 21) as i64 - 10).into(),
             Crdt::Set(s) => {
-                if draw % 3 == 0 {
+                if draw.is_multiple_of(3) {
                     s.remove(element).into()
                 } else {
                     s.add(element).into()

@@ -80,8 +80,9 @@ impl Workload {
         if !(self.ops_per_s > 0.0 && self.ops_per_s <= 10_000.0) {
             return bad("--ops-per-sec must be above 0 and at most 10,000");
         }
-        if !(self.duration_s > 0.0 && self.duration_s <= 3_600.0)
-            || !(0.0..=3_600.0).contains(&self.drain_s)
+        if !(self.duration_s > 0.0
+            && self.duration_s <= 3_600.0
+            && (0.0..=3_600.0).contains(&self.drain_s))
         {
             return bad(
                 "--duration-s must be above 0 and at most 3,600 (and the drain at most 3,600)",

@@ -5,6 +5,7 @@
 pub mod bench;
 pub mod bench_eve;
 pub mod chaos;
+pub mod crdt;
 pub mod demo;
 pub mod errors;
 pub mod eve;
