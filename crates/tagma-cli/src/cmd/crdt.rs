@@ -22,6 +22,46 @@ pub enum CrdtCmd {
     /// prints whether the subscribers converged, causal-order violations, duplicates,
     /// delivery latency, hops and bytes by class for each protocol, on the same workload.
     Sim(SimArgs),
+    /// Run VCube-Sync for real: nodes on 127.0.0.1 over authenticated TCP, several
+    /// processes of many nodes each, a mixed workload on four topics (register, counter,
+    /// set, map), one node stopped mid-run and one joining late; reports convergence,
+    /// causal violations, latency and bytes (exit status 1 if it does not converge).
+    Demo(DemoArgs),
+    /// One host process of `tagma crdt demo` (started by it).
+    #[command(hide = true)]
+    Host(HostArgs),
+}
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Nodes in all (at least 4).
+    #[arg(long, default_value_t = 64)]
+    pub nodes: u32,
+    /// Processes the nodes are spread over.
+    #[arg(long, default_value_t = 4)]
+    pub processes: usize,
+    /// Seconds of publishing.
+    #[arg(long, default_value_t = 8.0)]
+    pub duration_s: f64,
+    /// Operations each publisher publishes per second.
+    #[arg(long = "ops-per-sec", default_value_t = 5.0)]
+    pub ops_per_sec: f64,
+    /// Publishers per topic.
+    #[arg(long, default_value_t = 4)]
+    pub publishers: u32,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(clap::Args)]
+pub struct HostArgs {
+    #[arg(long)]
+    pub dir: PathBuf,
+    #[arg(long)]
+    pub index: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
@@ -128,7 +168,43 @@ struct Run {
 pub fn run(args: CrdtArgs) -> Result<()> {
     match args.what {
         CrdtCmd::Sim(args) => sim(args),
+        CrdtCmd::Demo(args) => demo(args),
+        CrdtCmd::Host(args) => {
+            tagma_vcube_node::host::run(&args.dir, args.index)?;
+            Ok(())
+        }
     }
+}
+
+fn demo(args: DemoArgs) -> Result<()> {
+    if !(args.duration_s > 0.0 && args.duration_s <= 600.0) {
+        bail!("--duration-s must be above 0 and at most 600");
+    }
+    let options = tagma_vcube_node::DemoOptions {
+        nodes: args.nodes,
+        processes: args.processes,
+        publishers_per_topic: args.publishers,
+        ops_per_s: args.ops_per_sec,
+        duration_ms: (args.duration_s * 1_000.0) as u64,
+        seed: args.seed,
+        ..tagma_vcube_node::DemoOptions::default()
+    };
+    if !args.json {
+        eprintln!(
+            "running {} nodes in {} processes on 127.0.0.1 for {} s of publishing…",
+            args.nodes, args.processes, args.duration_s
+        );
+    }
+    let report = tagma_vcube_node::demo::run(&super::tagma_exe()?, &options)?;
+    if args.json {
+        println!("{}", serde_json::to_string(&report)?);
+    } else {
+        println!("{}", report.table());
+    }
+    if !report.passed() {
+        std::process::exit(1);
+    }
+    Ok(())
 }
 
 fn workload(args: &SimArgs) -> Result<Workload> {

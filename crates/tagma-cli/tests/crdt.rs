@@ -1,0 +1,61 @@
+//! VCube-Sync as users run it: the simulator's comparison, and real nodes over TCP in
+//! several processes with a node stopped mid-run and one joining late.
+
+mod common;
+use common::tagma_json;
+
+#[test]
+fn the_demo_converges_across_processes_with_a_stopped_node_and_a_late_joiner() {
+    let report = tagma_json(&[
+        "crdt",
+        "demo",
+        "--nodes",
+        "32",
+        "--processes",
+        "3",
+        "--duration-s",
+        "4",
+        "--json",
+    ]);
+    assert_eq!(report["convergent"], true, "{report}");
+    assert_eq!(report["causal_violations"], 0, "{report}");
+    assert_eq!(report["double_deliveries"], 0, "{report}");
+    assert!(report["operations"].as_u64().unwrap() > 50, "{report}");
+    assert!(report["deliveries"].as_u64().unwrap() > 500, "{report}");
+    assert!(
+        report["bytes_between_processes"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+    assert!(
+        report["snapshots_installed"].as_u64().unwrap() > 0,
+        "{report}"
+    );
+}
+
+#[test]
+fn the_simulator_compares_the_protocols_on_one_workload() {
+    let out = tagma_json(&[
+        "crdt",
+        "sim",
+        "--nodes",
+        "64",
+        "--duration-s",
+        "10",
+        "--drain-s",
+        "5",
+        "--json",
+    ]);
+    let runs = out["runs"].as_array().unwrap();
+    let names: Vec<&str> = runs
+        .iter()
+        .map(|r| r["protocol"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["vcube", "plumtree", "flood"]);
+    for r in runs {
+        assert_eq!(r["report"]["convergent"], true, "{r}");
+        assert_eq!(r["report"]["causal_violations"], 0, "{r}");
+    }
+    let vcube = &runs[0]["report"];
+    assert_eq!(vcube["duplicates"], 0);
+    assert!(vcube["bytes_total"].as_u64() < runs[2]["report"]["bytes_total"].as_u64());
+}
