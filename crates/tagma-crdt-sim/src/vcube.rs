@@ -2,7 +2,7 @@
 //! simulator's effects and its messages sized by their encoding.
 
 use tagma_vcube::message::barrier_len;
-use tagma_vcube::{Action, Input, Message, MsgId, Node, NodeId, TopicId};
+use tagma_vcube::{Action, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
 
 use crate::proto::{Effect, Protocol, Sizes};
 use crate::store::CrdtStore;
@@ -18,6 +18,8 @@ impl VcubeNode {
                 Action::Deliver { topic, id, hops } => {
                     out.push(Effect::Deliver { topic, id, hops })
                 }
+                // The membership topic is the node's own business, not a replica's.
+                Action::Installed { topic, .. } if topic == MEMBERSHIP => {}
                 Action::Installed { topic, delivered } => {
                     out.push(Effect::Installed { topic, delivered })
                 }

@@ -13,7 +13,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 use tagma_crypto::IdentityKey;
 use tagma_vcube::{
-    Action, Cube, Input, Kernel, Limits, Message, Node, NodeConfig, NodeId, TopicId,
+    Action, Cube, Input, Kernel, Limits, MEMBERSHIP, Message, Node, NodeConfig, NodeId, TopicId,
 };
 use tagma_wire::PublicKey;
 
@@ -299,6 +299,7 @@ pub fn run(dir: &Path, index: usize) -> Result<HostReport, HostError> {
                             id.counter,
                             now_us(plan.epoch_ms),
                         )),
+                        Action::Installed { topic, .. } if topic == MEMBERSHIP => {}
                         Action::Installed { topic, delivered } => h.report.snapshots.push((
                             topic.0,
                             delivered.into_iter().map(|(n, c)| (n.0, c)).collect(),

@@ -21,5 +21,5 @@ pub use detector::{Change, Detector, DetectorConfig};
 pub use error::VcubeError;
 pub use kernel::Kernel;
 pub use message::{Data, Limits, Message, TopicId};
-pub use node::{Action, Input, Node, NodeConfig, NodeStats};
+pub use node::{Action, Input, MEMBERSHIP, Node, NodeConfig, NodeStats};
 pub use store::{NoStore, Store};

@@ -13,9 +13,13 @@
 //! ([`crate::causal`]). Repair ([`repair`]) covers what the tree cannot: predecessors a
 //! buffered message waits on too long are fetched, anti-entropy rounds compare what two
 //! subscribers delivered, and a node that joins late (or fell behind what its peers keep)
-//! installs a snapshot of the topic's state.
+//! installs a snapshot of the topic's state. Subscriptions change at run time through a
+//! reserved topic every node belongs to ([`membership`]).
 
+mod membership;
 mod repair;
+
+pub use membership::MEMBERSHIP;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
@@ -209,6 +213,12 @@ impl<S: Store> Node<S> {
                 cube.check(j)?;
             }
         }
+        if subscriptions.contains_key(&MEMBERSHIP) {
+            return Err(VcubeError::Config(format!(
+                "topic {} is reserved for subscription changes",
+                MEMBERSHIP.0
+            )));
+        }
         let mut node = Node {
             cube,
             me,
@@ -230,22 +240,9 @@ impl<S: Store> Node<S> {
             .filter(|(_, members)| members.contains(&me))
             .map(|(t, _)| *t)
             .collect();
-        for topic in mine {
-            let causal = if joining {
-                Causal::held(me, config.buffer_max)
-            } else {
-                Causal::new(me, config.buffer_max)
-            };
-            node.topics.insert(
-                topic,
-                Topic {
-                    causal,
-                    log: BTreeMap::new(),
-                    log_order: VecDeque::new(),
-                    fetched: BTreeMap::new(),
-                    joining: joining.then_some((0, 0)),
-                },
-            );
+        for topic in mine.into_iter().chain([MEMBERSHIP]) {
+            let fresh = node.fresh_topic(joining);
+            node.topics.insert(topic, fresh);
         }
         Ok(node)
     }
@@ -299,11 +296,24 @@ impl<S: Store> Node<S> {
     fn eligible(&self, topic: TopicId, j: NodeId) -> bool {
         j != self.me
             && self.detector.is_correct(j)
-            && self.subscribers.get(&topic).is_some_and(|s| s.contains(&j))
+            && (topic == MEMBERSHIP || self.subscribers.get(&topic).is_some_and(|s| s.contains(&j)))
     }
 
     /// Publishes `payload` on `topic`: it is delivered here at once and sent down the tree.
     pub fn publish(
+        &mut self,
+        now_ms: u64,
+        topic: TopicId,
+        payload: Bytes,
+    ) -> Result<MsgId, VcubeError> {
+        if topic == MEMBERSHIP {
+            return Err(VcubeError::NotSubscribed { topic: topic.0 });
+        }
+        self.publish_on(now_ms, topic, payload)
+    }
+
+    /// Publishes on any topic, the membership topic included.
+    fn publish_on(
         &mut self,
         now_ms: u64,
         topic: TopicId,
@@ -457,7 +467,11 @@ impl<S: Store> Node<S> {
     /// A message is delivered here: apply, log, report.
     fn delivered_now(&mut self, now_ms: u64, data: Data) {
         let (topic, id, hops) = (data.topic, data.id, data.hops);
-        self.store.apply(topic, id, &data.payload);
+        if topic == MEMBERSHIP {
+            self.apply_change(id, &data.payload);
+        } else {
+            self.store.apply(topic, id, &data.payload);
+        }
         self.stats.delivered += 1;
         if let Some(t) = self.topics.get_mut(&topic) {
             t.fetched.remove(&id);
@@ -475,7 +489,9 @@ impl<S: Store> Node<S> {
                 }
             }
         }
-        self.actions.push_back(Action::Deliver { topic, id, hops });
+        if topic != MEMBERSHIP {
+            self.actions.push_back(Action::Deliver { topic, id, hops });
+        }
     }
 
     /// Sends `data` to the first eligible node of each cluster below the one it came from.

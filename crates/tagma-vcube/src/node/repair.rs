@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 
-use super::{Action, Node};
+use super::{Action, MEMBERSHIP, Node};
 use crate::causal::MsgId;
 use crate::cube::NodeId;
 use crate::message::{Data, Message, TopicId};
@@ -87,8 +87,10 @@ impl<S: Store> Node<S> {
 
     pub(super) fn sync(&mut self, _now_ms: u64) {
         self.sync_round = self.sync_round.wrapping_add(1);
+        // The membership topic changes rarely: it is compared every fourth round.
+        let membership = self.sync_round.is_multiple_of(4);
         let topics: Vec<TopicId> = (self.topics.iter())
-            .filter(|(_, t)| t.joining.is_none())
+            .filter(|(k, t)| t.joining.is_none() && (membership || **k != MEMBERSHIP))
             .map(|(k, _)| *k)
             .collect();
         for topic in topics {
@@ -151,7 +153,11 @@ impl<S: Store> Node<S> {
             return;
         };
         let delivered = t.causal.delivered();
-        let state = self.store.snapshot(topic);
+        let state = if topic == MEMBERSHIP {
+            self.membership_snapshot()
+        } else {
+            self.store.snapshot(topic)
+        };
         self.send(
             to,
             Message::Snapshot {
@@ -223,9 +229,12 @@ impl<S: Store> Node<S> {
         delivered: &BTreeMap<NodeId, u64>,
         state: Option<&Bytes>,
     ) {
-        if let Some(state) = state
-            && self.store.install(topic, state).is_err()
-        {
+        let refused = match state {
+            Some(state) if topic == MEMBERSHIP => self.install_membership(state).is_err(),
+            Some(state) => self.store.install(topic, state).is_err(),
+            None => false,
+        };
+        if refused {
             self.stats.rejected += 1;
             return;
         }

@@ -331,3 +331,84 @@ fn bad_input_is_refused_without_panicking() {
     let subs = BTreeMap::from([(T, BTreeSet::from([NodeId(4)]))]);
     assert!(Node::new(cube, NodeId(0), config(), &subs, Log::default(), false, 0).is_err());
 }
+
+#[test]
+fn a_node_subscribes_at_run_time_fetches_the_state_and_follows() {
+    let mut net = Net::new(8, &[0, 1, 2, 3, 4, 5, 6]);
+    net.run(300);
+    for _ in 0..3 {
+        net.publish(2);
+        net.run(20);
+    }
+    assert!(net.log(7).is_empty());
+    let now = net.now_ms;
+    net.nodes[7].as_mut().unwrap().subscribe(now, T).unwrap();
+    net.drain(7);
+    net.run(1_000);
+    for i in 0..7 {
+        let view = net.nodes[i].as_ref().unwrap().subscribers_of(T).unwrap();
+        assert!(
+            view.contains(&NodeId(7)),
+            "node {i} learnt of the subscription"
+        );
+    }
+    net.publish(2);
+    net.run(1_000);
+    assert_eq!(net.log(7), &[(2, 1), (2, 2), (2, 3), (2, 4)]);
+    assert!(net.nodes[7].as_ref().unwrap().subscribes(T));
+}
+
+#[test]
+fn a_node_that_unsubscribes_gets_no_more_of_the_topic() {
+    let all: Vec<u32> = (0..8).collect();
+    let mut net = Net::new(8, &all);
+    net.run(300);
+    net.publish(0);
+    net.run(100);
+    let now = net.now_ms;
+    net.nodes[5].as_mut().unwrap().unsubscribe(now, T).unwrap();
+    net.drain(5);
+    net.run(1_000);
+    net.publish(0);
+    net.run(1_000);
+    assert_eq!(net.log(5), &[(0, 1)], "nothing after it left");
+    for i in (0..8).filter(|&i| i != 5) {
+        assert_eq!(net.log(i).len(), 2, "node {i}");
+    }
+    let node = net.nodes[5].as_mut().unwrap();
+    assert!(!node.subscribes(T));
+    assert!(matches!(
+        node.unsubscribe(now, T),
+        Err(VcubeError::NotSubscribed { .. })
+    ));
+    assert!(node.publish(now, MEMBERSHIP, Bytes::new()).is_err());
+    assert!(node.subscribe(now, MEMBERSHIP).is_err());
+}
+
+#[test]
+fn a_late_joiner_learns_the_subscription_changes_made_before_it_started() {
+    let mut net = Net::new(8, &[0, 1, 2, 3]);
+    net.nodes[6] = None;
+    net.run(300);
+    let now = net.now_ms;
+    net.nodes[4].as_mut().unwrap().subscribe(now, T).unwrap();
+    net.drain(4);
+    net.run(1_000);
+    let subs = BTreeMap::from([(T, (0..4).map(NodeId).collect::<BTreeSet<_>>())]);
+    let now = net.now_ms;
+    net.nodes[6] = Some(
+        Node::new(
+            Cube::new(8).unwrap(),
+            NodeId(6),
+            config(),
+            &subs,
+            Log::default(),
+            true,
+            now,
+        )
+        .unwrap(),
+    );
+    net.run(1_500);
+    let view = net.nodes[6].as_ref().unwrap().subscribers_of(T).unwrap();
+    assert!(view.contains(&NodeId(4)), "{view:?}");
+}
