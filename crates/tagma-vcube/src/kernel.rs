@@ -14,7 +14,7 @@ use crate::store::Store;
 use bytes::Bytes;
 use tagma_crdt::{Crdt, Dot, Kind, Op, decode_op, decode_state, encode_op, encode_state};
 
-/// The CRDT kind of a topic.
+/// The CRDT kind of a topic no kind was declared for.
 pub fn kind_of(topic: TopicId) -> Kind {
     [Kind::Register, Kind::Counter, Kind::Set, Kind::Map][topic.0 as usize % 4]
 }
@@ -24,6 +24,8 @@ pub fn kind_of(topic: TopicId) -> Kind {
 pub struct Kernel {
     me: NodeId,
     replicas: BTreeMap<TopicId, Crdt>,
+    /// Kinds declared per topic (others follow [`kind_of`]).
+    kinds: BTreeMap<TopicId, Kind>,
     /// Bytes of a register's value.
     value_bytes: usize,
     /// Operations that did not decode or apply (none in a correct run).
@@ -35,15 +37,41 @@ impl Kernel {
         Kernel {
             me,
             replicas: BTreeMap::new(),
+            kinds: BTreeMap::new(),
             value_bytes,
             refused: 0,
         }
     }
 
+    /// Declares `topic`'s CRDT kind (every replica of the topic must declare the same).
+    pub fn with_kind(mut self, topic: TopicId, kind: Kind) -> Kernel {
+        self.kinds.insert(topic, kind);
+        self
+    }
+
+    /// The CRDT kind of `topic`.
+    pub fn kind(&self, topic: TopicId) -> Kind {
+        self.kinds
+            .get(&topic)
+            .copied()
+            .unwrap_or_else(|| kind_of(topic))
+    }
+
+    /// The node this kernel belongs to.
+    pub fn me(&self) -> NodeId {
+        self.me
+    }
+
+    /// `topic`'s CRDT as this replica holds it (the initial one before any operation).
+    pub fn crdt(&self, topic: TopicId) -> Crdt {
+        (self.replicas.get(&topic).cloned()).unwrap_or_else(|| Crdt::new(self.kind(topic)))
+    }
+
     fn replica(&mut self, topic: TopicId) -> &mut Crdt {
-        self.replicas
-            .entry(topic)
-            .or_insert_with(|| Crdt::new(kind_of(topic)))
+        let kinds = &self.kinds;
+        self.replicas.entry(topic).or_insert_with(|| {
+            Crdt::new(kinds.get(&topic).copied().unwrap_or_else(|| kind_of(topic)))
+        })
     }
 
     /// An operation on `topic` built from this replica, `draw` choosing what it does.
@@ -52,7 +80,7 @@ impl Kernel {
         let crdt = match self.replicas.get(&topic) {
             Some(c) => c,
             None => {
-                empty = Crdt::new(kind_of(topic));
+                empty = Crdt::new(self.kind(topic));
                 &empty
             }
         };
@@ -91,7 +119,7 @@ impl Kernel {
     pub fn digest(&self, topic: TopicId) -> [u8; 32] {
         match self.replicas.get(&topic) {
             Some(c) => c.digest(),
-            None => Crdt::new(kind_of(topic)).digest(),
+            None => Crdt::new(self.kind(topic)).digest(),
         }
     }
 }
@@ -108,17 +136,17 @@ impl Store for Kernel {
     fn snapshot(&self, topic: TopicId) -> Bytes {
         match self.replicas.get(&topic) {
             Some(c) => Bytes::from(encode_state(c)),
-            None => Bytes::from(encode_state(&Crdt::new(kind_of(topic)))),
+            None => Bytes::from(encode_state(&Crdt::new(self.kind(topic)))),
         }
     }
 
     fn install(&mut self, topic: TopicId, state: &Bytes) -> Result<(), String> {
         let crdt = decode_state(state).map_err(|e| e.to_string())?;
-        if crdt.kind() != kind_of(topic) {
+        if crdt.kind() != self.kind(topic) {
             return Err(format!(
                 "a {} snapshot for a {} topic",
                 crdt.kind().name(),
-                kind_of(topic).name()
+                self.kind(topic).name()
             ));
         }
         self.replicas.insert(topic, crdt);

@@ -12,6 +12,7 @@ pub mod error;
 pub mod kernel;
 pub mod message;
 pub mod node;
+pub mod replica;
 pub mod store;
 pub mod tree;
 
@@ -22,4 +23,5 @@ pub use error::VcubeError;
 pub use kernel::Kernel;
 pub use message::{Data, Limits, Message, TopicId};
 pub use node::{Action, Input, MEMBERSHIP, Node, NodeConfig, NodeStats};
+pub use replica::{CounterHandle, MapHandle, RegisterHandle, Replica, SetHandle};
 pub use store::{NoStore, Store};
