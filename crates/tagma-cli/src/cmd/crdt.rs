@@ -22,6 +22,11 @@ pub enum CrdtCmd {
     /// prints whether the subscribers converged, causal-order violations, duplicates,
     /// delivery latency, hops and bytes by class for each protocol, on the same workload.
     Sim(SimArgs),
+    /// The VCube-Sync paper's comparisons in simulation: latency and bytes against the
+    /// number of nodes for one publisher (every node or a quarter subscribed) and for a
+    /// quarter or all of the nodes publishing, VCube-Sync against Plumtree and flooding;
+    /// a table, and plots with --plot-dir.
+    Figures(super::crdt_figures::FiguresArgs),
     /// Run VCube-Sync for real: nodes on 127.0.0.1 over authenticated TCP, several
     /// processes of many nodes each, a mixed workload on four topics (register, counter,
     /// set, map), one node stopped mid-run and one joining late; reports convergence,
@@ -169,6 +174,7 @@ pub fn run(args: CrdtArgs) -> Result<()> {
     match args.what {
         CrdtCmd::Sim(args) => sim(args),
         CrdtCmd::Demo(args) => demo(args),
+        CrdtCmd::Figures(args) => super::crdt_figures::run(args),
         CrdtCmd::Host(args) => {
             tagma_vcube_node::host::run(&args.dir, args.index)?;
             Ok(())

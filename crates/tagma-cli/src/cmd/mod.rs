@@ -6,6 +6,7 @@ pub mod bench;
 pub mod bench_eve;
 pub mod chaos;
 pub mod crdt;
+pub mod crdt_figures;
 pub mod demo;
 pub mod errors;
 pub mod eve;
