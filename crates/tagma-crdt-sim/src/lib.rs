@@ -13,7 +13,6 @@ pub mod overlay;
 pub mod plumtree;
 pub mod proto;
 pub mod run;
-pub mod store;
 pub mod vcube;
 pub mod workload;
 

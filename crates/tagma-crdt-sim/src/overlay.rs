@@ -12,7 +12,7 @@ use tagma_vcube::message::{barrier_len, varint_len};
 use tagma_vcube::{Causal, Data, MsgId, NodeId, Received, Store, TopicId};
 
 use crate::proto::{Effect, Sizes};
-use crate::store::CrdtStore;
+use tagma_vcube::Kernel;
 
 /// Neighbours of every node.
 pub fn overlay(nodes: u32, seed: u64) -> Vec<Vec<NodeId>> {
@@ -93,7 +93,7 @@ pub struct Replicas {
     me: NodeId,
     causal: BTreeMap<TopicId, Causal>,
     subscribed: BTreeSet<TopicId>,
-    store: CrdtStore,
+    store: Kernel,
     /// Messages seen by a node that does not subscribe to their topic.
     relayed: BTreeMap<TopicId, BTreeSet<MsgId>>,
     pub duplicates: u64,
@@ -117,7 +117,7 @@ impl Replicas {
                 .map(|t| (*t, Causal::new(me, buffer_max)))
                 .collect(),
             subscribed,
-            store: CrdtStore::new(me, value_bytes),
+            store: Kernel::new(me, value_bytes),
             relayed: BTreeMap::new(),
             duplicates: 0,
         }

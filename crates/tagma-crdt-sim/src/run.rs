@@ -9,9 +9,9 @@ use crate::plumtree::{PlumtreeConfig, PlumtreeNode};
 use crate::engine::Sim;
 use crate::error::SimError;
 use crate::metrics::Report;
-use crate::store::CrdtStore;
 use crate::vcube::VcubeNode;
 use crate::workload::Workload;
+use tagma_vcube::Kernel;
 
 /// The protocols the simulator runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize)]
@@ -51,7 +51,7 @@ pub fn run(
                 NodeId(0),
                 config,
                 &subscriptions,
-                CrdtStore::new(NodeId(0), value_bytes),
+                Kernel::new(NodeId(0), value_bytes),
                 false,
                 0,
             )?;
@@ -62,7 +62,7 @@ pub fn run(
                         id,
                         config,
                         &subscriptions,
-                        CrdtStore::new(id, value_bytes),
+                        Kernel::new(id, value_bytes),
                         joining,
                         now_ms,
                     )

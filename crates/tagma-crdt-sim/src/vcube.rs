@@ -5,10 +5,10 @@ use tagma_vcube::message::barrier_len;
 use tagma_vcube::{Action, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
 
 use crate::proto::{Effect, Protocol, Sizes};
-use crate::store::CrdtStore;
+use tagma_vcube::Kernel;
 
 /// A VCube-Sync node with its replicas.
-pub struct VcubeNode(pub Node<CrdtStore>);
+pub struct VcubeNode(pub Node<Kernel>);
 
 impl VcubeNode {
     fn drain(&mut self, out: &mut Vec<Effect<Message>>) {
