@@ -54,6 +54,7 @@ pub struct DemoArgs {
     /// Publishers per topic.
     #[arg(long, default_value_t = 4)]
     pub publishers: u32,
+    /// Draws the subscribers, publishers and operations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print the report as one JSON object.
@@ -63,8 +64,10 @@ pub struct DemoArgs {
 
 #[derive(clap::Args)]
 pub struct HostArgs {
+    /// The run's directory (plan.json and the process keys).
     #[arg(long)]
     pub dir: PathBuf,
+    /// Which process of the plan this is.
     #[arg(long)]
     pub index: usize,
 }
@@ -133,9 +136,10 @@ pub struct SimArgs {
     /// they install a snapshot and follow the causal stream).
     #[arg(long, default_value_t = 0.0)]
     pub join_pct: f64,
-    /// The smallest and largest one-way delay between two nodes, in ms (drawn per pair).
+    /// The smallest one-way delay between two nodes, in ms (each pair's is drawn once).
     #[arg(long, default_value_t = 5.0)]
     pub latency_min_ms: f64,
+    /// The largest one-way delay between two nodes, in ms.
     #[arg(long, default_value_t = 105.0)]
     pub latency_max_ms: f64,
     /// Each node's uplink, in Mbit/s.
@@ -147,6 +151,7 @@ pub struct SimArgs {
     /// Processing per message received, in µs (a node handles one message at a time).
     #[arg(long, default_value_t = 20)]
     pub receive_cost_us: u64,
+    /// Draws the subscribers, publishers, faults, link delays and operations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Print the reports as one JSON object.

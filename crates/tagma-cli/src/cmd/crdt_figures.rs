@@ -23,6 +23,7 @@ pub struct FiguresArgs {
     /// the nodes).
     #[arg(long, default_value_t = 200)]
     pub all_publishers_max_nodes: u32,
+    /// Draws each run's subscribers, publishers, link delays and operations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// Write latency and bytes plots (PNG, one pair per scenario) into this directory.
