@@ -17,6 +17,12 @@ use crate::proto::{Effect, Protocol};
 use crate::workload::{Plan, Workload};
 
 enum Event<M> {
+    /// A message reaches `to`, joining its receive queue.
+    Arrive {
+        to: NodeId,
+        from: NodeId,
+        message: M,
+    },
     /// `to` handles a message (after its receive queue).
     Handle {
         to: NodeId,
@@ -136,16 +142,9 @@ impl<'a, P: Protocol> Sim<'a, P> {
                         continue;
                     }
                     let arrive = depart + self.workload.link.latency_us(self.workload.seed, me, to);
-                    // The receiver serves messages one at a time, in the order they were
-                    // sent (which keeps each link FIFO; with receivers busy a few percent of
-                    // the time, it rarely differs from the order of arrival).
-                    let j = to.0 as usize;
-                    let handle =
-                        self.cpu_free_us[j].max(arrive) + self.workload.link.receive_cost_us;
-                    self.cpu_free_us[j] = handle;
                     self.push(
-                        handle,
-                        Event::Handle {
+                        arrive,
+                        Event::Arrive {
                             to,
                             from: me,
                             message,
@@ -213,6 +212,17 @@ impl<'a, P: Protocol> Sim<'a, P> {
             self.now_us = at_us;
             let now_ms = self.now_us / 1_000;
             match event {
+                Event::Arrive { to, from, message } => {
+                    // The receiver serves messages one at a time in the order they arrive
+                    // (a link's arrive in the order they were sent: it stays FIFO).
+                    let j = to.0 as usize;
+                    if self.nodes[j].is_none() {
+                        continue;
+                    }
+                    let handle = self.cpu_free_us[j].max(self.now_us) + w.link.receive_cost_us;
+                    self.cpu_free_us[j] = handle;
+                    self.push(handle, Event::Handle { to, from, message });
+                }
                 Event::Handle { to, from, message } => {
                     let mut effects = std::mem::take(&mut self.effects);
                     let Some(p) = self.nodes[to.0 as usize].as_mut() else {
