@@ -1,302 +1,219 @@
-//! The discrete-event loop: one priority queue of events ordered by (time in µs, sequence
-//! number), so equal times break ties the same way every run; nodes are protocol state
-//! machines ([`Protocol`]) fed by it. It carries messages over the link model
-//! ([`crate::link`]), fires each node's timer when it is due, publishes the workload's
-//! operations, crashes and starts nodes as the plan says, and hands every publish and
-//! delivery to the causal checker and the metrics.
+//! The discrete-event loop: nodes are protocol state machines ([`Protocol`]) fed by it. It
+//! carries messages over the link model ([`crate::link`]), fires each node's timer when it
+//! is due, publishes the workload's operations, crashes and starts nodes as the plan says,
+//! and hands every publish and delivery to the causal checker and the metrics.
+//!
+//! Time advances in windows no longer than the smallest delay between sending a message
+//! and handling it (the link's least latency and per-message costs, at least 1 µs): what a
+//! node does in a window reaches another node in a later window at the earliest, so within
+//! a window the nodes are independent of each other. A window runs node by node, each
+//! node's events in time order ([`crate::station`]) — a node's state stays in the
+//! processor's caches while it handles its messages of the window — and runs of
+//! consecutive nodes ([`Chunk`]) go through it on threads of their own. When the window
+//! ends, what the chunks found, counted and sent is merged in chunk order. Nothing a node
+//! does depends on the order in which nodes run or on the number of threads, so a run is
+//! reproducible and gives the same report on any number of threads.
+//!
+//! A node handles its messages one at a time in the order they arrive ([`crate::inbox`]). At equal times a node crashes or starts first, then handles its
+//! messages, then publishes, then fires its timer.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 use std::time::Instant;
 
-use tagma_vcube::{NodeId, TopicId};
+use rayon::prelude::*;
+use tagma_vcube::NodeId;
 
 use crate::checker::Checker;
-use crate::metrics::{Metrics, Report};
-use crate::proto::{Effect, Protocol};
+use crate::metrics::{Metrics, Report, Tally};
+use crate::proto::Protocol;
+pub use crate::station::Factory;
+use crate::station::{Chunk, Judges, Mail, Shared, Slot};
 use crate::workload::{Plan, Workload};
 
-enum Event<M> {
-    /// A message reaches `to`, joining its receive queue.
-    Arrive {
-        to: NodeId,
-        from: NodeId,
-        message: M,
-    },
-    /// `to` handles a message (after its receive queue).
-    Handle {
-        to: NodeId,
-        from: NodeId,
-        message: M,
-    },
-    Timer {
-        node: NodeId,
-    },
-    Publish {
-        node: NodeId,
-        topic: TopicId,
-    },
-    Crash {
-        node: NodeId,
-    },
-    Join {
-        node: NodeId,
-    },
-}
+/// The mail for one chunk, in bags by sending chunk.
+type Bags<M> = Vec<Vec<Mail<M>>>;
 
-/// Builds node `id` (`joining`: it starts late, without state) at `now_ms`.
-pub type Factory<'a, P> = dyn FnMut(NodeId, bool, u64) -> P + 'a;
+/// Chunks of nodes per thread when several run.
+const CHUNKS_PER_THREAD: usize = 4;
 
 /// One run of one protocol.
 pub struct Sim<'a, P: Protocol> {
     workload: Workload,
     plan: Plan,
-    nodes: Vec<Option<P>>,
-    crashed: Vec<bool>,
+    chunks: Vec<Chunk<P>>,
+    chunk_len: usize,
     factory: Box<Factory<'a, P>>,
-    /// (time, sequence number, slot of the event in `events`): the heap moves three
-    /// integers, the events stay put.
-    queue: BinaryHeap<Reverse<(u64, u64, u32)>>,
-    events: Vec<Option<Event<P::Message>>>,
-    free: Vec<u32>,
-    seq: u64,
-    now_us: u64,
-    uplink_free_us: Vec<u64>,
-    cpu_free_us: Vec<u64>,
-    timer_us: Vec<u64>,
-    rng: fastrand::Rng,
-    /// Draws the operations, apart from the losses, so every protocol publishes the same.
-    op_rng: fastrand::Rng,
+    threads: usize,
+    /// The longest window: the least delay from sending a message to handling it.
+    window_us: u64,
+    /// The least delay from sending a message to its arrival.
+    arrival_min_us: u64,
+    end_publish_us: u64,
+    interval_us: u64,
     checker: Checker,
     metrics: Metrics,
-    effects: Vec<Effect<P::Message>>,
 }
 
-impl<'a, P: Protocol> Sim<'a, P> {
+impl<'a, P: Protocol> Sim<'a, P>
+where
+    P: Send,
+    P::Message: Send,
+{
+    /// A run of `workload` on as many threads as the machine has.
     pub fn new(workload: Workload, factory: Box<Factory<'a, P>>) -> Sim<'a, P> {
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        Self::with_threads(workload, factory, threads)
+    }
+
+    /// A run of `workload` on `threads` threads (at least one).
+    pub fn with_threads(
+        workload: Workload,
+        factory: Box<Factory<'a, P>>,
+        threads: usize,
+    ) -> Sim<'a, P> {
         let plan = workload.plan();
         let n = workload.nodes as usize;
-        let publishers: Vec<Vec<NodeId>> = plan.publishers.values().cloned().collect();
+        let threads = threads.clamp(1, n.max(1));
+        let publishers: Vec<Vec<_>> = plan.publishers.values().cloned().collect();
+        let checker = Checker::new(workload.nodes, &publishers, 1 << 16);
+        let end_publish_us = (workload.duration_s * 1e6) as u64;
+        let interval_us = (1e6 / workload.ops_per_s) as u64;
+        let mut slots: Vec<Slot<P>> = (0..n)
+            .map(|i| Slot::new(workload.seed, NodeId(i as u32), checker.clocks()))
+            .collect();
+        let publishing =
+            (plan.publishers.iter()).flat_map(|(t, p)| p.iter().map(move |n| (*t, *n)));
+        for (k, (topic, node)) in publishing.enumerate() {
+            // Spread the publishers over the interval; start after a second of warm-up.
+            let offset = interval_us * (k as u64 % 997) / 997;
+            slots[node.0 as usize].publish_from(1_000_000 + offset, topic);
+        }
+        for &node in &plan.crashes {
+            slots[node.0 as usize].crash_at(end_publish_us / 2);
+        }
+        for &node in &plan.joins {
+            slots[node.0 as usize].join_at(end_publish_us / 3);
+        }
+        // A few chunks per thread, so that a thread the machine runs less than the others
+        // takes fewer of them.
+        let chunks_wanted = if threads == 1 {
+            1
+        } else {
+            threads * CHUNKS_PER_THREAD
+        };
+        let chunk_len = n.div_ceil(chunks_wanted.min(n.max(1)));
+        let mut chunks = Vec::new();
+        let mut rest = slots.into_iter();
+        for first in (0..n).step_by(chunk_len) {
+            let part: Vec<Slot<P>> = rest.by_ref().take(chunk_len).collect();
+            chunks.push(Chunk::new(first, part, n.div_ceil(chunk_len)));
+        }
+        let link = &workload.link;
+        let latency_min_us =
+            (link.latency_min_ms.min(link.latency_max_ms).max(0.0) * 1_000.0).floor() as u64;
+        let arrival_min_us = link.send_cost_us + latency_min_us;
         Sim {
-            checker: Checker::new(workload.nodes, &publishers, 1 << 16),
-            metrics: Metrics::new(),
-            nodes: (0..n).map(|_| None).collect(),
-            crashed: vec![false; n],
+            chunks,
+            chunk_len,
             factory,
-            queue: BinaryHeap::new(),
-            events: Vec::new(),
-            free: Vec::new(),
-            seq: 0,
-            now_us: 0,
-            uplink_free_us: vec![0; n],
-            cpu_free_us: vec![0; n],
-            timer_us: vec![u64::MAX; n],
-            rng: fastrand::Rng::with_seed(workload.seed ^ 0x5eed),
-            op_rng: fastrand::Rng::with_seed(workload.seed ^ 0x0b5),
-            effects: Vec::new(),
+            threads,
+            // At least 1 µs: the workload's check refuses links without any delay.
+            window_us: (arrival_min_us + link.receive_cost_us).max(1),
+            arrival_min_us,
+            end_publish_us,
+            interval_us,
+            checker,
+            metrics: Metrics::new(workload.nodes, &publishers),
             plan,
             workload,
         }
     }
 
-    fn push(&mut self, at_us: u64, event: Event<P::Message>) {
-        self.seq += 1;
-        let slot = match self.free.pop() {
-            Some(slot) => {
-                self.events[slot as usize] = Some(event);
-                slot
-            }
-            None => {
-                self.events.push(Some(event));
-                (self.events.len() - 1) as u32
-            }
-        };
-        self.queue.push(Reverse((at_us, self.seq, slot)));
-    }
-
-    fn schedule_timer(&mut self, node: NodeId) {
-        let i = node.0 as usize;
-        let Some(p) = self.nodes[i].as_ref() else {
-            return;
-        };
-        let due_us = p.next_timeout_ms().saturating_mul(1_000).max(self.now_us);
-        if due_us < self.timer_us[i] {
-            self.timer_us[i] = due_us;
-            self.push(due_us, Event::Timer { node });
-        }
-    }
-
-    /// Carries out what node `me` did.
-    fn apply_effects(&mut self, me: NodeId) {
-        let effects = std::mem::take(&mut self.effects);
-        for effect in effects {
-            match effect {
-                Effect::Send { to, message } => {
-                    let sizes = P::sizes(&message);
-                    self.metrics.sent(&sizes);
-                    let i = me.0 as usize;
-                    let depart = self.uplink_free_us[i].max(self.now_us)
-                        + self.workload.link.transmit_us(sizes.total());
-                    self.uplink_free_us[i] = depart;
-                    if self.workload.link.loss > 0.0 && self.rng.f64() < self.workload.link.loss {
-                        continue;
-                    }
-                    let arrive = depart + self.workload.link.latency_us(self.workload.seed, me, to);
-                    self.push(
-                        arrive,
-                        Event::Arrive {
-                            to,
-                            from: me,
-                            message,
-                        },
-                    );
-                }
-                Effect::Deliver { topic, id, hops } => {
-                    self.checker.delivered(me, topic, id);
-                    self.metrics.delivered(me, topic, id, hops, self.now_us);
-                }
-                Effect::Installed { topic, delivered } => {
-                    self.checker.installed(me, topic, &delivered);
-                    self.metrics.snapshots += 1;
-                }
-            }
-        }
-        self.schedule_timer(me);
-    }
-
-    fn start(&mut self, node: NodeId, joining: bool) {
-        let now_ms = self.now_us / 1_000;
-        let p = (self.factory)(node, joining, now_ms);
-        self.nodes[node.0 as usize] = Some(p);
-        self.timer_us[node.0 as usize] = u64::MAX;
-        self.schedule_timer(node);
-    }
-
-    fn receivers(&self, topic: TopicId) -> u32 {
-        let members = &self.plan.subscriptions[&topic];
-        members.len().saturating_sub(1) as u32
-    }
-
     /// Runs the workload to its end and reports.
     pub fn run(mut self) -> Report {
         let wall = Instant::now();
-        let w = self.workload.clone();
-        let end_publish_us = (w.duration_s * 1e6) as u64;
-        let end_us = end_publish_us + (w.drain_s * 1e6) as u64;
-        for i in 0..w.nodes {
-            if !self.plan.joins.contains(&NodeId(i)) {
-                self.start(NodeId(i), false);
-            }
-        }
-        let interval_us = (1e6 / w.ops_per_s) as u64;
-        let publishers: Vec<(TopicId, NodeId)> = (self.plan.publishers.iter())
-            .flat_map(|(t, p)| p.iter().map(move |n| (*t, *n)))
-            .collect();
-        for (k, (topic, node)) in publishers.into_iter().enumerate() {
-            // Spread the publishers over the interval; start after a second of warm-up.
-            let offset = interval_us * (k as u64 % 997) / 997;
-            self.push(1_000_000 + offset, Event::Publish { node, topic });
-        }
-        for &node in &self.plan.crashes.clone() {
-            self.push(end_publish_us / 2, Event::Crash { node });
-        }
-        for &node in &self.plan.joins.clone() {
-            self.push(end_publish_us / 3, Event::Join { node });
-        }
-        while let Some(Reverse((at_us, _, slot))) = self.queue.pop() {
-            if at_us > end_us {
-                break;
-            }
-            let event = self.events[slot as usize].take().expect("queued");
-            self.free.push(slot);
-            self.now_us = at_us;
-            let now_ms = self.now_us / 1_000;
-            match event {
-                Event::Arrive { to, from, message } => {
-                    // The receiver serves messages one at a time in the order they arrive
-                    // (a link's arrive in the order they were sent: it stays FIFO).
-                    let j = to.0 as usize;
-                    if self.nodes[j].is_none() {
-                        continue;
-                    }
-                    let handle = self.cpu_free_us[j].max(self.now_us) + w.link.receive_cost_us;
-                    self.cpu_free_us[j] = handle;
-                    self.push(handle, Event::Handle { to, from, message });
-                }
-                Event::Handle { to, from, message } => {
-                    let mut effects = std::mem::take(&mut self.effects);
-                    let Some(p) = self.nodes[to.0 as usize].as_mut() else {
-                        continue;
-                    };
-                    p.handle(now_ms, from, message, &mut effects);
-                    self.effects = effects;
-                    self.apply_effects(to);
-                }
-                Event::Timer { node } => {
-                    let i = node.0 as usize;
-                    if self.timer_us[i] != self.now_us {
-                        continue; // replaced by an earlier one
-                    }
-                    self.timer_us[i] = u64::MAX;
-                    let mut effects = std::mem::take(&mut self.effects);
-                    let Some(p) = self.nodes[i].as_mut() else {
-                        continue;
-                    };
-                    if p.next_timeout_ms() <= now_ms {
-                        p.tick(now_ms, &mut effects);
-                    }
-                    self.effects = effects;
-                    self.apply_effects(node);
-                }
-                Event::Publish { node, topic } => {
-                    if self.now_us < end_publish_us {
-                        self.push(self.now_us + interval_us, Event::Publish { node, topic });
-                    }
-                    let mut effects = std::mem::take(&mut self.effects);
-                    let Some(p) = self.nodes[node.0 as usize].as_mut() else {
-                        continue;
-                    };
-                    let draw = self.op_rng.u64(..);
-                    if let Some((id, bytes)) = p.publish(now_ms, topic, draw, &mut effects) {
-                        let receivers = self.receivers(topic);
-                        self.checker.published(topic, id, receivers);
-                        self.metrics
-                            .published(topic, id, self.now_us, receivers, bytes);
-                    } else {
-                        self.metrics.refused += 1;
-                    }
-                    self.effects = effects;
-                    self.apply_effects(node);
-                }
-                Event::Crash { node } => {
-                    self.nodes[node.0 as usize] = None;
-                    self.crashed[node.0 as usize] = true;
-                }
-                Event::Join { node } => self.start(node, true),
-            }
+        let pool = (self.threads > 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(self.threads)
+                    .build()
+                    .ok()
+            })
+            .flatten();
+        match &pool {
+            Some(pool) => pool.install(|| self.run_windows(true)),
+            None => self.run_windows(false),
         }
         self.finish(wall)
+    }
+
+    fn run_windows(&mut self, parallel: bool) {
+        let end_us = self.end_publish_us + (self.workload.drain_s * 1e6) as u64;
+        let receive_cost_us = self.workload.link.receive_cost_us;
+        let chunks = &mut self.chunks;
+        let shared = Shared {
+            workload: &self.workload,
+            plan: &self.plan,
+            factory: &*self.factory,
+            chunk_len: self.chunk_len,
+            end_publish_us: self.end_publish_us,
+            interval_us: self.interval_us,
+            arrival_min_us: self.arrival_min_us,
+        };
+        let (checker, metrics) = (&mut self.checker, &mut self.metrics);
+        for_each(chunks, parallel, |c| c.start(&shared));
+        // Mailbags by receiving chunk, then sending chunk; emptied bags go back.
+        let mut bags: Vec<Bags<P::Message>> = (0..chunks.len()).map(|_| Vec::new()).collect();
+        loop {
+            let start_us = chunks.iter().map(Chunk::next_us).min().unwrap_or(u64::MAX);
+            if start_us > end_us {
+                break;
+            }
+            let window_end_us = start_us.saturating_add(self.window_us).min(end_us + 1);
+            let judges = Judges {
+                checker: &*checker,
+                metrics: &*metrics,
+            };
+            for_each(chunks, parallel, |c| {
+                c.run_window(&shared, judges, start_us, window_end_us)
+            });
+            for c in chunks.iter_mut() {
+                checker.merge(&mut c.findings);
+                metrics.merge(&mut c.tally);
+                for (to, bag) in c.outbox.iter_mut().enumerate() {
+                    bags[to].push(std::mem::take(bag));
+                }
+            }
+            let mut deliveries: Vec<(&mut Chunk<P>, &mut Bags<P::Message>)> =
+                chunks.iter_mut().zip(bags.iter_mut()).collect();
+            for_each(&mut deliveries, parallel, |(c, bags)| {
+                for bag in bags.iter_mut() {
+                    c.receive(receive_cost_us, bag);
+                }
+            });
+            for (to, from_all) in bags.iter_mut().enumerate() {
+                for (from, bag) in from_all.drain(..).enumerate() {
+                    chunks[from].outbox[to] = bag;
+                }
+            }
+        }
     }
 
     fn finish(self, wall: Instant) -> Report {
         let mut convergent = true;
         let mut diverged = Vec::new();
+        let slot = |n: &NodeId| {
+            &self.chunks[n.0 as usize / self.chunk_len].slots[n.0 as usize % self.chunk_len]
+        };
         for (topic, members) in &self.plan.subscriptions {
             let live: Vec<NodeId> = (members.iter())
-                .filter(|n| self.nodes[n.0 as usize].is_some())
+                .filter(|n| slot(n).protocol.is_some())
                 .copied()
                 .collect();
             let digests: Vec<[u8; 32]> = (live.iter())
-                .map(|n| {
-                    self.nodes[n.0 as usize]
-                        .as_ref()
-                        .expect("live")
-                        .digest(*topic)
-                })
+                .map(|n| slot(n).protocol.as_ref().expect("live").digest(*topic))
                 .collect();
-            let clocks: Vec<&[u32]> = live
-                .iter()
-                .map(|n| self.checker.clock(*n, *topic))
+            let clocks: Vec<&[u32]> = (live.iter())
+                .map(|n| self.checker.clock(&slot(n).clocks, *topic))
                 .collect();
             let equal =
                 digests.windows(2).all(|w| w[0] == w[1]) && clocks.windows(2).all(|w| w[0] == w[1]);
@@ -311,15 +228,31 @@ impl<'a, P: Protocol> Sim<'a, P> {
                 ));
             }
         }
-        let duplicates = (self.nodes.iter().flatten()).map(|p| p.duplicates()).sum();
-        self.metrics.report(
+        let nodes = self.chunks.iter().flat_map(|c| c.slots.iter());
+        let duplicates = (nodes.filter_map(|s| s.protocol.as_ref()))
+            .map(|p| p.duplicates())
+            .sum();
+        let mut tally = Tally::default();
+        for c in &self.chunks {
+            tally.add(&c.tally);
+        }
+        tally.report(
             self.checker.witnesses(),
             convergent,
             diverged,
-            self.checker.violations,
-            self.checker.double_deliveries,
+            self.checker.violations(),
+            self.checker.double_deliveries(),
             duplicates,
             wall.elapsed().as_secs_f64(),
         )
+    }
+}
+
+/// Runs `f` on every item, on the pool's threads when `parallel`.
+fn for_each<T: Send>(items: &mut [T], parallel: bool, f: impl Fn(&mut T) + Sync + Send) {
+    if parallel {
+        items.par_iter_mut().for_each(f);
+    } else {
+        items.iter_mut().for_each(f);
     }
 }

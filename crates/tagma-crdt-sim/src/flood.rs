@@ -59,7 +59,7 @@ impl Protocol for FloodNode {
         let GossipMessage::Gossip(data) = message else {
             return;
         };
-        if self.replicas.has(data.topic, data.id) {
+        if self.replicas.has(data.topic(), data.id()) {
             self.replicas.duplicates += 1;
             return;
         }
@@ -86,7 +86,7 @@ impl Protocol for FloodNode {
     ) -> Option<(MsgId, usize)> {
         let data = self.replicas.publish(topic, draw, out)?;
         self.spread(&data, None, out);
-        Some((data.id, data.payload.len()))
+        Some((data.id(), data.payload().len()))
     }
 
     fn digest(&self, topic: TopicId) -> [u8; 32] {

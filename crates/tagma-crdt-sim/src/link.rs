@@ -4,8 +4,8 @@
 //! sends one message at a time: a message leaves after `send_cost_us` of processing and its
 //! bytes at the node's uplink bandwidth, behind the messages queued before it, so fan-out
 //! costs time; the receiver spends `receive_cost_us` on each message, one at a time, in the
-//! order they arrive. A message is lost with probability `loss`. Links are FIFO: a pair's delay is fixed and a
-//! sender's departures are in order.
+//! order they arrive. A message is lost with probability `loss`. Links are FIFO: a pair's
+//! delay is fixed and a sender's departures are in order.
 
 use tagma_vcube::NodeId;
 

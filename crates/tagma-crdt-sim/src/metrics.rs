@@ -2,22 +2,79 @@
 //! the delivery at each subscriber, after causal buffering) as a millisecond histogram,
 //! hops, duplicates, and the bytes the cheapest possible dissemination would have sent —
 //! every operation once to every other subscriber, with nothing but its identity.
-
-use std::collections::HashMap;
+//!
+//! Nodes count into tallies of their own ([`Tally`]), summed at the end; the publish times
+//! ([`Metrics`]) take in a stretch's publishes before the next stretch, as the checker
+//! does.
 
 use serde::Serialize;
 use tagma_vcube::{MsgId, NodeId, TopicId};
 
+use crate::checker::{NOT_PUBLISHER, publisher_index};
 use crate::proto::Sizes;
 
 /// Latencies above this many ms fall into the last bucket.
 const LATENCY_MS_MAX: usize = 600_000;
 
-/// Counters filled during a run.
+/// Not published (yet).
+const UNPUBLISHED: u64 = u64::MAX;
+
+/// When each operation was published.
 pub struct Metrics {
+    /// Publisher index of each node, per topic.
+    index: Vec<Vec<u32>>,
+    /// By topic, publisher index and counter (from 1): a publisher's counters run on, so
+    /// the recent publishes of each sit side by side.
+    published_us: Vec<Vec<Vec<u64>>>,
+}
+
+impl Metrics {
+    /// `publishers[t]`: the publishers of topic `t`.
+    pub fn new(nodes: u32, publishers: &[Vec<NodeId>]) -> Metrics {
+        Metrics {
+            index: publisher_index(nodes, publishers),
+            published_us: (publishers.iter())
+                .map(|p| vec![Vec::new(); p.len()])
+                .collect(),
+        }
+    }
+
+    /// The slot of `id`'s publish time, if `id`'s publisher publishes on `topic`.
+    fn slot(&self, topic: TopicId, id: MsgId) -> Option<(usize, usize, usize)> {
+        let t = topic.0 as usize;
+        let p = *self.index.get(t)?.get(id.source.0 as usize)?;
+        let k = usize::try_from(id.counter.checked_sub(1)?).ok()?;
+        (p != NOT_PUBLISHER).then_some((t, p as usize, k))
+    }
+
+    fn published_us(&self, topic: TopicId, id: MsgId) -> Option<u64> {
+        let (t, p, k) = self.slot(topic, id)?;
+        let at = *self.published_us[t][p].get(k)?;
+        (at != UNPUBLISHED).then_some(at)
+    }
+
+    /// Takes in the publishes a tally counted since.
+    pub fn merge(&mut self, tally: &mut Tally) {
+        for ((topic, id), at_us) in tally.published_us.drain(..) {
+            if let Some((t, p, k)) = self.slot(topic, id) {
+                let times = &mut self.published_us[t][p];
+                if k >= times.len() {
+                    times.resize(k + 1, UNPUBLISHED);
+                }
+                times[k] = at_us;
+            }
+        }
+    }
+}
+
+/// Counters filled during a run.
+#[derive(Default)]
+pub struct Tally {
     sizes: Sizes,
     messages: u64,
-    published_us: HashMap<(TopicId, MsgId), u64>,
+    /// Publishes not yet taken in by [`Metrics::merge`].
+    published_us: Vec<((TopicId, MsgId), u64)>,
+    /// Deliveries by latency in ms, as long as the longest latency seen.
     histogram: Vec<u64>,
     latency_sum_us: u128,
     deliveries: u64,
@@ -67,29 +124,7 @@ pub struct Report {
     pub latency_cdf: Vec<(f64, f64)>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl Metrics {
-    pub fn new() -> Metrics {
-        Metrics {
-            sizes: Sizes::default(),
-            messages: 0,
-            published_us: HashMap::new(),
-            histogram: vec![0; LATENCY_MS_MAX + 1],
-            latency_sum_us: 0,
-            deliveries: 0,
-            max_hops: 0,
-            ops: 0,
-            minimum: 0,
-            refused: 0,
-            snapshots: 0,
-        }
-    }
-
+impl Tally {
     pub fn sent(&mut self, sizes: &Sizes) {
         self.messages += 1;
         self.sizes.payload += sizes.payload;
@@ -107,7 +142,7 @@ impl Metrics {
         payload_bytes: usize,
     ) {
         self.ops += 1;
-        self.published_us.insert((topic, id), at_us);
+        self.published_us.push(((topic, id), at_us));
         // A tag, the topic, the id and the payload's length: what any message carrying the
         // operation needs.
         let header = 1
@@ -119,18 +154,52 @@ impl Metrics {
     }
 
     /// `node` delivered `id` (the publisher's own delivery is not counted).
-    pub fn delivered(&mut self, node: NodeId, topic: TopicId, id: MsgId, hops: u8, at_us: u64) {
+    pub fn delivered(
+        &mut self,
+        metrics: &Metrics,
+        node: NodeId,
+        topic: TopicId,
+        id: MsgId,
+        hops: u8,
+        at_us: u64,
+    ) {
         if node == id.source {
             return;
         }
-        let Some(&published) = self.published_us.get(&(topic, id)) else {
+        let Some(published) = metrics.published_us(topic, id) else {
             return;
         };
         let latency_us = at_us.saturating_sub(published);
         self.deliveries += 1;
         self.latency_sum_us += u128::from(latency_us);
-        self.histogram[((latency_us / 1_000) as usize).min(LATENCY_MS_MAX)] += 1;
+        let bucket = ((latency_us / 1_000) as usize).min(LATENCY_MS_MAX);
+        if bucket >= self.histogram.len() {
+            self.histogram.resize(bucket + 1, 0);
+        }
+        self.histogram[bucket] += 1;
         self.max_hops = self.max_hops.max(hops);
+    }
+
+    /// Adds another tally's counts to this one (its publishes taken in already).
+    pub fn add(&mut self, other: &Tally) {
+        self.sizes.payload += other.sizes.payload;
+        self.sizes.metadata += other.sizes.metadata;
+        self.sizes.control += other.sizes.control;
+        self.sizes.detector += other.sizes.detector;
+        self.messages += other.messages;
+        if other.histogram.len() > self.histogram.len() {
+            self.histogram.resize(other.histogram.len(), 0);
+        }
+        for (mine, theirs) in self.histogram.iter_mut().zip(&other.histogram) {
+            *mine += theirs;
+        }
+        self.latency_sum_us += other.latency_sum_us;
+        self.deliveries += other.deliveries;
+        self.max_hops = self.max_hops.max(other.max_hops);
+        self.ops += other.ops;
+        self.minimum += other.minimum;
+        self.refused += other.refused;
+        self.snapshots += other.snapshots;
     }
 
     fn quantile(&self, q: f64) -> f64 {
@@ -160,6 +229,7 @@ impl Metrics {
         out
     }
 
+    /// The report of the summed tallies.
     #[allow(clippy::too_many_arguments)]
     pub fn report(
         &self,

@@ -8,8 +8,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use tagma_vcube::message::{barrier_len, varint_len};
-use tagma_vcube::{Causal, Data, MsgId, NodeId, Received, Store, TopicId};
+use tagma_vcube::message::varint_len;
+use tagma_vcube::{Causal, Data, MsgId, NodeId, Published, Received, Store, TopicId};
 
 use crate::proto::{Effect, Sizes};
 use tagma_vcube::Kernel;
@@ -52,20 +52,16 @@ pub enum GossipMessage {
     Prune,
 }
 
-fn id_len(id: &MsgId) -> usize {
-    varint_len(u64::from(id.source.0)) + varint_len(id.counter)
-}
-
 impl GossipMessage {
     /// Bytes by class, encoded as compactly as VCube-Sync's messages.
     pub fn sizes(&self) -> Sizes {
         match self {
             GossipMessage::Gossip(data) => {
-                let metadata = barrier_len(&data.barrier);
-                let payload = data.payload.len();
+                let metadata = data.barrier_len();
+                let payload = data.payload().len();
                 let header = 1
-                    + varint_len(u64::from(data.topic.0))
-                    + id_len(&data.id)
+                    + varint_len(u64::from(data.topic().0))
+                    + data.id().encoded_len()
                     + 1
                     + varint_len(payload as u64);
                 Sizes {
@@ -76,7 +72,7 @@ impl GossipMessage {
                 }
             }
             GossipMessage::IHave { topic, id } | GossipMessage::Graft { topic, id } => Sizes {
-                control: 1 + varint_len(u64::from(topic.0)) + id_len(id),
+                control: 1 + varint_len(u64::from(topic.0)) + id.encoded_len(),
                 ..Sizes::default()
             },
             GossipMessage::Prune => Sizes {
@@ -91,7 +87,7 @@ impl GossipMessage {
 /// for the topics it subscribes to, its replica.
 pub struct Replicas {
     me: NodeId,
-    causal: BTreeMap<TopicId, Causal>,
+    causal: BTreeMap<TopicId, Causal<Data>>,
     subscribed: BTreeSet<TopicId>,
     store: Kernel,
     /// Messages seen by a node that does not subscribe to their topic.
@@ -132,19 +128,19 @@ impl Replicas {
 
     /// Takes a message seen for the first time; delivers what it unblocks.
     pub fn take<M>(&mut self, now_ms: u64, data: &Data, out: &mut Vec<Effect<M>>) {
-        let Some(c) = self.causal.get_mut(&data.topic) else {
-            self.relayed.entry(data.topic).or_default().insert(data.id);
+        let (topic, id) = (data.topic(), data.id());
+        let Some(c) = self.causal.get_mut(&topic) else {
+            self.relayed.entry(topic).or_default().insert(id);
             return;
         };
         let hops = data.hops;
-        if let Ok(Received::Taken(delivered)) =
-            c.receive(data.id, data.barrier.clone(), data.payload.clone(), now_ms)
-        {
+        let mut delivered = Vec::new();
+        if let Ok(Received::Taken) = c.receive(id, data.clone(), now_ms, &mut delivered) {
             for d in delivered {
-                self.store.apply(data.topic, d.id, &d.payload);
-                let hops = if d.id == data.id { hops } else { 0 };
+                self.store.apply(topic, d.id, d.message.payload());
+                let hops = if d.id == id { hops } else { 0 };
                 out.push(Effect::Deliver {
-                    topic: data.topic,
+                    topic,
                     id: d.id,
                     hops,
                 });
@@ -168,13 +164,7 @@ impl Replicas {
         let (id, barrier) = c.publish();
         self.store.apply(topic, id, &payload);
         out.push(Effect::Deliver { topic, id, hops: 0 });
-        Some(Data {
-            topic,
-            id,
-            barrier,
-            hops: 0,
-            payload,
-        })
+        Some(Data::new(Published::new(topic, id, barrier, payload), 0))
     }
 
     pub fn digest(&self, topic: TopicId) -> [u8; 32] {

@@ -71,7 +71,7 @@ impl PlumtreeNode {
     }
 
     fn keep(&mut self, data: &Data) {
-        let key = (data.topic, data.id);
+        let key = (data.topic(), data.id());
         self.log.insert(key, data.clone());
         self.log_order.push_back(key);
         while self.log_order.len() > self.config.log_max {
@@ -102,8 +102,8 @@ impl PlumtreeNode {
                 out.push(Effect::Send {
                     to,
                     message: GossipMessage::IHave {
-                        topic: data.topic,
-                        id: data.id,
+                        topic: data.topic(),
+                        id: data.id(),
                     },
                 });
             }
@@ -137,7 +137,7 @@ impl Protocol for PlumtreeNode {
     ) {
         match message {
             GossipMessage::Gossip(data) => {
-                if self.replicas.has(data.topic, data.id) {
+                if self.replicas.has(data.topic(), data.id()) {
                     self.replicas.duplicates += 1;
                     self.make_lazy(from);
                     out.push(Effect::Send {
@@ -146,7 +146,7 @@ impl Protocol for PlumtreeNode {
                     });
                     return;
                 }
-                self.missing.remove(&(data.topic, data.id));
+                self.missing.remove(&(data.topic(), data.id()));
                 let data = Data {
                     hops: data.hops.saturating_add(1),
                     ..data
@@ -220,7 +220,7 @@ impl Protocol for PlumtreeNode {
     ) -> Option<(MsgId, usize)> {
         let data = self.replicas.publish(topic, draw, out)?;
         self.spread(&data, None, out);
-        Some((data.id, data.payload.len()))
+        Some((data.id(), data.payload().len()))
     }
 
     fn digest(&self, topic: TopicId) -> [u8; 32] {

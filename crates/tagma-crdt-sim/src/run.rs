@@ -32,11 +32,23 @@ impl Protocol {
     }
 }
 
-/// Runs `protocol` on `workload`.
+/// Runs `protocol` on `workload`, on as many threads as the machine has.
 pub fn run(
     protocol: Protocol,
     workload: &Workload,
     config: NodeConfig,
+) -> Result<Report, SimError> {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    run_on(protocol, workload, config, threads)
+}
+
+/// Runs `protocol` on `workload` on `threads` threads; the report is the same whatever the
+/// number of threads, but for its wall time.
+pub fn run_on(
+    protocol: Protocol,
+    workload: &Workload,
+    config: NodeConfig,
+    threads: usize,
 ) -> Result<Report, SimError> {
     workload.check()?;
     let cube = Cube::new(workload.nodes)?;
@@ -69,7 +81,7 @@ pub fn run(
                     .expect("checked above"),
                 )
             };
-            Ok(Sim::new(workload.clone(), Box::new(factory)).run())
+            Ok(Sim::with_threads(workload.clone(), Box::new(factory), threads).run())
         }
         Protocol::Plumtree | Protocol::Flood => {
             if workload.join_pct > 0.0 {
@@ -90,7 +102,7 @@ pub fn run(
                         value_bytes,
                     )
                 };
-                Ok(Sim::new(workload.clone(), Box::new(factory)).run())
+                Ok(Sim::with_threads(workload.clone(), Box::new(factory), threads).run())
             } else {
                 let factory = move |id: NodeId, _joining, _now_ms| {
                     PlumtreeNode::new(
@@ -101,7 +113,7 @@ pub fn run(
                         value_bytes,
                     )
                 };
-                Ok(Sim::new(workload.clone(), Box::new(factory)).run())
+                Ok(Sim::with_threads(workload.clone(), Box::new(factory), threads).run())
             }
         }
     }

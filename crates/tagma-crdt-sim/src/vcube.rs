@@ -1,7 +1,6 @@
 //! VCube-Sync in the simulator: the very node of `tagma-vcube`, its actions turned into the
 //! simulator's effects and its messages sized by their encoding.
 
-use tagma_vcube::message::barrier_len;
 use tagma_vcube::{Action, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
 
 use crate::proto::{Effect, Protocol, Sizes};
@@ -35,8 +34,8 @@ impl Protocol for VcubeNode {
         let total = message.encoded_len();
         match message {
             Message::Data { data, .. } => {
-                let metadata = barrier_len(&data.barrier);
-                let payload = data.payload.len();
+                let metadata = data.barrier_len();
+                let payload = data.payload().len();
                 Sizes {
                     payload,
                     metadata,

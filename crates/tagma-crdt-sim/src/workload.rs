@@ -80,12 +80,19 @@ impl Workload {
         if !(self.ops_per_s > 0.0 && self.ops_per_s <= 10_000.0) {
             return bad("--ops-per-sec must be above 0 and at most 10,000");
         }
-        if !(self.duration_s > 0.0
-            && self.duration_s <= 3_600.0
-            && (0.0..=3_600.0).contains(&self.drain_s))
-        {
+        let duration_ok = self.duration_s > 0.0 && self.duration_s <= 3_600.0;
+        if !duration_ok || !(0.0..=3_600.0).contains(&self.drain_s) {
             return bad(
                 "--duration-s must be above 0 and at most 3,600 (and the drain at most 3,600)",
+            );
+        }
+        let link = &self.link;
+        let least_delay_ms = link.latency_min_ms.min(link.latency_max_ms)
+            + (link.send_cost_us + link.receive_cost_us) as f64 / 1_000.0;
+        if !(least_delay_ms >= 0.001 && link.latency_min_ms >= 0.0) {
+            return bad(
+                "the link must take at least 1 µs from sending a message to handling it \
+                 (latency, --send-cost-us or --receive-cost-us)",
             );
         }
         if !(0.0..1.0).contains(&self.link.loss) {

@@ -10,13 +10,19 @@
 //! The buffer is bounded: a message that would overflow it is refused with
 //! [`VcubeError::BufferFull`]; [`Causal::missing`] names the predecessors that buffered
 //! messages have waited on too long, for the node to fetch.
+//!
+//! The buffer holds whatever carries a message ([`Carried`]: its barrier, and the rest for
+//! the caller), so delivering hands back the very value the node received.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 
-use bytes::Bytes;
+use bit_set::BitSet;
+use smallvec::SmallVec;
 
 use crate::cube::NodeId;
 use crate::error::VcubeError;
+use crate::fast::FastMap;
+use crate::varint::varint_len;
 
 /// Node ids at or above this are refused (a cube holds at most 2^20 nodes).
 const ID_LIMIT: u32 = 1 << 20;
@@ -28,63 +34,91 @@ pub struct MsgId {
     pub counter: u64,
 }
 
-/// A message delivered in causal order.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Delivered {
-    pub id: MsgId,
-    pub barrier: Vec<MsgId>,
-    pub payload: Bytes,
+impl MsgId {
+    /// Bytes of the id as encoded.
+    pub fn encoded_len(&self) -> usize {
+        varint_len(u64::from(self.source.0)) + varint_len(self.counter)
+    }
 }
 
-struct Waiting {
-    barrier: Vec<MsgId>,
+/// Bytes of a list of ids as encoded (a barrier, a fetch): its length, then each id.
+pub fn barrier_len(ids: &[MsgId]) -> usize {
+    varint_len(ids.len() as u64) + ids.iter().map(MsgId::encoded_len).sum::<usize>()
+}
+
+/// What carries a message: its causal barrier, the message's direct predecessors.
+pub trait Carried {
+    fn barrier(&self) -> &[MsgId];
+}
+
+/// A bare barrier carries a message with nothing else.
+impl Carried for Vec<MsgId> {
+    fn barrier(&self) -> &[MsgId] {
+        self
+    }
+}
+
+/// A message delivered in causal order.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivered<T> {
+    pub id: MsgId,
+    pub message: T,
+}
+
+struct Waiting<T> {
+    message: T,
     /// Barrier entries before this one are delivered (deliveries only grow, so each
     /// entry is checked once).
     checked: usize,
-    payload: Bytes,
     since_ms: u64,
 }
 
 /// What receiving a message did.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Received {
     /// Delivered already or waiting in the buffer.
     Duplicate,
-    /// Taken; these messages (it and any it unblocked) are now delivered, in causal order.
-    Taken(Vec<Delivered>),
+    /// Taken: delivered, with what it unblocked, or buffered.
+    Taken,
 }
 
-/// One topic's causal state at one node.
-pub struct Causal {
+/// The buffered messages waiting on one predecessor (rarely more than one or two).
+type Waiters = SmallVec<[MsgId; 2]>;
+
+/// One topic's causal state at one node, buffering messages carried by `T`.
+pub struct Causal<T> {
     me: NodeId,
     /// The highest counter delivered from each publisher, by node id (0: none).
     delivered: Vec<u64>,
-    /// The direct predecessors of this node's next message: at most one per publisher (a
-    /// publisher's earlier messages precede its later ones), by node id (0: none).
-    barrier: Vec<u64>,
-    buffer: BTreeMap<MsgId, Waiting>,
+    /// The publishers whose last delivered message is a direct predecessor of this node's
+    /// next message (the barrier holds at most one message per publisher, since a
+    /// publisher's earlier messages precede its later ones, and only its last delivered
+    /// one: a later one covers it).
+    barrier: BitSet,
+    /// Buffered messages (never iterated in the map's order: walks sort by id).
+    buffer: FastMap<MsgId, Waiting<T>>,
     /// Buffered messages by the predecessor they wait on (one each at a time).
-    waiters: HashMap<MsgId, Vec<MsgId>>,
+    waiters: FastMap<MsgId, Waiters>,
     buffer_max: usize,
     /// Buffer without delivering (a joining node awaiting its snapshot).
     held: bool,
 }
 
-impl Causal {
-    pub fn new(me: NodeId, buffer_max: usize) -> Causal {
+impl<T: Carried> Causal<T> {
+    pub fn new(me: NodeId, buffer_max: usize) -> Causal<T> {
         Causal {
             me,
             delivered: Vec::new(),
-            barrier: Vec::new(),
-            buffer: BTreeMap::new(),
-            waiters: HashMap::new(),
+            barrier: BitSet::new(),
+            buffer: FastMap::default(),
+            waiters: FastMap::default(),
             buffer_max,
             held: false,
         }
     }
 
     /// A node that joins late: it buffers until [`Causal::install`] gives it a snapshot.
-    pub fn held(me: NodeId, buffer_max: usize) -> Causal {
+    pub fn held(me: NodeId, buffer_max: usize) -> Causal<T> {
         Causal {
             held: true,
             ..Causal::new(me, buffer_max)
@@ -119,11 +153,10 @@ impl Causal {
 
     /// The direct predecessors of this node's next message.
     pub fn barrier(&self) -> Vec<MsgId> {
-        (self.barrier.iter().enumerate())
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, &counter)| MsgId {
+        (self.barrier.iter())
+            .map(|i| MsgId {
                 source: NodeId(i as u32),
-                counter,
+                counter: self.delivered[i],
             })
             .collect()
     }
@@ -135,14 +168,6 @@ impl Causal {
             self.delivered.resize(i + 1, 0);
         }
         self.delivered[i] = counter;
-    }
-
-    fn set_barrier(&mut self, source: NodeId, counter: u64) {
-        let i = source.0 as usize;
-        if i >= self.barrier.len() {
-            self.barrier.resize(i + 1, 0);
-        }
-        self.barrier[i] = counter;
     }
 
     pub fn buffered(&self) -> usize {
@@ -157,24 +182,39 @@ impl Causal {
             source: self.me,
             counter,
         };
-        self.set_delivered(self.me, counter);
         let barrier = self.barrier();
-        self.barrier.iter_mut().for_each(|c| *c = 0);
-        self.set_barrier(self.me, counter);
+        self.set_delivered(self.me, counter);
+        self.barrier.make_empty();
+        self.barrier.insert(self.me.0 as usize);
         (id, barrier)
     }
 
-    /// Takes a message received at `now_ms`.
+    /// Takes message `id`, carried by `message`, received at `now_ms`; appends to `out`
+    /// what is now delivered (it and any message it unblocked), in causal order.
     pub fn receive(
         &mut self,
         id: MsgId,
-        barrier: Vec<MsgId>,
-        payload: Bytes,
+        message: T,
         now_ms: u64,
+        out: &mut Vec<Delivered<T>>,
     ) -> Result<Received, VcubeError> {
         if self.has(id) {
             return Ok(Received::Duplicate);
         }
+        self.receive_unseen(id, message, now_ms, out)
+    }
+
+    /// [`Causal::receive`] for a message the caller found neither delivered nor buffered
+    /// ([`Causal::has`]), without looking again.
+    pub fn receive_unseen(
+        &mut self,
+        id: MsgId,
+        message: T,
+        now_ms: u64,
+        out: &mut Vec<Delivered<T>>,
+    ) -> Result<Received, VcubeError> {
+        debug_assert!(!self.has(id), "the caller checked");
+        let barrier = message.barrier();
         if let Some(bad) = (std::iter::once(id.source).chain(barrier.iter().map(|p| p.source)))
             .find(|s| s.0 >= ID_LIMIT)
         {
@@ -189,46 +229,45 @@ impl Causal {
                 max: self.buffer_max,
             });
         }
-        self.buffer.insert(
-            id,
-            Waiting {
-                barrier,
-                checked: 0,
-                payload,
-                since_ms: now_ms,
-            },
-        );
-        let mut out = Vec::new();
-        if !self.held {
-            self.settle(vec![id], &mut out);
+        let mut checked = 0;
+        let blocker = if self.held {
+            None
+        } else {
+            first_missing(&self.delivered, id, barrier, &mut checked)
+        };
+        if self.held || blocker.is_some() {
+            self.buffer.insert(
+                id,
+                Waiting {
+                    message,
+                    checked,
+                    since_ms: now_ms,
+                },
+            );
+            if let Some(blocker) = blocker {
+                self.waiters.entry(blocker).or_default().push(id);
+            }
+            return Ok(Received::Taken);
         }
-        Ok(Received::Taken(out))
+        // Nothing blocks it: delivered without passing through the buffer.
+        self.deliver(id, barrier);
+        out.push(Delivered { id, message });
+        if let Some(unblocked) = self.waiters.remove(&id) {
+            self.settle(&unblocked, out);
+        }
+        Ok(Received::Taken)
     }
 
-    /// The first predecessor of a buffered message not delivered yet: its publisher's
-    /// previous message, then its barrier (from where the last check stopped).
+    /// The first predecessor of a buffered message not delivered yet.
     fn blocker(&mut self, id: MsgId) -> Option<MsgId> {
-        let previous = MsgId {
-            source: id.source,
-            counter: id.counter.saturating_sub(1),
-        };
-        if id.counter > 1 && !self.is_delivered(previous) {
-            return Some(previous);
-        }
-        let delivered = &self.delivered;
         let w = self.buffer.get_mut(&id)?;
-        while let Some(&p) = w.barrier.get(w.checked) {
-            if delivered.get(p.source.0 as usize).copied().unwrap_or(0) < p.counter {
-                return Some(p);
-            }
-            w.checked += 1;
-        }
-        None
+        first_missing(&self.delivered, id, w.message.barrier(), &mut w.checked)
     }
 
     /// Delivers each of `candidates` that nothing blocks, and whatever that unblocks; the
     /// others wait on their first blocker.
-    fn settle(&mut self, mut candidates: Vec<MsgId>, out: &mut Vec<Delivered>) {
+    fn settle(&mut self, first: &[MsgId], out: &mut Vec<Delivered<T>>) {
+        let mut candidates: SmallVec<[MsgId; 8]> = SmallVec::from_slice(first);
         while let Some(id) = candidates.pop() {
             if !self.buffer.contains_key(&id) {
                 continue; // delivered meanwhile, or dropped by a snapshot
@@ -238,14 +277,13 @@ impl Causal {
                 continue;
             }
             let w = self.buffer.remove(&id).expect("found");
-            self.deliver(id, &w.barrier);
+            self.deliver(id, w.message.barrier());
             if let Some(unblocked) = self.waiters.remove(&id) {
                 candidates.extend(unblocked);
             }
             out.push(Delivered {
                 id,
-                barrier: w.barrier,
-                payload: w.payload,
+                message: w.message,
             });
         }
     }
@@ -255,15 +293,14 @@ impl Causal {
             barrier.iter().all(|&p| self.is_delivered(p)),
             "causal order"
         );
-        self.set_delivered(id.source, id.counter);
         for b in barrier {
-            if let Some(c) = self.barrier.get_mut(b.source.0 as usize)
-                && *c == b.counter
-            {
-                *c = 0;
+            let p = b.source.0 as usize;
+            if self.delivered.get(p) == Some(&b.counter) {
+                self.barrier.remove(p);
             }
         }
-        self.set_barrier(id.source, id.counter);
+        self.set_delivered(id.source, id.counter);
+        self.barrier.insert(id.source.0 as usize);
     }
 
     /// Predecessors that buffered messages have waited on since before `before_ms`, neither
@@ -273,17 +310,18 @@ impl Causal {
         if self.held {
             return out;
         }
-        for (id, w) in &self.buffer {
-            if w.since_ms > before_ms {
-                continue;
-            }
+        let mut waiting: Vec<(&MsgId, &Waiting<T>)> = (self.buffer.iter())
+            .filter(|(_, w)| w.since_ms <= before_ms)
+            .collect();
+        waiting.sort_unstable_by_key(|(id, _)| **id);
+        for (id, w) in waiting {
             // The publisher's earlier messages, then the barrier.
             let previous = self.delivered_of(id.source);
             let gap = (previous + 1..id.counter).map(|counter| MsgId {
                 source: id.source,
                 counter,
             });
-            for p in gap.chain(w.barrier.iter().copied()) {
+            for p in gap.chain(w.message.barrier().iter().copied()) {
                 if !self.has(p) && !out.contains(&p) {
                     out.push(p);
                 }
@@ -295,7 +333,7 @@ impl Causal {
     /// Installs a snapshot's delivered counters (the state it came with holds those
     /// messages): buffered messages it covers are dropped, the barrier names each
     /// publisher's last message, and what the snapshot unblocks is delivered.
-    pub fn install(&mut self, delivered: &BTreeMap<NodeId, u64>) -> Vec<Delivered> {
+    pub fn install(&mut self, delivered: &BTreeMap<NodeId, u64>) -> Vec<Delivered<T>> {
         self.held = false;
         for (&source, &counter) in delivered {
             if source.0 < ID_LIMIT && counter > self.delivered_of(source) {
@@ -305,13 +343,43 @@ impl Causal {
         let delivered = &self.delivered;
         self.buffer
             .retain(|id, _| delivered.get(id.source.0 as usize).copied().unwrap_or(0) < id.counter);
-        self.barrier = self.delivered.clone();
+        self.barrier = (delivered.iter().enumerate())
+            .filter(|(_, c)| **c > 0)
+            .map(|(i, _)| i)
+            .collect();
         self.waiters.clear();
-        let candidates: Vec<MsgId> = self.buffer.keys().copied().collect();
+        let mut candidates: Vec<MsgId> = self.buffer.keys().copied().collect();
+        candidates.sort_unstable();
         let mut out = Vec::new();
-        self.settle(candidates, &mut out);
+        self.settle(&candidates, &mut out);
         out
     }
+}
+
+/// The first predecessor of `id` not delivered according to `delivered` (the highest
+/// counter by publisher): its publisher's previous message, then its barrier from entry
+/// `checked` on. `checked` moves past the entries found delivered (deliveries only grow, so
+/// each entry is checked once).
+fn first_missing(
+    delivered: &[u64],
+    id: MsgId,
+    barrier: &[MsgId],
+    checked: &mut usize,
+) -> Option<MsgId> {
+    let of = |source: NodeId| delivered.get(source.0 as usize).copied().unwrap_or(0);
+    if id.counter > 1 && of(id.source) < id.counter - 1 {
+        return Some(MsgId {
+            source: id.source,
+            counter: id.counter - 1,
+        });
+    }
+    while let Some(&p) = barrier.get(*checked) {
+        if of(p.source) < p.counter {
+            return Some(p);
+        }
+        *checked += 1;
+    }
+    None
 }
 
 #[cfg(test)]
@@ -325,78 +393,99 @@ mod tests {
         }
     }
 
-    fn taken(r: Received) -> Vec<MsgId> {
-        match r {
-            Received::Taken(d) => d.into_iter().map(|d| d.id).collect(),
-            Received::Duplicate => panic!("a duplicate"),
+    type Bare = Causal<Vec<MsgId>>;
+
+    /// What receiving delivered, or `None` for a duplicate.
+    fn receive(c: &mut Bare, id: MsgId, barrier: Vec<MsgId>, now_ms: u64) -> Option<Vec<MsgId>> {
+        let mut out = Vec::new();
+        match c.receive(id, barrier, now_ms, &mut out) {
+            Ok(Received::Taken) => Some(out.into_iter().map(|d| d.id).collect()),
+            Ok(Received::Duplicate) => {
+                assert!(out.is_empty());
+                None
+            }
+            Err(e) => panic!("refused: {e}"),
         }
     }
 
     #[test]
     fn a_message_waits_for_its_barrier_and_the_barrier_follows_deliveries() {
-        let mut a = Causal::new(NodeId(0), 16);
-        let mut b = Causal::new(NodeId(1), 16);
-        let mut c = Causal::new(NodeId(2), 16);
+        let mut a = Bare::new(NodeId(0), 16);
+        let mut b = Bare::new(NodeId(1), 16);
+        let mut c = Bare::new(NodeId(2), 16);
         let (m1, b1) = a.publish();
         assert!(b1.is_empty());
-        assert_eq!(
-            taken(b.receive(m1, b1.clone(), Bytes::new(), 0).unwrap()),
-            vec![m1]
-        );
+        assert_eq!(receive(&mut b, m1, b1.clone(), 0), Some(vec![m1]));
         let (m2, b2) = b.publish();
         assert_eq!(b2, vec![m1], "b's message follows a's");
         // c gets b's message first: it waits for a's.
-        assert_eq!(taken(c.receive(m2, b2, Bytes::new(), 0).unwrap()), vec![]);
+        assert_eq!(receive(&mut c, m2, b2, 0), Some(vec![]));
         assert_eq!(c.missing(0), vec![m1]);
-        assert_eq!(
-            taken(c.receive(m1, b1, Bytes::new(), 5).unwrap()),
-            vec![m1, m2]
-        );
+        assert_eq!(receive(&mut c, m1, b1, 5), Some(vec![m1, m2]));
         assert_eq!(c.barrier(), vec![m2], "m1 is an indirect predecessor now");
-        assert_eq!(
-            c.receive(m1, vec![], Bytes::new(), 6).unwrap(),
-            Received::Duplicate
-        );
+        assert_eq!(receive(&mut c, m1, vec![], 6), None);
     }
 
     #[test]
     fn a_publishers_messages_are_delivered_in_order() {
-        let mut r = Causal::new(NodeId(3), 16);
-        assert_eq!(
-            taken(
-                r.receive(id(0, 2), vec![id(0, 1)], Bytes::new(), 0)
-                    .unwrap()
-            ),
-            vec![]
-        );
+        let mut r = Bare::new(NodeId(3), 16);
+        assert_eq!(receive(&mut r, id(0, 2), vec![id(0, 1)], 0), Some(vec![]));
         // Even an empty barrier cannot overtake the publisher's earlier message.
-        assert_eq!(
-            taken(r.receive(id(0, 3), vec![], Bytes::new(), 0).unwrap()),
-            vec![]
-        );
+        assert_eq!(receive(&mut r, id(0, 3), vec![], 0), Some(vec![]));
         assert_eq!(r.missing(0), vec![id(0, 1)]);
         assert_eq!(
-            taken(r.receive(id(0, 1), vec![], Bytes::new(), 0).unwrap()),
-            vec![id(0, 1), id(0, 2), id(0, 3)]
+            receive(&mut r, id(0, 1), vec![], 0),
+            Some(vec![id(0, 1), id(0, 2), id(0, 3)])
         );
+    }
+
+    #[test]
+    fn a_publishers_next_message_follows_its_last_one_and_what_it_delivered_since() {
+        let mut a = Bare::new(NodeId(0), 16);
+        let (m1, b1) = a.publish();
+        assert!(b1.is_empty());
+        let (m2, b2) = a.publish();
+        assert_eq!(b2, vec![m1]);
+        assert_eq!(receive(&mut a, id(1, 1), vec![], 0), Some(vec![id(1, 1)]));
+        let (_, b3) = a.publish();
+        assert_eq!(b3, vec![m2, id(1, 1)]);
+    }
+
+    #[test]
+    fn a_message_waits_on_each_barrier_entry_in_turn() {
+        let mut r = Bare::new(NodeId(3), 16);
+        let m = id(2, 1);
+        assert_eq!(
+            receive(&mut r, m, vec![id(0, 1), id(1, 1)], 0),
+            Some(vec![])
+        );
+        assert_eq!(receive(&mut r, id(0, 1), vec![], 0), Some(vec![id(0, 1)]));
+        assert_eq!(
+            receive(&mut r, id(1, 1), vec![], 0),
+            Some(vec![id(1, 1), m])
+        );
+        assert_eq!(r.buffered(), 0);
+        assert_eq!(r.barrier(), vec![m], "m covers both of its predecessors");
     }
 
     #[test]
     fn the_buffer_is_bounded() {
-        let mut r = Causal::new(NodeId(3), 2);
-        r.receive(id(0, 5), vec![], Bytes::new(), 0).unwrap();
-        r.receive(id(0, 6), vec![], Bytes::new(), 0).unwrap();
+        let mut r = Bare::new(NodeId(3), 2);
+        let mut out = Vec::new();
+        r.receive(id(0, 5), vec![], 0, &mut out).unwrap();
+        r.receive(id(0, 6), vec![], 0, &mut out).unwrap();
         assert!(matches!(
-            r.receive(id(0, 7), vec![], Bytes::new(), 0),
+            r.receive(id(0, 7), vec![], 0, &mut out),
             Err(VcubeError::BufferFull { max: 2, .. })
         ));
+        assert!(out.is_empty());
     }
 
     #[test]
     fn a_snapshot_covers_what_it_holds_and_unblocks_the_rest() {
-        let mut r = Causal::new(NodeId(3), 16);
-        r.receive(id(0, 2), vec![], Bytes::new(), 0).unwrap();
-        r.receive(id(0, 4), vec![], Bytes::new(), 0).unwrap();
+        let mut r = Bare::new(NodeId(3), 16);
+        assert_eq!(receive(&mut r, id(0, 2), vec![], 0), Some(vec![]));
+        assert_eq!(receive(&mut r, id(0, 4), vec![], 0), Some(vec![]));
         let snapshot = BTreeMap::from([(NodeId(0), 3)]);
         let delivered: Vec<MsgId> = r.install(&snapshot).into_iter().map(|d| d.id).collect();
         assert_eq!(delivered, vec![id(0, 4)]);

@@ -2,26 +2,98 @@
 //! length-prefixed payloads). Decoding checks every length against [`Limits`] and rejects
 //! trailing bytes; malformed input is a [`VcubeError::Malformed`], never a panic.
 
+use std::ops::Deref;
+use std::sync::Arc;
+
 use bytes::{BufMut, Bytes, BytesMut};
 
-use crate::causal::MsgId;
+pub use crate::causal::barrier_len;
+use crate::causal::{Carried, MsgId};
 use crate::cube::NodeId;
 use crate::error::VcubeError;
+use crate::varint::put_varint;
+pub use crate::varint::varint_len;
 
 /// A topic: the key of partial replication (one replicated object per topic).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicId(pub u32);
 
-/// A published message on its way down a topic tree.
+/// A published message, as its publisher made it.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Published {
+    topic: TopicId,
+    id: MsgId,
+    /// The publisher's causal barrier: the message's direct predecessors.
+    barrier: Box<[MsgId]>,
+    /// Bytes of the barrier as encoded.
+    barrier_len: usize,
+    payload: Bytes,
+}
+
+impl Published {
+    pub fn new(topic: TopicId, id: MsgId, barrier: Vec<MsgId>, payload: Bytes) -> Published {
+        Published {
+            topic,
+            id,
+            barrier_len: barrier_len(&barrier),
+            barrier: barrier.into_boxed_slice(),
+            payload,
+        }
+    }
+
+    pub fn topic(&self) -> TopicId {
+        self.topic
+    }
+
+    pub fn id(&self) -> MsgId {
+        self.id
+    }
+
+    /// The message's direct causal predecessors.
+    pub fn barrier(&self) -> &[MsgId] {
+        &self.barrier
+    }
+
+    /// Bytes of the barrier as encoded ([`barrier_len`]), known without walking it.
+    pub fn barrier_len(&self) -> usize {
+        self.barrier_len
+    }
+
+    pub fn payload(&self) -> &Bytes {
+        &self.payload
+    }
+}
+
+/// A published message on its way down a topic tree: every copy of it shares what its
+/// publisher made (cloning one copies a pointer) and counts its own hops.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Data {
-    pub topic: TopicId,
-    pub id: MsgId,
-    /// The publisher's causal barrier: the message's direct predecessors.
-    pub barrier: Vec<MsgId>,
+    pub published: Arc<Published>,
     /// Tree hops from the publisher so far.
     pub hops: u8,
-    pub payload: Bytes,
+}
+
+impl Data {
+    pub fn new(published: Published, hops: u8) -> Data {
+        Data {
+            published: Arc::new(published),
+            hops,
+        }
+    }
+}
+
+impl Deref for Data {
+    type Target = Published;
+
+    fn deref(&self) -> &Published {
+        &self.published
+    }
+}
+
+impl Carried for Data {
+    fn barrier(&self) -> &[MsgId] {
+        self.published.barrier()
+    }
 }
 
 /// A message between nodes.
@@ -29,8 +101,9 @@ pub struct Data {
 pub enum Message {
     /// A tree message (`repair`: an answer to a sync or a fetch, not to be relayed).
     Data { data: Data, repair: bool },
-    /// The receiver of a tree message took it (hop-by-hop reliable channel).
-    Ack { topic: TopicId, id: MsgId },
+    /// The receiver of these tree messages took them (hop-by-hop reliable channel); a node
+    /// gathers its acknowledgements to one sender until its next tick.
+    Ack { topic: TopicId, ids: Vec<MsgId> },
     /// A failure detector test.
     Test,
     /// The answer to a test: the tested node's non-zero event counters.
@@ -58,7 +131,7 @@ pub enum Message {
 pub struct Limits {
     pub payload_bytes_max: usize,
     pub state_bytes_max: usize,
-    /// Entries of a barrier, a fetch, a counter vector or a test reply.
+    /// Entries of a barrier, a fetch, an acknowledgement, a counter vector or a test reply.
     pub entries_max: usize,
 }
 
@@ -70,28 +143,6 @@ impl Default for Limits {
             entries_max: 1 << 20,
         }
     }
-}
-
-fn put_varint(out: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        out.put_u8((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.put_u8(v as u8);
-}
-
-/// Bytes of `v` as a varint.
-pub fn varint_len(v: u64) -> usize {
-    (64 - v.max(1).leading_zeros() as usize).div_ceil(7)
-}
-
-fn id_len(id: &MsgId) -> usize {
-    varint_len(u64::from(id.source.0)) + varint_len(id.counter)
-}
-
-/// Bytes of a barrier as encoded (the causal metadata of a tree message).
-pub fn barrier_len(barrier: &[MsgId]) -> usize {
-    varint_len(barrier.len() as u64) + barrier.iter().map(id_len).sum::<usize>()
 }
 
 fn put_id(out: &mut BytesMut, id: &MsgId) {
@@ -125,16 +176,16 @@ impl Message {
         match self {
             Message::Data { data, repair } => {
                 out.put_u8(if *repair { 2 } else { 1 });
-                put_varint(&mut out, u64::from(data.topic.0));
-                put_id(&mut out, &data.id);
-                put_ids(&mut out, &data.barrier);
+                put_varint(&mut out, u64::from(data.topic().0));
+                put_id(&mut out, &data.id());
+                put_ids(&mut out, data.barrier());
                 out.put_u8(data.hops);
-                put_bytes(&mut out, &data.payload);
+                put_bytes(&mut out, data.payload());
             }
-            Message::Ack { topic, id } => {
+            Message::Ack { topic, ids } => {
                 out.put_u8(3);
                 put_varint(&mut out, u64::from(topic.0));
-                put_id(&mut out, id);
+                put_ids(&mut out, ids);
             }
             Message::Test => out.put_u8(4),
             Message::TestReply { events } => {
@@ -185,13 +236,13 @@ impl Message {
         let bytes = |b: &Bytes| varint_len(b.len() as u64) + b.len();
         1 + match self {
             Message::Data { data, .. } => {
-                varint_len(u64::from(data.topic.0))
-                    + id_len(&data.id)
-                    + barrier_len(&data.barrier)
+                varint_len(u64::from(data.topic().0))
+                    + data.id().encoded_len()
+                    + data.barrier_len()
                     + 1
-                    + bytes(&data.payload)
+                    + bytes(data.payload())
             }
-            Message::Ack { topic, id } => varint_len(u64::from(topic.0)) + id_len(id),
+            Message::Ack { topic, ids } => varint_len(u64::from(topic.0)) + barrier_len(ids),
             Message::Test => 0,
             Message::TestReply { events } => {
                 varint_len(events.len() as u64)
@@ -223,19 +274,13 @@ impl Message {
                 let hops = r.u8()?;
                 let payload = r.bytes(limits.payload_bytes_max)?;
                 Message::Data {
-                    data: Data {
-                        topic,
-                        id,
-                        barrier,
-                        hops,
-                        payload,
-                    },
+                    data: Data::new(Published::new(topic, id, barrier, payload), hops),
                     repair: tag == 2,
                 }
             }
             3 => Message::Ack {
                 topic: r.topic()?,
-                id: r.id()?,
+                ids: r.ids(limits)?,
             },
             4 => Message::Test,
             5 => {
@@ -368,28 +413,27 @@ mod tests {
     fn every_message_round_trips_at_its_computed_length() {
         let messages = vec![
             Message::Data {
-                data: Data {
-                    topic: TopicId(7),
-                    id: id(300, 1 << 40),
-                    barrier: vec![id(1, 2), id(4096, 77)],
-                    hops: 3,
-                    payload: Bytes::from(vec![9u8; 1024]),
-                },
+                data: Data::new(
+                    Published::new(
+                        TopicId(7),
+                        id(300, 1 << 40),
+                        vec![id(1, 2), id(4096, 77)],
+                        Bytes::from(vec![9u8; 1024]),
+                    ),
+                    3,
+                ),
                 repair: false,
             },
             Message::Data {
-                data: Data {
-                    topic: TopicId(0),
-                    id: id(0, 1),
-                    barrier: vec![],
-                    hops: 0,
-                    payload: Bytes::new(),
-                },
+                data: Data::new(
+                    Published::new(TopicId(0), id(0, 1), vec![], Bytes::new()),
+                    0,
+                ),
                 repair: true,
             },
             Message::Ack {
                 topic: TopicId(1),
-                id: id(5, 9),
+                ids: vec![id(5, 9), id(300, 1 << 33)],
             },
             Message::Test,
             Message::TestReply {
@@ -420,13 +464,10 @@ mod tests {
     #[test]
     fn limits_and_malformed_input_are_typed_errors() {
         let big = Message::Data {
-            data: Data {
-                topic: TopicId(0),
-                id: id(0, 1),
-                barrier: vec![],
-                hops: 0,
-                payload: Bytes::from(vec![0u8; 100]),
-            },
+            data: Data::new(
+                Published::new(TopicId(0), id(0, 1), vec![], Bytes::from(vec![0u8; 100])),
+                0,
+            ),
             repair: false,
         }
         .encode();

@@ -9,13 +9,17 @@
 //! every `retransmit_ms` until it is; a receiver that stays silent for `ack_misses_max`
 //! retransmissions is suspected, and the message goes to the next subscriber of its
 //! cluster instead, as it does when the failure detector ([`crate::detector`]) suspects
-//! it. A node relays a message as soon as it receives it and delivers it in causal order
-//! ([`crate::causal`]). Repair ([`repair`]) covers what the tree cannot: predecessors a
+//! it. A receiver gathers its acknowledgements and sends them at its next tick (or once
+//! `ack_batch_max` have gathered), one message per sender for many tree messages: each tree
+//! message is still acknowledged by id, only up to `tick_ms` later, which `retransmit_ms`
+//! leaves room for. A node relays a message as soon as it receives it and delivers it in
+//! causal order ([`crate::causal`]). Repair ([`repair`]) covers what the tree cannot: predecessors a
 //! buffered message waits on too long are fetched, anti-entropy rounds compare what two
 //! subscribers delivered, and a node that joins late (or fell behind what its peers keep)
 //! installs a snapshot of the topic's state. Subscriptions change at run time through a
 //! reserved topic every node belongs to ([`membership`]).
 
+mod log;
 mod membership;
 mod repair;
 
@@ -23,13 +27,17 @@ pub use membership::MEMBERSHIP;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
+use bit_set::BitSet;
 use bytes::Bytes;
+use smallvec::SmallVec;
 
-use crate::causal::{Causal, MsgId, Received};
+use self::log::{Log, Logged};
+use crate::causal::{Causal, Delivered, MsgId, Received};
 use crate::cube::{Cube, NodeId};
 use crate::detector::{Change, Detector, DetectorConfig};
 use crate::error::VcubeError;
-use crate::message::{Data, Limits, Message, TopicId};
+use crate::fast::FastMap;
+use crate::message::{Data, Limits, Message, Published, TopicId};
 use crate::store::Store;
 use crate::tree::{clusters_below, relays};
 
@@ -41,6 +49,9 @@ pub struct NodeConfig {
     pub retransmit_ms: u64,
     /// Unacknowledged retransmissions after which the receiver is suspected.
     pub ack_misses_max: u32,
+    /// Acknowledgements gathered (for every sender) that go out without waiting for the
+    /// tick.
+    pub ack_batch_max: usize,
     /// How often the node checks its retransmissions and repairs.
     pub tick_ms: u64,
     /// A buffered message waiting this long on a predecessor makes the node fetch it.
@@ -72,6 +83,7 @@ impl Default for NodeConfig {
             detector: DetectorConfig::default(),
             retransmit_ms: 500,
             ack_misses_max: 4,
+            ack_batch_max: 1_024,
             tick_ms: 100,
             fetch_after_ms: 1_000,
             sync_ms: 2_000,
@@ -147,23 +159,23 @@ struct Child {
     misses: u32,
 }
 
+/// The children a tree message awaits acknowledgements from (most nodes relay a message to
+/// one or two).
+type Children = SmallVec<[Child; 2]>;
+
 struct InFlight {
     data: Data,
-    children: Vec<Child>,
+    children: Children,
     /// Whether this node published it.
     own: bool,
-}
-
-/// A delivered message kept for repair.
-struct Logged {
-    data: Data,
-    delivered_ms: u64,
+    /// Whether the topic's causal order refused it (then only this entry tells that the
+    /// message was seen).
+    refused: bool,
 }
 
 struct Topic {
-    causal: Causal,
-    log: BTreeMap<MsgId, Logged>,
-    log_order: VecDeque<MsgId>,
+    causal: Causal<Data>,
+    log: Log,
     /// When each missing predecessor was last fetched.
     fetched: BTreeMap<MsgId, u64>,
     /// A joining node: when it last asked for the snapshot, and how often.
@@ -178,12 +190,25 @@ pub struct Node<S: Store> {
     detector: Detector,
     store: S,
     topics: BTreeMap<TopicId, Topic>,
-    /// Who subscribes to each topic, in this node's view.
-    subscribers: BTreeMap<TopicId, BTreeSet<NodeId>>,
-    in_flight: BTreeMap<(TopicId, MsgId), InFlight>,
+    /// Who subscribes to each topic, in this node's view (node ids).
+    subscribers: BTreeMap<TopicId, BitSet>,
+    /// Tree messages awaiting acknowledgement (never walked in the map's order).
+    in_flight: FastMap<(TopicId, MsgId), InFlight>,
+    /// The keys of `in_flight` in the order they came, to give up the oldest first; keys
+    /// acknowledged since stay until the queue is compacted.
     in_flight_order: VecDeque<(TopicId, MsgId)>,
+    /// When tree messages are due for retransmission, in time order: every child awaiting
+    /// an acknowledgement has an entry due when it is; entries of keys acknowledged since,
+    /// or refreshed by a later entry, are skipped when they come up.
+    retransmit_due: VecDeque<(u64, (TopicId, MsgId))>,
     own_pending: usize,
+    /// Entries of `in_flight` the causal order refused.
+    refused: usize,
     actions: VecDeque<Action>,
+    /// Acknowledgements not sent yet: sender, topic, message, in the order received.
+    acks: Vec<(NodeId, TopicId, MsgId)>,
+    /// Room for what one received message delivers, kept between messages.
+    delivered_scratch: Vec<Delivered<Data>>,
     next_tick_ms: u64,
     next_sync_ms: u64,
     sync_round: u32,
@@ -226,11 +251,17 @@ impl<S: Store> Node<S> {
             detector: Detector::new(cube, me, config.detector, now_ms),
             store,
             topics: BTreeMap::new(),
-            subscribers: subscriptions.clone(),
-            in_flight: BTreeMap::new(),
+            subscribers: (subscriptions.iter())
+                .map(|(topic, members)| (*topic, members.iter().map(|j| j.0 as usize).collect()))
+                .collect(),
+            in_flight: FastMap::default(),
             in_flight_order: VecDeque::new(),
+            retransmit_due: VecDeque::new(),
             own_pending: 0,
+            refused: 0,
             actions: VecDeque::new(),
+            acks: Vec::new(),
+            delivered_scratch: Vec::new(),
             next_tick_ms: now_ms,
             next_sync_ms: now_ms + config.sync_ms,
             sync_round: 0,
@@ -296,7 +327,8 @@ impl<S: Store> Node<S> {
     fn eligible(&self, topic: TopicId, j: NodeId) -> bool {
         j != self.me
             && self.detector.is_correct(j)
-            && (topic == MEMBERSHIP || self.subscribers.get(&topic).is_some_and(|s| s.contains(&j)))
+            && (topic == MEMBERSHIP
+                || (self.subscribers.get(&topic)).is_some_and(|s| s.contains(j.0 as usize)))
     }
 
     /// Publishes `payload` on `topic`: it is delivered here at once and sent down the tree.
@@ -341,16 +373,10 @@ impl<S: Store> Node<S> {
             });
         }
         let (id, barrier) = t.causal.publish();
-        let data = Data {
-            topic,
-            id,
-            barrier,
-            hops: 0,
-            payload,
-        };
+        let data = Data::new(Published::new(topic, id, barrier, payload), 0);
         self.stats.published += 1;
         self.delivered_now(now_ms, data.clone());
-        self.relay(now_ms, data, None, true);
+        self.relay(now_ms, &data, None, true);
         Ok(id)
     }
 
@@ -377,7 +403,11 @@ impl<S: Store> Node<S> {
                     self.on_tree(now_ms, from, data);
                 }
             }
-            Message::Ack { topic, id } => self.on_ack(topic, id, from),
+            Message::Ack { topic, ids } => {
+                for id in ids {
+                    self.on_ack(topic, id, from);
+                }
+            }
             Message::Test => {
                 let events = self.detector.events();
                 self.send(from, Message::TestReply { events });
@@ -402,14 +432,18 @@ impl<S: Store> Node<S> {
     /// A tree message from `from`: acknowledge, relay below the cluster it came from,
     /// deliver in causal order.
     fn on_tree(&mut self, now_ms: u64, from: NodeId, data: Data) {
-        let (topic, id) = (data.topic, data.id);
+        let (topic, id) = (data.topic(), data.id());
         if !self.cube.contains(id.source) {
             self.stats.rejected += 1;
             return;
         }
-        self.send(from, Message::Ack { topic, id });
-        let seen = self.in_flight.contains_key(&(topic, id))
-            || self.topics.get(&topic).is_some_and(|t| t.causal.has(id));
+        self.ack(from, topic, id);
+        let key = (topic, id);
+        // On a subscribed topic the causal order knows what was seen, unless it refused it.
+        let seen = match self.topics.get(&topic) {
+            Some(t) => t.causal.has(id) || (self.refused > 0 && self.in_flight.contains_key(&key)),
+            None => self.in_flight.contains_key(&key),
+        };
         if seen {
             self.stats.duplicates += 1;
             return;
@@ -420,24 +454,59 @@ impl<S: Store> Node<S> {
         };
         // A node that does not subscribe (its subscription ended, the sender's view is
         // older) still relays, so that the subscribers below it are not cut off.
-        self.relay(now_ms, data.clone(), Some(from), false);
-        self.take(now_ms, data, false);
+        self.relay(now_ms, &data, Some(from), false);
+        let subscribed = self.topics.contains_key(&topic);
+        if !self.take(now_ms, data, false)
+            && subscribed
+            && let Some(f) = self.in_flight.get_mut(&key)
+        {
+            f.refused = true;
+            self.refused += 1;
+        }
     }
 
-    /// Takes a message into the topic's causal order; delivers what it unblocks.
-    fn take(&mut self, now_ms: u64, data: Data, repair: bool) {
-        let Some(t) = self.topics.get_mut(&data.topic) else {
+    /// Acknowledges a tree message from `to`: at the next tick, with the others gathered
+    /// by then, or now if `ack_batch_max` have gathered.
+    fn ack(&mut self, to: NodeId, topic: TopicId, id: MsgId) {
+        self.acks.push((to, topic, id));
+        if self.acks.len() >= self.config.ack_batch_max {
+            self.send_acks();
+        }
+    }
+
+    /// Sends the gathered acknowledgements: one message per sender and topic, in the order
+    /// of senders, then topics, each naming its messages in the order received.
+    fn send_acks(&mut self) {
+        self.acks.sort_by_key(|&(to, topic, _)| (to, topic));
+        for batch in self.acks.chunk_by(|a, b| (a.0, a.1) == (b.0, b.1)) {
+            let (to, topic, _) = batch[0];
+            let ids = batch.iter().map(|&(_, _, id)| id).collect();
+            self.actions.push_back(Action::Send {
+                to,
+                message: Message::Ack { topic, ids },
+            });
+        }
+        self.acks.clear();
+    }
+
+    /// Takes a message into the topic's causal order; delivers what it unblocks. Whether
+    /// the causal order holds it now (delivered or buffered, before or now).
+    fn take(&mut self, now_ms: u64, data: Data, repair: bool) -> bool {
+        let Some(t) = self.topics.get_mut(&data.topic()) else {
             if repair {
                 self.stats.rejected += 1;
             }
-            return;
+            return false;
         };
-        let topic = data.topic;
-        let hops = data.hops;
-        match t
-            .causal
-            .receive(data.id, data.barrier.clone(), data.payload.clone(), now_ms)
-        {
+        let id = data.id();
+        let mut delivered = std::mem::take(&mut self.delivered_scratch);
+        // A tree message comes here only when the causal order has not seen it.
+        let received = if repair {
+            t.causal.receive(id, data, now_ms, &mut delivered)
+        } else {
+            t.causal.receive_unseen(id, data, now_ms, &mut delivered)
+        };
+        match received {
             Ok(Received::Duplicate) => {
                 if repair {
                     self.stats.repair_duplicates += 1;
@@ -445,49 +514,39 @@ impl<S: Store> Node<S> {
                     self.stats.duplicates += 1;
                 }
             }
-            Ok(Received::Taken(delivered)) => {
-                for d in delivered {
-                    let hops = if d.id == data.id { hops } else { 0 };
-                    self.delivered_now(
-                        now_ms,
-                        Data {
-                            topic,
-                            id: d.id,
-                            barrier: d.barrier,
-                            hops,
-                            payload: d.payload,
-                        },
-                    );
+            Ok(Received::Taken) => {
+                for d in delivered.drain(..) {
+                    // What it unblocked counts no hops.
+                    let hops = if d.id == id { d.message.hops } else { 0 };
+                    self.delivered_now(now_ms, Data { hops, ..d.message });
                 }
             }
             Err(_) => self.stats.rejected += 1,
         }
+        self.delivered_scratch = delivered;
+        received.is_ok()
     }
 
     /// A message is delivered here: apply, log, report.
     fn delivered_now(&mut self, now_ms: u64, data: Data) {
-        let (topic, id, hops) = (data.topic, data.id, data.hops);
+        let (topic, id, hops) = (data.topic(), data.id(), data.hops);
         if topic == MEMBERSHIP {
-            self.apply_change(id, &data.payload);
+            self.apply_change(id, data.payload());
         } else {
-            self.store.apply(topic, id, &data.payload);
+            self.store.apply(topic, id, data.payload());
         }
         self.stats.delivered += 1;
         if let Some(t) = self.topics.get_mut(&topic) {
-            t.fetched.remove(&id);
-            t.log.insert(
-                id,
+            if !t.fetched.is_empty() {
+                t.fetched.remove(&id);
+            }
+            t.log.push(
                 Logged {
                     data,
                     delivered_ms: now_ms,
                 },
+                self.config.log_max,
             );
-            t.log_order.push_back(id);
-            while t.log_order.len() > self.config.log_max {
-                if let Some(old) = t.log_order.pop_front() {
-                    t.log.remove(&old);
-                }
-            }
         }
         if topic != MEMBERSHIP {
             self.actions.push_back(Action::Deliver { topic, id, hops });
@@ -495,19 +554,17 @@ impl<S: Store> Node<S> {
     }
 
     /// Sends `data` to the first eligible node of each cluster below the one it came from.
-    fn relay(&mut self, now_ms: u64, data: Data, from: Option<NodeId>, own: bool) {
+    fn relay(&mut self, now_ms: u64, data: &Data, from: Option<NodeId>, own: bool) {
         let clusters = clusters_below(&self.cube, self.me, from);
-        let topic = data.topic;
-        let children: Vec<Child> =
-            relays(&self.cube, self.me, clusters, |j| self.eligible(topic, j))
-                .into_iter()
-                .map(|(cluster, node)| Child {
-                    cluster,
-                    node,
-                    sent_ms: now_ms,
-                    misses: 0,
-                })
-                .collect();
+        let topic = data.topic();
+        let children: Children = relays(&self.cube, self.me, clusters, |j| self.eligible(topic, j))
+            .map(|(cluster, node)| Child {
+                cluster,
+                node,
+                sent_ms: now_ms,
+                misses: 0,
+            })
+            .collect();
         if children.is_empty() {
             return;
         }
@@ -520,23 +577,26 @@ impl<S: Store> Node<S> {
                 },
             );
         }
-        let key = (topic, data.id);
+        let key = (topic, data.id());
         self.in_flight.insert(
             key,
             InFlight {
-                data,
+                data: data.clone(),
                 children,
                 own,
+                refused: false,
             },
         );
         self.own_pending += usize::from(own);
         self.in_flight_order.push_back(key);
+        self.retransmit_due
+            .push_back((now_ms + self.config.retransmit_ms, key));
         while self.in_flight.len() > self.config.in_flight_max {
             let Some(old) = self.in_flight_order.pop_front() else {
                 break;
             };
             if let Some(gone) = self.in_flight.remove(&old) {
-                self.own_pending -= usize::from(gone.own);
+                self.forget(&gone);
                 self.stats.given_up += 1;
             }
         }
@@ -548,11 +608,17 @@ impl<S: Store> Node<S> {
             return;
         };
         f.children.retain(|c| c.node != from);
-        if f.children.is_empty() {
-            let own = f.own;
-            self.in_flight.remove(&key);
-            self.own_pending -= usize::from(own);
+        if f.children.is_empty()
+            && let Some(done) = self.in_flight.remove(&key)
+        {
+            self.forget(&done);
         }
+    }
+
+    /// Counts an entry of `in_flight` out.
+    fn forget(&mut self, gone: &InFlight) {
+        self.own_pending -= usize::from(gone.own);
+        self.refused -= usize::from(gone.refused);
     }
 
     fn tick(&mut self, now_ms: u64) {
@@ -563,6 +629,7 @@ impl<S: Store> Node<S> {
         self.on_changes(now_ms, changes);
         if now_ms >= self.next_tick_ms {
             self.next_tick_ms = now_ms + self.config.tick_ms;
+            self.send_acks();
             self.retransmit(now_ms);
             self.fetch_missing(now_ms);
             self.join_topics(now_ms);
@@ -573,28 +640,60 @@ impl<S: Store> Node<S> {
                 self.sync(now_ms);
             }
         }
-        self.in_flight_order
-            .retain(|key| self.in_flight.contains_key(key));
+        self.compact();
+    }
+
+    /// Drops the keys of acknowledged messages from the queues once they outnumber the
+    /// messages in flight (each key is dropped once: constant time per key, amortized).
+    fn compact(&mut self) {
+        let live = self.in_flight.len();
+        if self.in_flight_order.len() > 2 * live + 64 {
+            let in_flight = &self.in_flight;
+            self.in_flight_order
+                .retain(|key| in_flight.contains_key(key));
+        }
+        if self.retransmit_due.len() > 2 * self.config.in_flight_max.max(live) {
+            let in_flight = &self.in_flight;
+            self.retransmit_due
+                .retain(|(_, key)| in_flight.contains_key(key));
+        }
     }
 
     /// Sends again what stays unacknowledged; a receiver silent too long is suspected.
+    /// Only the messages due come up (times never go back, so the queue is in time order);
+    /// they are sent again in the order of their keys.
     fn retransmit(&mut self, now_ms: u64) {
         let mut resend = Vec::new();
         let mut suspects = Vec::new();
-        for (key, f) in &mut self.in_flight {
+        let retransmit_ms = self.config.retransmit_ms;
+        while let Some(&(due_ms, key)) = self.retransmit_due.front() {
+            if due_ms > now_ms {
+                break;
+            }
+            self.retransmit_due.pop_front();
+            let Some(f) = self.in_flight.get_mut(&key) else {
+                continue;
+            };
+            let mut again = false;
             for c in &mut f.children {
-                if now_ms < c.sent_ms + self.config.retransmit_ms {
+                if now_ms < c.sent_ms + retransmit_ms {
                     continue;
                 }
+                again = true;
                 c.misses += 1;
                 c.sent_ms = now_ms;
                 if c.misses >= self.config.ack_misses_max {
                     suspects.push(c.node);
                 } else {
-                    resend.push((*key, c.node));
+                    resend.push((key, c.node));
                 }
             }
+            if again {
+                self.retransmit_due.push_back((now_ms + retransmit_ms, key));
+            }
         }
+        // Stable: a message's children keep their order.
+        resend.sort_by_key(|(key, _)| *key);
         for (key, to) in resend {
             let data = self.in_flight[&key].data.clone();
             self.stats.retransmissions += 1;
@@ -626,13 +725,15 @@ impl<S: Store> Node<S> {
         if suspected.is_empty() {
             return;
         }
-        let keys: Vec<(TopicId, MsgId)> = (self.in_flight.iter())
+        let mut keys: Vec<(TopicId, MsgId)> = (self.in_flight.iter())
             .filter(|(_, f)| f.children.iter().any(|c| suspected.contains(&c.node)))
             .map(|(k, _)| *k)
             .collect();
+        keys.sort_unstable();
         for key in keys {
             let mut f = self.in_flight.remove(&key).expect("listed");
-            let mut children = Vec::new();
+            let mut children = Children::new();
+            let mut replaced = false;
             for c in std::mem::take(&mut f.children) {
                 if !suspected.contains(&c.node) {
                     children.push(c);
@@ -642,6 +743,7 @@ impl<S: Store> Node<S> {
                     .cube
                     .first_in(self.me, c.cluster, |j| self.eligible(key.0, j));
                 if let Some(node) = next {
+                    replaced = true;
                     self.stats.replacements += 1;
                     self.send(
                         node,
@@ -658,8 +760,12 @@ impl<S: Store> Node<S> {
                     });
                 }
             }
+            if replaced {
+                self.retransmit_due
+                    .push_back((now_ms + self.config.retransmit_ms, key));
+            }
             if children.is_empty() {
-                self.own_pending -= usize::from(f.own);
+                self.forget(&f);
             } else {
                 f.children = children;
                 self.in_flight.insert(key, f);

@@ -22,15 +22,13 @@ pub fn clusters_below(cube: &Cube, me: NodeId, from: Option<NodeId>) -> Range<u3
 }
 
 /// The relays of `me` for `clusters`: the first eligible node of each, with its cluster.
-pub fn relays(
-    cube: &Cube,
+pub fn relays<'a>(
+    cube: &'a Cube,
     me: NodeId,
     clusters: Range<u32>,
-    mut eligible: impl FnMut(NodeId) -> bool,
-) -> Vec<(u32, NodeId)> {
-    clusters
-        .filter_map(|s| cube.first_in(me, s, &mut eligible).map(|j| (s, j)))
-        .collect()
+    mut eligible: impl FnMut(NodeId) -> bool + 'a,
+) -> impl Iterator<Item = (u32, NodeId)> + 'a {
+    clusters.filter_map(move |s| cube.first_in(me, s, &mut eligible).map(|j| (s, j)))
 }
 
 #[cfg(test)]
@@ -70,7 +68,8 @@ mod tests {
         for i in [0, 3, 6, 9, 12, 15] {
             subscribers[i] = true;
         }
-        let relays_of_root = relays(&cube, NodeId(0), 1..5, |j| subscribers[j.0 as usize]);
+        let relays_of_root: Vec<(u32, NodeId)> =
+            relays(&cube, NodeId(0), 1..5, |j| subscribers[j.0 as usize]).collect();
         assert_eq!(
             relays_of_root,
             vec![(2, NodeId(3)), (3, NodeId(6)), (4, NodeId(9))]

@@ -12,10 +12,11 @@
 //! that unsubscribes drops its replica at once; messages still on their way to it are
 //! relayed, not delivered.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
+use super::log::Log;
 use super::{Node, Topic};
 use crate::causal::{Causal, MsgId};
 use crate::cube::NodeId;
@@ -35,7 +36,7 @@ impl<S: Store> Node<S> {
     pub fn subscribe(&mut self, now_ms: u64, topic: TopicId) -> Result<(), VcubeError> {
         self.change(now_ms, topic, SUBSCRIBE)?;
         self.topics.insert(topic, self.fresh_topic(true));
-        self.subscribers.entry(topic).or_default().insert(self.me);
+        self.subscribers.entry(topic).or_default().insert(self.me.0 as usize);
         Ok(())
     }
 
@@ -45,7 +46,7 @@ impl<S: Store> Node<S> {
         self.change(now_ms, topic, UNSUBSCRIBE)?;
         self.topics.remove(&topic);
         if let Some(members) = self.subscribers.get_mut(&topic) {
-            members.remove(&self.me);
+            members.remove(self.me.0 as usize);
         }
         Ok(())
     }
@@ -56,8 +57,9 @@ impl<S: Store> Node<S> {
     }
 
     /// Who subscribes to `topic`, in this node's view.
-    pub fn subscribers_of(&self, topic: TopicId) -> Option<&BTreeSet<NodeId>> {
-        self.subscribers.get(&topic)
+    pub fn subscribers_of(&self, topic: TopicId) -> Option<BTreeSet<NodeId>> {
+        let members = self.subscribers.get(&topic)?;
+        Some(members.iter().map(|j| NodeId(j as u32)).collect())
     }
 
     fn change(&mut self, now_ms: u64, topic: TopicId, kind: u8) -> Result<(), VcubeError> {
@@ -98,15 +100,14 @@ impl<S: Store> Node<S> {
         };
         Topic {
             causal,
-            log: BTreeMap::new(),
-            log_order: VecDeque::new(),
+            log: Log::default(),
             fetched: BTreeMap::new(),
             joining: joining.then_some((0, 0)),
         }
     }
 
     /// Applies a delivered subscription change of its publisher.
-    pub(super) fn apply_change(&mut self, id: MsgId, payload: &Bytes) {
+    pub(super) fn apply_change(&mut self, id: MsgId, payload: &[u8]) {
         let (Some(&kind), Some(topic)) = (payload.first(), payload.get(1..5)) else {
             self.stats.rejected += 1;
             return;
@@ -118,10 +119,10 @@ impl<S: Store> Node<S> {
         let members = self.subscribers.entry(topic).or_default();
         match kind {
             SUBSCRIBE => {
-                members.insert(id.source);
+                members.insert(id.source.0 as usize);
             }
             UNSUBSCRIBE => {
-                members.remove(&id.source);
+                members.remove(id.source.0 as usize);
             }
             _ => self.stats.rejected += 1,
         }
@@ -132,9 +133,9 @@ impl<S: Store> Node<S> {
         let mut out = Vec::new();
         for (topic, members) in &self.subscribers {
             out.extend_from_slice(&topic.0.to_le_bytes());
-            out.extend_from_slice(&(members.len() as u32).to_le_bytes());
+            out.extend_from_slice(&(members.iter().count() as u32).to_le_bytes());
             for m in members {
-                out.extend_from_slice(&m.0.to_le_bytes());
+                out.extend_from_slice(&(m as u32).to_le_bytes());
             }
         }
         Bytes::from(out)
@@ -176,7 +177,9 @@ impl<S: Store> Node<S> {
             view.entry(*topic).or_default().insert(self.me);
         }
         view.remove(&MEMBERSHIP);
-        self.subscribers = view;
+        self.subscribers = (view.into_iter())
+            .map(|(topic, members)| (topic, members.iter().map(|j| j.0 as usize).collect()))
+            .collect();
         Ok(())
     }
 }

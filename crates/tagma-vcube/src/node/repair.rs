@@ -26,7 +26,7 @@ use crate::store::Store;
 impl<S: Store> Node<S> {
     /// A repair message (an answer to a fetch or an anti-entropy request): not relayed.
     pub(super) fn on_repair(&mut self, now_ms: u64, data: Data) {
-        if !self.cube.contains(data.id.source) {
+        if !self.cube.contains(data.id().source) {
             self.stats.rejected += 1;
             return;
         }
@@ -75,9 +75,9 @@ impl<S: Store> Node<S> {
             self.stats.rejected += 1;
             return;
         };
-        let found: Vec<Data> = (ids.iter())
-            .take(self.config.repair_batch_max)
-            .filter_map(|id| t.log.get(id).map(|l| l.data.clone()))
+        let asked = &ids[..ids.len().min(self.config.repair_batch_max)];
+        let found: Vec<Data> = (t.log.find(asked).into_iter())
+            .map(|l| l.data.clone())
             .collect();
         for data in found {
             self.stats.repairs_sent += 1;
@@ -116,31 +116,56 @@ impl<S: Store> Node<S> {
         if t.joining.is_some() {
             return;
         }
-        let theirs: BTreeMap<NodeId, u64> = theirs.iter().copied().collect();
-        let has = |id: &MsgId| theirs.get(&id.source).is_some_and(|&c| c >= id.counter);
+        // Their counters by node id (a later entry for a node replaces an earlier one);
+        // nothing is delivered here from outside the cube, so a positive counter for a node
+        // outside it is one this node's state does not cover.
+        let n = self.cube.len() as usize;
+        let mut known = vec![0u64; n];
+        let mut foreign = false;
+        for &(source, c) in theirs {
+            match known.get_mut(source.0 as usize) {
+                Some(k) => *k = c,
+                None => foreign |= c > 0,
+            }
+        }
+        let known_of = |source: NodeId| known.get(source.0 as usize).copied().unwrap_or(0);
+        let has = |id: &MsgId| known_of(id.source) >= id.counter;
         // They lack more than the log holds: the first logged message of a publisher is
         // not the one after theirs.
-        let mut oldest: BTreeMap<NodeId, u64> = BTreeMap::new();
-        for id in t.log.keys() {
-            oldest.entry(id.source).or_insert(id.counter);
+        let mut oldest = vec![u64::MAX; n];
+        for l in t.log.iter() {
+            let id = l.data.id();
+            if let Some(first) = oldest.get_mut(id.source.0 as usize) {
+                *first = (*first).min(id.counter);
+            }
         }
         let beyond_log = (t.causal.delivered().into_iter()).any(|(source, mine)| {
-            let known = theirs.get(&source).copied().unwrap_or(0);
-            let first = oldest.get(&source).copied().unwrap_or(mine + 1);
+            let known = known_of(source);
+            let first = match oldest.get(source.0 as usize) {
+                Some(&first) if first != u64::MAX => first,
+                _ => mine + 1,
+            };
             mine > known && first > known + 1
         });
         let grace = now_ms.saturating_sub(self.config.sync_grace_ms);
         if beyond_log {
-            let covers = (theirs.iter()).all(|(source, &c)| t.causal.delivered_of(*source) >= c);
+            let covers = !foreign
+                && (known.iter().enumerate())
+                    .all(|(i, &c)| t.causal.delivered_of(NodeId(i as u32)) >= c);
             if covers {
                 self.send_snapshot(from, topic);
             }
             return;
         }
-        let lacking: Vec<Data> = (t.log.values())
-            .filter(|l| l.delivered_ms <= grace && !has(&l.data.id))
+        // Sent by id, publisher by publisher.
+        let mut lacking: Vec<&Data> = (t.log.iter())
+            .filter(|l| l.delivered_ms <= grace && !has(&l.data.id()))
+            .map(|l| &l.data)
+            .collect();
+        lacking.sort_unstable_by_key(|data| data.id());
+        let lacking: Vec<Data> = (lacking.into_iter())
             .take(self.config.repair_batch_max)
-            .map(|l| l.data.clone())
+            .cloned()
             .collect();
         for data in lacking {
             self.stats.repairs_sent += 1;
@@ -243,7 +268,6 @@ impl<S: Store> Node<S> {
         t.joining = None;
         // The log answers only for what this node delivered itself.
         t.log.clear();
-        t.log_order.clear();
         let unblocked = t.causal.install(delivered);
         self.actions.push_back(Action::Installed {
             topic,
@@ -253,11 +277,8 @@ impl<S: Store> Node<S> {
             self.delivered_now(
                 now_ms,
                 Data {
-                    topic,
-                    id: d.id,
-                    barrier: d.barrier,
                     hops: 0,
-                    payload: d.payload,
+                    ..d.message
                 },
             );
         }

@@ -303,16 +303,18 @@ fn bad_input_is_refused_without_panicking() {
         },
     );
     let stray = Message::Data {
-        data: Data {
-            topic: TopicId(77),
-            id: MsgId {
-                source: NodeId(99),
-                counter: 1,
-            },
-            barrier: vec![],
-            hops: 0,
-            payload: Bytes::new(),
-        },
+        data: Data::new(
+            Published::new(
+                TopicId(77),
+                MsgId {
+                    source: NodeId(99),
+                    counter: 1,
+                },
+                vec![],
+                Bytes::new(),
+            ),
+            0,
+        ),
         repair: true,
     };
     node.handle(
@@ -411,4 +413,153 @@ fn a_late_joiner_learns_the_subscription_changes_made_before_it_started() {
     net.run(1_500);
     let view = net.nodes[6].as_ref().unwrap().subscribers_of(T).unwrap();
     assert!(view.contains(&NodeId(4)), "{view:?}");
+}
+
+/// The acknowledgements a node sends, taken from its actions.
+fn acks_sent(node: &mut Node<Log>) -> Vec<(NodeId, Vec<MsgId>)> {
+    std::iter::from_fn(|| node.poll_action())
+        .filter_map(|a| match a {
+            Action::Send {
+                to,
+                message: Message::Ack { ids, .. },
+            } => Some((to, ids)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn tree_message(source: u32, counter: u64) -> Message {
+    let id = MsgId {
+        source: NodeId(source),
+        counter,
+    };
+    Message::Data {
+        data: Data::new(Published::new(T, id, vec![], Bytes::from_static(b"op")), 0),
+        repair: false,
+    }
+}
+
+#[test]
+fn acknowledgements_gather_until_the_tick_and_go_out_when_the_batch_is_full() {
+    let cube = Cube::new(4).unwrap();
+    let subs = BTreeMap::from([(T, (0..4).map(NodeId).collect::<BTreeSet<_>>())]);
+    let mut node = Node::new(cube, NodeId(1), config(), &subs, Log::default(), false, 0).unwrap();
+    node.handle(0, Input::Tick);
+    assert_eq!(acks_sent(&mut node), vec![]);
+    for counter in 1..=3 {
+        let message = tree_message(0, counter);
+        node.handle(
+            1,
+            Input::Message {
+                from: NodeId(0),
+                message,
+            },
+        );
+    }
+    node.handle(
+        1,
+        Input::Message {
+            from: NodeId(2),
+            message: tree_message(2, 1),
+        },
+    );
+    assert_eq!(acks_sent(&mut node), vec![], "nothing before the tick");
+    assert_eq!(node.store().0, vec![(0, 1), (0, 2), (0, 3), (2, 1)]);
+    let tick_ms = config().tick_ms;
+    node.handle(tick_ms, Input::Tick);
+    let id = |source, counter| MsgId {
+        source: NodeId(source),
+        counter,
+    };
+    assert_eq!(
+        acks_sent(&mut node),
+        vec![
+            (NodeId(0), vec![id(0, 1), id(0, 2), id(0, 3)]),
+            (NodeId(2), vec![id(2, 1)])
+        ],
+        "one acknowledgement per sender"
+    );
+
+    let small = NodeConfig {
+        ack_batch_max: 2,
+        ..config()
+    };
+    let mut node = Node::new(cube, NodeId(1), small, &subs, Log::default(), false, 0).unwrap();
+    node.handle(0, Input::Tick);
+    let _ = acks_sent(&mut node);
+    node.handle(
+        1,
+        Input::Message {
+            from: NodeId(0),
+            message: tree_message(0, 1),
+        },
+    );
+    assert_eq!(acks_sent(&mut node), vec![]);
+    node.handle(
+        1,
+        Input::Message {
+            from: NodeId(0),
+            message: tree_message(0, 2),
+        },
+    );
+    assert_eq!(
+        acks_sent(&mut node),
+        vec![(NodeId(0), vec![id(0, 1), id(0, 2)])],
+        "a full batch goes out at once"
+    );
+}
+
+#[test]
+fn a_message_the_causal_order_refuses_is_still_relayed_once() {
+    // Node 0's buffer holds one message: the second message waiting on a predecessor is
+    // refused, yet relayed; receiving it again is a duplicate, not a second relay.
+    let cube = Cube::new(4).unwrap();
+    let subs = BTreeMap::from([(T, (0..4).map(NodeId).collect::<BTreeSet<_>>())]);
+    let tight = NodeConfig {
+        buffer_max: 1,
+        ..config()
+    };
+    let mut node = Node::new(cube, NodeId(0), tight, &subs, Log::default(), false, 0).unwrap();
+    node.handle(0, Input::Tick);
+    let _ = std::iter::from_fn(|| node.poll_action()).count();
+    let relays = |node: &mut Node<Log>| {
+        std::iter::from_fn(|| node.poll_action())
+            .filter(|a| {
+                matches!(
+                    a,
+                    Action::Send {
+                        message: Message::Data { .. },
+                        ..
+                    }
+                )
+            })
+            .count()
+    };
+    // From node 3 (cluster 2 of node 0): relayed to cluster 1, node 1.
+    node.handle(
+        1,
+        Input::Message {
+            from: NodeId(3),
+            message: tree_message(3, 2),
+        },
+    );
+    assert_eq!(relays(&mut node), 1);
+    node.handle(
+        1,
+        Input::Message {
+            from: NodeId(3),
+            message: tree_message(3, 3),
+        },
+    );
+    assert_eq!(relays(&mut node), 1, "relayed though refused");
+    assert_eq!(node.stats().rejected, 1);
+    node.handle(
+        2,
+        Input::Message {
+            from: NodeId(3),
+            message: tree_message(3, 3),
+        },
+    );
+    assert_eq!(relays(&mut node), 0, "seen already");
+    assert_eq!(node.stats().duplicates, 1);
 }
