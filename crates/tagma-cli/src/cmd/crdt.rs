@@ -154,6 +154,10 @@ pub struct SimArgs {
     /// Draws the subscribers, publishers, faults, link delays and operations.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// Threads that run the simulation (0: one per processor); the report is the same on
+    /// any number.
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
     /// Print the reports as one JSON object.
     #[arg(long)]
     pub json: bool,
@@ -279,7 +283,11 @@ fn sim(args: SimArgs) -> Result<()> {
         if !args.json {
             eprintln!("simulating {} on {} nodes…", kind.name(), w.nodes);
         }
-        let report = tagma_crdt_sim::run(kind, &w, Default::default())?;
+        let report = if args.threads == 0 {
+            tagma_crdt_sim::run(kind, &w, Default::default())?
+        } else {
+            tagma_crdt_sim::run_on(kind, &w, Default::default(), args.threads)?
+        };
         runs.push(Run {
             protocol: kind.name(),
             report,

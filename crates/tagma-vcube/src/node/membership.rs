@@ -36,7 +36,10 @@ impl<S: Store> Node<S> {
     pub fn subscribe(&mut self, now_ms: u64, topic: TopicId) -> Result<(), VcubeError> {
         self.change(now_ms, topic, SUBSCRIBE)?;
         self.topics.insert(topic, self.fresh_topic(true));
-        self.subscribers.entry(topic).or_default().insert(self.me.0 as usize);
+        self.subscribers
+            .entry(topic)
+            .or_default()
+            .insert(self.me.0 as usize);
         Ok(())
     }
 
