@@ -69,15 +69,22 @@ pub struct Checker {
     ops: FastMap<(TopicId, MsgId), Op>,
     /// Every `stride`-th node compares clocks.
     stride: u32,
+    /// The witnesses among each topic's subscribers.
+    witness_subscribers: Vec<u32>,
     witnesses: u32,
     violations: u64,
     double_deliveries: u64,
 }
 
 impl Checker {
-    /// `publishers[t]`: the publishers of topic `t`; full clock comparisons at most about
-    /// `budget` steps per operation.
-    pub fn new(nodes: u32, publishers: &[Vec<NodeId>], budget: u64) -> Checker {
+    /// `publishers[t]` and `subscribers[t]`: the publishers and subscribers of topic `t`;
+    /// full clock comparisons at most about `budget` steps per operation.
+    pub fn new(
+        nodes: u32,
+        publishers: &[Vec<NodeId>],
+        subscribers: &[Vec<NodeId>],
+        budget: u64,
+    ) -> Checker {
         let width = publishers.iter().map(Vec::len).max().unwrap_or(1).max(1) as u64;
         let stride = (u64::from(nodes) * width)
             .div_ceil(budget.max(1))
@@ -92,6 +99,12 @@ impl Checker {
                 .collect(),
             ops: FastMap::default(),
             stride,
+            witness_subscribers: (subscribers.iter())
+                .map(|members| {
+                    let witnesses = members.iter().filter(|n| n.0.is_multiple_of(stride));
+                    witnesses.count() as u32
+                })
+                .collect(),
             witnesses: nodes.div_ceil(stride),
             violations: 0,
             double_deliveries: 0,
@@ -136,22 +149,12 @@ impl Checker {
         (p != NOT_PUBLISHER).then_some(p as usize)
     }
 
-    /// `id` was published by the node of `clocks`; `receivers` deliveries are expected (all
-    /// nodes but the publisher; only the witnesses' count).
-    pub fn published(
-        &self,
-        clocks: &mut Clocks,
-        topic: TopicId,
-        id: MsgId,
-        receivers: u32,
-        found: &mut Findings,
-    ) {
-        let receivers = if self.stride == 1 {
-            receivers
-        } else {
-            receivers.div_ceil(self.stride)
-        };
+    /// `id` was published by the node of `clocks`; every witness among the topic's other
+    /// subscribers is expected to deliver it.
+    pub fn published(&self, clocks: &mut Clocks, topic: TopicId, id: MsgId, found: &mut Findings) {
         let t = topic.0 as usize;
+        let witnesses = self.witness_subscribers.get(t).copied().unwrap_or(0);
+        let receivers = witnesses.saturating_sub(u32::from(self.is_witness(id.source)));
         let Some(p) = self.publisher(t, id.source) else {
             found.violations += 1;
             return;
@@ -261,13 +264,14 @@ mod tests {
     #[test]
     fn an_operation_delivered_before_its_causal_past_is_a_violation() {
         let t = TopicId(0);
-        let mut c = Checker::new(3, &[vec![NodeId(0), NodeId(1)]], 1 << 20);
+        let all = [(0..3).map(NodeId).collect()];
+        let mut c = Checker::new(3, &[vec![NodeId(0), NodeId(1)]], &all, 1 << 20);
         let mut clocks: Vec<Clocks> = (0..3).map(|_| c.clocks()).collect();
         let mut found = Findings::default();
-        c.published(&mut clocks[0], t, id(0, 1), 2, &mut found);
+        c.published(&mut clocks[0], t, id(0, 1), &mut found);
         c.merge(&mut found);
         c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1), &mut found);
-        c.published(&mut clocks[1], t, id(1, 1), 2, &mut found); // after 0's
+        c.published(&mut clocks[1], t, id(1, 1), &mut found); // after 0's
         c.merge(&mut found);
         c.delivered(NodeId(2), &mut clocks[2], t, id(1, 1), &mut found); // before 0's
         c.merge(&mut found);
@@ -282,13 +286,40 @@ mod tests {
     #[test]
     fn an_operation_is_forgotten_once_every_witness_delivered_it() {
         let t = TopicId(0);
-        let mut c = Checker::new(3, &[vec![NodeId(0)]], 1 << 20);
+        let all = [(0..3).map(NodeId).collect()];
+        let mut c = Checker::new(3, &[vec![NodeId(0)]], &all, 1 << 20);
         let mut clocks: Vec<Clocks> = (0..3).map(|_| c.clocks()).collect();
         let mut found = Findings::default();
-        c.published(&mut clocks[0], t, id(0, 1), 2, &mut found);
+        c.published(&mut clocks[0], t, id(0, 1), &mut found);
         c.merge(&mut found);
         c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1), &mut found);
         c.delivered(NodeId(2), &mut clocks[2], t, id(0, 1), &mut found);
+        c.merge(&mut found);
+        assert!(c.ops.is_empty());
+        assert_eq!(c.violations(), 0);
+    }
+
+    #[test]
+    fn witnesses_expect_the_deliveries_of_the_witnesses_among_the_subscribers() {
+        // Budget 6 for 4 nodes × 4 publishers: every third node is a witness (0 and 3). An
+        // operation of node 1 is expected at both, one of node 3 at node 0 only.
+        let t = TopicId(0);
+        let all: Vec<NodeId> = (0..4).map(NodeId).collect();
+        let mut c = Checker::new(4, std::slice::from_ref(&all), std::slice::from_ref(&all), 6);
+        assert_eq!(c.witnesses(), 2);
+        let mut clocks: Vec<Clocks> = (0..4).map(|_| c.clocks()).collect();
+        let mut found = Findings::default();
+        c.published(&mut clocks[1], t, id(1, 1), &mut found);
+        c.merge(&mut found);
+        c.delivered(NodeId(0), &mut clocks[0], t, id(1, 1), &mut found);
+        c.merge(&mut found);
+        assert_eq!(c.ops.len(), 1, "node 3 has yet to deliver it");
+        c.delivered(NodeId(3), &mut clocks[3], t, id(1, 1), &mut found);
+        c.merge(&mut found);
+        assert!(c.ops.is_empty());
+        c.published(&mut clocks[3], t, id(3, 1), &mut found);
+        c.merge(&mut found);
+        c.delivered(NodeId(0), &mut clocks[0], t, id(3, 1), &mut found);
         c.merge(&mut found);
         assert!(c.ops.is_empty());
         assert_eq!(c.violations(), 0);

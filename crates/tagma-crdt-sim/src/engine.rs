@@ -74,7 +74,10 @@ where
         let n = workload.nodes as usize;
         let threads = threads.clamp(1, n.max(1));
         let publishers: Vec<Vec<_>> = plan.publishers.values().cloned().collect();
-        let checker = Checker::new(workload.nodes, &publishers, 1 << 16);
+        let subscribers: Vec<Vec<NodeId>> = (plan.subscriptions.values())
+            .map(|members| members.iter().copied().collect())
+            .collect();
+        let checker = Checker::new(workload.nodes, &publishers, &subscribers, 1 << 16);
         let end_publish_us = (workload.duration_s * 1e6) as u64;
         let interval_us = (1e6 / workload.ops_per_s) as u64;
         let mut slots: Vec<Slot<P>> = (0..n)

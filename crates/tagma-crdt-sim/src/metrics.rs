@@ -1,7 +1,8 @@
 //! What a run measured: bytes and messages by class, delivery latency (from the publish to
 //! the delivery at each subscriber, after causal buffering) as a millisecond histogram,
-//! hops, duplicates, and the bytes the cheapest possible dissemination would have sent —
-//! every operation once to every other subscriber, with nothing but its identity.
+//! hops, duplicates, the bytes the cheapest possible dissemination would have sent —
+//! every operation once to every other subscriber, with nothing but its identity — and what
+//! the causal metadata would weigh as vector clocks.
 //!
 //! Nodes count into tallies of their own ([`Tally`]), summed at the end; the publish times
 //! ([`Metrics`]) take in a stretch's publishes before the next stretch, as the checker
@@ -80,6 +81,10 @@ pub struct Tally {
     deliveries: u64,
     max_hops: u8,
     ops: u64,
+    /// Messages that carried an operation.
+    payload_messages: u64,
+    /// The operations' vector clocks as encoded, summed.
+    vector_clock_bytes: u64,
     /// Bytes of delivering each operation once to every other subscriber.
     minimum: u64,
     pub refused: u64,
@@ -111,6 +116,10 @@ pub struct Report {
     pub bytes_total: u64,
     pub bytes_payload: u64,
     pub bytes_metadata: u64,
+    /// What the causal metadata would weigh as vector clocks instead of barriers: each
+    /// message carrying an operation with a dense vector clock over the topic's publishers
+    /// (a varint counter each; the operations' mean size).
+    pub bytes_metadata_as_vector_clocks: u64,
     pub bytes_control: u64,
     pub bytes_detector: u64,
     pub bytes_minimum: u64,
@@ -127,6 +136,7 @@ pub struct Report {
 impl Tally {
     pub fn sent(&mut self, sizes: &Sizes) {
         self.messages += 1;
+        self.payload_messages += u64::from(sizes.payload > 0);
         self.sizes.payload += sizes.payload;
         self.sizes.metadata += sizes.metadata;
         self.sizes.control += sizes.control;
@@ -140,8 +150,10 @@ impl Tally {
         at_us: u64,
         receivers: u32,
         payload_bytes: usize,
+        vector_clock_bytes: usize,
     ) {
         self.ops += 1;
+        self.vector_clock_bytes += vector_clock_bytes as u64;
         self.published_us.push(((topic, id), at_us));
         // A tag, the topic, the id and the payload's length: what any message carrying the
         // operation needs.
@@ -197,6 +209,8 @@ impl Tally {
         self.deliveries += other.deliveries;
         self.max_hops = self.max_hops.max(other.max_hops);
         self.ops += other.ops;
+        self.payload_messages += other.payload_messages;
+        self.vector_clock_bytes += other.vector_clock_bytes;
         self.minimum += other.minimum;
         self.refused += other.refused;
         self.snapshots += other.snapshots;
@@ -265,6 +279,12 @@ impl Tally {
             bytes_total,
             bytes_payload: self.sizes.payload as u64,
             bytes_metadata: self.sizes.metadata as u64,
+            bytes_metadata_as_vector_clocks: if self.ops == 0 {
+                0
+            } else {
+                (u128::from(self.payload_messages) * u128::from(self.vector_clock_bytes)
+                    / u128::from(self.ops)) as u64
+            },
             bytes_control: self.sizes.control as u64,
             bytes_detector: self.sizes.detector as u64,
             bytes_minimum: self.minimum,

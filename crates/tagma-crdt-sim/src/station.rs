@@ -8,6 +8,7 @@
 //! the node's own order of events, so neither the order in which nodes run nor their split
 //! into chunks changes a run.
 
+use tagma_vcube::varint::varint_len;
 use tagma_vcube::{NodeId, TopicId};
 
 use crate::checker::{Checker, Clocks, Findings};
@@ -283,14 +284,21 @@ impl<P: Protocol> Chunk<P> {
                             Some((id, bytes)) => {
                                 let members = &shared.plan.subscriptions[&topic];
                                 let receivers = members.len().saturating_sub(1) as u32;
-                                (judges.checker).published(
-                                    &mut slot.clocks,
+                                let found = &mut self.findings;
+                                (judges.checker).published(&mut slot.clocks, topic, id, found);
+                                let clock = judges.checker.clock(&slot.clocks, topic);
+                                let vector_clock = varint_len(clock.len() as u64)
+                                    + (clock.iter())
+                                        .map(|&c| varint_len(u64::from(c)))
+                                        .sum::<usize>();
+                                (self.tally).published(
                                     topic,
                                     id,
+                                    at_us,
                                     receivers,
-                                    &mut self.findings,
+                                    bytes,
+                                    vector_clock,
                                 );
-                                self.tally.published(topic, id, at_us, receivers, bytes);
                             }
                             None => self.tally.refused += 1,
                         }

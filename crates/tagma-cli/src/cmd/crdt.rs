@@ -352,7 +352,7 @@ fn table(w: &Workload, runs: &[Run]) -> String {
     }
     out.push('\n');
     type Cell = fn(&Report) -> String;
-    let rows: [(&str, Cell); 16] = [
+    let rows: [(&str, Cell); 17] = [
         ("convergent", |r| r.convergent.to_string()),
         ("causal violations", |r| r.causal_violations.to_string()),
         ("duplicates", |r| r.duplicates.to_string()),
@@ -364,6 +364,9 @@ fn table(w: &Workload, runs: &[Run]) -> String {
         ("bytes total", |r| r.bytes_total.to_string()),
         ("  payload", |r| r.bytes_payload.to_string()),
         ("  causal metadata", |r| r.bytes_metadata.to_string()),
+        ("    as vector clocks", |r| {
+            r.bytes_metadata_as_vector_clocks.to_string()
+        }),
         ("  control", |r| r.bytes_control.to_string()),
         ("  failure detector", |r| r.bytes_detector.to_string()),
         ("bytes vs minimum", |r| {

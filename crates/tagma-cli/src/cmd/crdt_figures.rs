@@ -14,14 +14,14 @@ use tagma_crdt_sim::{ProtocolKind, Report, Workload};
 #[derive(clap::Args)]
 pub struct FiguresArgs {
     /// Node counts, comma-separated.
-    #[arg(long, value_delimiter = ',', default_values_t = [50u32, 100, 200, 400])]
+    #[arg(long, value_delimiter = ',', default_values_t = [50u32, 100, 200, 400, 1024])]
     pub nodes: Vec<u32>,
     /// Simulated seconds of publishing per run.
     #[arg(long, default_value_t = 20.0)]
     pub duration_s: f64,
     /// Runs with every node publishing stop at this many nodes (they grow as the square of
     /// the nodes).
-    #[arg(long, default_value_t = 200)]
+    #[arg(long, default_value_t = 1_024)]
     pub all_publishers_max_nodes: u32,
     /// Draws each run's subscribers, publishers, link delays and operations.
     #[arg(long, default_value_t = 1)]
@@ -155,6 +155,13 @@ pub fn run(args: FiguresArgs) -> Result<()> {
             let bytes = metric("bytes sent (MB)", |r| r.bytes_total as f64 / 1e6);
             draw(&latency, &dir.join(format!("crdt-{}-latency.png", s.name)))?;
             draw(&bytes, &dir.join(format!("crdt-{}-bytes.png", s.name)))?;
+            if s.publishers_pct.is_some() {
+                let metadata = metadata_chart(s, &points);
+                draw(
+                    &metadata,
+                    &dir.join(format!("crdt-{}-metadata.png", s.name)),
+                )?;
+            }
         }
         if !args.json {
             eprintln!("wrote the plots into {}", dir.display());
@@ -165,13 +172,23 @@ pub fn run(args: FiguresArgs) -> Result<()> {
         return Ok(());
     }
     println!(
-        "{:<34} {:>6} {:>5} {:>9} {:>11} {:>11} {:>12} {:>10} {:>8}",
-        "scenario", "nodes", "pubs", "protocol", "latency ms", "p99 ms", "bytes", "vs min", "dups"
+        "{:<34} {:>6} {:>5} {:>9} {:>11} {:>11} {:>12} {:>10} {:>8} {:>12} {:>12}",
+        "scenario",
+        "nodes",
+        "pubs",
+        "protocol",
+        "latency ms",
+        "p99 ms",
+        "bytes",
+        "vs min",
+        "dups",
+        "metadata",
+        "as clocks"
     );
     for pt in &points {
         let r = &pt.report;
         println!(
-            "{:<34} {:>6} {:>5} {:>9} {:>11.1} {:>11.0} {:>12} {:>9.3}× {:>8}",
+            "{:<34} {:>6} {:>5} {:>9} {:>11.1} {:>11.0} {:>12} {:>9.3}× {:>8} {:>12} {:>12}",
             pt.scenario,
             pt.nodes,
             pt.publishers,
@@ -180,8 +197,38 @@ pub fn run(args: FiguresArgs) -> Result<()> {
             r.latency_ms_p99,
             r.bytes_total,
             r.bytes_vs_minimum,
-            r.duplicates
+            r.duplicates,
+            r.bytes_metadata,
+            r.bytes_metadata_as_vector_clocks
         );
     }
     Ok(())
+}
+
+/// VCube-Sync's causal metadata against the number of nodes: its barriers, and vector
+/// clocks on the same messages instead.
+fn metadata_chart(s: &Scenario, points: &[Point]) -> Chart {
+    let vcube = || {
+        (points.iter())
+            .filter(|pt| pt.scenario == s.name && pt.protocol == ProtocolKind::Vcube.name())
+    };
+    let series = |label: &str, f: fn(&Report) -> u64| Series {
+        label: label.into(),
+        points: vcube()
+            .map(|pt| (f64::from(pt.nodes), f(&pt.report) as f64 / 1e6))
+            .collect(),
+    };
+    Chart {
+        title: format!("VCube-Sync's causal metadata, {}", s.title),
+        x_label: "nodes".into(),
+        y_label: "causal metadata (MB)".into(),
+        integer_x: false,
+        series: vec![
+            series("causal barriers", |r| r.bytes_metadata),
+            series("vector clocks instead", |r| {
+                r.bytes_metadata_as_vector_clocks
+            }),
+        ],
+        events: Vec::new(),
+    }
 }
