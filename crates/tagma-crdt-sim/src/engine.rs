@@ -14,8 +14,9 @@
 //! does depends on the order in which nodes run or on the number of threads, so a run is
 //! reproducible and gives the same report on any number of threads.
 //!
-//! A node handles its messages one at a time in the order they arrive ([`crate::inbox`]). At equal times a node crashes or starts first, then handles its
-//! messages, then publishes, then fires its timer.
+//! A node handles its messages one at a time in the order they arrive ([`crate::inbox`]).
+//! At equal times a node crashes or starts first, then handles its messages, then
+//! publishes, then changes its subscription, then fires its timer.
 
 use std::time::Instant;
 
@@ -74,8 +75,10 @@ where
         let n = workload.nodes as usize;
         let threads = threads.clamp(1, n.max(1));
         let publishers: Vec<Vec<_>> = plan.publishers.values().cloned().collect();
-        let subscribers: Vec<Vec<NodeId>> = (plan.subscriptions.values())
-            .map(|members| members.iter().copied().collect())
+        // Operations are expected at every witness that subscribes at some point of the run.
+        let finally = plan.final_subscriptions();
+        let subscribers: Vec<Vec<NodeId>> = (plan.subscriptions.iter())
+            .map(|(t, members)| members.union(&finally[t]).copied().collect())
             .collect();
         let checker = Checker::new(workload.nodes, &publishers, &subscribers, 1 << 16);
         let end_publish_us = (workload.duration_s * 1e6) as u64;
@@ -95,6 +98,10 @@ where
         }
         for &node in &plan.joins {
             slots[node.0 as usize].join_at(end_publish_us / 3);
+        }
+        for (&node, &topic) in &plan.changes {
+            let subscribe = !plan.subscriptions[&topic].contains(&node);
+            slots[node.0 as usize].change_at(end_publish_us * 2 / 5, topic, subscribe);
         }
         // A few chunks per thread, so that a thread the machine runs less than the others
         // takes fewer of them.
@@ -207,7 +214,7 @@ where
         let slot = |n: &NodeId| {
             &self.chunks[n.0 as usize / self.chunk_len].slots[n.0 as usize % self.chunk_len]
         };
-        for (topic, members) in &self.plan.subscriptions {
+        for (topic, members) in &self.plan.final_subscriptions() {
             let live: Vec<NodeId> = (members.iter())
                 .filter(|n| slot(n).protocol.is_some())
                 .copied()

@@ -89,6 +89,9 @@ pub struct Tally {
     minimum: u64,
     pub refused: u64,
     pub snapshots: u64,
+    /// Subscription changes made, and refused.
+    pub changes: u64,
+    pub changes_refused: u64,
 }
 
 /// A run's outcome.
@@ -127,6 +130,9 @@ pub struct Report {
     pub bytes_vs_minimum: f64,
     pub publishes_refused: u64,
     pub snapshots_installed: u64,
+    /// Subscriptions changed during the run, and changes the protocol refused.
+    pub subscription_changes: u64,
+    pub subscription_changes_refused: u64,
     pub sim_wall_s: f64,
     /// The latency distribution: (ms, share of deliveries at most that late), up to 64
     /// points.
@@ -214,6 +220,8 @@ impl Tally {
         self.minimum += other.minimum;
         self.refused += other.refused;
         self.snapshots += other.snapshots;
+        self.changes += other.changes;
+        self.changes_refused += other.changes_refused;
     }
 
     fn quantile(&self, q: f64) -> f64 {
@@ -295,6 +303,8 @@ impl Tally {
             },
             publishes_refused: self.refused,
             snapshots_installed: self.snapshots,
+            subscription_changes: self.changes,
+            subscription_changes_refused: self.changes_refused,
             sim_wall_s,
             latency_cdf: self.cdf(),
         }

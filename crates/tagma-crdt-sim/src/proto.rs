@@ -69,6 +69,17 @@ pub trait Protocol {
         draw: u64,
         out: &mut Vec<Effect<Self::Message>>,
     ) -> Option<(MsgId, usize)>;
+    /// Subscribes the node to `topic` (`subscribe`) or unsubscribes it, at run time;
+    /// whether the protocol can (the baselines cannot).
+    fn change_subscription(
+        &mut self,
+        _now_ms: u64,
+        _topic: TopicId,
+        _subscribe: bool,
+        _out: &mut Vec<Effect<Self::Message>>,
+    ) -> bool {
+        false
+    }
     /// A digest of the node's replica of `topic` (equal digests: equal states).
     fn digest(&self, topic: TopicId) -> [u8; 32];
     /// Messages received again (a payload it had already).

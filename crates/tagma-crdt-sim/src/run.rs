@@ -91,6 +91,14 @@ pub fn run_on(
                     protocol.name()
                 )));
             }
+            if workload.churn_pct > 0.0 {
+                return Err(SimError::Workload(format!(
+                    "subscription changes at run time need state transfer and a shared view \
+                     of the subscribers, which only vcube has here: leave out --churn-pct \
+                     with --protocol {}",
+                    protocol.name()
+                )));
+            }
             let neighbours = overlay(workload.nodes, workload.seed);
             let subscriptions = plan.subscriptions.clone();
             if protocol == Protocol::Flood {

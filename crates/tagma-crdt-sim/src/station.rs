@@ -33,6 +33,8 @@ pub struct Slot<P: Protocol> {
     publishes: Vec<(u64, TopicId)>,
     crash_us: u64,
     join_us: u64,
+    /// A subscription change: when, on which topic, and whether it subscribes.
+    change: Option<(u64, TopicId, bool)>,
     /// Messages sent so far (numbering them).
     sent: u64,
     loss_rng: fastrand::Rng,
@@ -52,6 +54,7 @@ impl<P: Protocol> Slot<P> {
             publishes: Vec::new(),
             crash_us: u64::MAX,
             join_us: u64::MAX,
+            change: None,
             sent: 0,
             loss_rng: fastrand::Rng::with_seed(mix(seed ^ 0x5eed, node)),
             op_rng: fastrand::Rng::with_seed(mix(seed ^ 0x0b5, node)),
@@ -70,6 +73,11 @@ impl<P: Protocol> Slot<P> {
 
     pub fn join_at(&mut self, at_us: u64) {
         self.join_us = at_us;
+    }
+
+    /// Subscribes to `topic` (`subscribe`), or unsubscribes from it, at `at_us`.
+    pub fn change_at(&mut self, at_us: u64, topic: TopicId, subscribe: bool) {
+        self.change = Some((at_us, topic, subscribe));
     }
 
     /// Whether messages to the node may still be handled (it runs, or will start).
@@ -123,6 +131,8 @@ enum Next {
     Message,
     /// The publish at this index of the node's `publishes`.
     Publish(usize),
+    /// The node's subscription change.
+    Change,
     Timer,
 }
 
@@ -221,6 +231,9 @@ impl<P: Protocol> Chunk<P> {
         if slot.protocol.is_some() {
             consider(slot.crash_us, Next::Crash);
             consider(slot.timer_us, Next::Timer);
+            if let Some((at, _, _)) = slot.change {
+                consider(at, Next::Change);
+            }
         } else {
             consider(slot.join_us, Next::Join);
         }
@@ -301,6 +314,16 @@ impl<P: Protocol> Chunk<P> {
                                 );
                             }
                             None => self.tally.refused += 1,
+                        }
+                    }
+                }
+                Next::Change => {
+                    let (_, topic, subscribe) = slot.change.take().expect("a change");
+                    if let Some(p) = slot.protocol.as_mut() {
+                        if p.change_subscription(now_ms, topic, subscribe, &mut self.effects) {
+                            self.tally.changes += 1;
+                        } else {
+                            self.tally.changes_refused += 1;
                         }
                     }
                 }

@@ -93,6 +93,22 @@ impl Protocol for VcubeNode {
         id.map(|id| (id, len))
     }
 
+    fn change_subscription(
+        &mut self,
+        now_ms: u64,
+        topic: TopicId,
+        subscribe: bool,
+        out: &mut Vec<Effect<Message>>,
+    ) -> bool {
+        let changed = if subscribe {
+            self.0.subscribe(now_ms, topic)
+        } else {
+            self.0.unsubscribe(now_ms, topic)
+        };
+        self.drain(out);
+        changed.is_ok()
+    }
+
     fn digest(&self, topic: TopicId) -> [u8; 32] {
         self.0.store().digest(topic)
     }

@@ -1,5 +1,6 @@
 //! What a run does: how many nodes, who subscribes to and publishes on which topic, how
-//! fast, for how long, and which faults strike (crashes mid-run, late joins, loss). Every
+//! fast, for how long, which faults strike (crashes mid-run, late joins, loss) and which
+//! nodes change a subscription during the run. Every
 //! choice is drawn from the seed, so a run is reproducible and every protocol compared in
 //! one invocation faces the same plan.
 
@@ -28,6 +29,9 @@ pub struct Workload {
     pub crash_pct: f64,
     /// Share of the subscribers that start at a third of the run, without state.
     pub join_pct: f64,
+    /// Share of the nodes that change a subscription at two fifths of the run: a subscriber
+    /// that does not publish on the topic unsubscribes, any other node subscribes.
+    pub churn_pct: f64,
     /// Simulated time after the last publish for repairs to finish.
     pub drain_s: f64,
     pub link: LinkModel,
@@ -46,6 +50,7 @@ impl Default for Workload {
             payload_bytes: 1_024,
             crash_pct: 0.0,
             join_pct: 0.0,
+            churn_pct: 0.0,
             drain_s: 30.0,
             link: LinkModel::default(),
             seed: 1,
@@ -62,6 +67,22 @@ pub struct Plan {
     pub crashes: BTreeSet<NodeId>,
     /// Nodes that join at a third of the run.
     pub joins: BTreeSet<NodeId>,
+    /// Nodes that subscribe to or unsubscribe from a topic at two fifths of the run.
+    pub changes: BTreeMap<NodeId, TopicId>,
+}
+
+impl Plan {
+    /// Who subscribes to each topic once the changes are made.
+    pub fn final_subscriptions(&self) -> BTreeMap<TopicId, BTreeSet<NodeId>> {
+        let mut subscriptions = self.subscriptions.clone();
+        for (node, topic) in &self.changes {
+            let members = subscriptions.entry(*topic).or_default();
+            if !members.remove(node) {
+                members.insert(*node);
+            }
+        }
+        subscriptions
+    }
 }
 
 impl Workload {
@@ -74,7 +95,11 @@ impl Workload {
             return bad("--topics must be 1 to 64");
         }
         let pct = |p: f64| (0.0..=100.0).contains(&p);
-        if !pct(self.subscribers_pct) || !pct(self.crash_pct) || !pct(self.join_pct) {
+        if !pct(self.subscribers_pct)
+            || !pct(self.crash_pct)
+            || !pct(self.join_pct)
+            || !pct(self.churn_pct)
+        {
             return bad("percentages must be 0 to 100");
         }
         if !(self.ops_per_s > 0.0 && self.ops_per_s <= 10_000.0) {
@@ -136,11 +161,66 @@ impl Workload {
             .take(count(self.join_pct))
             .copied()
             .collect();
+        // The k-th changing node takes topic k mod topics, unless it publishes there.
+        let mut changes = BTreeMap::new();
+        let unchanged = shuffled[count(self.crash_pct) + joins.len()..].iter();
+        for (k, node) in unchanged.take(count(self.churn_pct)).enumerate() {
+            let topic = TopicId(k as u32 % self.topics);
+            if !publishers[&topic].contains(node) {
+                changes.insert(*node, topic);
+            }
+        }
         Plan {
             subscriptions,
             publishers,
             crashes,
             joins,
+            changes,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn subscription_changes_toggle_members_and_leave_publishers_alone() {
+        let w = Workload {
+            nodes: 40,
+            topics: 3,
+            subscribers_pct: 50.0,
+            publishers: 4,
+            churn_pct: 50.0,
+            ..Workload::default()
+        };
+        let plan = w.plan();
+        assert!(plan.changes.len() >= 10, "{:?}", plan.changes);
+        let after = plan.final_subscriptions();
+        for (node, topic) in &plan.changes {
+            assert!(!plan.publishers[topic].contains(node));
+            let before = plan.subscriptions[topic].contains(node);
+            assert_ne!(before, after[topic].contains(node), "node {node:?}");
+        }
+        for (topic, members) in &after {
+            let changed = |n: &NodeId| plan.changes.get(n) == Some(topic);
+            let kept = |n: &&NodeId| !changed(n);
+            assert!(
+                members
+                    .iter()
+                    .filter(kept)
+                    .eq(plan.subscriptions[topic].iter().filter(kept))
+            );
+        }
+        assert_eq!(
+            Workload {
+                churn_pct: 0.0,
+                ..w
+            }
+            .plan()
+            .changes
+            .len(),
+            0
+        );
     }
 }

@@ -1,6 +1,7 @@
 //! Simulated runs with their promises checked: VCube-Sync's single-publisher figures at 200
-//! nodes, and seeds with crashes, loss and late joins that must converge without a causal
-//! violation or an operation applied twice.
+//! nodes, and seeds with crashes, loss, late joins and (every other seed) subscriptions
+//! changed at run time that must converge without a causal violation or an operation applied
+//! twice.
 
 use tagma_crdt_sim::{ProtocolKind, Workload, run};
 
@@ -29,7 +30,7 @@ fn one_publisher_at_200_nodes_sends_each_operation_once_within_d_hops() {
 }
 
 #[test]
-fn seeds_with_crashes_loss_and_late_joins_converge_in_causal_order() {
+fn seeds_with_crashes_loss_late_joins_and_subscription_changes_converge_in_causal_order() {
     for seed in 0..30 {
         let mut w = Workload {
             nodes: 48 + (seed as u32 % 3) * 17,
@@ -41,6 +42,7 @@ fn seeds_with_crashes_loss_and_late_joins_converge_in_causal_order() {
             drain_s: 20.0,
             crash_pct: 10.0,
             join_pct: 10.0,
+            churn_pct: if seed % 2 == 1 { 20.0 } else { 0.0 },
             seed,
             ..Workload::default()
         };
@@ -53,17 +55,27 @@ fn seeds_with_crashes_loss_and_late_joins_converge_in_causal_order() {
             r.operations > 0 && r.snapshots_installed > 0,
             "seed {seed}: {r:#?}"
         );
+        if w.churn_pct > 0.0 {
+            assert!(r.subscription_changes > 0, "seed {seed}: {r:#?}");
+            assert_eq!(r.subscription_changes_refused, 0, "seed {seed}");
+        }
     }
 }
 
 #[test]
-fn the_baselines_refuse_late_joins_they_cannot_serve() {
+fn the_baselines_refuse_late_joins_and_subscription_changes_they_cannot_serve() {
     let w = Workload {
         nodes: 16,
         join_pct: 10.0,
         ..Workload::default()
     };
     assert!(run(ProtocolKind::Plumtree, &w, Default::default()).is_err());
+    let w = Workload {
+        nodes: 16,
+        churn_pct: 10.0,
+        ..Workload::default()
+    };
+    assert!(run(ProtocolKind::Flood, &w, Default::default()).is_err());
     let bad = Workload {
         nodes: 1,
         ..Workload::default()

@@ -136,6 +136,11 @@ pub struct SimArgs {
     /// they install a snapshot and follow the causal stream).
     #[arg(long, default_value_t = 0.0)]
     pub join_pct: f64,
+    /// Share of the nodes that change a subscription at two fifths of the run (vcube only):
+    /// a subscriber that does not publish on the topic unsubscribes, any other node
+    /// subscribes (and installs a snapshot before following the stream).
+    #[arg(long, default_value_t = 0.0)]
+    pub churn_pct: f64,
     /// The smallest one-way delay between two nodes, in ms (each pair's is drawn once).
     #[arg(long, default_value_t = 5.0)]
     pub latency_min_ms: f64,
@@ -239,6 +244,7 @@ fn workload(args: &SimArgs) -> Result<Workload> {
         payload_bytes: args.payload_bytes,
         crash_pct: args.crash_pct,
         join_pct: args.join_pct,
+        churn_pct: args.churn_pct,
         drain_s: args.drain_s,
         link: LinkModel {
             latency_min_ms: args.latency_min_ms,
@@ -333,7 +339,7 @@ fn sim(args: SimArgs) -> Result<()> {
 
 fn table(w: &Workload, runs: &[Run]) -> String {
     let mut out = format!(
-        "{} nodes, {} topic(s), {:.0}% subscribers, {} publisher(s) per topic at {} op/s for {} s, {} B values, crash {}%, loss {}%, join {}%, seed {}\n",
+        "{} nodes, {} topic(s), {:.0}% subscribers, {} publisher(s) per topic at {} op/s for {} s, {} B values, crash {}%, loss {}%, join {}%, churn {}%, seed {}\n",
         w.nodes,
         w.topics,
         w.subscribers_pct,
@@ -344,6 +350,7 @@ fn table(w: &Workload, runs: &[Run]) -> String {
         w.crash_pct,
         w.link.loss * 100.0,
         w.join_pct,
+        w.churn_pct,
         w.seed
     );
     out.push_str(&format!("  {:<22}", ""));
@@ -352,7 +359,7 @@ fn table(w: &Workload, runs: &[Run]) -> String {
     }
     out.push('\n');
     type Cell = fn(&Report) -> String;
-    let rows: [(&str, Cell); 17] = [
+    let rows: [(&str, Cell); 18] = [
         ("convergent", |r| r.convergent.to_string()),
         ("causal violations", |r| r.causal_violations.to_string()),
         ("duplicates", |r| r.duplicates.to_string()),
@@ -373,6 +380,12 @@ fn table(w: &Workload, runs: &[Run]) -> String {
             format!("{:.3}×", r.bytes_vs_minimum)
         }),
         ("snapshots installed", |r| r.snapshots_installed.to_string()),
+        ("subscriptions changed", |r| {
+            format!(
+                "{} ({} refused)",
+                r.subscription_changes, r.subscription_changes_refused
+            )
+        }),
         ("wall time (s)", |r| format!("{:.2}", r.sim_wall_s)),
     ];
     for (name, cell) in rows {
