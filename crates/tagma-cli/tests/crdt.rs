@@ -1,11 +1,12 @@
 //! VCube-Sync as users run it: the simulator's comparison, and real nodes over TCP in
-//! several processes with a node stopped mid-run and one joining late.
+//! several processes with a node stopped mid-run, one joining late and one subscribing to a
+//! topic mid-run.
 
 mod common;
 use common::tagma_json;
 
 #[test]
-fn the_demo_converges_across_processes_with_a_stopped_node_and_a_late_joiner() {
+fn the_demo_converges_across_processes_with_a_stopped_node_a_late_joiner_and_a_new_subscriber() {
     let report = tagma_json(&[
         "crdt",
         "demo",
@@ -26,10 +27,12 @@ fn the_demo_converges_across_processes_with_a_stopped_node_and_a_late_joiner() {
         report["bytes_between_processes"].as_u64().unwrap() > 0,
         "{report}"
     );
+    // The late joiner's topics and the new subscriber's one.
     assert!(
-        report["snapshots_installed"].as_u64().unwrap() > 0,
+        report["snapshots_installed"].as_u64().unwrap() >= 2,
         "{report}"
     );
+    assert!(report["subscribed_mid_run"].is_array(), "{report}");
 }
 
 #[test]

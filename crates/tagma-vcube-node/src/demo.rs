@@ -72,6 +72,8 @@ pub struct DemoReport {
     pub bytes_between_processes: u64,
     pub stopped_node: u32,
     pub joined_node: u32,
+    /// A node that subscribed mid-run, and the topic.
+    pub subscribed_mid_run: Option<(u32, u32)>,
     pub snapshots_installed: u64,
     pub wall_s: f64,
 }
@@ -164,6 +166,16 @@ fn write_plan(dir: &Path, o: &DemoOptions) -> Result<Plan, HostError> {
         .find(|n| *n != stopped && publishers.iter().all(|p| !p.contains(n)))
         .unwrap_or(o.nodes - 1);
     let warmup_ms = 1_500;
+    // A node that neither publishes, stops nor starts late subscribes to topic 1 mid-run.
+    let subscribe = subscribers.get(1).and_then(|members| {
+        (0..o.nodes)
+            .find(|n| {
+                !members.contains(n)
+                    && ![stopped, joined].contains(n)
+                    && publishers.iter().all(|p| !p.contains(n))
+            })
+            .map(|n| (n, 1, warmup_ms + o.duration_ms / 2))
+    });
     let epoch_ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
@@ -183,6 +195,7 @@ fn write_plan(dir: &Path, o: &DemoOptions) -> Result<Plan, HostError> {
         value_bytes: o.value_bytes,
         stop: Some((stopped, warmup_ms + o.duration_ms * 2 / 5)),
         join: Some((joined, warmup_ms + o.duration_ms * 3 / 10)),
+        subscribe,
         epoch_ms,
         seed: o.seed,
     };
@@ -327,7 +340,7 @@ pub fn judge(plan: &Plan, reports: &[HostReport]) -> DemoReport {
         }
     }
     let mut divergence = Vec::new();
-    for (t, members) in plan.subscribers.iter().enumerate() {
+    for (t, members) in plan.final_subscribers().iter().enumerate() {
         let alive: Vec<(u32, &TopicState)> = (reports.iter().flat_map(|r| &r.nodes))
             .filter(|n| n.alive && members.contains(&n.id))
             .filter_map(|n| {
@@ -379,6 +392,7 @@ pub fn judge(plan: &Plan, reports: &[HostReport]) -> DemoReport {
         bytes_between_processes: reports.iter().map(|r| r.bytes_sent).sum(),
         stopped_node: plan.stop.map_or(0, |s| s.0),
         joined_node: plan.join.map_or(0, |j| j.0),
+        subscribed_mid_run: plan.subscribe.map(|(n, t, _)| (n, t)),
         snapshots_installed: snapshots,
         wall_s: 0.0,
     }
@@ -416,6 +430,13 @@ impl DemoReport {
                     "node {} ({} snapshots)",
                     self.joined_node, self.snapshots_installed
                 ),
+            ),
+            (
+                "subscribed mid-run",
+                match self.subscribed_mid_run {
+                    Some((n, t)) => format!("node {n} to topic {t}"),
+                    None => "none".into(),
+                },
             ),
             ("wall time (s)", format!("{:.1}", self.wall_s)),
         ];

@@ -189,6 +189,7 @@ pub fn run(dir: &Path, index: usize) -> Result<HostReport, HostError> {
     let (mut message_bytes, mut messages) = (0u64, 0u64);
     let mut stopped = false;
     let mut joined = false;
+    let mut subscribed = false;
     loop {
         let t = now_ms(plan.epoch_ms);
         if t >= end_ms {
@@ -240,6 +241,16 @@ pub fn run(dir: &Path, index: usize) -> Result<HostReport, HostError> {
                     true,
                     t,
                 )?);
+            }
+        }
+        if let Some((node, topic, at)) = plan.subscribe
+            && !subscribed
+            && t >= at
+        {
+            subscribed = true;
+            if let Some(node) = slot(&mut hosted, first, NodeId(node)).and_then(|h| h.node.as_mut())
+            {
+                node.subscribe(t, TopicId(topic))?;
             }
         }
         for h in &mut hosted {
@@ -325,6 +336,7 @@ pub fn run(dir: &Path, index: usize) -> Result<HostReport, HostError> {
             h.report.duplicates = node.stats().duplicates;
             h.report.rejected += node.stats().rejected;
             for topic in subscriptions.keys() {
+                // The topics it subscribes to at the end.
                 if let Some(delivered) = node.delivered(*topic) {
                     h.report.topics.push(TopicState {
                         topic: topic.0,

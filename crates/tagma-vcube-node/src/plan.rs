@@ -1,6 +1,7 @@
 //! What every host process of a run reads: the cube, which process hosts which nodes and
 //! where it listens, the processes' public keys, who subscribes to and publishes on each
-//! topic, the workload's rate and length, and which node stops or starts late. The
+//! topic, the workload's rate and length, which node stops or starts late and which
+//! subscribes to a topic mid-run. The
 //! coordinator writes it as JSON into the run's directory, with one secret key file per
 //! process beside it.
 
@@ -38,6 +39,9 @@ pub struct Plan {
     pub stop: Option<(u32, u64)>,
     /// A node that starts at this time without state.
     pub join: Option<(u32, u64)>,
+    /// A node that subscribes to a topic at this time: (node, topic, ms).
+    #[serde(default)]
+    pub subscribe: Option<(u32, u32, u64)>,
     /// Milliseconds since the Unix epoch at which every host's clock reads 0.
     pub epoch_ms: u64,
     pub seed: u64,
@@ -53,6 +57,18 @@ impl Plan {
         (self.subscribers.iter().enumerate())
             .map(|(t, s)| (TopicId(t as u32), s.iter().map(|&n| NodeId(n)).collect()))
             .collect()
+    }
+
+    /// Subscribers of each topic once the mid-run subscription is made.
+    pub fn final_subscribers(&self) -> Vec<Vec<u32>> {
+        let mut subscribers = self.subscribers.clone();
+        if let Some((node, topic, _)) = self.subscribe
+            && let Some(members) = subscribers.get_mut(topic as usize)
+            && !members.contains(&node)
+        {
+            members.push(node);
+        }
+        subscribers
     }
 
     pub fn read(dir: &Path) -> Result<Plan, HostError> {
@@ -89,6 +105,12 @@ impl Plan {
         for (s, p) in self.subscribers.iter().zip(&self.publishers) {
             if s.iter().chain(p).any(|&n| n >= self.nodes) || p.iter().any(|n| !s.contains(n)) {
                 return bad("subscribers and publishers must be nodes, publishers subscribers");
+            }
+        }
+        if let Some((node, topic, _)) = self.subscribe {
+            let members = self.subscribers.get(topic as usize);
+            if node >= self.nodes || members.is_none_or(|m| m.contains(&node)) {
+                return bad("the mid-run subscription needs a node and a topic it is not in");
             }
         }
         if !(self.ops_per_s > 0.0 && self.ops_per_s <= 1_000.0) {

@@ -29,8 +29,9 @@ pub enum CrdtCmd {
     Figures(super::crdt_figures::FiguresArgs),
     /// Run VCube-Sync for real: nodes on 127.0.0.1 over authenticated TCP, several
     /// processes of many nodes each, a mixed workload on four topics (register, counter,
-    /// set, map), one node stopped mid-run and one joining late; reports convergence,
-    /// causal violations, latency and bytes (exit status 1 if it does not converge).
+    /// set, map), one node stopped mid-run, one joining late and one subscribing to a
+    /// topic mid-run; reports convergence, causal violations, latency and bytes (exit
+    /// status 1 if it does not converge).
     Demo(DemoArgs),
     /// One host process of `tagma crdt demo` (started by it).
     #[command(hide = true)]
