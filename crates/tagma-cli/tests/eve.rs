@@ -195,8 +195,10 @@ fn lying_executors_across_processes_are_outvoted_and_their_forged_state_refused(
         "1.5",
         "--down-s",
         "1.5",
+        // The restarted executor has this long to refuse the forged state and fetch a
+        // good one (a process start and two fetches in a debug build).
         "--after-s",
-        "1",
+        "3",
         "--json",
     ]);
     assert_nothing_lost(&report);
