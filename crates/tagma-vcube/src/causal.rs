@@ -35,6 +35,10 @@ pub struct MsgId {
 }
 
 impl MsgId {
+    pub fn new(source: NodeId, counter: u64) -> MsgId {
+        MsgId { source, counter }
+    }
+
     /// Bytes of the id as encoded.
     pub fn encoded_len(&self) -> usize {
         varint_len(u64::from(self.source.0)) + varint_len(self.counter)
@@ -387,10 +391,7 @@ mod tests {
     use super::*;
 
     fn id(source: u32, counter: u64) -> MsgId {
-        MsgId {
-            source: NodeId(source),
-            counter,
-        }
+        MsgId::new(NodeId(source), counter)
     }
 
     type Bare = Causal<Vec<MsgId>>;

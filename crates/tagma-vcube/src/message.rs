@@ -403,10 +403,7 @@ mod tests {
     use super::*;
 
     fn id(source: u32, counter: u64) -> MsgId {
-        MsgId {
-            source: NodeId(source),
-            counter,
-        }
+        MsgId::new(NodeId(source), counter)
     }
 
     #[test]

@@ -62,10 +62,7 @@ mod tests {
     use crate::message::{Published, TopicId};
 
     fn id(source: u32, counter: u64) -> MsgId {
-        MsgId {
-            source: NodeId(source),
-            counter,
-        }
+        MsgId::new(NodeId(source), counter)
     }
 
     fn logged(source: u32, counter: u64) -> Logged {
