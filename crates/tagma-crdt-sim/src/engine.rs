@@ -59,12 +59,6 @@ where
     P: Send,
     P::Message: Send,
 {
-    /// A run of `workload` on as many threads as the machine has.
-    pub fn new(workload: Workload, factory: Box<Factory<'a, P>>) -> Sim<'a, P> {
-        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::with_threads(workload, factory, threads)
-    }
-
     /// A run of `workload` on `threads` threads (at least one).
     pub fn with_threads(
         workload: Workload,

@@ -74,6 +74,22 @@ fn config() -> NodeConfig {
 }
 
 impl Net {
+    /// Starts node `i` now without state (a late joiner), `subscribers` subscribing to `T`.
+    fn start_joining(&mut self, i: u32, subscribers: &[u32]) {
+        let subs = BTreeMap::from([(T, subscribers.iter().map(|&j| NodeId(j)).collect())]);
+        let cube = Cube::new(self.nodes.len() as u32).unwrap();
+        let node = Node::new(
+            cube,
+            NodeId(i),
+            config(),
+            &subs,
+            Log::default(),
+            true,
+            self.now_ms,
+        );
+        self.nodes[i as usize] = Some(node.unwrap());
+    }
+
     fn new(n: u32, subscribers: &[u32]) -> Net {
         let cube = Cube::new(n).unwrap();
         let subs = BTreeMap::from([(
@@ -243,20 +259,7 @@ fn a_late_joiner_installs_a_snapshot_then_follows_the_stream() {
         net.publish(2);
         net.run(20);
     }
-    let subs = BTreeMap::from([(T, (0..8).map(NodeId).collect::<BTreeSet<_>>())]);
-    let now = net.now_ms;
-    net.nodes[5] = Some(
-        Node::new(
-            Cube::new(8).unwrap(),
-            NodeId(5),
-            config(),
-            &subs,
-            Log::default(),
-            true,
-            now,
-        )
-        .unwrap(),
-    );
+    net.start_joining(5, &all);
     net.run(1_000);
     net.publish(2);
     net.run(1_000);
@@ -396,20 +399,7 @@ fn a_late_joiner_learns_the_subscription_changes_made_before_it_started() {
     net.nodes[4].as_mut().unwrap().subscribe(now, T).unwrap();
     net.drain(4);
     net.run(1_000);
-    let subs = BTreeMap::from([(T, (0..4).map(NodeId).collect::<BTreeSet<_>>())]);
-    let now = net.now_ms;
-    net.nodes[6] = Some(
-        Node::new(
-            Cube::new(8).unwrap(),
-            NodeId(6),
-            config(),
-            &subs,
-            Log::default(),
-            true,
-            now,
-        )
-        .unwrap(),
-    );
+    net.start_joining(6, &[0, 1, 2, 3]);
     net.run(1_500);
     let view = net.nodes[6].as_ref().unwrap().subscribers_of(T).unwrap();
     assert!(view.contains(&NodeId(4)), "{view:?}");
