@@ -77,8 +77,15 @@ where
         let checker = Checker::new(workload.nodes, &publishers, &subscribers, 1 << 16);
         let end_publish_us = (workload.duration_s * 1e6) as u64;
         let interval_us = (1e6 / workload.ops_per_s) as u64;
+        let link = &workload.link;
+        let latency_min_us =
+            (link.latency_min_ms.min(link.latency_max_ms).max(0.0) * 1_000.0).floor() as u64;
+        let arrival_min_us = link.send_cost_us + latency_min_us;
         let mut slots: Vec<Slot<P>> = (0..n)
-            .map(|i| Slot::new(workload.seed, NodeId(i as u32), checker.clocks()))
+            .map(|i| {
+                let clocks = checker.clocks();
+                Slot::new(workload.seed, NodeId(i as u32), clocks, arrival_min_us)
+            })
             .collect();
         let publishing =
             (plan.publishers.iter()).flat_map(|(t, p)| p.iter().map(move |n| (*t, *n)));
@@ -111,10 +118,6 @@ where
             let part: Vec<Slot<P>> = rest.by_ref().take(chunk_len).collect();
             chunks.push(Chunk::new(first, part, n.div_ceil(chunk_len)));
         }
-        let link = &workload.link;
-        let latency_min_us =
-            (link.latency_min_ms.min(link.latency_max_ms).max(0.0) * 1_000.0).floor() as u64;
-        let arrival_min_us = link.send_cost_us + latency_min_us;
         Sim {
             chunks,
             chunk_len,

@@ -8,10 +8,17 @@
 //! [`Inbox::place`] puts every message arriving before that horizon in arrival order — no
 //! message still to be sent can arrive before them — and gives each its handling time, in a
 //! FIFO queue.
+//!
+//! Messages not yet in order wait in buckets by arrival time (a calendar queue), so placing
+//! a window's messages looks only at the buckets that end before the horizon and the one
+//! bucket it falls in, not at every message still on its way.
 
 use std::collections::VecDeque;
 
 use tagma_vcube::NodeId;
+
+/// The shortest bucket: a link with (almost) no delay would make buckets too many.
+const BUCKET_MIN_US: u64 = 1_000;
 
 /// A message sent to the node, not yet in order.
 struct Incoming<M> {
@@ -22,69 +29,120 @@ struct Incoming<M> {
     message: M,
 }
 
+impl<M> Incoming<M> {
+    /// The order of arrival (unique: a sender numbers its sends).
+    fn key(&self) -> (u64, NodeId, u64) {
+        (self.arrive_us, self.from, self.seq)
+    }
+}
+
 /// Messages on their way to one node.
 pub struct Inbox<M> {
-    /// Taken out (`None`) as they are put in order.
-    incoming: Vec<Option<Incoming<M>>>,
-    /// Room to sort the keys of `incoming` (arrival, sender, sender's count): sorting them,
-    /// not the messages, moves less.
-    order: Vec<((u64, NodeId, u64), u32)>,
-    /// The earliest arrival in `incoming`.
-    incoming_arrive_us: u64,
+    /// The width of a bucket.
+    bucket_us: u64,
+    /// Messages not yet in order, by arrival: `buckets[k]` holds those arriving in bucket
+    /// `first_bucket + k` (from `(first_bucket + k) * bucket_us` on).
+    buckets: VecDeque<Vec<Incoming<M>>>,
+    first_bucket: u64,
+    /// Emptied buckets, to use again.
+    spare: Vec<Vec<Incoming<M>>>,
+    /// Messages in `buckets`.
+    incoming: usize,
+    /// Room to put a window's messages in order.
+    placing: Vec<Incoming<M>>,
     /// In handling order: (handling time, sender, message).
     queue: VecDeque<(u64, NodeId, M)>,
     /// When the node is done with the last message in `queue`.
     busy_until_us: u64,
 }
 
-impl<M> Default for Inbox<M> {
-    fn default() -> Self {
+impl<M> Inbox<M> {
+    /// An inbox whose buckets span `bucket_us` (at least a millisecond): best at the least
+    /// delay from sending a message to its arrival, which a window's horizon moves by.
+    pub fn new(bucket_us: u64) -> Inbox<M> {
         Inbox {
-            incoming: Vec::new(),
-            order: Vec::new(),
-            incoming_arrive_us: u64::MAX,
+            bucket_us: bucket_us.max(BUCKET_MIN_US),
+            buckets: VecDeque::new(),
+            first_bucket: 0,
+            spare: Vec::new(),
+            incoming: 0,
+            placing: Vec::new(),
             queue: VecDeque::new(),
             busy_until_us: 0,
         }
     }
-}
 
-impl<M> Inbox<M> {
-    /// A message from `from` (its `seq`-th send), arriving at `arrive_us`.
+    /// A message from `from` (its `seq`-th send), arriving at `arrive_us` (not before the
+    /// horizon of the last [`Inbox::place`]).
     pub fn push(&mut self, seq: u64, from: NodeId, arrive_us: u64, message: M) {
-        self.incoming_arrive_us = self.incoming_arrive_us.min(arrive_us);
-        self.incoming.push(Some(Incoming {
+        let bucket = arrive_us / self.bucket_us;
+        if self.incoming == 0 {
+            // Nothing waits: the buckets start at this one.
+            self.first_bucket = bucket;
+        }
+        while bucket < self.first_bucket {
+            // Earlier than any waiting message.
+            let spare = self.spare.pop().unwrap_or_default();
+            self.buckets.push_front(spare);
+            self.first_bucket -= 1;
+        }
+        let k = (bucket - self.first_bucket) as usize;
+        while self.buckets.len() <= k {
+            let spare = self.spare.pop().unwrap_or_default();
+            self.buckets.push_back(spare);
+        }
+        self.buckets[k].push(Incoming {
             from,
             seq,
             arrive_us,
             message,
-        }));
+        });
+        self.incoming += 1;
     }
 
     /// Puts the messages arriving before `horizon_us` in handling order (every message
     /// arriving before then must be in).
     pub fn place(&mut self, horizon_us: u64, receive_cost_us: u64) {
-        if self.incoming_arrive_us >= horizon_us {
+        if self.incoming == 0 {
             return;
         }
-        // Keys are unique: a sender numbers its sends.
-        self.order.clear();
-        for (k, m) in self.incoming.iter().enumerate() {
-            if let Some(m) = m.as_ref().filter(|m| m.arrive_us < horizon_us) {
-                self.order.push(((m.arrive_us, m.from, m.seq), k as u32));
+        let last = horizon_us / self.bucket_us;
+        // Whole buckets before the horizon's own.
+        while self.first_bucket < last
+            && let Some(mut bucket) = self.buckets.pop_front()
+        {
+            self.first_bucket += 1;
+            self.incoming -= bucket.len();
+            self.placing.append(&mut bucket);
+            self.spare.push(bucket);
+        }
+        // The part of the horizon's bucket before it.
+        if self.first_bucket == last
+            && let Some(bucket) = self.buckets.front_mut()
+        {
+            let mut k = 0;
+            while k < bucket.len() {
+                if bucket[k].arrive_us < horizon_us {
+                    self.placing.push(bucket.swap_remove(k));
+                    self.incoming -= 1;
+                } else {
+                    k += 1;
+                }
             }
         }
-        self.order.sort_unstable();
-        for &(_, k) in &self.order {
-            let m = self.incoming[k as usize].take().expect("taken once");
+        if self.incoming == 0 {
+            // Nothing waits: keep the buckets' room for later.
+            for mut bucket in self.buckets.drain(..) {
+                bucket.clear();
+                self.spare.push(bucket);
+            }
+        }
+        self.placing.sort_unstable_by_key(Incoming::key);
+        for m in self.placing.drain(..) {
             let handle_us = self.busy_until_us.max(m.arrive_us) + receive_cost_us;
             self.busy_until_us = handle_us;
             self.queue.push_back((handle_us, m.from, m.message));
         }
-        self.incoming.retain(Option::is_some);
-        self.incoming_arrive_us = (self.incoming.iter().flatten().map(|m| m.arrive_us))
-            .min()
-            .unwrap_or(u64::MAX);
     }
 
     /// When the next message in order is handled.
@@ -94,7 +152,10 @@ impl<M> Inbox<M> {
 
     /// No message not yet in order is handled before this.
     pub fn incoming_after_us(&self, receive_cost_us: u64) -> u64 {
-        self.incoming_arrive_us.saturating_add(receive_cost_us)
+        let earliest = (self.buckets.iter())
+            .find(|b| !b.is_empty())
+            .and_then(|b| b.iter().map(|m| m.arrive_us).min());
+        earliest.map_or(u64::MAX, |at| at.saturating_add(receive_cost_us))
     }
 
     /// The next message in order: its handling time, sender and contents.
@@ -104,8 +165,11 @@ impl<M> Inbox<M> {
 
     /// Drops every message (its node crashed).
     pub fn clear(&mut self) {
-        self.incoming.clear();
-        self.incoming_arrive_us = u64::MAX;
+        for mut bucket in self.buckets.drain(..) {
+            bucket.clear();
+            self.spare.push(bucket);
+        }
+        self.incoming = 0;
         self.queue.clear();
     }
 }
@@ -116,7 +180,7 @@ mod tests {
 
     #[test]
     fn messages_are_handled_in_the_order_they_arrive() {
-        let mut inbox = Inbox::default();
+        let mut inbox = Inbox::new(1);
         // Added out of order.
         inbox.push(3, NodeId(1), 40, "second");
         inbox.push(2, NodeId(2), 100, "beyond the horizon");
@@ -139,5 +203,35 @@ mod tests {
         inbox.place(101, 5);
         assert_eq!(inbox.next_handle_us(), Some(105));
         assert_eq!(inbox.incoming_after_us(5), u64::MAX);
+    }
+
+    #[test]
+    fn buckets_place_messages_as_one_sorted_list_would() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut inbox = Inbox::new(2_000);
+        let mut reference: Vec<(u64, NodeId, u64)> = Vec::new();
+        let mut placed = Vec::new();
+        let mut expected = Vec::new();
+        let (mut seq, mut start) = (0, 0);
+        for _ in 0..200 {
+            // A window: messages sent from its start arrive from its horizon on.
+            let horizon = start + 1_500;
+            for _ in 0..rng.usize(0..6) {
+                seq += 1;
+                let (from, arrive) = (NodeId(rng.u32(0..4)), horizon + rng.u64(0..20_000));
+                inbox.push(seq, from, arrive, (arrive, from, seq));
+                reference.push((arrive, from, seq));
+            }
+            start += rng.u64(1..1_500);
+            let horizon = start + 1_500;
+            inbox.place(horizon, 0);
+            placed.extend(std::iter::from_fn(|| inbox.pop().map(|(_, _, m)| m)));
+            reference.sort_unstable();
+            let due = reference.partition_point(|m| m.0 < horizon);
+            expected.extend(reference.drain(..due));
+            assert_eq!(placed, expected);
+            let earliest = reference.first().map_or(u64::MAX, |m| m.0);
+            assert_eq!(inbox.incoming_after_us(0), earliest);
+        }
     }
 }

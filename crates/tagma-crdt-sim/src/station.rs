@@ -45,10 +45,11 @@ pub struct Slot<P: Protocol> {
 }
 
 impl<P: Protocol> Slot<P> {
-    pub fn new(seed: u64, node: NodeId, clocks: Clocks) -> Slot<P> {
+    /// Node `node`'s slot; messages reach it at least `arrival_min_us` after they are sent.
+    pub fn new(seed: u64, node: NodeId, clocks: Clocks, arrival_min_us: u64) -> Slot<P> {
         Slot {
             protocol: None,
-            inbox: Inbox::default(),
+            inbox: Inbox::new(arrival_min_us),
             uplink_free_us: 0,
             timer_us: u64::MAX,
             publishes: Vec::new(),

@@ -50,15 +50,27 @@ pub fn barrier_len(ids: &[MsgId]) -> usize {
     varint_len(ids.len() as u64) + ids.iter().map(MsgId::encoded_len).sum::<usize>()
 }
 
+/// The highest node id among a message's publisher and its barrier's entries.
+pub fn highest_node(id: MsgId, barrier: &[MsgId]) -> NodeId {
+    (barrier.iter().map(|p| p.source)).fold(id.source, |a, b| a.max(b))
+}
+
 /// What carries a message: its causal barrier, the message's direct predecessors.
 pub trait Carried {
     fn barrier(&self) -> &[MsgId];
+
+    /// The highest node id among the publisher and the barrier's entries.
+    fn highest_node(&self) -> NodeId;
 }
 
 /// A bare barrier carries a message with nothing else.
 impl Carried for Vec<MsgId> {
     fn barrier(&self) -> &[MsgId] {
         self
+    }
+
+    fn highest_node(&self) -> NodeId {
+        (self.iter().map(|p| p.source)).max().unwrap_or(NodeId(0))
     }
 }
 
@@ -218,15 +230,14 @@ impl<T: Carried> Causal<T> {
         out: &mut Vec<Delivered<T>>,
     ) -> Result<Received, VcubeError> {
         debug_assert!(!self.has(id), "the caller checked");
-        let barrier = message.barrier();
-        if let Some(bad) = (std::iter::once(id.source).chain(barrier.iter().map(|p| p.source)))
-            .find(|s| s.0 >= ID_LIMIT)
-        {
+        let highest = id.source.max(message.highest_node());
+        if highest.0 >= ID_LIMIT {
             return Err(VcubeError::NodeOutsideCube {
-                id: bad.0,
+                id: highest.0,
                 n: ID_LIMIT,
             });
         }
+        let barrier = message.barrier();
         if self.buffer.len() >= self.buffer_max {
             return Err(VcubeError::BufferFull {
                 topic: 0,

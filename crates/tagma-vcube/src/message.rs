@@ -8,6 +8,7 @@ use std::sync::Arc;
 use bytes::{BufMut, Bytes, BytesMut};
 
 pub use crate::causal::barrier_len;
+use crate::causal::highest_node;
 use crate::causal::{Carried, MsgId};
 use crate::cube::NodeId;
 use crate::error::VcubeError;
@@ -27,6 +28,8 @@ pub struct Published {
     barrier: Box<[MsgId]>,
     /// Bytes of the barrier as encoded.
     barrier_len: usize,
+    /// The highest node id among the publisher and the barrier's entries.
+    highest_node: NodeId,
     payload: Bytes,
 }
 
@@ -36,6 +39,7 @@ impl Published {
             topic,
             id,
             barrier_len: barrier_len(&barrier),
+            highest_node: highest_node(id, &barrier),
             barrier: barrier.into_boxed_slice(),
             payload,
         }
@@ -93,6 +97,11 @@ impl Deref for Data {
 impl Carried for Data {
     fn barrier(&self) -> &[MsgId] {
         self.published.barrier()
+    }
+
+    /// Known without walking the barrier: every copy of the message shares it.
+    fn highest_node(&self) -> NodeId {
+        self.published.highest_node
     }
 }
 
