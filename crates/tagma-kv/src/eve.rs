@@ -120,6 +120,9 @@ impl EveKv {
                     Err(reply) => reply,
                 }
             }
+            KvOp::Redis(_) => crate::error(
+                "Redis commands run on the ordered key-value service (tagma replica --service kv), not in execute-verify mode",
+            ),
             KvOp::Scan { prefix, limit } => {
                 let mut pairs: Pairs = (ctx.objects().into_iter())
                     .flat_map(|(_, bucket)| decode_bucket(&bucket))
@@ -178,7 +181,7 @@ impl Mixer<Bytes> for EveKvMixer {
                 reads: vec![bucket_of(key).0],
                 writes: Vec::new(),
             },
-            KvOp::Scan { .. } => Access {
+            KvOp::Scan { .. } | KvOp::Redis(_) => Access {
                 reads: Vec::new(),
                 writes: vec![EVERYTHING],
             },

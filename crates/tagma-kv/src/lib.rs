@@ -10,8 +10,7 @@
 //! Decoding never panics, rejects unknown tags and trailing bytes, and checks every length
 //! against the remaining input before allocating.
 
-use std::collections::BTreeMap;
-use std::ops::Bound;
+use crate::codec::{Reader, Writer};
 
 use bytes::Bytes;
 use tagma_exec::{Context, FrozenSnapshot, Service, ServiceError};
@@ -52,6 +51,8 @@ pub enum KvOp {
         prefix: Bytes,
         limit: u32,
     },
+    /// Redis commands ([`redis::Bundle`]), what the Redis-protocol gateway sends.
+    Redis(redis::Bundle),
 }
 
 /// The reply to a [`KvOp`].
@@ -79,6 +80,10 @@ pub enum KvReply {
     Scan {
         pairs: Vec<(Bytes, Bytes)>,
     },
+    /// One RESP2-encoded reply per entry of the bundle.
+    Redis {
+        replies: Vec<Bytes>,
+    },
     /// The request could not be decoded or was invalid (e.g. incr on a non-counter value).
     Error {
         message: String,
@@ -98,6 +103,7 @@ mod op_tag {
     pub const CAS: u8 = 4;
     pub const INCR: u8 = 5;
     pub const SCAN: u8 = 6;
+    pub const REDIS: u8 = 7;
 }
 
 mod reply_tag {
@@ -108,114 +114,7 @@ mod reply_tag {
     pub const INCR: u8 = 5;
     pub const SCAN: u8 = 6;
     pub const ERROR: u8 = 7;
-}
-
-/// Append-only encoder for the formats of this crate.
-struct Writer(Vec<u8>);
-
-impl Writer {
-    fn with_tag(tag: u8) -> Self {
-        Writer(vec![tag])
-    }
-    fn u8(&mut self, v: u8) {
-        self.0.push(v);
-    }
-    fn u32(&mut self, v: u32) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn u64(&mut self, v: u64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn i64(&mut self, v: i64) {
-        self.0.extend_from_slice(&v.to_le_bytes());
-    }
-    fn bytes(&mut self, v: &[u8]) {
-        let len = u32::try_from(v.len()).expect("kv byte string longer than u32::MAX bytes");
-        self.u32(len);
-        self.0.extend_from_slice(v);
-    }
-    fn opt_bytes(&mut self, v: &Option<Bytes>) {
-        match v {
-            None => self.u8(0),
-            Some(b) => {
-                self.u8(1);
-                self.bytes(b);
-            }
-        }
-    }
-    fn finish(self) -> Bytes {
-        Bytes::from(self.0)
-    }
-}
-
-/// Bounds-checked decoder over a [`Bytes`] (byte strings are zero-copy slices of it).
-struct Reader<'a> {
-    buf: &'a Bytes,
-    pos: usize,
-}
-
-impl<'a> Reader<'a> {
-    fn new(buf: &'a Bytes) -> Self {
-        Reader { buf, pos: 0 }
-    }
-    fn remaining(&self) -> usize {
-        self.buf.len() - self.pos
-    }
-    fn take(&mut self, n: usize, what: &'static str) -> Result<&'a [u8], KvCodecError> {
-        if n > self.remaining() {
-            return Err(KvCodecError::Malformed(what));
-        }
-        let out = &self.buf[self.pos..self.pos + n];
-        self.pos += n;
-        Ok(out)
-    }
-    fn u8(&mut self, what: &'static str) -> Result<u8, KvCodecError> {
-        Ok(self.take(1, what)?[0])
-    }
-    fn array<const N: usize>(&mut self, what: &'static str) -> Result<[u8; N], KvCodecError> {
-        let slice = self.take(N, what)?;
-        let mut out = [0u8; N];
-        out.copy_from_slice(slice);
-        Ok(out)
-    }
-    fn u32(&mut self, what: &'static str) -> Result<u32, KvCodecError> {
-        Ok(u32::from_le_bytes(self.array(what)?))
-    }
-    fn u64(&mut self, what: &'static str) -> Result<u64, KvCodecError> {
-        Ok(u64::from_le_bytes(self.array(what)?))
-    }
-    fn i64(&mut self, what: &'static str) -> Result<i64, KvCodecError> {
-        Ok(i64::from_le_bytes(self.array(what)?))
-    }
-    fn bool(&mut self, what: &'static str) -> Result<bool, KvCodecError> {
-        match self.u8(what)? {
-            0 => Ok(false),
-            1 => Ok(true),
-            _ => Err(KvCodecError::Malformed("invalid bool/option byte")),
-        }
-    }
-    fn bytes(&mut self, what: &'static str) -> Result<Bytes, KvCodecError> {
-        let len = self.u32(what)? as usize;
-        if len > self.remaining() {
-            return Err(KvCodecError::Malformed(what));
-        }
-        let out = self.buf.slice(self.pos..self.pos + len);
-        self.pos += len;
-        Ok(out)
-    }
-    fn opt_bytes(&mut self, what: &'static str) -> Result<Option<Bytes>, KvCodecError> {
-        if self.bool(what)? {
-            Ok(Some(self.bytes(what)?))
-        } else {
-            Ok(None)
-        }
-    }
-    fn finish(&self) -> Result<(), KvCodecError> {
-        if self.remaining() != 0 {
-            return Err(KvCodecError::Malformed("trailing bytes"));
-        }
-        Ok(())
-    }
+    pub const REDIS: u8 = 8;
 }
 
 impl KvOp {
@@ -256,6 +155,11 @@ impl KvOp {
                 w.u32(*limit);
                 w.finish()
             }
+            KvOp::Redis(bundle) => {
+                let mut w = Writer::with_tag(op_tag::REDIS);
+                bundle.write(&mut w);
+                w.finish()
+            }
         }
     }
     pub fn decode(bytes: &Bytes) -> Result<Self, KvCodecError> {
@@ -284,6 +188,7 @@ impl KvOp {
                 prefix: r.bytes("scan prefix")?,
                 limit: r.u32("scan limit")?,
             },
+            op_tag::REDIS => KvOp::Redis(redis::Bundle::read(&mut r)?),
             _ => return Err(KvCodecError::Malformed("unknown op tag")),
         };
         r.finish()?;
@@ -291,7 +196,11 @@ impl KvOp {
     }
     /// Whether the op never changes state (may be sent unordered).
     pub fn is_read_only(&self) -> bool {
-        matches!(self, KvOp::Get { .. } | KvOp::Scan { .. })
+        match self {
+            KvOp::Get { .. } | KvOp::Scan { .. } => true,
+            KvOp::Redis(bundle) => bundle.is_read_only(),
+            _ => false,
+        }
     }
 }
 
@@ -331,6 +240,14 @@ impl KvReply {
                 for (key, value) in pairs {
                     w.bytes(key);
                     w.bytes(value);
+                }
+                w.finish()
+            }
+            KvReply::Redis { replies } => {
+                let mut w = Writer::with_tag(reply_tag::REDIS);
+                w.u32(u32::try_from(replies.len()).expect("fewer than 2^32 replies"));
+                for reply in replies {
+                    w.bytes(reply);
                 }
                 w.finish()
             }
@@ -375,6 +292,16 @@ impl KvReply {
                 }
                 KvReply::Scan { pairs }
             }
+            reply_tag::REDIS => {
+                let count = r.u32("redis reply count")? as usize;
+                if count > r.remaining() / 4 {
+                    return Err(KvCodecError::Malformed("redis reply count"));
+                }
+                let replies = (0..count)
+                    .map(|_| r.bytes("redis reply"))
+                    .collect::<Result<_, _>>()?;
+                KvReply::Redis { replies }
+            }
             reply_tag::ERROR => {
                 let message = r.bytes("error message")?;
                 let message = std::str::from_utf8(&message)
@@ -390,19 +317,23 @@ impl KvReply {
 }
 
 /// Domain separator of [`KvService`]'s state digest.
-const DIGEST_DOMAIN: &[u8] = b"tagma-kv/state-digest/v1";
+const DIGEST_DOMAIN: &[u8] = b"tagma-kv/state-digest/v2";
 /// Snapshot header: magic then format version.
 const SNAPSHOT_MAGIC: &[u8; 4] = b"TKVS";
-const SNAPSHOT_VERSION: u8 = 1;
+const SNAPSHOT_VERSION: u8 = 2;
 
 /// The service. Implements `tagma_exec::Service`.
 ///
 /// Ordered requests are [`KvOp`] encodings; replies are [`KvReply`] encodings. A request that
-/// does not decode gets [`KvReply::Error`]. Unordered requests may only be `get` and `scan`.
+/// does not decode gets [`KvReply::Error`]. Unordered requests may only be `get`, `scan` and
+/// bundles of read-only Redis commands.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct KvService {
-    map: BTreeMap<Bytes, Bytes>,
+    store: Store,
 }
+
+/// The reply to an operation on a key that holds a hash where a string is expected.
+const WRONGTYPE: &str = "WRONGTYPE Operation against a key holding the wrong kind of value";
 
 impl KvService {
     pub fn new() -> Self {
@@ -411,60 +342,83 @@ impl KvService {
 
     /// Number of keys stored.
     pub fn len(&self) -> usize {
-        self.map.len()
+        self.store.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.map.is_empty()
+        self.store.is_empty()
     }
 
-    /// The value stored at `key`.
+    /// The string stored at `key` (`None` if absent or not a string).
     pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
-        self.map.get(key)
+        self.store.get_string(key).ok().flatten()
+    }
+
+    /// The state, for the Redis commands.
+    pub fn store(&self) -> &Store {
+        &self.store
     }
 
     /// Applies `op` to the state and returns its reply.
     pub fn apply(&mut self, op: KvOp) -> KvReply {
+        let store = &mut self.store;
         match op {
             KvOp::Put { key, value } => KvReply::Put {
-                previous: self.map.insert(key, value),
+                previous: string_of(store.insert(key, Value::String(value), Ttl::Clear)),
             },
             KvOp::Delete { key } => KvReply::Delete {
-                previous: self.map.remove(&key),
+                previous: string_of(store.remove(&key)),
             },
             KvOp::Cas { key, expected, new } => {
-                let (apply, reply) = cas(self.map.get(&key).cloned(), expected, new.clone());
+                let Ok(current) = store.get_string(&key) else {
+                    return error(WRONGTYPE);
+                };
+                let (apply, reply) = cas(current.cloned(), expected, new.clone());
                 if apply {
-                    self.map.insert(key, new);
+                    store.insert(key, Value::String(new), Ttl::Clear);
                 }
                 reply
             }
-            KvOp::Incr { key, delta } => match incremented(self.map.get(&key), delta) {
-                Ok(value) => {
-                    self.map
-                        .insert(key, Bytes::copy_from_slice(&value.to_le_bytes()));
-                    KvReply::Incr { value }
+            KvOp::Incr { key, delta } => {
+                let Ok(current) = store.get_string(&key) else {
+                    return error(WRONGTYPE);
+                };
+                match incremented(current, delta) {
+                    Ok(value) => {
+                        let bytes = Bytes::copy_from_slice(&value.to_le_bytes());
+                        store.insert(key, Value::String(bytes), Ttl::Keep);
+                        KvReply::Incr { value }
+                    }
+                    Err(reply) => reply,
                 }
-                Err(reply) => reply,
+            }
+            KvOp::Redis(bundle) => KvReply::Redis {
+                replies: redis::execute(store, &bundle),
             },
             op @ (KvOp::Get { .. } | KvOp::Scan { .. }) => self.query(&op),
         }
     }
 
-    /// Answers a read-only op (`get`, `scan`) without changing the state; any other op gets
-    /// [`KvReply::Error`] ("write operations must be ordered").
+    /// Answers a read-only op (`get`, `scan`, a bundle of read-only Redis commands) without
+    /// changing the state; any other op gets [`KvReply::Error`] ("write operations must be
+    /// ordered").
     pub fn query(&self, op: &KvOp) -> KvReply {
         match op {
-            KvOp::Get { key } => KvReply::Get {
-                value: self.map.get(key).cloned(),
+            KvOp::Get { key } => match self.store.get_string(key) {
+                Ok(value) => KvReply::Get {
+                    value: value.cloned(),
+                },
+                Err(_) => error(WRONGTYPE),
             },
             KvOp::Scan { prefix, limit } => {
                 let limit = (*limit).min(SCAN_LIMIT_MAX) as usize;
                 let mut bytes = 0usize;
-                let pairs = self
-                    .map
-                    .range::<[u8], _>((Bound::Included(&prefix[..]), Bound::Unbounded))
+                let pairs = (self.store.range_from(prefix))
                     .take_while(|(key, _)| key.starts_with(prefix))
+                    .filter_map(|(key, value)| match value {
+                        Value::String(s) => Some((key, s)),
+                        Value::Hash(_) => None,
+                    })
                     .take(limit)
                     .take_while(|(key, value)| {
                         bytes += key.len() + value.len();
@@ -474,6 +428,9 @@ impl KvService {
                     .collect();
                 KvReply::Scan { pairs }
             }
+            KvOp::Redis(bundle) => KvReply::Redis {
+                replies: redis::query(&self.store, bundle),
+            },
             _ => error("write operations must be ordered"),
         }
     }
@@ -488,19 +445,11 @@ impl KvService {
         let mut w = Writer(Vec::new());
         w.0.extend_from_slice(SNAPSHOT_MAGIC);
         w.u8(SNAPSHOT_VERSION);
-        w.u64(self.map.len() as u64);
-        for (key, value) in &self.map {
-            w.bytes(key);
-            w.bytes(value);
-            if w.0.len() >= flush_at {
-                flush(&w.0)?;
-                w.0.clear();
-            }
-        }
+        self.store.encode(&mut w, flush_at, &mut flush)?;
         Ok(w.0)
     }
 
-    fn decode_snapshot(snapshot: &Bytes) -> Result<BTreeMap<Bytes, Bytes>, KvCodecError> {
+    fn decode_snapshot(snapshot: &Bytes) -> Result<Store, KvCodecError> {
         let mut r = Reader::new(snapshot);
         if r.take(4, "snapshot magic")? != SNAPSHOT_MAGIC {
             return Err(KvCodecError::Malformed("bad snapshot magic"));
@@ -508,26 +457,17 @@ impl KvService {
         if r.u8("snapshot version")? != SNAPSHOT_VERSION {
             return Err(KvCodecError::Malformed("unsupported snapshot version"));
         }
-        let count = r.u64("snapshot entry count")?;
-        // Each entry takes at least two 4-byte length prefixes.
-        if count > (r.remaining() / 8) as u64 {
-            return Err(KvCodecError::Malformed("snapshot entry count"));
-        }
-        let mut map = BTreeMap::new();
-        let mut last: Option<Bytes> = None;
-        for _ in 0..count {
-            let key = r.bytes("snapshot key")?;
-            let value = r.bytes("snapshot value")?;
-            if last.as_ref().is_some_and(|last| *last >= key) {
-                return Err(KvCodecError::Malformed(
-                    "snapshot keys not in strictly increasing order",
-                ));
-            }
-            last = Some(key.clone());
-            map.insert(key, value);
-        }
+        let store = Store::decode(&mut r)?;
         r.finish()?;
-        Ok(map)
+        Ok(store)
+    }
+}
+
+/// The string among a removed or replaced value.
+fn string_of(value: Option<Value>) -> Option<Bytes> {
+    match value {
+        Some(Value::String(s)) => Some(s),
+        _ => None,
     }
 }
 
@@ -574,11 +514,17 @@ pub(crate) fn error(message: &str) -> KvReply {
 }
 
 impl Service for KvService {
-    fn execute_ordered(&mut self, request: &Bytes, _ctx: &Context) -> Bytes {
+    fn execute_ordered(&mut self, request: &Bytes, ctx: &Context) -> Bytes {
+        self.store.advance(ctx.timestamp_ms);
         match KvOp::decode(request) {
             Ok(op) => self.apply(op).encode(),
             Err(e) => error(&e.to_string()).encode(),
         }
+    }
+
+    /// Keys whose deadline has come are removed before the batch runs.
+    fn advance_time(&mut self, timestamp_ms: u64, _late: &mut Vec<tagma_exec::LateReply>) {
+        self.store.advance(timestamp_ms);
     }
 
     fn execute_unordered(&self, request: &Bytes, _ctx: &Context) -> Bytes {
@@ -588,8 +534,10 @@ impl Service for KvService {
         }
     }
 
-    /// `"TKVS"`, version byte `1`, `u64` LE entry count, then each entry as `u32` LE
-    /// length-prefixed key and value, in strictly increasing key order.
+    /// `"TKVS"`, version byte `2`, `u64` LE entry count, then each entry in strictly
+    /// increasing key order: its `u32` LE length-prefixed key, type byte (0 string, 1 hash),
+    /// the string, or the hash's `u32` LE field count and its length-prefixed fields and
+    /// values in increasing order, then its deadline in agreed time (`u64` LE ms, 0: none).
     fn snapshot(&self) -> Bytes {
         let all = self
             .encode_snapshot(usize::MAX, |_| unreachable!("never flushed"))
@@ -603,41 +551,39 @@ impl Service for KvService {
         out.write_all(&rest)
     }
 
-    /// A copy of the map: its keys and values are `Bytes`, shared with the live map, so the
-    /// copy costs the tree's nodes and reference counts, not the data.
+    /// A copy of the state: its keys and values are `Bytes`, shared with the live state, so
+    /// the copy costs the trees' nodes and reference counts, not the data.
     fn freeze(&self) -> Option<FrozenSnapshot> {
-        let frozen = KvService {
-            map: self.map.clone(),
-        };
+        let frozen = self.clone();
         Some(Box::new(move || frozen.snapshot()))
     }
 
     /// Validates the whole snapshot before replacing the state (on error the state is kept).
     fn install_snapshot(&mut self, snapshot: &Bytes) -> Result<(), ServiceError> {
-        let map = Self::decode_snapshot(snapshot)
+        let mut store = Self::decode_snapshot(snapshot)
             .map_err(|e| ServiceError::InvalidSnapshot(e.to_string()))?;
-        self.map = map;
+        store.advance(self.store.now_ms());
+        self.store = store;
         Ok(())
     }
 
-    /// BLAKE3 over the domain separator, the `u64` LE entry count, then each entry as
-    /// (`u64` LE key length, key, `u64` LE value length, value) in key order.
+    /// BLAKE3 over the domain separator and the state ([`Store::digest`]: every key with its
+    /// type, contents and deadline, in key order).
     fn state_digest(&self) -> Digest {
         let mut hasher = blake3::Hasher::new();
         hasher.update(DIGEST_DOMAIN);
-        hasher.update(&(self.map.len() as u64).to_le_bytes());
-        for (key, value) in &self.map {
-            hasher.update(&(key.len() as u64).to_le_bytes());
-            hasher.update(key);
-            hasher.update(&(value.len() as u64).to_le_bytes());
-            hasher.update(value);
-        }
+        self.store.digest(&mut hasher);
         Digest(hasher.finalize().into())
     }
 }
 
+mod codec;
 pub mod eve;
 pub mod parallel;
+pub mod redis;
+pub mod store;
+
+pub use store::{Store, Ttl, Value};
 
 #[cfg(test)]
 mod tests;

@@ -50,8 +50,16 @@ const CTX: Context = Context {
     seed: 0,
 };
 
+const REDIS_REFUSED: &str =
+    "Redis commands run on the sequential key-value service (tagma replica --service kv)";
+
 impl ParallelService for ParallelKv {
+    /// Redis commands are refused: their expiry needs the batch's agreed time, which this
+    /// interface does not carry.
     fn execute(&self, op: &Bytes) -> Bytes {
+        if op.first() == Some(&crate::op_tag::REDIS) {
+            return crate::error(REDIS_REFUSED).encode();
+        }
         self.store().execute_ordered(op, &CTX)
     }
 
@@ -64,7 +72,7 @@ impl ParallelService for ParallelKv {
                 | KvOp::Cas { key, .. }
                 | KvOp::Incr { key, .. },
             ) => Access::writes([class(&key)]),
-            Ok(KvOp::Scan { .. }) => Access::all(),
+            Ok(KvOp::Scan { .. } | KvOp::Redis(_)) => Access::all(),
             // Refused alike in any order: touches nothing.
             Err(_) => Access::none(),
         }
@@ -77,6 +85,9 @@ impl ParallelService for ParallelKv {
 
 impl ParallelState for ParallelKv {
     fn execute_unordered(&self, op: &Bytes) -> Bytes {
+        if op.first() == Some(&crate::op_tag::REDIS) {
+            return crate::error(REDIS_REFUSED).encode();
+        }
         self.store().execute_unordered(op, &CTX)
     }
 

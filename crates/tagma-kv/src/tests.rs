@@ -387,6 +387,17 @@ fn all_ops() -> Vec<KvOp> {
             prefix: Bytes::new(),
             limit: u32::MAX,
         },
+        KvOp::Redis(crate::redis::Bundle::default()),
+        KvOp::Redis(crate::redis::Bundle {
+            entries: vec![
+                crate::redis::Entry::Command(vec![b("SET"), b("k"), b("")]),
+                crate::redis::Entry::Watch(vec![b("k")]),
+                crate::redis::Entry::Exec {
+                    watched: vec![(b("k"), [7; 16])],
+                    commands: vec![vec![b("INCR"), b("n")], vec![]],
+                },
+            ],
+        }),
     ]
 }
 
@@ -418,6 +429,10 @@ fn all_replies() -> Vec<KvReply> {
         },
         err_reply("boom ✓"),
         err_reply(""),
+        KvReply::Redis { replies: vec![] },
+        KvReply::Redis {
+            replies: vec![b("+OK\r\n"), b("")],
+        },
     ]
 }
 
@@ -486,13 +501,13 @@ fn codec_rejects_truncation_trailing_and_unknown_tags() {
         trailing.push(0);
         assert!(KvReply::decode(&Bytes::from(trailing)).is_err());
     }
-    for tag in [0u8, 7, 8, 0xff] {
+    for tag in [0u8, 8, 0xff] {
         assert_eq!(
             KvOp::decode(&Bytes::from(vec![tag, 0, 0, 0, 0])),
             Err(KvCodecError::Malformed("unknown op tag"))
         );
     }
-    for tag in [0u8, 8, 0xff] {
+    for tag in [0u8, 9, 0xff] {
         assert!(KvReply::decode(&Bytes::from(vec![tag, 0, 0, 0, 0])).is_err());
     }
     // Huge claimed lengths/counts are rejected without allocating.

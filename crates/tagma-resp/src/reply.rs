@@ -1,0 +1,219 @@
+//! Reply values, their RESP2 encoding, and a parser of encoded replies.
+//!
+//! RESP2 has five types: simple strings (`+OK`), errors (`-ERR ...`), integers (`:1`), bulk
+//! strings (`$3\r\nabc`, or `$-1` for nil) and arrays (`*2 ...`, or `*-1` for a nil array).
+
+use bytes::{BufMut, Bytes, BytesMut};
+use thiserror::Error;
+
+/// A reply value.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// `+text` (no `\r` or `\n` in it).
+    Simple(String),
+    /// `-CODE text`: the first word is the error's code (`ERR`, `WRONGTYPE`, ...).
+    Error(String),
+    Integer(i64),
+    Bulk(Bytes),
+    /// `$-1`: no value.
+    Nil,
+    Array(Vec<Reply>),
+    /// `*-1`: no array (an `EXEC` whose watched keys changed).
+    NilArray,
+}
+
+impl Reply {
+    pub fn ok() -> Reply {
+        Reply::Simple("OK".to_owned())
+    }
+
+    /// An error reply: `text` starts with its code (`"ERR syntax error"`).
+    pub fn error(text: impl Into<String>) -> Reply {
+        Reply::Error(text.into())
+    }
+
+    pub fn bulk(bytes: impl Into<Bytes>) -> Reply {
+        Reply::Bulk(bytes.into())
+    }
+
+    /// A bulk string, or nil.
+    pub fn bulk_or_nil(value: Option<Bytes>) -> Reply {
+        value.map_or(Reply::Nil, Reply::Bulk)
+    }
+
+    pub fn is_error(&self) -> bool {
+        matches!(self, Reply::Error(_))
+    }
+
+    /// Appends the RESP2 encoding to `out`.
+    pub fn encode(&self, out: &mut BytesMut) {
+        match self {
+            Reply::Simple(text) => line(out, b'+', clean(text).as_bytes()),
+            Reply::Error(text) => line(out, b'-', clean(text).as_bytes()),
+            Reply::Integer(v) => line(out, b':', v.to_string().as_bytes()),
+            Reply::Bulk(bytes) => {
+                line(out, b'$', bytes.len().to_string().as_bytes());
+                out.put_slice(bytes);
+                out.put_slice(b"\r\n");
+            }
+            Reply::Nil => out.put_slice(b"$-1\r\n"),
+            Reply::Array(items) => {
+                line(out, b'*', items.len().to_string().as_bytes());
+                for item in items {
+                    item.encode(out);
+                }
+            }
+            Reply::NilArray => out.put_slice(b"*-1\r\n"),
+        }
+    }
+
+    /// The RESP2 encoding.
+    pub fn to_bytes(&self) -> Bytes {
+        let mut out = BytesMut::new();
+        self.encode(&mut out);
+        out.freeze()
+    }
+}
+
+fn line(out: &mut BytesMut, kind: u8, text: &[u8]) {
+    out.put_u8(kind);
+    out.put_slice(text);
+    out.put_slice(b"\r\n");
+}
+
+/// A simple string or error cannot hold a line break: it would end the line early.
+fn clean(text: &str) -> std::borrow::Cow<'_, str> {
+    if text.contains(['\r', '\n']) {
+        std::borrow::Cow::Owned(text.replace(['\r', '\n'], " "))
+    } else {
+        std::borrow::Cow::Borrowed(text)
+    }
+}
+
+/// Bytes that are not an encoded reply.
+#[derive(Clone, Debug, PartialEq, Eq, Error)]
+pub enum ReplyError {
+    #[error("malformed reply: {0}")]
+    Malformed(&'static str),
+}
+
+/// Nesting of arrays a parsed reply may have.
+const DEPTH_MAX: usize = 32;
+
+/// Parses one whole encoded reply at the start of `bytes`: the reply and the bytes it took,
+/// `Ok(None)` if more bytes are needed.
+pub fn parse_reply(bytes: &[u8]) -> Result<Option<(Reply, usize)>, ReplyError> {
+    parse_at(bytes, 0, 0)
+}
+
+fn parse_at(bytes: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usize)>, ReplyError> {
+    if depth > DEPTH_MAX {
+        return Err(ReplyError::Malformed("arrays nested too deep"));
+    }
+    let Some(&kind) = bytes.get(at) else {
+        return Ok(None);
+    };
+    let Some(nl) = bytes[at..].windows(2).position(|w| w == b"\r\n") else {
+        return Ok(None);
+    };
+    let text = &bytes[at + 1..at + nl];
+    let next = at + nl + 2;
+    let as_string = || {
+        std::str::from_utf8(text)
+            .map(str::to_owned)
+            .map_err(|_| ReplyError::Malformed("not UTF-8"))
+    };
+    let as_int = || {
+        std::str::from_utf8(text)
+            .ok()
+            .and_then(|t| t.parse::<i64>().ok())
+            .ok_or(ReplyError::Malformed("not an integer"))
+    };
+    match kind {
+        b'+' => Ok(Some((Reply::Simple(as_string()?), next))),
+        b'-' => Ok(Some((Reply::Error(as_string()?), next))),
+        b':' => Ok(Some((Reply::Integer(as_int()?), next))),
+        b'$' => {
+            let len = as_int()?;
+            if len == -1 {
+                return Ok(Some((Reply::Nil, next)));
+            }
+            let len = usize::try_from(len).map_err(|_| ReplyError::Malformed("bulk length"))?;
+            let end = next
+                .checked_add(len)
+                .ok_or(ReplyError::Malformed("bulk length"))?;
+            if bytes.len() < end + 2 {
+                return Ok(None);
+            }
+            if &bytes[end..end + 2] != b"\r\n" {
+                return Err(ReplyError::Malformed("bulk string not ended by CRLF"));
+            }
+            let value = Bytes::copy_from_slice(&bytes[next..end]);
+            Ok(Some((Reply::Bulk(value), end + 2)))
+        }
+        b'*' => {
+            let count = as_int()?;
+            if count == -1 {
+                return Ok(Some((Reply::NilArray, next)));
+            }
+            let count =
+                usize::try_from(count).map_err(|_| ReplyError::Malformed("array length"))?;
+            // Every element takes at least three bytes.
+            let mut items = Vec::with_capacity(count.min(bytes.len() / 3));
+            let mut at = next;
+            for _ in 0..count {
+                match parse_at(bytes, at, depth + 1)? {
+                    Some((item, next)) => {
+                        items.push(item);
+                        at = next;
+                    }
+                    None => return Ok(None),
+                }
+            }
+            Ok(Some((Reply::Array(items), at)))
+        }
+        _ => Err(ReplyError::Malformed("unknown reply type")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn replies_encode_as_redis_sends_them_and_parse_back() {
+        let reply = Reply::Array(vec![
+            Reply::ok(),
+            Reply::error("ERR no"),
+            Reply::Integer(-3),
+            Reply::bulk(&b"a\r\nb"[..]),
+            Reply::Nil,
+            Reply::Array(vec![]),
+            Reply::NilArray,
+        ]);
+        let bytes = reply.to_bytes();
+        assert_eq!(
+            &bytes[..],
+            &b"*7\r\n+OK\r\n-ERR no\r\n:-3\r\n$4\r\na\r\nb\r\n$-1\r\n*0\r\n*-1\r\n"[..]
+        );
+        assert_eq!(parse_reply(&bytes), Ok(Some((reply, bytes.len()))));
+        for cut in 0..bytes.len() {
+            assert_eq!(parse_reply(&bytes[..cut]), Ok(None), "cut at {cut}");
+        }
+    }
+
+    #[test]
+    fn line_breaks_cannot_escape_a_simple_string() {
+        assert_eq!(&Reply::error("ERR a\r\nb").to_bytes()[..], b"-ERR a  b\r\n");
+    }
+
+    #[test]
+    fn malformed_replies_are_refused() {
+        assert!(parse_reply(b"?\r\n").is_err());
+        assert!(parse_reply(b"$-2\r\n").is_err());
+        assert!(parse_reply(b"$1\r\nabc\r\n").is_err());
+        assert!(parse_reply(b":x\r\n").is_err());
+        let deep = "*1\r\n".repeat(40);
+        assert!(parse_reply(deep.as_bytes()).is_err());
+    }
+}
