@@ -64,6 +64,9 @@ enum Cmd {
     Bench(BenchArgs),
     /// Invoke the replicated key-value service.
     Kv(KvArgs),
+    /// Serve the Redis protocol in front of a cluster's key-value store: redis-cli,
+    /// redis-benchmark and Redis client libraries work against the replicated store.
+    Gateway(tagma_cli::cmd::gateway::GatewayArgs),
     /// Invoke the coordination service (tuple spaces: create, out, rd, in, cas, replace,
     /// watch…) of a cluster whose replicas run `--service space`.
     Space(SpaceArgs),
@@ -95,7 +98,7 @@ fn main() {
     let cli = Cli::parse();
     let default_level = if matches!(
         cli.command,
-        Cmd::Replica(_) | Cmd::Unreplicated(_) | Cmd::Eve(_)
+        Cmd::Replica(_) | Cmd::Unreplicated(_) | Cmd::Eve(_) | Cmd::Gateway(_)
     ) {
         "info"
     } else {
@@ -119,6 +122,7 @@ fn main() {
         Cmd::Unreplicated(args) => tagma_cli::cmd::replica::run_unreplicated(args),
         Cmd::Bench(args) => tagma_cli::cmd::bench::run(args),
         Cmd::Kv(args) => tagma_cli::cmd::kv::run(args),
+        Cmd::Gateway(args) => tagma_cli::cmd::gateway::run(args),
         Cmd::Space(args) => tagma_cli::cmd::space::run(args),
         Cmd::View(args) => tagma_cli::cmd::view::run(args),
         Cmd::Status(args) => tagma_cli::cmd::status::run(args),

@@ -387,6 +387,7 @@ fn client_loop(
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
             },
+            KvOp::Redis(_) => unreachable!("the workload sends no Redis commands"),
         };
         c.check(&op, reply, expected);
     }

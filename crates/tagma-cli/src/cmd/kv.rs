@@ -241,6 +241,7 @@ pub fn run(args: KvArgs) -> Result<()> {
             }
         }
         KvReply::Error { message } => bail!("service error: {message}"),
+        KvReply::Redis { .. } => bail!("the cluster answered with Redis replies to a kv command"),
     }
     Ok(())
 }

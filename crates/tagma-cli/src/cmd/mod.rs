@@ -10,6 +10,7 @@ pub mod crdt_figures;
 pub mod demo;
 pub mod errors;
 pub mod eve;
+pub mod gateway;
 pub mod init;
 pub mod kv;
 pub mod replica;

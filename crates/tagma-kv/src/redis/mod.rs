@@ -194,7 +194,18 @@ fn checked(args: &[Bytes]) -> Result<Handler, Reply> {
     Ok(command.handler)
 }
 
+/// A connection command inside a transaction: `PING` and `ECHO` answer as they would outside
+/// it; the others belong to the gateway.
 fn gateway_only(args: &[Bytes]) -> Reply {
+    if args[0].eq_ignore_ascii_case(b"ping") {
+        return match args.get(1) {
+            Some(text) => Reply::Bulk(text.clone()),
+            None => Reply::Simple("PONG".to_owned()),
+        };
+    }
+    if args[0].eq_ignore_ascii_case(b"echo") {
+        return Reply::Bulk(args[1].clone());
+    }
     Reply::error(format!(
         "ERR '{}' is answered by the gateway, not the store",
         String::from_utf8_lossy(&args[0]).to_ascii_lowercase()
