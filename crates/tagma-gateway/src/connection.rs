@@ -12,16 +12,17 @@ use std::sync::atomic::Ordering;
 
 use bytes::{Bytes, BytesMut};
 use tagma_kv::redis::{Entry, KeyDigest};
-use tagma_resp::{Reply, parse_command, parse_reply};
+use tagma_resp::{Protocol, Reply, parse_command, parse_reply};
 
 use crate::server::Shared;
-use crate::session::{Session, Step};
+use crate::session::{Session, Shape, Step};
 use crate::shard::{Completion, Shard};
 
-/// A reply in the connection's order: ready, or awaited from the cluster.
+/// A reply in the connection's order: ready, or awaited from the cluster (with the shape a
+/// RESP3 client gets it in).
 enum Pending {
     Ready(Bytes),
-    Waiting(Arc<Completion>),
+    Waiting(Arc<Completion>, Shape),
 }
 
 /// How long a read waits; a stopping gateway notices within this time.
@@ -39,6 +40,7 @@ pub fn serve(mut stream: TcpStream, shared: &Shared, shard: &Shard, id: u64) {
         pending: VecDeque::new(),
         out: BytesMut::new(),
         waiting: 0,
+        protocol: Protocol::Resp2,
     };
     let mut buf = BytesMut::with_capacity(16 << 10);
     let mut chunk = vec![0u8; 16 << 10];
@@ -100,16 +102,22 @@ struct Conn<'a> {
     out: BytesMut,
     /// Entries of `pending` awaited from the cluster.
     waiting: usize,
+    /// The session's protocol, as of the last command.
+    protocol: Protocol,
 }
 
 impl Conn<'_> {
     fn ready(&mut self, reply: Reply) {
-        self.pending.push_back(Pending::Ready(reply.to_bytes()));
+        let mut out = BytesMut::new();
+        reply.encode_as(&mut out, self.protocol);
+        self.pending.push_back(Pending::Ready(out.freeze()));
     }
 
     /// Takes one command; `false` when the connection is to close after the replies.
     fn step(&mut self, session: &mut Session, args: Vec<Bytes>) -> bool {
-        match session.command(args, &self.shared.options.settings) {
+        let step = session.command(args, &self.shared.options.settings);
+        self.protocol = session.protocol();
+        match step {
             Step::Reply(reply) => self.ready(reply),
             Step::Close(reply) => {
                 self.ready(reply);
@@ -149,8 +157,9 @@ impl Conn<'_> {
             )));
             return;
         }
+        let shape = Shape::of(&entry);
         let done = self.shard.submit(entry, ordered, bytes);
-        self.pending.push_back(Pending::Waiting(done));
+        self.pending.push_back(Pending::Waiting(done, shape));
         self.waiting += 1;
     }
 
@@ -165,11 +174,21 @@ impl Conn<'_> {
         while let Some(p) = self.pending.pop_front() {
             match p {
                 Pending::Ready(bytes) => self.out.extend_from_slice(&bytes),
-                Pending::Waiting(done) => {
+                Pending::Waiting(done, shape) => {
                     self.waiting -= 1;
-                    match done.wait() {
-                        Ok(bytes) => self.out.extend_from_slice(&bytes),
-                        Err(why) => cluster_error(&why).encode(&mut self.out),
+                    match (done.wait(), self.protocol) {
+                        // The store's RESP2 bytes go out as they are.
+                        (Ok(bytes), Protocol::Resp2) => self.out.extend_from_slice(&bytes),
+                        (Ok(bytes), Protocol::Resp3) => match parse_reply(&bytes) {
+                            Ok(Some((reply, _))) => {
+                                shape.apply(reply).encode_as(&mut self.out, Protocol::Resp3)
+                            }
+                            _ => cluster_error("an undecodable reply")
+                                .encode_as(&mut self.out, Protocol::Resp3),
+                        },
+                        (Err(why), protocol) => {
+                            cluster_error(&why).encode_as(&mut self.out, protocol)
+                        }
                     }
                 }
             }

@@ -11,7 +11,7 @@ use bytes::Bytes;
 use tagma_kv::redis::args::{unknown_command, wrong_arity};
 use tagma_kv::redis::table::{self, COMMANDS, Handler};
 use tagma_kv::redis::{Entry, KeyDigest};
-use tagma_resp::Reply;
+use tagma_resp::{Protocol, Reply};
 
 /// What to do with a command.
 #[derive(Debug, PartialEq, Eq)]
@@ -42,6 +42,52 @@ pub struct Session {
     multi_failed: bool,
     /// Keys watched, with their digests when watched.
     watched: Vec<(Bytes, KeyDigest)>,
+    /// What replies are written in (`HELLO 3` switches to RESP3).
+    protocol: Protocol,
+}
+
+/// How a reply of the store is shaped for a RESP3 client: the store writes RESP2, where a
+/// map is a flat array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Shape {
+    Plain,
+    /// A flat array of keys and values that RESP3 writes as a map (`HGETALL`).
+    Map,
+    /// A transaction's replies, each shaped as its command's.
+    Exec(Vec<Shape>),
+}
+
+impl Shape {
+    /// The shape of the reply to `entry`.
+    pub fn of(entry: &Entry) -> Shape {
+        let command = |args: &[Bytes]| match args.first() {
+            Some(name) if name.eq_ignore_ascii_case(b"hgetall") => Shape::Map,
+            _ => Shape::Plain,
+        };
+        match entry {
+            Entry::Command(args) => command(args),
+            Entry::Exec { commands, .. } => Shape::Exec(commands.iter().map(|c| command(c)).collect()),
+            Entry::Watch(_) => Shape::Plain,
+        }
+    }
+
+    /// `reply` as a RESP3 client expects it.
+    pub fn apply(&self, reply: Reply) -> Reply {
+        match (self, reply) {
+            (Shape::Map, Reply::Array(items)) if items.len() % 2 == 0 => {
+                let mut pairs = Vec::with_capacity(items.len() / 2);
+                let mut it = items.into_iter();
+                while let (Some(k), Some(v)) = (it.next(), it.next()) {
+                    pairs.push((k, v));
+                }
+                Reply::Map(pairs)
+            }
+            (Shape::Exec(shapes), Reply::Array(items)) if shapes.len() == items.len() => {
+                Reply::Array(shapes.iter().zip(items).map(|(s, r)| s.apply(r)).collect())
+            }
+            (_, reply) => reply,
+        }
+    }
 }
 
 /// What a session reads of the gateway's settings.
@@ -78,7 +124,13 @@ impl Session {
             multi: None,
             multi_failed: false,
             watched: Vec::new(),
+            protocol: Protocol::Resp2,
         }
+    }
+
+    /// The protocol replies are written in.
+    pub fn protocol(&self) -> Protocol {
+        self.protocol
     }
 
     pub fn id(&self) -> u64 {
@@ -237,17 +289,16 @@ impl Session {
         }
     }
 
-    /// `HELLO [protover [AUTH username password] [SETNAME name]]`: protocol 2 only.
+    /// `HELLO [protover [AUTH username password] [SETNAME name]]`: protocol 2 or 3.
     fn hello(&mut self, args: &[Bytes], settings: &Settings) -> Step {
         let mut i = 1;
+        let mut protocol = self.protocol;
         if let Some(version) = args.get(1) {
-            match &version[..] {
-                b"2" => {}
-                b"3" => {
-                    return error("NOPROTO this gateway speaks RESP2 only: use HELLO 2 or no HELLO");
-                }
+            protocol = match &version[..] {
+                b"2" => Protocol::Resp2,
+                b"3" => Protocol::Resp3,
                 _ => return error("NOPROTO unsupported protocol version"),
-            }
+            };
             i = 2;
         }
         while i < args.len() {
@@ -274,16 +325,21 @@ impl Session {
         if !self.authenticated {
             return error(NOAUTH);
         }
-        let field = |k: &str, v: Reply| [Reply::bulk(k.to_owned()), v];
-        let mut fields = Vec::new();
-        fields.extend(field("server", Reply::bulk("redis")));
-        fields.extend(field("version", Reply::bulk(crate::server::REDIS_VERSION)));
-        fields.extend(field("proto", Reply::Integer(2)));
-        fields.extend(field("id", Reply::Integer(self.id as i64)));
-        fields.extend(field("mode", Reply::bulk("standalone")));
-        fields.extend(field("role", Reply::bulk("master")));
-        fields.extend(field("modules", Reply::Array(vec![])));
-        Step::Reply(Reply::Array(fields))
+        self.protocol = protocol;
+        let proto = match protocol {
+            Protocol::Resp2 => 2,
+            Protocol::Resp3 => 3,
+        };
+        let field = |k: &str, v: Reply| (Reply::bulk(k.to_owned()), v);
+        Step::Reply(Reply::Map(vec![
+            field("server", Reply::bulk("redis")),
+            field("version", Reply::bulk(crate::server::REDIS_VERSION)),
+            field("proto", Reply::Integer(proto)),
+            field("id", Reply::Integer(self.id as i64)),
+            field("mode", Reply::bulk("standalone")),
+            field("role", Reply::bulk("master")),
+            field("modules", Reply::Array(vec![])),
+        ]))
     }
 
     /// `CLIENT ID | GETNAME | SETNAME name | SETINFO ...`.
@@ -456,11 +512,16 @@ mod tests {
             reply(s.command(args("CLIENT ID"), &settings)),
             Reply::Integer(3)
         );
-        assert!(reply(s.command(args("HELLO 3"), &settings)).is_error());
-        assert!(matches!(
-            reply(s.command(args("HELLO 2"), &settings)),
-            Reply::Array(_)
-        ));
+        assert!(matches!(reply(s.command(args("HELLO 3"), &settings)), Reply::Map(_)));
+        assert_eq!(s.protocol(), Protocol::Resp3);
+        assert!(reply(s.command(args("HELLO 4"), &settings)).is_error());
+        assert!(matches!(reply(s.command(args("HELLO 2"), &settings)), Reply::Map(_)));
+        assert_eq!(s.protocol(), Protocol::Resp2);
+        let hgetall = Entry::Command(args("HGETALL h"));
+        assert_eq!(
+            Shape::of(&hgetall).apply(Reply::Array(vec![Reply::bulk("f"), Reply::bulk("v")])),
+            Reply::Map(vec![(Reply::bulk("f"), Reply::bulk("v"))])
+        );
         assert_eq!(
             reply(s.command(args("COMMAND COUNT"), &settings)),
             Reply::Integer(COMMANDS.len() as i64)

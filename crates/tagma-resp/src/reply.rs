@@ -1,7 +1,9 @@
-//! Reply values, their RESP2 encoding, and a parser of encoded replies.
+//! Reply values, their encoding in RESP2 or RESP3, and a parser of encoded replies.
 //!
 //! RESP2 has five types: simple strings (`+OK`), errors (`-ERR ...`), integers (`:1`), bulk
 //! strings (`$3\r\nabc`, or `$-1` for nil) and arrays (`*2 ...`, or `*-1` for a nil array).
+//! RESP3 (what a client asks for with `HELLO 3`) writes both nils as `_` and has maps
+//! (`%2 ...`), which RESP2 writes as flat arrays of keys and values.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use thiserror::Error;
@@ -20,6 +22,16 @@ pub enum Reply {
     Array(Vec<Reply>),
     /// `*-1`: no array (an `EXEC` whose watched keys changed).
     NilArray,
+    /// Keys and values: a map in RESP3, a flat array in RESP2.
+    Map(Vec<(Reply, Reply)>),
+}
+
+/// The protocol a connection speaks.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Protocol {
+    #[default]
+    Resp2,
+    Resp3,
 }
 
 impl Reply {
@@ -47,7 +59,28 @@ impl Reply {
 
     /// Appends the RESP2 encoding to `out`.
     pub fn encode(&self, out: &mut BytesMut) {
+        self.encode_as(out, Protocol::Resp2);
+    }
+
+    /// Appends the encoding in `protocol` to `out`.
+    pub fn encode_as(&self, out: &mut BytesMut, protocol: Protocol) {
+        let resp3 = protocol == Protocol::Resp3;
         match self {
+            Reply::Nil | Reply::NilArray if resp3 => out.put_slice(b"_\r\n"),
+            Reply::Map(pairs) if resp3 => {
+                line(out, b'%', pairs.len().to_string().as_bytes());
+                for (k, v) in pairs {
+                    k.encode_as(out, protocol);
+                    v.encode_as(out, protocol);
+                }
+            }
+            Reply::Map(pairs) => {
+                line(out, b'*', (2 * pairs.len()).to_string().as_bytes());
+                for (k, v) in pairs {
+                    k.encode_as(out, protocol);
+                    v.encode_as(out, protocol);
+                }
+            }
             Reply::Simple(text) => line(out, b'+', clean(text).as_bytes()),
             Reply::Error(text) => line(out, b'-', clean(text).as_bytes()),
             Reply::Integer(v) => line(out, b':', v.to_string().as_bytes()),
@@ -60,7 +93,7 @@ impl Reply {
             Reply::Array(items) => {
                 line(out, b'*', items.len().to_string().as_bytes());
                 for item in items {
-                    item.encode(out);
+                    item.encode_as(out, protocol);
                 }
             }
             Reply::NilArray => out.put_slice(b"*-1\r\n"),
@@ -130,6 +163,23 @@ fn parse_at(bytes: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usiz
             .ok_or(ReplyError::Malformed("not an integer"))
     };
     match kind {
+        b'_' if text.is_empty() => Ok(Some((Reply::Nil, next))),
+        b'%' => {
+            let count = usize::try_from(as_int()?).map_err(|_| ReplyError::Malformed("map length"))?;
+            let mut pairs = Vec::with_capacity(count.min(bytes.len() / 6));
+            let mut at = next;
+            for _ in 0..count {
+                let Some((k, after)) = parse_at(bytes, at, depth + 1)? else {
+                    return Ok(None);
+                };
+                let Some((v, after)) = parse_at(bytes, after, depth + 1)? else {
+                    return Ok(None);
+                };
+                pairs.push((k, v));
+                at = after;
+            }
+            Ok(Some((Reply::Map(pairs), at)))
+        }
         b'+' => Ok(Some((Reply::Simple(as_string()?), next))),
         b'-' => Ok(Some((Reply::Error(as_string()?), next))),
         b':' => Ok(Some((Reply::Integer(as_int()?), next))),
@@ -200,6 +250,27 @@ mod tests {
         for cut in 0..bytes.len() {
             assert_eq!(parse_reply(&bytes[..cut]), Ok(None), "cut at {cut}");
         }
+    }
+
+    #[test]
+    fn resp3_writes_nils_and_maps_its_own_way() {
+        let reply = Reply::Array(vec![
+            Reply::Nil,
+            Reply::NilArray,
+            Reply::Map(vec![(Reply::bulk("a"), Reply::Integer(1))]),
+        ]);
+        let mut out = BytesMut::new();
+        reply.encode_as(&mut out, Protocol::Resp3);
+        assert_eq!(&out[..], &b"*3\r\n_\r\n_\r\n%1\r\n$1\r\na\r\n:1\r\n"[..]);
+        assert_eq!(
+            parse_reply(&out).unwrap().unwrap().0,
+            Reply::Array(vec![
+                Reply::Nil,
+                Reply::Nil,
+                Reply::Map(vec![(Reply::bulk("a"), Reply::Integer(1))])
+            ])
+        );
+        assert_eq!(&reply.to_bytes()[..], &b"*3\r\n$-1\r\n*-1\r\n*2\r\n$1\r\na\r\n:1\r\n"[..]);
     }
 
     #[test]
