@@ -29,6 +29,8 @@ pub struct DemoOptions {
     pub kill_leader_at_s: Option<f64>,
     /// `timeouts.request_timeout_ms` of the replicas, if not the default.
     pub request_timeout_ms: Option<u64>,
+    /// Serve the Redis protocol here for the demo's duration.
+    pub gateway: Option<std::net::SocketAddr>,
 }
 
 /// What the run ended with.
@@ -69,7 +71,24 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<()> {
             cluster.dir.display()
         );
     }
+    let gateway = match opts.gateway {
+        Some(listen) => {
+            let key = tagma_node::cluster_dir::client_key_path(&cluster.dir);
+            let setup = crate::gateway::GatewaySetup::new(listen);
+            let gateway = crate::gateway::start(&cluster.cfg, &key, &setup)?;
+            let addr = gateway.local_addr();
+            eprintln!(
+                "Redis gateway on {addr} for the demo's {} s: redis-cli -h {} -p {}",
+                opts.duration_s,
+                addr.ip(),
+                addr.port()
+            );
+            Some(gateway)
+        }
+        None => None,
+    };
     let outcome = drive(&mut cluster, opts)?;
+    drop(gateway);
     cluster.stop_all();
     if opts.json {
         println!("{}", json(&cluster, opts, &outcome));

@@ -3,6 +3,9 @@
 //! it in the same invocation; the local clusters come from `tagma-cluster`.
 //!
 //! - [`demo`]: `tagma demo`, a local cluster under the checked key-value workload;
+//! - [`gateway`]: a Redis-protocol gateway started in front of a cluster, with the `INFO`
+//!   facts it reports; [`gateway_bench`]: `tagma bench gateway`, redis-benchmark against it
+//!   and against a real Redis in the same invocation;
 //! - [`space_bench`]: `tagma bench space`, the coordination service's inserts by client count
 //!   with and without durability, and its execution stage by space in parallel;
 //! - [`space_recovery`]: `tagma bench space-recovery`, the coordination service back after
@@ -36,6 +39,8 @@ pub mod demo;
 pub mod eve_bench;
 pub mod eve_pair;
 pub mod exec;
+pub mod gateway;
+pub mod gateway_bench;
 pub mod load;
 pub mod measure;
 pub mod micro;

@@ -63,7 +63,9 @@ struct Client {
 impl Client {
     fn connect(addr: SocketAddr) -> Client {
         let stream = TcpStream::connect(addr).expect("connect to the gateway");
-        stream.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
         Client {
             stream,
             buf: Vec::new(),
@@ -107,7 +109,10 @@ impl Client {
     fn pipeline(&mut self, lines: &[String]) -> Vec<Reply> {
         let bytes: Vec<u8> = lines.iter().flat_map(|l| Self::encode(l)).collect();
         self.send_raw(&bytes);
-        lines.iter().map(|_| self.read_reply().expect("a reply")).collect()
+        lines
+            .iter()
+            .map(|_| self.read_reply().expect("a reply"))
+            .collect()
     }
 }
 
@@ -147,9 +152,15 @@ fn redis_commands_pipelines_and_transactions_work_through_the_gateway() {
         ("INCR n", int(1)),
         ("INCRBY n 9", int(10)),
         ("DECR n", int(9)),
-        ("INCR k", Reply::error("ERR value is not an integer or out of range")),
+        (
+            "INCR k",
+            Reply::error("ERR value is not an integer or out of range"),
+        ),
         ("MSET a 1 b 2", ok()),
-        ("MGET a b zz", Reply::Array(vec![bulk("1"), bulk("2"), Reply::Nil])),
+        (
+            "MGET a b zz",
+            Reply::Array(vec![bulk("1"), bulk("2"), Reply::Nil]),
+        ),
         ("EXISTS a b zz", int(2)),
         ("DEL a", int(1)),
         ("HSET h f 1 g 2", int(2)),
@@ -157,14 +168,23 @@ fn redis_commands_pipelines_and_transactions_work_through_the_gateway() {
         ("HGET h f", bulk("5")),
         ("HLEN h", int(2)),
         ("TYPE h", Reply::Simple("hash".into())),
-        ("GET h", Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value")),
+        (
+            "GET h",
+            Reply::error("WRONGTYPE Operation against a key holding the wrong kind of value"),
+        ),
         ("SET t x EX 100", ok()),
         ("TTL t", int(100)),
         ("PERSIST t", int(1)),
         ("TTL t", int(-1)),
         ("PEXPIRE t 1", int(1)),
-        ("LPUSH l a", Reply::error("ERR unknown command 'LPUSH', with args beginning with: 'l' 'a' ")),
-        ("GET", Reply::error("ERR wrong number of arguments for 'get' command")),
+        (
+            "LPUSH l a",
+            Reply::error("ERR unknown command 'LPUSH', with args beginning with: 'l' 'a' "),
+        ),
+        (
+            "GET",
+            Reply::error("ERR wrong number of arguments for 'get' command"),
+        ),
         ("CLIENT SETNAME me", ok()),
         ("CLIENT GETNAME", bulk("me")),
     ];
@@ -180,7 +200,10 @@ fn redis_commands_pipelines_and_transactions_work_through_the_gateway() {
         panic!("INFO replies with text")
     };
     let info = String::from_utf8_lossy(&info);
-    assert!(info.contains("tagma_f:1") && info.contains("tagma_replicas:4"), "{info}");
+    assert!(
+        info.contains("tagma_f:1") && info.contains("tagma_replicas:4"),
+        "{info}"
+    );
 
     // A pipeline of 500 commands: replies in order, each write seen by the next read.
     let mut lines = Vec::new();
@@ -207,7 +230,11 @@ fn redis_commands_pipelines_and_transactions_work_through_the_gateway() {
     );
     let mut b = Client::connect(gw.addr);
     assert_eq!(a.call("WATCH tx"), ok());
-    assert_eq!(b.call("INCR tx"), int(2), "another client changes the watched key");
+    assert_eq!(
+        b.call("INCR tx"),
+        int(2),
+        "another client changes the watched key"
+    );
     assert_eq!(a.call("MULTI"), ok());
     assert_eq!(a.call("SET tx 100"), Reply::Simple("QUEUED".into()));
     assert_eq!(a.call("EXEC"), Reply::NilArray);
@@ -263,7 +290,10 @@ fn a_password_guards_the_gateway_and_reads_may_go_unordered() {
     let cluster = launch();
     let gw = gateway(&cluster, &["--password", "pw", "--unordered-reads"]);
     let mut c = Client::connect(gw.addr);
-    assert_eq!(c.call("GET k"), Reply::error("NOAUTH Authentication required."));
+    assert_eq!(
+        c.call("GET k"),
+        Reply::error("NOAUTH Authentication required.")
+    );
     assert!(c.call("AUTH wrong").is_error());
     assert_eq!(c.call("AUTH pw"), ok());
     assert_eq!(c.call("SET k v"), ok());
@@ -288,7 +318,9 @@ fn a_replica_killed_under_load_through_the_gateway_loses_no_acknowledged_write()
                 let mut acked = Vec::new();
                 let mut i = 0;
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let lines: Vec<String> = (0..8).map(|k| format!("SET w{w}:{} x{}", i + k, i + k)).collect();
+                    let lines: Vec<String> = (0..8)
+                        .map(|k| format!("SET w{w}:{} x{}", i + k, i + k))
+                        .collect();
                     for (k, r) in c.pipeline(&lines).into_iter().enumerate() {
                         if r == Reply::ok() {
                             acked.push(i + k);

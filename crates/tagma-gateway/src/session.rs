@@ -66,7 +66,9 @@ impl Shape {
         };
         match entry {
             Entry::Command(args) => command(args),
-            Entry::Exec { commands, .. } => Shape::Exec(commands.iter().map(|c| command(c)).collect()),
+            Entry::Exec { commands, .. } => {
+                Shape::Exec(commands.iter().map(|c| command(c)).collect())
+            }
             Entry::Watch(_) => Shape::Plain,
         }
     }
@@ -512,10 +514,16 @@ mod tests {
             reply(s.command(args("CLIENT ID"), &settings)),
             Reply::Integer(3)
         );
-        assert!(matches!(reply(s.command(args("HELLO 3"), &settings)), Reply::Map(_)));
+        assert!(matches!(
+            reply(s.command(args("HELLO 3"), &settings)),
+            Reply::Map(_)
+        ));
         assert_eq!(s.protocol(), Protocol::Resp3);
         assert!(reply(s.command(args("HELLO 4"), &settings)).is_error());
-        assert!(matches!(reply(s.command(args("HELLO 2"), &settings)), Reply::Map(_)));
+        assert!(matches!(
+            reply(s.command(args("HELLO 2"), &settings)),
+            Reply::Map(_)
+        ));
         assert_eq!(s.protocol(), Protocol::Resp2);
         let hgetall = Entry::Command(args("HGETALL h"));
         assert_eq!(

@@ -165,7 +165,8 @@ fn parse_at(bytes: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usiz
     match kind {
         b'_' if text.is_empty() => Ok(Some((Reply::Nil, next))),
         b'%' => {
-            let count = usize::try_from(as_int()?).map_err(|_| ReplyError::Malformed("map length"))?;
+            let count =
+                usize::try_from(as_int()?).map_err(|_| ReplyError::Malformed("map length"))?;
             let mut pairs = Vec::with_capacity(count.min(bytes.len() / 6));
             let mut at = next;
             for _ in 0..count {
@@ -270,7 +271,10 @@ mod tests {
                 Reply::Map(vec![(Reply::bulk("a"), Reply::Integer(1))])
             ])
         );
-        assert_eq!(&reply.to_bytes()[..], &b"*3\r\n$-1\r\n*-1\r\n*2\r\n$1\r\na\r\n:1\r\n"[..]);
+        assert_eq!(
+            &reply.to_bytes()[..],
+            &b"*3\r\n$-1\r\n*-1\r\n*2\r\n$1\r\na\r\n:1\r\n"[..]
+        );
     }
 
     #[test]

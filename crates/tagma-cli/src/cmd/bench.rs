@@ -75,6 +75,26 @@ pub enum BenchWhat {
     /// throughput and speedup over sequential execution measured in the same invocation,
     /// parallel batches per batch, rollbacks, and whether the executors' states are equal.
     Eve(super::bench_eve::EveArgs),
+    /// redis-benchmark, unmodified, against `tagma gateway` in front of a local BFT cluster
+    /// (n = 4) and against a real redis-server started beside it: SET and GET at each
+    /// pipeline depth, with `ratio_vs_redis` (needs redis-server and redis-benchmark).
+    Gateway {
+        /// Concurrent connections of redis-benchmark.
+        #[arg(long, default_value_t = 50)]
+        connections: usize,
+        /// Pipeline depths, comma-separated.
+        #[arg(long, value_delimiter = ',', default_value = "1,16")]
+        pipelines: Vec<usize>,
+        /// Requests of each test at depth 1 (a depth of P runs P times as many).
+        #[arg(long, default_value_t = 20_000)]
+        requests: usize,
+        /// Bytes of each SET value.
+        #[arg(long, default_value_t = 100)]
+        value_bytes: usize,
+        /// One JSON object on stdout instead of the table.
+        #[arg(long)]
+        json: bool,
+    },
     /// Time how long a wiped replica takes to get a large state back by state transfer
     /// (a local BFT cluster, n = 4, durability on, clients writing meanwhile): reports the
     /// time and MB/s from its restart until it caught up.
@@ -352,6 +372,27 @@ pub fn run(args: BenchArgs) -> Result<()> {
     match args.what.clone() {
         Some(what @ BenchWhat::Exec { .. }) => return exec(what),
         Some(BenchWhat::Eve(eve)) => return super::bench_eve::run(eve),
+        Some(BenchWhat::Gateway {
+            connections,
+            pipelines,
+            requests,
+            value_bytes,
+            json,
+        }) => {
+            let opts = tagma_bench::gateway_bench::GatewayBenchOptions {
+                connections,
+                pipelines,
+                requests,
+                value_bytes,
+            };
+            let report = tagma_bench::gateway_bench::run(&super::tagma_exe()?, &opts)?;
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", tagma_bench::gateway_bench::table(&report));
+            }
+            return Ok(());
+        }
         Some(BenchWhat::StateTransfer {
             state_mb,
             checkpoint_period,

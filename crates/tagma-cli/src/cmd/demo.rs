@@ -77,6 +77,13 @@ pub struct DemoArgs {
     /// bounds how long a failed leader goes unnoticed.
     #[arg(long)]
     pub request_timeout_ms: Option<u64>,
+    /// Also serve the Redis protocol next to the cluster for the demo's duration (the
+    /// key-value store): connect redis-cli or any Redis client while the workload runs.
+    #[arg(long)]
+    pub gateway: bool,
+    /// Where the gateway listens (with --gateway).
+    #[arg(long, default_value = "127.0.0.1:6379")]
+    pub gateway_listen: std::net::SocketAddr,
 }
 
 /// `tagma demo`.
@@ -88,6 +95,9 @@ pub fn run(args: DemoArgs) -> Result<()> {
         anyhow::bail!("--bft is a deployment of --mode eve: pass --mode eve --bft");
     }
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
+    if args.gateway && (args.service != DemoService::Kv) {
+        anyhow::bail!("--gateway serves the key-value store: leave out --service space");
+    }
     if args.service == DemoService::Space {
         let opts = tagma_bench::space_demo::SpaceDemoOptions {
             replicas: args.replicas,
@@ -110,6 +120,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
         keep: args.keep,
         kill_leader_at_s: args.kill_leader_at_s,
         request_timeout_ms: args.request_timeout_ms,
+        gateway: args.gateway.then_some(args.gateway_listen),
     };
     tagma_bench::demo::run(&super::tagma_exe()?, &opts)
 }

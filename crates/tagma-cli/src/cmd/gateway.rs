@@ -4,13 +4,11 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use tagma_client::{ClientOptions, Proxy};
-use tagma_crypto::IdentityKey;
-use tagma_gateway::{Gateway, GatewayOptions, ReplicationInfo};
+use tagma_bench::gateway::GatewaySetup;
+use tagma_gateway::Gateway;
 use tagma_node::cluster_dir::{self, DEFAULT_CLIENT_PRINCIPAL};
 
 /// `tagma gateway`.
@@ -56,57 +54,16 @@ pub struct GatewayArgs {
 pub fn start(args: &GatewayArgs) -> Result<Gateway> {
     let cfg = cluster_dir::load_config(&args.dir)?;
     let key_path = (args.key.clone()).unwrap_or_else(|| cluster_dir::client_key_path(&args.dir));
-    let mut proxies = Vec::new();
-    for _ in 0..args.clients.max(1) {
-        let key = IdentityKey::read_file(&key_path)?;
-        let mut options = ClientOptions::new(args.principal);
-        // Each bundle is one request; enough in flight to keep the cluster's batches full.
-        options.outstanding_max = 256;
-        let proxy = Proxy::connect(&cfg, key, options)
-            .with_context(|| format!("cannot reach the cluster of {}", args.dir.display()))?;
-        proxies.push(Arc::new(proxy));
-    }
-    let mut options = GatewayOptions::new(args.listen, cfg.raw.limits.request_bytes_max);
-    options.settings.password = args.password.clone();
-    options.settings.unordered_reads = args.unordered_reads;
-    options.connections_max = args.max_connections;
-    let replicas: Vec<_> = cfg.replicas.iter().map(|r| r.metrics_addr).collect();
-    let (mode, n, f) = (
-        format!("{:?}", cfg.raw.cluster.mode).to_ascii_lowercase(),
-        cfg.replicas.len(),
-        cfg.f,
-    );
-    let viewer = proxies[0].clone();
-    let replication: ReplicationInfo = Arc::new(move || {
-        let mut lines = vec![
-            ("tagma_mode".to_owned(), mode.clone()),
-            ("tagma_replicas".to_owned(), n.to_string()),
-            ("tagma_f".to_owned(), f.to_string()),
-        ];
-        if let Ok(view) = viewer.current_view(Duration::from_secs(1)) {
-            lines.push(("tagma_view".to_owned(), view.id.0.to_string()));
-            lines.push((
-                "tagma_view_members".to_owned(),
-                view.members.len().to_string(),
-            ));
-            lines.push(("tagma_view_f".to_owned(), view.f.to_string()));
-        }
-        let leader = (replicas.iter().flatten()).find_map(|addr| {
-            let text = tagma_node::metrics::scrape_within(
-                *addr,
-                Duration::from_millis(300),
-                Duration::from_millis(300),
-            )
-            .ok()?;
-            tagma_node::metrics::value(&text, "tagma_leader")
-        });
-        if let Some(leader) = leader {
-            lines.push(("tagma_leader".to_owned(), (leader as u64).to_string()));
-        }
-        lines
-    });
-    Gateway::start(options, proxies, replication)
-        .with_context(|| format!("cannot listen on {}", args.listen))
+    let setup = GatewaySetup {
+        listen: args.listen,
+        password: args.password.clone(),
+        unordered_reads: args.unordered_reads,
+        clients: args.clients,
+        max_connections: args.max_connections,
+        principal: args.principal,
+    };
+    tagma_bench::gateway::start(&cfg, &key_path, &setup)
+        .with_context(|| format!("cannot serve the cluster of {}", args.dir.display()))
 }
 
 /// `tagma gateway`: serves until killed.
