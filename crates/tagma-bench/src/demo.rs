@@ -31,6 +31,8 @@ pub struct DemoOptions {
     pub request_timeout_ms: Option<u64>,
     /// Serve the Redis protocol here for the demo's duration.
     pub gateway: Option<std::net::SocketAddr>,
+    /// Record a contending load's history here (JSON lines) and check it.
+    pub history: Option<std::path::PathBuf>,
 }
 
 /// What the run ended with.
@@ -40,6 +42,7 @@ struct Outcome {
     equal: bool,
     killed: Option<usize>,
     failover_ms: Option<f64>,
+    history: Option<crate::history::HistoryOutcome>,
 }
 
 /// Runs the demo with the `tagma` binary `exe` for the replicas; fails if a check fails.
@@ -103,9 +106,11 @@ pub fn run(exe: &Path, opts: &DemoOptions) -> Result<()> {
         std::mem::forget(cluster);
         eprintln!("cluster directory kept at {}", kept.display());
     }
-    if !outcome.equal || !outcome.report.violations.is_empty() {
+    let linearizable = outcome.history.as_ref().is_none_or(|h| h.linearizable);
+    if !outcome.equal || !outcome.report.violations.is_empty() || !linearizable {
         bail!(
-            "the run did not check out (digests equal: {}, violations: {})",
+            "the run did not check out (digests equal: {}, violations: {}, history \
+             linearizable: {linearizable})",
             outcome.equal,
             outcome.report.violations.len()
         );
@@ -150,9 +155,16 @@ fn drive(cluster: &mut LocalCluster, opts: &DemoOptions) -> Result<Outcome> {
             .expect("valid template")
             .progress_chars("=> "),
     );
+    let history = (opts.history.as_deref())
+        .map(|path| crate::history::HistoryRun::connect(cluster, path))
+        .transpose()?;
+    let history_stop = AtomicBool::new(false);
     let started = Instant::now();
     let report = std::thread::scope(|s| {
         let worker = s.spawn(|| workload::run(proxies, &workload_opts, &progress, &stop));
+        if let Some(history) = &history {
+            history.spawn(s, &history_stop);
+        }
         while !worker.is_finished() {
             std::thread::sleep(Duration::from_millis(20));
             let secs = started.elapsed().as_secs_f64();
@@ -172,9 +184,11 @@ fn drive(cluster: &mut LocalCluster, opts: &DemoOptions) -> Result<Outcome> {
                 done as f64 / secs.max(1e-3)
             ));
         }
+        history_stop.store(true, Ordering::Relaxed);
         worker.join().expect("workload panicked")
     });
     bar.finish_and_clear();
+    let history = history.map(|h| h.finish()).transpose()?;
     let live: Vec<ReplicaId> = cluster
         .cfg
         .members()
@@ -193,6 +207,7 @@ fn drive(cluster: &mut LocalCluster, opts: &DemoOptions) -> Result<Outcome> {
         }
     };
     Ok(Outcome {
+        history,
         report,
         states,
         equal,
@@ -225,6 +240,7 @@ fn json(cluster: &LocalCluster, opts: &DemoOptions, o: &Outcome) -> serde_json::
         "killed_leader": o.killed,
         "leader_failover_ms": o.failover_ms.map(|ms| (ms * 10.0).round() / 10.0),
         "request_timeout_ms": cluster.cfg.raw.timeouts.request_timeout_ms,
+        "history": o.history,
     })
 }
 
@@ -270,6 +286,13 @@ fn summary(cluster: &LocalCluster, opts: &DemoOptions, o: &Outcome) -> String {
             st.executed_instances,
             st.executed_requests,
             &st.state_digest.to_hex()[..16]
+        );
+    }
+    if let Some(h) = &o.history {
+        let _ = write!(
+            s,
+            "  {}",
+            h.line().trim_start_matches("history").trim_start()
         );
     }
     let _ = writeln!(

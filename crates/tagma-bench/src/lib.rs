@@ -3,6 +3,8 @@
 //! it in the same invocation; the local clusters come from `tagma-cluster`.
 //!
 //! - [`demo`]: `tagma demo`, a local cluster under the checked key-value workload;
+//! - [`history`]: the recorded load of `--history FILE` (chaos, demo), written as JSON lines
+//!   and judged by the linearizability checker;
 //! - [`gateway`]: a Redis-protocol gateway started in front of a cluster, with the `INFO`
 //!   facts it reports; [`gateway_bench`]: `tagma bench gateway`, redis-benchmark against it
 //!   and against a real Redis in the same invocation;
@@ -41,6 +43,7 @@ pub mod eve_pair;
 pub mod exec;
 pub mod gateway;
 pub mod gateway_bench;
+pub mod history;
 pub mod load;
 pub mod measure;
 pub mod micro;

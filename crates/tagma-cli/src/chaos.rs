@@ -143,6 +143,8 @@ pub struct ChaosOptions {
     pub down: Duration,
     /// Load after recovery.
     pub after: Duration,
+    /// Record a contending load's history here (JSON lines) and check it.
+    pub history: Option<std::path::PathBuf>,
 }
 
 /// The largest `--f`: n = 16 replica processes in BFT mode.
@@ -245,6 +247,8 @@ pub struct ChaosReport {
     /// how long the last one took (the longest over the damaged replicas).
     pub state_transfers: u64,
     pub state_transfer_ms: f64,
+    /// With `--history`: the recorded history and the checker's verdict.
+    pub history: Option<tagma_bench::history::HistoryOutcome>,
 }
 
 /// What replaced a lying state that the state vote after a restart left unconfirmed.
@@ -282,6 +286,7 @@ impl ChaosReport {
                 .lie_removed_by
                 .as_ref()
                 .is_none_or(|all| all.iter().all(|r| *r != LieRemoval::None))
+            && self.history.as_ref().is_none_or(|h| h.linearizable)
     }
 
     pub fn table(&self) -> String {
@@ -297,7 +302,7 @@ impl ChaosReport {
              repaired_by_state_vote  {}\n\
              lie_removed_by         {}\n\
              state_transfers        {} ({:.0} ms)\n\
-             {}",
+             {}{}",
             self.scenario,
             self.mode,
             self.n,
@@ -319,6 +324,7 @@ impl ChaosReport {
             ),
             self.state_transfers,
             self.state_transfer_ms,
+            self.history.as_ref().map_or_else(String::new, |h| h.line()),
             if self.passed() { "PASSED" } else { "FAILED" }
         )
     }
@@ -356,10 +362,12 @@ pub(crate) fn load_clients(cluster: &LocalCluster, opts: &ChaosOptions) -> Resul
     (0..opts.clients).map(|_| cluster.proxy(ready)).collect()
 }
 
-/// Runs `fault` while each of `proxies` increments its own counter in a loop; returns what
-/// `fault` returned and what each client counted.
+/// Runs `fault` while each of `proxies` increments its own counter in a loop (and the
+/// clients of `history`, if any, record theirs); returns what `fault` returned and what each
+/// client counted.
 pub(crate) fn under_load<T>(
     proxies: &[Proxy],
+    history: Option<&tagma_bench::history::HistoryRun>,
     fault: impl FnOnce(&[Counts]) -> Result<T>,
 ) -> Result<(T, Vec<Counts>)> {
     let counts: Vec<Counts> = proxies.iter().map(|_| Counts::default()).collect();
@@ -368,6 +376,9 @@ pub(crate) fn under_load<T>(
         for (i, proxy) in proxies.iter().enumerate() {
             let (counts, stop) = (&counts[i], &stop);
             s.spawn(move || increment_loop(proxy, i, counts, stop));
+        }
+        if let Some(history) = history {
+            history.spawn(s, &stop);
         }
         let result = fault(&counts);
         stop.store(true, Ordering::Relaxed);
@@ -410,9 +421,13 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
     let (mut cluster, n) = launch(exe, opts)?;
     let ready = Duration::from_secs(30);
     let proxies = load_clients(&cluster, opts)?;
-    let (recovery_ms, counts) = under_load(&proxies, |counts| {
+    let history = (opts.history.as_deref())
+        .map(|path| tagma_bench::history::HistoryRun::connect(&cluster, path))
+        .transpose()?;
+    let (recovery_ms, counts) = under_load(&proxies, history.as_ref(), |counts| {
         fault(&mut cluster, scenario, opts, counts)
     })?;
+    let history = history.map(|h| h.finish()).transpose()?;
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
@@ -469,6 +484,7 @@ pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosR
         lie_removed_by,
         state_transfers,
         state_transfer_ms,
+        history,
     })
 }
 
@@ -753,6 +769,7 @@ mod tests {
 
     fn opts(mode: Mode, f: usize, damaged: usize) -> ChaosOptions {
         ChaosOptions {
+            history: None,
             mode,
             f,
             damaged,

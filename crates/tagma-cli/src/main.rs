@@ -67,6 +67,9 @@ enum Cmd {
     /// Serve the Redis protocol in front of a cluster's key-value store: redis-cli,
     /// redis-benchmark and Redis client libraries work against the replicated store.
     Gateway(tagma_cli::cmd::gateway::GatewayArgs),
+    /// Judge a history of client operations (as `tagma chaos --history` writes it) with the
+    /// linearizability checker.
+    History(tagma_cli::cmd::history::HistoryArgs),
     /// Invoke the coordination service (tuple spaces: create, out, rd, in, cas, replace,
     /// watch…) of a cluster whose replicas run `--service space`.
     Space(SpaceArgs),
@@ -123,6 +126,7 @@ fn main() {
         Cmd::Bench(args) => tagma_cli::cmd::bench::run(args),
         Cmd::Kv(args) => tagma_cli::cmd::kv::run(args),
         Cmd::Gateway(args) => tagma_cli::cmd::gateway::run(args),
+        Cmd::History(args) => tagma_cli::cmd::history::run(args),
         Cmd::Space(args) => tagma_cli::cmd::space::run(args),
         Cmd::View(args) => tagma_cli::cmd::view::run(args),
         Cmd::Status(args) => tagma_cli::cmd::status::run(args),

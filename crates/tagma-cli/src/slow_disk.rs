@@ -53,6 +53,8 @@ pub struct SlowDiskReport {
     pub ops_per_s_after: f64,
     /// States the stalled replicas installed by state transfer while catching up.
     pub state_transfers: u64,
+    /// With `--history`: the recorded history and the checker's verdict.
+    pub history: Option<tagma_bench::history::HistoryOutcome>,
 }
 
 impl SlowDiskReport {
@@ -64,6 +66,7 @@ impl SlowDiskReport {
             && self.state_digests_equal
             && self.ops_per_s_follower_stall > 0.0
             && self.ops_per_s_leader_stall > 0.0
+            && self.history.as_ref().is_none_or(|h| h.linearizable)
     }
 
     pub fn table(&self) -> String {
@@ -81,7 +84,7 @@ impl SlowDiskReport {
              lost_acknowledged_ops        {}\n\
              duplicated_ops               {}\n\
              state_digests_equal          {}\n\
-             {}",
+             {}{}",
             self.scenario,
             self.mode,
             self.n,
@@ -101,6 +104,7 @@ impl SlowDiskReport {
             self.lost_acknowledged_ops,
             self.duplicated_ops,
             self.state_digests_equal,
+            self.history.as_ref().map_or_else(String::new, |h| h.line()),
             if self.passed() { "PASSED" } else { "FAILED" }
         )
     }
@@ -123,8 +127,13 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<SlowDiskReport>
     })?;
     let ready = Duration::from_secs(30);
     let proxies = crate::chaos::load_clients(&cluster, opts)?;
-    let (figures, counts) =
-        crate::chaos::under_load(&proxies, |counts| stalls(&cluster, opts, counts))?;
+    let history = (opts.history.as_deref())
+        .map(|path| tagma_bench::history::HistoryRun::connect(&cluster, path))
+        .transpose()?;
+    let (figures, counts) = crate::chaos::under_load(&proxies, history.as_ref(), |counts| {
+        stalls(&cluster, opts, counts)
+    })?;
+    let history = history.map(|h| h.finish()).transpose()?;
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;
     let states = cluster.converged_states(&reader, &cluster.cfg.members(), ready)?;
@@ -152,6 +161,7 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<SlowDiskReport>
         leader_catch_up_ms: figures.leader.2,
         ops_per_s_after: figures.after,
         state_transfers,
+        history,
     })
 }
 

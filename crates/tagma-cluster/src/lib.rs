@@ -14,12 +14,15 @@
 //! - [`disk`]: damages a stopped replica's data directory the way failing disks do (for the
 //!   chaos scenarios and the state-transfer benchmark);
 //! - [`workload`]: a mixed key-value workload that checks every result a client gets for its
-//!   own keys against a sequential model (linearizability per key).
+//!   own keys against a sequential model (linearizability per key);
+//! - [`history_load`]: clients contending on a few shared keys, every operation recorded for
+//!   a linearizability checker (`tagma chaos --history`, `tagma demo --history`).
 
 pub mod cluster;
 pub mod disk;
 pub mod eve_bft;
 pub mod eve_pair;
+pub mod history_load;
 pub mod init;
 pub mod workload;
 

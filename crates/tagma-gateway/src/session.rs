@@ -173,11 +173,12 @@ impl Session {
         if !self.authenticated && !matches!(command.name, "auth" | "hello" | "quit") {
             return error(NOAUTH);
         }
-        if self.multi.is_some()
-            && !matches!(
-                command.name,
-                "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
-            )
+        let queues = !matches!(
+            command.name,
+            "exec" | "discard" | "multi" | "watch" | "quit" | "reset"
+        );
+        if let Some(queued) = self.multi.as_mut()
+            && queues
         {
             if let Handler::Gateway = command.handler
                 && !matches!(command.name, "ping" | "echo")
@@ -190,7 +191,7 @@ impl Session {
                     command.name
                 ));
             }
-            self.multi.as_mut().expect("in a transaction").push(args);
+            queued.push(args);
             return Step::Reply(Reply::Simple("QUEUED".to_owned()));
         }
         match command.handler {

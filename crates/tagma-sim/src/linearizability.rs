@@ -1,7 +1,5 @@
-//! A Wing–Gong linearizability checker for one key of the key-value service, with the
-//! memoisation of Lowe ("Testing for linearizability", 2017): a depth-first search over the
-//! order in which completed operations take effect, pruning (set of linearized operations,
-//! register value) pairs already explored.
+//! The linearizability check of one key of the key-value service as the simulator's clients
+//! use it, on the Wing–Gong search of `tagma-history` (with Lowe's memoisation).
 //!
 //! The model is a register holding an optional 64-bit integer (the simulator's clients only
 //! store 8-byte little-endian counters, so `incr` always applies): `put` and `delete` return
@@ -11,8 +9,6 @@
 //!
 //! Operations that never completed (the client gave up or the run ended) may take effect at
 //! any point after their invocation, or never.
-
-use std::collections::BTreeSet;
 
 /// The register's value: `None` = absent.
 pub type Value = Option<i64>;
@@ -39,25 +35,22 @@ pub enum Ret {
 
 /// One operation of the history. Times are any totally ordered clock (the simulator uses its
 /// event counter, which is finer than virtual milliseconds).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Entry {
-    pub op: Op,
-    pub invoke: u64,
-    /// `None`: the operation never completed.
-    pub response: Option<(u64, Ret)>,
-}
+pub type Entry = tagma_history::Entry<Op, Ret>;
 
-/// Why a history was not accepted.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LinError {
-    /// No order of the operations explains the results.
-    NotLinearizable,
-    /// The search gave up after `states_max` states (neither accepted nor refuted).
-    Inconclusive,
-}
+pub use tagma_history::{LinError, SEARCH_STATES_MAX};
 
-/// States the search may explore before giving up.
-pub const SEARCH_STATES_MAX: usize = 200_000;
+/// The register as a model for the search.
+struct Counter;
+
+impl tagma_history::Model for Counter {
+    type State = Value;
+    type Op = Op;
+    type Ret = Ret;
+
+    fn step(&self, state: &Value, op: &Op, ret: Option<&Ret>) -> Option<Value> {
+        step(*state, *op, ret.copied())
+    }
+}
 
 /// Applies `op` to `state`; with `ret`, only if the result matches. Returns the new state.
 pub fn step(state: Value, op: Op, ret: Option<Ret>) -> Option<Value> {
@@ -89,46 +82,7 @@ pub fn step(state: Value, op: Op, ret: Option<Ret>) -> Option<Value> {
 
 /// Checks a single-key history starting from `initial`.
 pub fn check(history: &[Entry], initial: Value) -> Result<(), LinError> {
-    let n = history.len();
-    if n == 0 {
-        return Ok(());
-    }
-    let words = n.div_ceil(64);
-    let completed: Vec<usize> = (0..n).filter(|&i| history[i].response.is_some()).collect();
-    let mut visited: BTreeSet<(Vec<u64>, Value)> = BTreeSet::new();
-    // Explicit DFS stack of (linearized set, value).
-    let mut stack: Vec<(Vec<u64>, Value)> = vec![(vec![0u64; words], initial)];
-    let is_set = |bits: &[u64], i: usize| bits[i / 64] >> (i % 64) & 1 == 1;
-    while let Some((bits, value)) = stack.pop() {
-        if completed.iter().all(|&i| is_set(&bits, i)) {
-            return Ok(());
-        }
-        if !visited.insert((bits.clone(), value)) {
-            continue;
-        }
-        if visited.len() > SEARCH_STATES_MAX {
-            return Err(LinError::Inconclusive);
-        }
-        // An operation may go next only if it was invoked before every remaining completed
-        // operation responded (otherwise that one must come first).
-        let horizon = completed
-            .iter()
-            .filter(|&&i| !is_set(&bits, i))
-            .filter_map(|&i| history[i].response.map(|(t, _)| t))
-            .min()
-            .unwrap_or(u64::MAX);
-        for (i, entry) in history.iter().enumerate() {
-            if is_set(&bits, i) || entry.invoke >= horizon {
-                continue;
-            }
-            if let Some(next) = step(value, entry.op, entry.response.map(|(_, r)| r)) {
-                let mut b = bits.clone();
-                b[i / 64] |= 1 << (i % 64);
-                stack.push((b, next));
-            }
-        }
-    }
-    Err(LinError::NotLinearizable)
+    tagma_history::search::check(&Counter, history, initial)
 }
 
 #[cfg(test)]

@@ -83,6 +83,12 @@ pub struct ChaosArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also run clients that contend on a few shared keys (get, put, append, delete, cas)
+    /// through the scenario, write their history to FILE (one JSON object per operation,
+    /// the format linearizability checkers read) and check it; the run fails if it is not
+    /// linearizable. Key-value scenarios of the ordered mode.
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<PathBuf>,
     /// reconfig-tour, primary-crash: draw the throughput timeline with the events marked
     /// into this PNG.
     #[arg(long, value_name = "FILE.png")]
@@ -106,7 +112,18 @@ pub fn run(args: ChaosArgs) -> Result<()> {
         before: secs("before-s", args.before_s)?,
         down: secs("down-s", args.down_s)?,
         after: secs("after-s", args.after_s)?,
+        history: args.history.clone(),
     };
+    if args.history.is_some()
+        && (args.scenario.is_eve()
+            || args.scenario == Scenario::ReconfigTour
+            || args.service != super::demo::DemoService::Kv)
+    {
+        bail!(
+            "--history records the key-value load of the ordered scenarios (kill-all, \
+             lagging-replica, corrupt-*, wipe-disk, lying-disk, lone-lying-disk, slow-disk)"
+        );
+    }
     if (args.mode == super::demo::ReplicationMode::Eve) != args.scenario.is_eve() {
         bail!(
             "primary-crash, lying-executor and racy-service are execute-verify's scenarios, \

@@ -81,6 +81,11 @@ pub struct DemoArgs {
     /// key-value store): connect redis-cli or any Redis client while the workload runs.
     #[arg(long)]
     pub gateway: bool,
+    /// Also run clients that contend on a few shared keys (get, put, append, delete, cas),
+    /// write their history to FILE (one JSON object per operation, the format
+    /// linearizability checkers read) and check it.
+    #[arg(long, value_name = "FILE")]
+    pub history: Option<std::path::PathBuf>,
     /// Where the gateway listens (with --gateway).
     #[arg(long, default_value = "127.0.0.1:6379")]
     pub gateway_listen: std::net::SocketAddr,
@@ -95,8 +100,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
         anyhow::bail!("--bft is a deployment of --mode eve: pass --mode eve --bft");
     }
     let mode = if args.cft { Mode::Cft } else { Mode::Bft };
-    if args.gateway && (args.service != DemoService::Kv) {
-        anyhow::bail!("--gateway serves the key-value store: leave out --service space");
+    if (args.gateway || args.history.is_some()) && args.service != DemoService::Kv {
+        anyhow::bail!(
+            "--gateway and --history are about the key-value store: leave out --service space"
+        );
     }
     if args.service == DemoService::Space {
         let opts = tagma_bench::space_demo::SpaceDemoOptions {
@@ -121,12 +128,16 @@ pub fn run(args: DemoArgs) -> Result<()> {
         kill_leader_at_s: args.kill_leader_at_s,
         request_timeout_ms: args.request_timeout_ms,
         gateway: args.gateway.then_some(args.gateway_listen),
+        history: args.history.clone(),
     };
     tagma_bench::demo::run(&super::tagma_exe()?, &opts)
 }
 
 /// `tagma demo --mode eve`: the key-value store on an execute-verify pair.
 fn eve(args: &DemoArgs) -> Result<()> {
+    if args.gateway || args.history.is_some() {
+        anyhow::bail!("--gateway and --history run with the ordered mode: leave out --mode eve");
+    }
     if args.service != DemoService::Kv || args.cft || args.replicas.is_some() {
         anyhow::bail!(
             "--mode eve runs the key-value store on a primary-backup pair (or with --bft on \

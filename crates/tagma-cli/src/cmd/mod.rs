@@ -11,6 +11,7 @@ pub mod demo;
 pub mod errors;
 pub mod eve;
 pub mod gateway;
+pub mod history;
 pub mod init;
 pub mod kv;
 pub mod replica;

@@ -36,7 +36,7 @@ fn hash_mut<'a>(
 }
 
 fn set_fields(store: &mut Store, args: &[Bytes]) -> Result<i64, Reply> {
-    if args.len() % 2 != 0 || args.len() < 4 {
+    if !args.len().is_multiple_of(2) || args.len() < 4 {
         return Err(wrong_arity(&String::from_utf8_lossy(&args[0])));
     }
     let h = hash_mut(store, &args[1])?;

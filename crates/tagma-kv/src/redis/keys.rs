@@ -174,13 +174,11 @@ pub fn scan(store: &Store, args: &[Bytes]) -> Reply {
     let mut keys = Vec::new();
     let mut next = 0;
     let mut last_hash = None;
-    let mut looked = 0;
-    for (hash, key) in store.scan_from(cursor) {
+    for (looked, (hash, key)) in store.scan_from(cursor).enumerate() {
         if looked >= count && last_hash != Some(hash) {
             next = hash;
             break;
         }
-        looked += 1;
         last_hash = Some(hash);
         let type_ok = kind.is_none_or(|k| {
             store

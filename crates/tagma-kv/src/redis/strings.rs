@@ -141,7 +141,7 @@ pub fn getdel(store: &mut Store, args: &[Bytes]) -> Reply {
 }
 
 pub fn mset(store: &mut Store, args: &[Bytes]) -> Reply {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity(&String::from_utf8_lossy(&args[0]));
     }
     for pair in args[1..].chunks(2) {
@@ -151,7 +151,7 @@ pub fn mset(store: &mut Store, args: &[Bytes]) -> Reply {
 }
 
 pub fn msetnx(store: &mut Store, args: &[Bytes]) -> Reply {
-    if args.len() % 2 == 0 {
+    if args.len().is_multiple_of(2) {
         return wrong_arity("msetnx");
     }
     if args[1..]
