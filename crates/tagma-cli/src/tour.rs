@@ -57,11 +57,16 @@ pub struct TourReport {
     pub events: Vec<TourEvent>,
     /// The view at the end: id, members, f.
     pub final_view: (u32, Vec<u32>, u32),
+    /// With `--history`: the recorded history and the checker's verdict.
+    pub history: Option<tagma_bench::history::HistoryOutcome>,
 }
 
 impl TourReport {
     pub fn passed(&self) -> bool {
-        self.lost_acknowledged_ops == 0 && self.duplicated_ops == 0 && self.state_digests_equal
+        self.lost_acknowledged_ops == 0
+            && self.duplicated_ops == 0
+            && self.state_digests_equal
+            && self.history.as_ref().is_none_or(|h| h.linearizable)
     }
 
     pub fn table(&self) -> String {
@@ -87,7 +92,7 @@ impl TourReport {
              duplicated_ops         {}\n\
              state_digests_equal    {}\n\
              final view {} (members {:?}, f = {})\n\
-             {}",
+             {}{}",
             self.leader_crash_to_resumed_ms,
             self.acknowledged_ops,
             self.in_doubt_ops,
@@ -97,6 +102,7 @@ impl TourReport {
             self.final_view.0,
             self.final_view.1,
             self.final_view.2,
+            self.history.as_ref().map_or_else(String::new, |h| h.line()),
             if self.passed() { "PASSED" } else { "FAILED" }
         ));
         s
@@ -168,6 +174,9 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<TourReport> {
         .map(|_| cluster.proxy(ready))
         .collect::<Result<_>>()?;
     let counts: Vec<Counts> = (0..opts.clients).map(|_| Counts::default()).collect();
+    let history = (opts.history.as_deref())
+        .map(|path| tagma_bench::history::HistoryRun::connect(&cluster, path))
+        .transpose()?;
     let stop = AtomicBool::new(false);
     let timeline = Timeline::default();
     let samples = Mutex::new(Vec::<(f64, f64)>::new());
@@ -176,6 +185,9 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<TourReport> {
         for (i, proxy) in proxies.iter().enumerate() {
             let (counts, stop) = (&counts[i], &stop);
             s.spawn(move || increment_loop(proxy, i, counts, stop));
+        }
+        if let Some(history) = &history {
+            history.spawn(s, &stop);
         }
         let (counts_ref, stop_ref, samples_ref) = (&counts, &stop, &samples);
         s.spawn(move || {
@@ -207,6 +219,7 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<TourReport> {
         result
     })?;
     let (leader_crash_to_resumed_ms, final_view) = tour;
+    let history = history.map(|h| h.finish()).transpose()?;
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;
     let members: Vec<ReplicaId> = final_view.members.iter().map(|m| m.id).collect();
@@ -242,6 +255,7 @@ pub fn run(exe: &std::path::Path, opts: &ChaosOptions) -> Result<TourReport> {
             final_view.members.iter().map(|m| m.id.0).collect(),
             final_view.f,
         ),
+        history,
     })
 }
 

@@ -146,11 +146,15 @@ fn parse_at(bytes: &[u8], at: usize, depth: usize) -> Result<Option<(Reply, usiz
     let Some(&kind) = bytes.get(at) else {
         return Ok(None);
     };
-    let Some(nl) = bytes[at..].windows(2).position(|w| w == b"\r\n") else {
+    if !b"+-:$*%_".contains(&kind) {
+        return Err(ReplyError::Malformed("unknown reply type"));
+    }
+    // The line after the type byte, up to its CRLF.
+    let Some(nl) = bytes[at + 1..].windows(2).position(|w| w == b"\r\n") else {
         return Ok(None);
     };
-    let text = &bytes[at + 1..at + nl];
-    let next = at + nl + 2;
+    let text = &bytes[at + 1..at + 1 + nl];
+    let next = at + 1 + nl + 2;
     let as_string = || {
         std::str::from_utf8(text)
             .map(str::to_owned)
@@ -284,6 +288,9 @@ mod tests {
 
     #[test]
     fn malformed_replies_are_refused() {
+        // Found by fuzzing: a line break where the type byte should be.
+        assert!(parse_reply(b"\r\n\n'[\n").is_err());
+        assert_eq!(parse_reply(b"+\r\n"), Ok(Some((Reply::Simple(String::new()), 3))));
         assert!(parse_reply(b"?\r\n").is_err());
         assert!(parse_reply(b"$-2\r\n").is_err());
         assert!(parse_reply(b"$1\r\nabc\r\n").is_err());
