@@ -268,6 +268,26 @@ fn redis_commands_pipelines_and_transactions_work_through_the_gateway() {
     }
     assert_eq!(a.call("GET shared"), bulk("2000"));
 
+    // A long pipeline (100,000 commands written while replies are read): the gateway holds
+    // at most a bounded number in flight, and answers every one in order.
+    let mut long = Client::connect(gw.addr);
+    let mut writer = long.stream.try_clone().expect("a second handle");
+    let total = 100_000;
+    let sender = std::thread::spawn(move || {
+        let one = Client::encode("INCR long");
+        let mut chunk = Vec::new();
+        for _ in 0..1_000 {
+            chunk.extend_from_slice(&one);
+        }
+        for _ in 0..total / 1_000 {
+            writer.write_all(&chunk).expect("write the pipeline");
+        }
+    });
+    for i in 1..=total {
+        assert_eq!(long.read_reply(), Some(int(i as i64)));
+    }
+    sender.join().expect("the writer");
+
     // A broken stream gets Redis's protocol error and is closed; other connections go on.
     let mut bad = Client::connect(gw.addr);
     bad.send_raw(b"*1\r\n$-7\r\n");
