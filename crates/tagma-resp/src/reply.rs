@@ -290,7 +290,10 @@ mod tests {
     fn malformed_replies_are_refused() {
         // Found by fuzzing: a line break where the type byte should be.
         assert!(parse_reply(b"\r\n\n'[\n").is_err());
-        assert_eq!(parse_reply(b"+\r\n"), Ok(Some((Reply::Simple(String::new()), 3))));
+        assert_eq!(
+            parse_reply(b"+\r\n"),
+            Ok(Some((Reply::Simple(String::new()), 3)))
+        );
         assert!(parse_reply(b"?\r\n").is_err());
         assert!(parse_reply(b"$-2\r\n").is_err());
         assert!(parse_reply(b"$1\r\nabc\r\n").is_err());
