@@ -1,5 +1,7 @@
 //! `tagma-kv`: a replicated key-value service: `put`, `get`, `delete`, `cas`, `incr`, and
-//! `scan` by prefix with a limit, over a deterministic ordered map.
+//! `scan` by prefix with a limit, and Redis commands in bundles ([`redis`]: strings, keys with
+//! expiry in the cluster's agreed time, hashes, transactions), over a deterministic store of
+//! typed values ([`store`]).
 //!
 //! # Encoding
 //!

@@ -184,73 +184,9 @@ fn split_inline(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
         }
         let mut arg = Vec::new();
         match line[i] {
-            b'"' => {
+            quote @ (b'"' | b'\'') => {
                 i += 1;
-                loop {
-                    let Some(&c) = line.get(i) else {
-                        return Err(ProtocolError::UnbalancedQuotes);
-                    };
-                    match c {
-                        b'\\'
-                            if i + 3 < line.len()
-                                && line[i + 1] == b'x'
-                                && line[i + 2].is_ascii_hexdigit()
-                                && line[i + 3].is_ascii_hexdigit() =>
-                        {
-                            let hex = |b: u8| (b as char).to_digit(16).unwrap_or(0) as u8;
-                            arg.push(hex(line[i + 2]) * 16 + hex(line[i + 3]));
-                            i += 4;
-                        }
-                        b'\\' if i + 1 < line.len() => {
-                            arg.push(match line[i + 1] {
-                                b'n' => b'\n',
-                                b'r' => b'\r',
-                                b't' => b'\t',
-                                b'b' => 8,
-                                b'a' => 7,
-                                other => other,
-                            });
-                            i += 2;
-                        }
-                        b'"' => {
-                            i += 1;
-                            // A closing quote must be followed by a space or the end.
-                            if line.get(i).is_some_and(|&c| c != b' ' && c != b'\t') {
-                                return Err(ProtocolError::UnbalancedQuotes);
-                            }
-                            break;
-                        }
-                        c => {
-                            arg.push(c);
-                            i += 1;
-                        }
-                    }
-                }
-            }
-            b'\'' => {
-                i += 1;
-                loop {
-                    let Some(&c) = line.get(i) else {
-                        return Err(ProtocolError::UnbalancedQuotes);
-                    };
-                    match c {
-                        b'\\' if line.get(i + 1) == Some(&b'\'') => {
-                            arg.push(b'\'');
-                            i += 2;
-                        }
-                        b'\'' => {
-                            i += 1;
-                            if line.get(i).is_some_and(|&c| c != b' ' && c != b'\t') {
-                                return Err(ProtocolError::UnbalancedQuotes);
-                            }
-                            break;
-                        }
-                        c => {
-                            arg.push(c);
-                            i += 1;
-                        }
-                    }
-                }
+                quoted(line, &mut i, quote, &mut arg)?;
             }
             _ => {
                 while i < line.len() && line[i] != b' ' && line[i] != b'\t' {
@@ -260,6 +196,52 @@ fn split_inline(line: &[u8]) -> Result<Vec<Vec<u8>>, ProtocolError> {
             }
         }
         args.push(arg);
+    }
+}
+
+/// Reads the rest of an argument quoted by `quote` from `line[*i]` into `arg`, past its
+/// closing quote, which must end the argument.
+fn quoted(line: &[u8], i: &mut usize, quote: u8, arg: &mut Vec<u8>) -> Result<(), ProtocolError> {
+    let hex = |b: u8| (b as char).to_digit(16).map(|d| d as u8);
+    loop {
+        let Some(&c) = line.get(*i) else {
+            return Err(ProtocolError::UnbalancedQuotes);
+        };
+        let next = line.get(*i + 1).copied();
+        if c == quote {
+            *i += 1;
+            if line.get(*i).is_some_and(|&c| c != b' ' && c != b'\t') {
+                return Err(ProtocolError::UnbalancedQuotes);
+            }
+            return Ok(());
+        }
+        if c == b'\\' && quote == b'\'' && next == Some(b'\'') {
+            arg.push(b'\'');
+            *i += 2;
+        } else if let (b'\\', b'"', Some(e)) = (c, quote, next) {
+            let digits = (line.get(*i + 2).copied().and_then(hex))
+                .zip(line.get(*i + 3).copied().and_then(hex));
+            match (e, digits) {
+                (b'x', Some((hi, lo))) => {
+                    arg.push(hi * 16 + lo);
+                    *i += 4;
+                }
+                _ => {
+                    arg.push(match e {
+                        b'n' => b'\n',
+                        b'r' => b'\r',
+                        b't' => b'\t',
+                        b'b' => 8,
+                        b'a' => 7,
+                        other => other,
+                    });
+                    *i += 2;
+                }
+            }
+        } else {
+            arg.push(c);
+            *i += 1;
+        }
     }
 }
 
