@@ -92,6 +92,23 @@ got=$(redis-cli -p "$PORT" info replication | tr -d '\r' | grep -c '^tagma_f:1$'
 [[ "$got" == 1 ]] || { echo "FAIL: INFO replication has no tagma_f"; failures=$((failures + 1)); }
 got=$(printf 'MULTI\nINCR cli:tx\nINCR cli:tx\nEXEC\n' | redis-cli -p "$PORT" | tr '\n' ' ')
 [[ "$got" == "OK QUEUED QUEUED 1 2 " ]] || { echo "FAIL: MULTI/EXEC gave '$got'"; failures=$((failures + 1)); }
+got=$(printf 'MULTI\nINCR cli:tx\nDISCARD\nGET cli:tx\n' | redis-cli -p "$PORT" | tr '\n' ' ')
+[[ "$got" == "OK QUEUED OK 2 " ]] || { echo "FAIL: MULTI/DISCARD gave '$got'"; failures=$((failures + 1)); }
+got=$(printf 'WATCH cli:tx\nMULTI\nSET cli:tx 10\nEXEC\nUNWATCH\n' | redis-cli -p "$PORT" | tr '\n' ' ')
+[[ "$got" == "OK OK QUEUED OK OK " ]] || { echo "FAIL: WATCH/EXEC gave '$got'"; failures=$((failures + 1)); }
+expect OK set cli:px v px 100000
+expect OK set cli:px w keepttl
+got=$(redis-cli -p "$PORT" pttl cli:px)
+[[ "$got" -gt 90000 ]] || { echo "FAIL: KEEPTTL lost the deadline ($got)"; failures=$((failures + 1)); }
+got=$(redis-cli -p "$PORT" dbsize)
+[[ "$got" -ge 5 ]] || { echo "FAIL: DBSIZE $got"; failures=$((failures + 1)); }
+got=$(redis-cli -3 -p "$PORT" hgetall cli:h | tr '\n' ' ')
+[[ "$got" == "1# \"f\" => \"6\" " || "$got" == "f 6 " ]] || { echo "FAIL: RESP3 HGETALL gave '$got'"; failures=$((failures + 1)); }
+got=$(redis-cli -p "$PORT" client id)
+[[ "$got" -gt 0 ]] || { echo "FAIL: CLIENT ID $got"; failures=$((failures + 1)); }
+expect "ERR AUTH <password> called without any password configured for the default user. Are you sure your configuration is correct?" auth nopass
+got=$(redis-cli -p "$PORT" command docs get | head -1)
+[[ "$got" == "get" ]] || { echo "FAIL: COMMAND DOCS gave '$got'"; failures=$((failures + 1)); }
 count=$(redis-cli -p "$PORT" command count)
 [[ "$count" -gt 40 ]] || { echo "FAIL: COMMAND COUNT $count"; failures=$((failures + 1)); }
 [[ $failures == 0 ]] || { echo "redis-cli: $failures failures"; exit 1; }
