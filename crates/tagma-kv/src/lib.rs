@@ -516,6 +516,9 @@ pub(crate) fn error(message: &str) -> KvReply {
 }
 
 impl Service for KvService {
+    /// The executor has advanced the time to the batch's already ([`Service::advance_time`]);
+    /// advancing again is a comparison, and keeps a caller that runs requests without it
+    /// (a test, the conformance suite) on the request's agreed time.
     fn execute_ordered(&mut self, request: &Bytes, ctx: &Context) -> Bytes {
         self.store.advance(ctx.timestamp_ms);
         match KvOp::decode(request) {
