@@ -289,11 +289,7 @@ fn summary(cluster: &LocalCluster, opts: &DemoOptions, o: &Outcome) -> String {
         );
     }
     if let Some(h) = &o.history {
-        let _ = write!(
-            s,
-            "  {}",
-            h.line().trim_start_matches("history").trim_start()
-        );
+        let _ = writeln!(s, "  history            {}", h.summary());
     }
     let _ = writeln!(
         s,

@@ -82,8 +82,13 @@ impl HistoryRun {
 impl HistoryOutcome {
     /// One line for a report's table.
     pub fn line(&self) -> String {
+        format!("history                {}\n", self.summary())
+    }
+
+    /// What the history showed, in a few words.
+    pub fn summary(&self) -> String {
         format!(
-            "history                {} operations ({} of unknown outcome) on {} keys, {} — {}\n",
+            "{} operations ({} of unknown outcome) on {} keys, {} — {}",
             self.operations,
             self.unknown_outcome,
             self.keys,

@@ -210,16 +210,6 @@ impl Gateway {
         self.addr
     }
 
-    /// Connections open now.
-    pub fn connections(&self) -> usize {
-        self.shared.connected.load(Ordering::Relaxed)
-    }
-
-    /// Commands received so far.
-    pub fn commands(&self) -> u64 {
-        self.shared.commands.load(Ordering::Relaxed)
-    }
-
     /// Stops accepting; open connections close within a second.
     pub fn stop(&self) {
         self.shared.stopping.store(true, Ordering::Relaxed);

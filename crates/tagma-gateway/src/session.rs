@@ -135,14 +135,6 @@ impl Session {
         self.protocol
     }
 
-    pub fn id(&self) -> u64 {
-        self.id
-    }
-
-    pub fn name(&self) -> Option<&Bytes> {
-        self.name.as_ref()
-    }
-
     /// The digests a [`Step::Watch`] looked up, in the order of its keys.
     pub fn watched(&mut self, keys: Vec<Bytes>, digests: Vec<KeyDigest>) {
         for (key, digest) in keys.into_iter().zip(digests) {

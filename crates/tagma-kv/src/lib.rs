@@ -356,11 +356,6 @@ impl KvService {
         self.store.get_string(key).ok().flatten()
     }
 
-    /// The state, for the Redis commands.
-    pub fn store(&self) -> &Store {
-        &self.store
-    }
-
     /// Applies `op` to the state and returns its reply.
     pub fn apply(&mut self, op: KvOp) -> KvReply {
         let store = &mut self.store;

@@ -83,30 +83,23 @@ pub fn hlen(store: &Store, args: &[Bytes]) -> Reply {
 }
 
 pub fn hgetall(store: &Store, args: &[Bytes]) -> Reply {
-    let h = try_reply!(hash(store, &args[1]));
-    let flat = h
-        .into_iter()
-        .flatten()
-        .flat_map(|(f, v)| [Reply::Bulk(f.clone()), Reply::Bulk(v.clone())]);
-    Reply::Array(flat.collect())
+    fields(store, args, |f, v| vec![f, v])
 }
 
 pub fn hkeys(store: &Store, args: &[Bytes]) -> Reply {
-    let h = try_reply!(hash(store, &args[1]));
-    Reply::Array(
-        h.into_iter()
-            .flatten()
-            .map(|(f, _)| Reply::Bulk(f.clone()))
-            .collect(),
-    )
+    fields(store, args, |f, _| vec![f])
 }
 
 pub fn hvals(store: &Store, args: &[Bytes]) -> Reply {
+    fields(store, args, |_, v| vec![v])
+}
+
+/// The hash at `args[1]`, each field and value given to `pick`, flattened into one array.
+fn fields(store: &Store, args: &[Bytes], pick: fn(Reply, Reply) -> Vec<Reply>) -> Reply {
     let h = try_reply!(hash(store, &args[1]));
+    let all = h.into_iter().flatten();
     Reply::Array(
-        h.into_iter()
-            .flatten()
-            .map(|(_, v)| Reply::Bulk(v.clone()))
+        all.flat_map(|(f, v)| pick(Reply::Bulk(f.clone()), Reply::Bulk(v.clone())))
             .collect(),
     )
 }

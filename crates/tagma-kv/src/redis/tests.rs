@@ -259,13 +259,19 @@ fn scan_walks_every_key_once_and_keys_matches_a_pattern() {
     let Reply::Array(parts) = run_line(&mut s, "SCAN 0 COUNT 1000 TYPE hash") else {
         panic!()
     };
-    assert_eq!(parts[1], {
-        let Reply::Array(keys) = &parts[1] else {
-            panic!()
-        };
-        assert_eq!(keys.len(), 50);
-        parts[1].clone()
-    });
+    let Reply::Array(hashes) = &parts[1] else {
+        panic!("SCAN's second part is the keys")
+    };
+    assert_eq!(
+        hashes.len(),
+        50,
+        "TYPE hash finds the 50 hashes and no string"
+    );
+    assert_eq!(
+        parts[0],
+        bulk("0"),
+        "a COUNT above the keys walks them all at once"
+    );
     assert_eq!(run_line(&mut s, "SCAN x"), err("ERR invalid cursor"));
     assert_eq!(run_line(&mut s, "SCAN 0 COUNT 0"), err(args::SYNTAX));
     let Reply::Array(keys) = run_line(&mut s, "KEYS user:1?") else {
