@@ -154,7 +154,28 @@ impl EveBft {
 
     /// [`EveBft::launch`] with executors that lie: `(id, what)` starts executor `id` with
     /// `--lie what` (for example `tokens,replies`).
+    ///
+    /// Another process may take a port between `init` choosing it and a process binding it;
+    /// a deployment that cannot start is written again with new ports, up to three times.
     pub fn launch_lying(
+        exe: &Path,
+        dir: Option<&Path>,
+        u: usize,
+        r: usize,
+        lies: &[(usize, &str)],
+        edit: impl Fn(&mut tagma_config::eve::EveSection),
+    ) -> Result<Self> {
+        let mut last = None;
+        for _ in 0..3 {
+            match Self::launch_once(exe, dir, u, r, lies, &edit) {
+                Ok(d) => return Ok(d),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("three attempts"))
+    }
+
+    fn launch_once(
         exe: &Path,
         dir: Option<&Path>,
         u: usize,
@@ -253,8 +274,9 @@ impl EveBft {
                 .find_map(|c| c.try_wait().ok().flatten())
                 .map(|status| {
                     format!(
-                        "cannot start: a process of the deployment exited ({status}); logs in {}",
-                        logs.display()
+                        "cannot start: a process of the deployment exited ({status}); logs in {}{}",
+                        logs.display(),
+                        last_log_lines(&logs)
                     )
                 })
         })
@@ -303,4 +325,24 @@ impl Drop for EveBft {
             }
         }
     }
+}
+
+/// The last lines of every log in `logs` that ends in an error, for a failure message.
+fn last_log_lines(logs: &Path) -> String {
+    let mut out = String::new();
+    let Ok(entries) = std::fs::read_dir(logs) else {
+        return out;
+    };
+    let mut paths: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
+    paths.sort();
+    for path in paths {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        let tail = &lines[lines.len().saturating_sub(3)..];
+        if tail.iter().any(|l| l.contains("rror")) {
+            let name = path.file_name().unwrap_or_default().to_string_lossy();
+            out.push_str(&format!("\n{name}:\n  {}", tail.join("\n  ")));
+        }
+    }
+    out
 }
