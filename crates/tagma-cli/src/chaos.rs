@@ -73,6 +73,24 @@ pub enum Scenario {
     /// The disk of a follower, then of the leader, stalls for --down-s each under load (every
     /// flush waits), then recovers: throughput during and after, time to catch up.
     SlowDisk,
+    /// With --netns: the leader is cut from the other replicas (clients still reach it)
+    /// for --down-s, then healed.
+    PartitionLeader,
+    /// With --netns: a follower is cut from every other host (1 | n−1), then healed.
+    PartitionMinority,
+    /// With --netns: the leader and one follower are cut from the other replicas (2 | 2
+    /// for n = 4, where no side holds a quorum; 2 | 1 for n = 3), then healed.
+    PartitionMajoritySide,
+    /// With --netns: the leader sends but receives nothing; healed; then the leader of
+    /// that moment receives but cannot send; healed.
+    Asymmetric,
+    /// With --netns: the leader's host link goes down and up every 0.5 to 2 s for --down-s.
+    Flapping,
+    /// With --netns: every link drops 5% of packets, duplicates 1% and delays each by
+    /// 30 ms ± 20 ms (reordering them) for --down-s.
+    Lossy,
+    /// With --netns: a follower's links carry 1 Mbit/s for --down-s.
+    SlowReplica,
     /// With --mode eve: the primary of an execute-verify pair is killed under load (the
     /// backup takes over), restarts after --down-s and fetches the state, then the new
     /// primary is killed too.
@@ -93,6 +111,20 @@ impl Scenario {
         matches!(
             self,
             Scenario::PrimaryCrash | Scenario::LyingExecutor | Scenario::RacyService
+        )
+    }
+
+    /// Whether the scenario attacks the links between hosts (`--netns`).
+    pub fn is_network(self) -> bool {
+        matches!(
+            self,
+            Scenario::PartitionLeader
+                | Scenario::PartitionMinority
+                | Scenario::PartitionMajoritySide
+                | Scenario::Asymmetric
+                | Scenario::Flapping
+                | Scenario::Lossy
+                | Scenario::SlowReplica
         )
     }
 
@@ -121,6 +153,13 @@ impl Scenario {
             Scenario::LoneLyingDisk => "lone-lying-disk",
             Scenario::ReconfigTour => "reconfig-tour",
             Scenario::SlowDisk => "slow-disk",
+            Scenario::PartitionLeader => "partition-leader",
+            Scenario::PartitionMinority => "partition-minority",
+            Scenario::PartitionMajoritySide => "partition-majority-side",
+            Scenario::Asymmetric => "asymmetric",
+            Scenario::Flapping => "flapping",
+            Scenario::Lossy => "lossy",
+            Scenario::SlowReplica => "slow-replica",
             Scenario::PrimaryCrash => "primary-crash",
             Scenario::LyingExecutor => "lying-executor",
             Scenario::RacyService => "racy-service",
@@ -411,9 +450,10 @@ pub(crate) fn wait_until(
 
 /// Runs `scenario` on a fresh local cluster of `exe` processes.
 pub fn run(exe: &Path, scenario: Scenario, opts: &ChaosOptions) -> Result<ChaosReport> {
-    if matches!(scenario, Scenario::ReconfigTour | Scenario::SlowDisk) {
+    if matches!(scenario, Scenario::ReconfigTour | Scenario::SlowDisk) || scenario.is_network() {
         bail!(
-            "the {} scenario has a report of its own (tour::run, slow_disk::run), not a chaos report",
+            "the {} scenario has a report of its own (tour::run, slow_disk::run, \
+             chaos_netns::run), not a chaos report",
             scenario.name()
         );
     }
@@ -635,7 +675,14 @@ fn inject(
         | Scenario::SlowDisk
         | Scenario::PrimaryCrash
         | Scenario::LyingExecutor
-        | Scenario::RacyService => {
+        | Scenario::RacyService
+        | Scenario::PartitionLeader
+        | Scenario::PartitionMinority
+        | Scenario::PartitionMajoritySide
+        | Scenario::Asymmetric
+        | Scenario::Flapping
+        | Scenario::Lossy
+        | Scenario::SlowReplica => {
             unreachable!("refused by run")
         }
         Scenario::LoneLyingDisk => {

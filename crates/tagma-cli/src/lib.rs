@@ -14,6 +14,7 @@
 pub mod chaos;
 pub mod chaos_eve;
 pub mod chaos_eve_race;
+pub mod chaos_netns;
 pub mod chaos_space;
 pub mod cmd;
 pub mod slow_disk;

@@ -41,6 +41,9 @@ pub struct LocalCluster {
     pub replica_args: Vec<String>,
     /// Start `tagma unreplicated` servers instead of replicas (set before starting).
     pub unreplicated: bool,
+    /// The network namespace each replica runs in (`ip netns exec`), by index; empty: this
+    /// host's.
+    pub netns: Vec<String>,
     exe: PathBuf,
     /// Replicas listed in tagma.toml (the first ones of `cfg.replicas`; joiners follow).
     listed: usize,
@@ -96,6 +99,7 @@ impl LocalCluster {
             service: None,
             replica_args: Vec::new(),
             unreplicated: false,
+            netns: Vec::new(),
             exe: exe.to_path_buf(),
             listed: replicas,
             children,
@@ -126,7 +130,14 @@ impl LocalCluster {
             .create(true)
             .append(true)
             .open(self.log_path(i))?;
-        let mut cmd = Command::new(&self.exe);
+        let mut cmd = match self.netns.get(i) {
+            Some(ns) => {
+                let mut cmd = Command::new("ip");
+                cmd.args(["netns", "exec", ns]).arg(&self.exe);
+                cmd
+            }
+            None => Command::new(&self.exe),
+        };
         cmd.arg(if self.unreplicated {
             "unreplicated"
         } else {

@@ -194,14 +194,14 @@ impl Network {
 
 impl Drop for Network {
     fn drop(&mut self) {
+        // The switch stops first (its devices close), then the namespaces go.
+        self.switch = None;
         for name in &self.names {
             delete_namespace(name);
         }
         LIVE.lock()
             .unwrap_or_else(PoisonError::into_inner)
             .retain(|n| !self.names.contains(n));
-        // The devices close with the switch, after their namespaces are gone.
-        self.switch = None;
     }
 }
 
@@ -220,12 +220,14 @@ fn ip(args: &[&str]) -> Result<(), NetnsError> {
     })
 }
 
-/// Kills every process in namespace `name` and deletes it (errors ignored: this is
-/// clean-up).
+/// Kills every process in namespace `name` but this one (whose threads may have entered
+/// it) and deletes it (errors ignored: this is clean-up).
 fn delete_namespace(name: &str) {
+    let me = std::process::id();
     if let Ok(out) = Command::new("ip").args(["netns", "pids", name]).output() {
         for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
-            if let Some(pid) = pid.parse().ok().and_then(rustix::process::Pid::from_raw) {
+            let pid = pid.parse::<u32>().ok().filter(|&p| p != me);
+            if let Some(pid) = pid.and_then(|p| rustix::process::Pid::from_raw(p as i32)) {
                 let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
             }
         }

@@ -69,12 +69,24 @@ pub struct ChaosArgs {
     #[arg(long, default_value_t = 2.0)]
     pub before_s: f64,
     /// lagging-replica: seconds the replica stays down; slow-disk: seconds each disk
-    /// stalls.
-    #[arg(long, default_value_t = 3.0)]
-    pub down_s: f64,
-    /// Seconds of load after recovery.
-    #[arg(long, default_value_t = 2.0)]
-    pub after_s: f64,
+    /// stalls; the network scenarios: seconds each fault lasts [default: 3; with --netns
+    /// 20, and 60 for flapping].
+    #[arg(long)]
+    pub down_s: Option<f64>,
+    /// Seconds of load after recovery [default: 2; with --netns 5].
+    #[arg(long)]
+    pub after_s: Option<f64>,
+    /// Run each replica, and the clients, on a host of its own: a Linux network namespace
+    /// (root only), all joined by tagma's link emulator, which the network scenarios
+    /// (partition-leader, partition-minority, partition-majority-side, asymmetric,
+    /// flapping, lossy, slow-replica) cut, make lossy or slow. The history of a contending
+    /// load is always recorded (to --history, or a file in the temporary directory).
+    #[arg(long)]
+    pub netns: bool,
+    /// With --netns: the seed of the emulator's random faults (loss, duplication, delays)
+    /// and of the flapping link's timing.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
     /// racy-service: the real race's window between the counter's read and its write, in
     /// microseconds of CPU work. Longer windows make the race show alike on every executor
     /// more often (which no comparison of executions can see).
@@ -89,8 +101,8 @@ pub struct ChaosArgs {
     /// linearizable. Scenarios of the ordered mode on the key-value store.
     #[arg(long, value_name = "FILE")]
     pub history: Option<PathBuf>,
-    /// reconfig-tour, primary-crash: draw the throughput timeline with the events marked
-    /// into this PNG.
+    /// reconfig-tour, primary-crash and the network scenarios: draw the throughput timeline
+    /// with the events marked into this PNG.
     #[arg(long, value_name = "FILE.png")]
     pub plot: Option<PathBuf>,
 }
@@ -104,16 +116,62 @@ pub fn run(args: ChaosArgs) -> Result<()> {
             bail!("--{what} must be a number of seconds ≥ 0, got {s}")
         }
     };
+    let (down_default, after_default) = match args.scenario {
+        Scenario::Flapping => (60.0, 5.0),
+        s if s.is_network() => (20.0, 5.0),
+        _ => (3.0, 2.0),
+    };
     let opts = ChaosOptions {
         mode: if args.cft { Mode::Cft } else { Mode::Bft },
         f: args.f,
         damaged: args.damaged,
         clients: args.clients,
         before: secs("before-s", args.before_s)?,
-        down: secs("down-s", args.down_s)?,
-        after: secs("after-s", args.after_s)?,
+        down: secs("down-s", args.down_s.unwrap_or(down_default))?,
+        after: secs("after-s", args.after_s.unwrap_or(after_default))?,
         history: args.history.clone(),
     };
+    if args.netns != args.scenario.is_network() {
+        bail!(
+            "the network scenarios (partition-leader, partition-minority, \
+             partition-majority-side, asymmetric, flapping, lossy, slow-replica) run with \
+             --netns, and --netns runs only them: {} {}",
+            args.scenario.name(),
+            if args.netns {
+                "needs no separate hosts — leave out --netns"
+            } else {
+                "needs separate hosts — pass --netns (as root)"
+            }
+        );
+    }
+    if args.netns {
+        if args.service != super::demo::DemoService::Kv
+            || args.mode != super::demo::ReplicationMode::Ordered
+        {
+            bail!(
+                "--netns runs the key-value store in the ordered mode: leave out --service and --mode"
+            );
+        }
+        opts.check(args.scenario)?;
+        if !args.json {
+            eprintln!(
+                "running {} on {} {} replicas (f = {}), each on a host of its own, with durability = \"fsync\"…",
+                args.scenario.name(),
+                opts.n(),
+                opts.mode,
+                opts.f
+            );
+        }
+        let net = crate::chaos_netns::NetOptions { seed: args.seed };
+        let report = crate::chaos_netns::run(&super::tagma_exe()?, args.scenario, &opts, &net)?;
+        if let Some(path) = &args.plot {
+            tagma_bench::plot::draw(&report.chart(), path)?;
+            if !args.json {
+                eprintln!("wrote {}", path.display());
+            }
+        }
+        return print_verdict(args.json, &report, report.table(), report.passed());
+    }
     if args.history.is_some()
         && (args.scenario.is_eve() || args.service != super::demo::DemoService::Kv)
     {
