@@ -201,6 +201,33 @@ struct SessionKeys {
 /// re-established).
 pub const WRITE_STALL_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Data sent and not acknowledged for this long closes the connection (`TCP_USER_TIMEOUT`).
+/// TCP alone would retransmit with a backoff that reaches tens of seconds during a
+/// partition, so that after the heal a link would stay silent until its next retransmission;
+/// closed instead, it is re-established (replica links) or replaced (clients) as soon as the
+/// peer is reachable again.
+pub const UNACKNOWLEDGED_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// A connection that carries nothing is probed after this long (TCP keepalive), then every
+/// [`KEEPALIVE_INTERVAL`]; [`KEEPALIVE_PROBES`] unanswered probes close it, so that a reader
+/// waiting on a peer that vanished (a partition, a host that lost power) is woken up.
+pub const KEEPALIVE_IDLE: Duration = Duration::from_secs(2);
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(1);
+pub const KEEPALIVE_PROBES: u32 = 3;
+
+/// Makes the kernel close `stream` when its peer stops answering (see
+/// [`UNACKNOWLEDGED_TIMEOUT`] and [`KEEPALIVE_IDLE`]).
+fn detect_dead_peers(stream: &TcpStream) -> Result<(), NetError> {
+    let socket = socket2::SockRef::from(stream);
+    socket.set_tcp_user_timeout(Some(UNACKNOWLEDGED_TIMEOUT))?;
+    let keepalive = socket2::TcpKeepalive::new()
+        .with_time(KEEPALIVE_IDLE)
+        .with_interval(KEEPALIVE_INTERVAL)
+        .with_retries(KEEPALIVE_PROBES);
+    socket.set_tcp_keepalive(&keepalive)?;
+    Ok(())
+}
+
 /// Replaces the handshake timeouts (no read timeout; the write-stall timeout) and builds the
 /// two halves on clones of `stream`.
 fn split(
@@ -210,6 +237,7 @@ fn split(
 ) -> Result<(FrameReader, FrameWriter), NetError> {
     stream.set_read_timeout(None)?;
     stream.set_write_timeout(Some(WRITE_STALL_TIMEOUT))?;
+    detect_dead_peers(&stream)?;
     let read_stream = stream.try_clone()?;
     let reader = FrameReader {
         stream: read_stream,
