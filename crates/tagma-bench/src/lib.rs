@@ -24,6 +24,8 @@
 //!   verification on the micro-benchmark against sequential execution;
 //! - [`eve_pair`]: an execute-verify primary-backup pair under the checked key-value
 //!   workload, with a primary crash (`tagma demo --mode eve`, `tagma chaos --mode eve`);
+//! - [`soak`]: `tagma bench soak`, a long run with periodic faults, sampling every
+//!   replica's memory, descriptors, threads and disk; [`process_sample`] reads them;
 //! - [`state_transfer`]: `tagma bench state-transfer`, how fast a wiped replica gets a
 //!   large state back;
 //! - [`micro`]: the micro-benchmark service ("empty" requests that ask for a reply of a
@@ -48,9 +50,11 @@ pub mod load;
 pub mod measure;
 pub mod micro;
 pub mod plot;
+pub mod process_sample;
 pub mod replicated;
 pub mod report;
 pub mod requests;
+pub mod soak;
 pub mod space_bench;
 pub mod space_demo;
 pub mod space_recovery;

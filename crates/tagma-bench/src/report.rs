@@ -66,9 +66,7 @@ fn parse_stat_cpu_s(stat: &str) -> Option<f64> {
 }
 
 fn parse_status_hwm_mb(status: &str) -> Option<f64> {
-    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kb as f64 / 1024.0)
+    Some(crate::process_sample::status_field(status, "VmHWM")? as f64 / 1024.0)
 }
 
 /// One configuration's figures: the replicated run and its unreplicated baseline.

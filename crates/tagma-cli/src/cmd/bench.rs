@@ -95,6 +95,36 @@ pub enum BenchWhat {
         #[arg(long)]
         json: bool,
     },
+    /// A long run that shows nothing grows: a local BFT cluster (n = 4, durability on)
+    /// under a mixed key-value load (puts of 100-1,000 bytes, gets, increments over a
+    /// bounded key space), with a fault every --fault-every-s (in turn: a follower killed
+    /// and restarted, the leader paused 3 s for a leader change, a follower down 20 s so
+    /// that it needs a state transfer), sampling every replica's resident memory, open
+    /// descriptors, threads and data directory; reports `rss_growth_pct` (first quarter to
+    /// last, replicas never restarted) and the descriptor and thread growth.
+    Soak {
+        /// Length of the run, in minutes.
+        #[arg(long, default_value_t = 10.0)]
+        minutes: f64,
+        /// Seconds between two faults (at least 30).
+        #[arg(long, default_value_t = 60.0)]
+        fault_every_s: f64,
+        /// Seconds between two samples of the replicas.
+        #[arg(long, default_value_t = 5.0)]
+        sample_s: f64,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Keys the load writes (all written once before the first sample).
+        #[arg(long, default_value_t = 10_000)]
+        keys: usize,
+        /// Draw every replica's resident memory over time, the faults marked, into this PNG.
+        #[arg(long, value_name = "FILE.png")]
+        plot: Option<PathBuf>,
+        /// One JSON object on stdout instead of the table (with every sample).
+        #[arg(long)]
+        json: bool,
+    },
     /// Time how long a wiped replica takes to get a large state back by state transfer
     /// (a local BFT cluster, n = 4, durability on, clients writing meanwhile): reports the
     /// time and MB/s from its restart until it caught up.
@@ -398,6 +428,40 @@ pub fn run(args: BenchArgs) -> Result<()> {
             checkpoint_period,
             json,
         }) => return state_transfer(state_mb, checkpoint_period, json),
+        Some(BenchWhat::Soak {
+            minutes,
+            fault_every_s,
+            sample_s,
+            clients,
+            keys,
+            plot,
+            json,
+        }) => {
+            let opts = tagma_bench::soak::SoakOptions {
+                minutes,
+                fault_every_s,
+                sample_s,
+                clients,
+                keys,
+                progress: !json,
+            };
+            let report = tagma_bench::soak::run(&super::tagma_exe()?, &opts)?;
+            if let Some(path) = &plot {
+                tagma_bench::plot::draw(&report.chart(), path)?;
+                if !json {
+                    eprintln!("wrote {}", path.display());
+                }
+            }
+            if json {
+                println!("{}", serde_json::to_string(&report)?);
+            } else {
+                print!("{}", report.table());
+            }
+            if !report.passed() {
+                std::process::exit(1);
+            }
+            return Ok(());
+        }
         Some(BenchWhat::Space {
             clients,
             durability,
