@@ -12,7 +12,8 @@ fuzz_target!(|data: &[u8]| {
     }
     if let Ok(op) = decode_op(data) {
         let mut crdt = Crdt::new(op.kind());
-        crdt.apply(Dot::new(1, 1), &op).expect("an operation applies to its own kind");
+        crdt.apply(Dot::new(1, 1), &op)
+            .expect("an operation applies to its own kind");
         let _ = crdt.digest();
     }
 });

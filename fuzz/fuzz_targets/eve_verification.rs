@@ -5,7 +5,7 @@
 
 use libfuzzer_sys::fuzz_target;
 use tagma_eve::verify::{
-    Decision, VerifierRequest, Verification, decode_request, encode_complaint, encode_query,
+    Decision, Verification, VerifierRequest, decode_request, encode_complaint, encode_query,
     encode_verify,
 };
 

@@ -20,8 +20,15 @@ fuzz_target!(|data: &[u8]| {
     let cube = Cube::new(16).expect("16 nodes");
     let subscriptions: BTreeMap<TopicId, BTreeSet<NodeId>> =
         [(TopicId(0), (0..16).map(NodeId).collect())].into();
-    let Ok(mut node) = Node::new(cube, NodeId(3), NodeConfig::default(), &subscriptions, NoStore, false, 0)
-    else {
+    let Ok(mut node) = Node::new(
+        cube,
+        NodeId(3),
+        NodeConfig::default(),
+        &subscriptions,
+        NoStore,
+        false,
+        0,
+    ) else {
         return;
     };
     // Chunks: one byte for the sender, one for the length, then the message.

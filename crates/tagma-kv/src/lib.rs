@@ -351,6 +351,12 @@ impl KvService {
         self.store.is_empty()
     }
 
+    /// The stored values, read-only (the structure-aware fuzz target takes WATCH digests
+    /// from it).
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
     /// The string stored at `key` (`None` if absent or not a string).
     pub fn get(&self, key: &[u8]) -> Option<&Bytes> {
         self.store.get_string(key).ok().flatten()
