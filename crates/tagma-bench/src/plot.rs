@@ -51,6 +51,28 @@ pub struct Chart {
     pub events: Vec<(f64, String)>,
 }
 
+impl Chart {
+    /// Throughput over a run (`points`: seconds, operations per second) with its events
+    /// marked: the timelines of the failure scenarios.
+    pub fn throughput_timeline(
+        title: String,
+        points: Vec<(f64, f64)>,
+        events: Vec<(f64, String)>,
+    ) -> Chart {
+        Chart {
+            title,
+            x_label: "time (s)".into(),
+            y_label: "acknowledged operations per second".into(),
+            integer_x: false,
+            series: vec![Series {
+                label: "throughput".into(),
+                points,
+            }],
+            events,
+        }
+    }
+}
+
 /// Drawing or writing the PNG failed.
 #[derive(Debug)]
 pub struct PlotError(String);

@@ -130,20 +130,14 @@ impl NetReport {
 
     /// Throughput over time with the faults and heals marked.
     pub fn chart(&self) -> tagma_bench::plot::Chart {
-        tagma_bench::plot::Chart {
-            title: format!(
+        tagma_bench::plot::Chart::throughput_timeline(
+            format!(
                 "{} ({} n={}): throughput over time",
                 self.scenario, self.mode, self.n
             ),
-            x_label: "time (s)".into(),
-            y_label: "acknowledged operations per second".into(),
-            integer_x: false,
-            series: vec![tagma_bench::plot::Series {
-                label: "throughput".into(),
-                points: self.throughput.clone(),
-            }],
-            events: self.events.clone(),
-        }
+            self.throughput.clone(),
+            self.events.clone(),
+        )
     }
 }
 

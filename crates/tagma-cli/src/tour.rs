@@ -110,24 +110,17 @@ impl TourReport {
 
     /// The throughput timeline with the events marked.
     pub fn chart(&self) -> tagma_bench::plot::Chart {
-        tagma_bench::plot::Chart {
-            title: format!(
+        tagma_bench::plot::Chart::throughput_timeline(
+            format!(
                 "Reconfiguration tour ({} n={}): throughput over time",
                 self.mode, self.n_start
             ),
-            x_label: "time (s)".into(),
-            y_label: "acknowledged operations per second".into(),
-            integer_x: false,
-            series: vec![tagma_bench::plot::Series {
-                label: "throughput".into(),
-                points: self.throughput.clone(),
-            }],
-            events: self
-                .events
+            self.throughput.clone(),
+            self.events
                 .iter()
                 .map(|e| (e.at_s, e.what.clone()))
                 .collect(),
-        }
+        )
     }
 }
 
