@@ -32,7 +32,11 @@ pub enum NetnsError {
     Hosts { hosts: usize },
     #[error("`{command}` failed: {stderr}")]
     Command { command: String, stderr: String },
-    #[error("cannot create the interface of host {host} (TUN, /dev/net/tun): {why}")]
+    #[error(
+        "cannot create the interface of host {host} (a TUN device): {why} — fix: load the tun \
+         module (modprobe tun) or create its device node (mkdir -p /dev/net && mknod \
+         /dev/net/tun c 10 200)"
+    )]
     Tun { host: usize, why: String },
     #[error("{0}")]
     Io(#[from] std::io::Error),
