@@ -26,6 +26,14 @@ pub enum Value {
 
 impl Value {
     /// Redis's name of the value's type.
+    /// The value with every byte string copied out of the buffer it was sliced from.
+    fn owned(self) -> Value {
+        match self {
+            Value::String(s) => Value::String(owned(&s)),
+            Value::Hash(h) => Value::Hash(h.iter().map(|(f, v)| (owned(f), owned(v))).collect()),
+        }
+    }
+
     pub fn type_name(&self) -> &'static str {
         match self {
             Value::String(_) => "string",
@@ -70,6 +78,11 @@ impl Eq for Store {}
 
 /// The order `SCAN` walks keys in: FNV-1a over the key, then a 64-bit mixer, never 0 (a
 /// cursor of 0 means "done"). Fixed, so every replica and every version agrees.
+/// A copy of `bytes` that shares no buffer with anything else (see [`Store::insert`]).
+pub fn owned(bytes: &[u8]) -> Bytes {
+    Bytes::copy_from_slice(bytes)
+}
+
 pub fn scan_hash(key: &[u8]) -> u64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for &b in key {
@@ -137,7 +150,17 @@ impl Store {
     }
 
     /// Sets `key` to `value`; returns the previous value.
+    ///
+    /// The store keeps its own compact copies of new keys and of values: bytes decoded from
+    /// a request are slices of the buffer its batch arrived in, and a stored slice would keep
+    /// that whole buffer alive for as long as the key lives (memory growing with the number
+    /// of keys times the size of a read buffer, not with the state).
     pub fn insert(&mut self, key: Bytes, value: Value, ttl: Ttl) -> Option<Value> {
+        let key = match self.map.get_key_value(&key) {
+            Some((stored, _)) => stored.clone(),
+            None => owned(&key),
+        };
+        let value = value.owned();
         match ttl {
             Ttl::Keep => {}
             Ttl::Clear => self.clear_deadline(&key),

@@ -8,7 +8,7 @@ use tagma_resp::Reply;
 
 use super::args::{OVERFLOW, WRONGTYPE, int, int_arg, int_bytes, wrong_arity};
 use super::strings::try_reply;
-use crate::store::{Store, Ttl, Value};
+use crate::store::{Store, Ttl, Value, owned};
 
 /// The hash at `key`, or the WRONGTYPE error.
 fn hash<'a>(store: &'a Store, key: &[u8]) -> Result<Option<&'a BTreeMap<Bytes, Bytes>>, Reply> {
@@ -42,7 +42,8 @@ fn set_fields(store: &mut Store, args: &[Bytes]) -> Result<i64, Reply> {
     let h = hash_mut(store, &args[1])?;
     let mut added = 0;
     for pair in args[2..].chunks(2) {
-        if h.insert(pair[0].clone(), pair[1].clone()).is_none() {
+        // Copies, not slices of the request (see `Store::insert`).
+        if h.insert(owned(&pair[0]), owned(&pair[1])).is_none() {
             added += 1;
         }
     }
@@ -132,6 +133,6 @@ pub fn hincrby(store: &mut Store, args: &[Bytes]) -> Reply {
         return Reply::error(OVERFLOW);
     };
     let h = try_reply!(hash_mut(store, &args[1]));
-    h.insert(args[2].clone(), int_bytes(value));
+    h.insert(owned(&args[2]), int_bytes(value));
     Reply::Integer(value)
 }
