@@ -269,8 +269,6 @@ impl Crdt {
 /// A cursor over the input that enforces the limits.
 struct Reader<'a> {
     input: &'a [u8],
-    /// The buffer `input` is, when byte strings may share it instead of copying.
-    shared: Option<&'a Bytes>,
     pos: usize,
     limits: &'a Limits,
     items: usize,
@@ -280,7 +278,6 @@ impl<'a> Reader<'a> {
     fn new(input: &'a [u8], limits: &'a Limits) -> Self {
         Self {
             input,
-            shared: None,
             pos: 0,
             limits,
             items: 0,
@@ -343,11 +340,10 @@ impl<'a> Reader<'a> {
         if len > self.remaining() as u64 {
             return Err(CodecError::Truncated);
         }
+        // Copied, never a slice of the message: a replica keeps the value as long as the
+        // element lives, and a slice would keep the whole frame it arrived in alive with it.
         let end = self.pos + len as usize;
-        let bytes = match self.shared {
-            Some(shared) => shared.slice(self.pos..end),
-            None => Bytes::copy_from_slice(&self.input[self.pos..end]),
-        };
+        let bytes = Bytes::copy_from_slice(&self.input[self.pos..end]);
         self.pos = end;
         Ok(bytes)
     }
@@ -645,17 +641,6 @@ pub fn decode_op(input: &[u8]) -> Result<Op, CodecError> {
 /// Decodes an operation under `limits`.
 pub fn decode_op_with(input: &[u8], limits: &Limits) -> Result<Op, CodecError> {
     let mut reader = Reader::new(input, limits);
-    let op = reader.op()?;
-    reader.finish()?;
-    Ok(op)
-}
-
-/// Decodes an operation under the default [`Limits`], its byte strings (a register's value, a
-/// set's element, a map's key) sharing `input`'s buffer instead of being copied.
-pub fn decode_op_shared(input: &Bytes) -> Result<Op, CodecError> {
-    let limits = Limits::default();
-    let mut reader = Reader::new(input, &limits);
-    reader.shared = Some(input);
     let op = reader.op()?;
     reader.finish()?;
     Ok(op)

@@ -47,8 +47,7 @@ pub mod set;
 pub mod value;
 
 pub use codec::{
-    Limits, decode_op, decode_op_shared, decode_op_with, decode_state, decode_state_with,
-    encode_op, encode_state,
+    Limits, decode_op, decode_op_with, decode_state, decode_state_with, encode_op, encode_state,
 };
 pub use counter::{Counter, CounterMark, CounterOp, NodeTally, ResetCounter};
 pub use crdt::{Crdt, Op};

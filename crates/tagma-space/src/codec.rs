@@ -154,10 +154,14 @@ impl Reader {
         self.bytes(len, "a sealed tuple")
     }
 
-    /// The next `len` bytes; shares the input (no copy).
+    /// The next `len` bytes, copied: a decoded tuple may be stored for as long as the space
+    /// lives, and a slice of the request would keep the whole buffer its batch arrived in
+    /// alive with it.
     pub fn bytes(&mut self, len: usize, what: &'static str) -> Result<Bytes, DecodeError> {
         self.need(len, what)?;
-        Ok(self.buf.split_to(len))
+        let out = Bytes::copy_from_slice(&self.buf[..len]);
+        self.buf.advance(len);
+        Ok(out)
     }
 
     /// Bytes of fixed length `N`.

@@ -106,7 +106,10 @@ impl SpaceOp {
                     if b.remaining() < len {
                         return None;
                     }
-                    Some(b.split_to(len))
+                    // Copied: a stored tuple must not keep its request's buffer alive.
+                    let field = Bytes::copy_from_slice(&b[..len]);
+                    b.advance(len);
+                    Some(field)
                 }
                 _ => return None,
             });
