@@ -203,10 +203,10 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
     if !(opts.minutes > 0.0 && opts.minutes.is_finite()) {
         bail!("--minutes must be a positive number, got {}", opts.minutes);
     }
-    if !(opts.sample_s >= 0.5 && opts.fault_every_s >= 30.0) {
+    if !(opts.sample_s >= 0.5 && opts.fault_every_s >= FAULT_S_MAX) {
         bail!(
-            "--sample-s must be at least 0.5 and --fault-every-s at least 30 (a fault takes up \
-             to 25 s), got {} and {}",
+            "--sample-s must be at least 0.5 and --fault-every-s at least {FAULT_S_MAX} (a \
+             fault takes up to that long), got {} and {}",
             opts.sample_s,
             opts.fault_every_s
         );
@@ -239,6 +239,9 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
     let samples = Mutex::new(Vec::new());
     let faults = Mutex::new(Vec::new());
     let restarts = Mutex::new(vec![(0u64, 0.0f64); n]);
+    // A restarted process counts its state transfers from zero: what the killed one counted
+    // is added here.
+    let transfers_before_kills = Mutex::new(0u64);
     let (ok, failed) = (AtomicU64::new(0), AtomicU64::new(0));
     let stop = AtomicBool::new(false);
     let bar = progress(opts.progress, duration);
@@ -290,11 +293,18 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
                     std::thread::sleep(Duration::from_millis(200));
                 }
                 // A fault must end before the run does.
-                if next + Duration::from_secs(25) > start + duration {
+                if next + fault_length(k) > start + duration {
                     break;
                 }
                 let at_s = start.elapsed().as_secs_f64();
-                let what = inject(&mut cluster, k, n, &restarts, start)?;
+                let what = inject(
+                    &mut cluster,
+                    k,
+                    n,
+                    &restarts,
+                    &transfers_before_kills,
+                    start,
+                )?;
                 bar.set_message(what.clone());
                 faults
                     .lock()
@@ -322,7 +332,8 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
         .unwrap_or(0);
     let state_transfers = (0..n)
         .map(|i| cluster.metric(i, "tagma_state_transfers_total") as u64)
-        .sum();
+        .sum::<u64>()
+        + transfers_before_kills.into_inner().expect("transfers");
     let samples = samples.into_inner().expect("samples");
     let restarts = restarts.into_inner().expect("restarts");
     let replicas: Vec<ReplicaSoak> = (0..n)
@@ -350,12 +361,25 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
     })
 }
 
+/// The longest a fault takes (the follower kept down for a state transfer, and its
+/// restart).
+pub const FAULT_S_MAX: f64 = 25.0;
+
+/// How long the `k`-th fault of the rotation may take.
+fn fault_length(k: u64) -> Duration {
+    match k % 3 {
+        2 => Duration::from_secs_f64(FAULT_S_MAX),
+        _ => Duration::from_secs(5),
+    }
+}
+
 /// The `k`-th fault of the rotation; returns what it did.
 fn inject(
     cluster: &mut LocalCluster,
     k: u64,
     n: usize,
     restarts: &Mutex<Vec<(u64, f64)>>,
+    transfers_before_kills: &Mutex<u64>,
     start: Instant,
 ) -> Result<String> {
     let restarted = |i: usize| {
@@ -366,6 +390,8 @@ fn inject(
     match k % 3 {
         0 => {
             let v = victim(cluster, n);
+            *transfers_before_kills.lock().expect("transfers") +=
+                cluster.metric(v, "tagma_state_transfers_total") as u64;
             cluster.kill(v);
             std::thread::sleep(Duration::from_secs(1));
             cluster.start(v)?;
@@ -385,6 +411,8 @@ fn inject(
         }
         _ => {
             let v = victim(cluster, n);
+            *transfers_before_kills.lock().expect("transfers") +=
+                cluster.metric(v, "tagma_state_transfers_total") as u64;
             cluster.kill(v);
             std::thread::sleep(Duration::from_secs(20));
             cluster.start(v)?;

@@ -192,3 +192,41 @@ fn unreplicated_server_serves_the_kv_service() {
     assert_eq!(state.executed_requests, 10);
     assert_eq!(state.executed_instances, 10);
 }
+
+/// A short soak: every replica sampled, each kind of fault once (a restart, a leader pause, a
+/// follower down long enough to need a state transfer), and the replicas equal at the end.
+#[test]
+fn a_short_soak_samples_every_replica_through_each_kind_of_fault() {
+    let opts = tagma_bench::soak::SoakOptions {
+        minutes: 1.75,
+        fault_every_s: 25.0,
+        sample_s: 1.0,
+        clients: 4,
+        keys: 500,
+        progress: false,
+    };
+    let exe = std::path::Path::new(env!("CARGO_BIN_EXE_tagma"));
+    let r = tagma_bench::soak::run(exe, &opts).expect("the soak runs");
+    let kinds: Vec<&str> = r.faults.iter().map(|f| f.what.as_str()).collect();
+    assert!(r.faults.len() >= 3, "{kinds:?}");
+    assert!(kinds[0].contains("killed and restarted"), "{kinds:?}");
+    assert!(kinds[1].contains("paused"), "{kinds:?}");
+    assert!(kinds[2].contains("down 20 s"), "{kinds:?}");
+    assert!(r.leader_changes >= 1, "the pause changed no leader");
+    assert!(
+        r.state_transfers >= 1,
+        "the follower kept down fetched no state"
+    );
+    assert!(r.state_digests_equal);
+    assert!(r.operations > 0);
+    assert_eq!(r.replicas.len(), 4);
+    for replica in &r.replicas {
+        assert!(replica.samples > 0, "{replica:?}");
+        assert!(replica.rss_first_quarter_mb > 0.0 && replica.threads_first > 0.0);
+        assert!(replica.fds_first > 0.0 && replica.disk_max_mb > 0.0);
+    }
+    // One follower is the one restarted; the others ran the whole time.
+    assert!(r.replicas.iter().filter(|x| x.restarts == 0).count() >= 2);
+    assert!(r.rss_growth_pct.is_finite());
+    assert!(!r.table().is_empty());
+}

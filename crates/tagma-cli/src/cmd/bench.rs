@@ -106,7 +106,7 @@ pub enum BenchWhat {
         /// Length of the run, in minutes.
         #[arg(long, default_value_t = 10.0)]
         minutes: f64,
-        /// Seconds between two faults (at least 30).
+        /// Seconds between two faults (at least 25).
         #[arg(long, default_value_t = 60.0)]
         fault_every_s: f64,
         /// Seconds between two samples of the replicas.
