@@ -11,7 +11,8 @@
 //! the whole run; the restarted one's since its last start.
 //!
 //! The load writes a bounded key space (prefilled before the first sample), so the state
-//! stops growing once every key exists: what grows after that is a leak.
+//! stops growing once every key exists, and runs unmeasured for a warm-up first: what grows
+//! after that is a leak.
 
 use std::path::Path;
 use std::sync::Mutex;
@@ -41,6 +42,10 @@ pub struct SoakOptions {
     pub clients: usize,
     /// Keys of the bounded key space.
     pub keys: usize,
+    /// Minutes of load before the first sample and the first fault: allocator caches,
+    /// connection buffers and the log and checkpoints reach their working size first, so
+    /// that the first quarter measures the steady state, as the last does.
+    pub warmup_min: f64,
     /// Show a progress bar on stderr.
     pub progress: bool,
 }
@@ -211,6 +216,12 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
             opts.fault_every_s
         );
     }
+    if !(opts.warmup_min >= 0.0 && opts.warmup_min.is_finite()) {
+        bail!(
+            "--warmup-min must be a number of minutes ≥ 0, got {}",
+            opts.warmup_min
+        );
+    }
     if opts.clients == 0 || opts.keys == 0 {
         bail!("--clients and --keys must be at least 1");
     }
@@ -234,6 +245,7 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
         .map(|_| cluster.proxy(ready))
         .collect::<Result<_>>()?;
     prefill(&proxies, opts.keys)?;
+    warm_up(&proxies, opts);
     let duration = Duration::from_secs_f64(opts.minutes * 60.0);
     let start = Instant::now();
     let samples = Mutex::new(Vec::new());
@@ -426,6 +438,30 @@ fn inject(
 fn signal(pid: u32, sig: rustix::process::Signal) -> Result<()> {
     let pid = rustix::process::Pid::from_raw(pid as i32).context("pid 0")?;
     rustix::process::kill_process(pid, sig).with_context(|| format!("signal {sig:?} to {pid:?}"))
+}
+
+/// Runs the load for `opts.warmup_min` minutes, unmeasured.
+fn warm_up(proxies: &[Proxy], opts: &SoakOptions) {
+    let warmup = Duration::from_secs_f64(opts.warmup_min * 60.0);
+    if warmup.is_zero() {
+        return;
+    }
+    let bar = progress(opts.progress, warmup);
+    bar.set_message("warming up");
+    let (ok, failed, stop) = (AtomicU64::new(0), AtomicU64::new(0), AtomicBool::new(false));
+    std::thread::scope(|s| {
+        for (c, proxy) in proxies.iter().enumerate() {
+            let (ok, failed, stop) = (&ok, &failed, &stop);
+            s.spawn(move || mixed_load(proxy, c, opts.keys, ok, failed, stop));
+        }
+        let start = Instant::now();
+        while start.elapsed() < warmup {
+            bar.set_position(start.elapsed().as_secs().min(warmup.as_secs()));
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    bar.finish_and_clear();
 }
 
 /// Writes every key of the key space once.

@@ -203,6 +203,7 @@ fn a_short_soak_samples_every_replica_through_each_kind_of_fault() {
         sample_s: 1.0,
         clients: 4,
         keys: 500,
+        warmup_min: 0.0,
         progress: false,
     };
     let exe = std::path::Path::new(env!("CARGO_BIN_EXE_tagma"));

@@ -100,8 +100,9 @@ pub enum BenchWhat {
     /// bounded key space), with a fault every --fault-every-s (in turn: a follower killed
     /// and restarted, the leader paused 3 s for a leader change, a follower down 20 s so
     /// that it needs a state transfer), sampling every replica's resident memory, open
-    /// descriptors, threads and data directory; reports `rss_growth_pct` (first quarter to
-    /// last, replicas never restarted) and the descriptor and thread growth.
+    /// descriptors, threads and data directory after a warm-up; reports `rss_growth_pct`
+    /// (first quarter to last, replicas never restarted) and the descriptor and thread
+    /// growth.
     Soak {
         /// Length of the run, in minutes.
         #[arg(long, default_value_t = 10.0)]
@@ -118,6 +119,10 @@ pub enum BenchWhat {
         /// Keys the load writes (all written once before the first sample).
         #[arg(long, default_value_t = 10_000)]
         keys: usize,
+        /// Minutes of unmeasured load before the first sample and fault (caches and buffers
+        /// reach their working size), on top of --minutes.
+        #[arg(long, default_value_t = 10.0)]
+        warmup_min: f64,
         /// Draw every replica's resident memory over time, the faults marked, into this PNG.
         #[arg(long, value_name = "FILE.png")]
         plot: Option<PathBuf>,
@@ -434,6 +439,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             sample_s,
             clients,
             keys,
+            warmup_min,
             plot,
             json,
         }) => {
@@ -443,6 +449,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 sample_s,
                 clients,
                 keys,
+                warmup_min,
                 progress: !json,
             };
             let report = tagma_bench::soak::run(&super::tagma_exe()?, &opts)?;
