@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A fuzzing campaign: every cargo-fuzz target (or the ones named) for SECONDS each; prints
-# executions and coverage per target and exits 1 if any target crashed (the crashing input
-# is kept under fuzz/artifacts/TARGET/; turn it into a regression test).
+# executions and coverage per target and exits 1 if any target crashed or an input ran past
+# 20 s (a hang); the input is kept under fuzz/artifacts/TARGET/: turn it into a regression
+# test.
 #
 # Usage: scripts/fuzz-campaign.sh SECONDS [TARGET...]
 # Needs the nightly toolchain and cargo-fuzz (`cargo install cargo-fuzz`).
@@ -31,7 +32,7 @@ crashed=0
 printf '%-18s %12s %10s %8s %s\n' target executions exec/s cov result
 for t in "${TARGETS[@]}"; do
   mkdir -p "corpus/$t"
-  if cargo +nightly fuzz run "$t" -- -max_total_time="$SECONDS_EACH" -print_final_stats=1 \
+  if cargo +nightly fuzz run "$t" -- -max_total_time="$SECONDS_EACH" -timeout=20 -print_final_stats=1 \
       >"$LOGS/$t.log" 2>&1; then
     result=ok
   else

@@ -319,12 +319,20 @@ impl<T: Carried> Causal<T> {
     }
 
     /// Predecessors that buffered messages have waited on since before `before_ms`, neither
-    /// delivered nor buffered here: what to fetch. Each is named once.
-    pub fn missing(&self, before_ms: u64) -> Vec<MsgId> {
+    /// delivered nor buffered here, that `want` accepts: what to fetch, at most `max` of
+    /// them, each named once. The work is bounded by `max` and the buffer, not by the gap a
+    /// message's counter claims (a counter far ahead names billions of predecessors).
+    pub fn missing(
+        &self,
+        before_ms: u64,
+        max: usize,
+        mut want: impl FnMut(MsgId) -> bool,
+    ) -> Vec<MsgId> {
         let mut out: Vec<MsgId> = Vec::new();
-        if self.held {
+        if self.held || max == 0 {
             return out;
         }
+        let mut named = std::collections::BTreeSet::new();
         let mut waiting: Vec<(&MsgId, &Waiting<T>)> = (self.buffer.iter())
             .filter(|(_, w)| w.since_ms <= before_ms)
             .collect();
@@ -337,8 +345,11 @@ impl<T: Carried> Causal<T> {
                 counter,
             });
             for p in gap.chain(w.message.barrier().iter().copied()) {
-                if !self.has(p) && !out.contains(&p) {
+                if !self.has(p) && want(p) && named.insert(p) {
                     out.push(p);
+                    if out.len() == max {
+                        return out;
+                    }
                 }
             }
         }
@@ -432,10 +443,29 @@ mod tests {
         assert_eq!(b2, vec![m1], "b's message follows a's");
         // c gets b's message first: it waits for a's.
         assert_eq!(receive(&mut c, m2, b2, 0), Some(vec![]));
-        assert_eq!(c.missing(0), vec![m1]);
+        assert_eq!(c.missing(0, 10, |_| true), vec![m1]);
         assert_eq!(receive(&mut c, m1, b1, 5), Some(vec![m1, m2]));
         assert_eq!(c.barrier(), vec![m2], "m1 is an indirect predecessor now");
         assert_eq!(receive(&mut c, m1, vec![], 6), None);
+    }
+
+    /// Found by fuzzing: a message whose counter is far ahead named every predecessor in the
+    /// gap, each checked against the list so far, and a tick never ended.
+    #[test]
+    fn a_counter_far_ahead_names_at_most_the_batch() {
+        let mut r = Bare::new(NodeId(3), 16);
+        assert_eq!(
+            receive(&mut r, id(0, u64::MAX - 1), vec![], 0),
+            Some(vec![])
+        );
+        let start = std::time::Instant::now();
+        let asked = r.missing(0, 64, |_| true);
+        assert_eq!(asked.len(), 64);
+        assert_eq!(asked[0], id(0, 1));
+        // Those asked recently are skipped, and the next ones named instead.
+        let next = r.missing(0, 64, |m| m.counter > 64);
+        assert_eq!(next[0], id(0, 65));
+        assert!(start.elapsed() < std::time::Duration::from_secs(1));
     }
 
     #[test]
@@ -444,7 +474,7 @@ mod tests {
         assert_eq!(receive(&mut r, id(0, 2), vec![id(0, 1)], 0), Some(vec![]));
         // Even an empty barrier cannot overtake the publisher's earlier message.
         assert_eq!(receive(&mut r, id(0, 3), vec![], 0), Some(vec![]));
-        assert_eq!(r.missing(0), vec![id(0, 1)]);
+        assert_eq!(r.missing(0, 10, |_| true), vec![id(0, 1)]);
         assert_eq!(
             receive(&mut r, id(0, 1), vec![], 0),
             Some(vec![id(0, 1), id(0, 2), id(0, 3)])

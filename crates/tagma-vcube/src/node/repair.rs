@@ -47,10 +47,11 @@ impl<S: Store> Node<S> {
         let topics: Vec<TopicId> = self.topics.keys().copied().collect();
         for topic in topics {
             let t = &self.topics[&topic];
-            let missing: Vec<MsgId> = (t.causal.missing(before).into_iter())
-                .filter(|id| t.fetched.get(id).is_none_or(|&at| at <= before))
-                .take(self.config.repair_batch_max)
-                .collect();
+            let missing = t
+                .causal
+                .missing(before, self.config.repair_batch_max, |id| {
+                    t.fetched.get(&id).is_none_or(|&at| at <= before)
+                });
             for id in missing {
                 let to = if self.eligible(topic, id.source) {
                     Some(id.source)
