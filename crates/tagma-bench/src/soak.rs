@@ -167,31 +167,39 @@ impl SoakReport {
             .replicas
             .iter()
             .map(|r| crate::plot::Series {
-                label: format!("replica {}", r.replica),
-                points: self
-                    .samples
-                    .iter()
-                    .filter(|s| s.replica == r.replica)
-                    .map(|s| (s.at_s / 60.0, s.rss_mb))
-                    .collect(),
+                label: format!("replica {} ({} restarts)", r.replica, r.restarts),
+                points: minute_means(self.samples.iter().filter(|s| s.replica == r.replica)),
             })
             .collect();
+        // A line per fault would hide the curves: the faults are named in the title, and
+        // listed in the report.
         crate::plot::Chart {
             title: format!(
-                "Soak ({:.0} min, BFT n={}): resident memory",
-                self.minutes, self.n
+                "Soak ({:.0} min, BFT n={}, {} faults): resident memory, mean per minute",
+                self.minutes,
+                self.n,
+                self.faults.len()
             ),
             x_label: "time (min)".into(),
             y_label: "RSS (MiB)".into(),
             integer_x: false,
             series,
-            events: self
-                .faults
-                .iter()
-                .map(|e| (e.at_s / 60.0, e.what.clone()))
-                .collect(),
+            events: Vec::new(),
         }
     }
+}
+
+/// The mean RSS of each whole minute of `samples` (minute, MiB), at the minute's middle.
+fn minute_means<'a>(samples: impl Iterator<Item = &'a SoakSample>) -> Vec<(f64, f64)> {
+    let mut sums: std::collections::BTreeMap<u64, (f64, u32)> = std::collections::BTreeMap::new();
+    for s in samples {
+        let e = sums.entry((s.at_s / 60.0) as u64).or_default();
+        e.0 += s.rss_mb;
+        e.1 += 1;
+    }
+    sums.into_iter()
+        .map(|(m, (sum, k))| (m as f64 + 0.5, sum / f64::from(k)))
+        .collect()
 }
 
 /// The replica that is restarted: the last one, unless it leads (then the one before).
@@ -614,6 +622,16 @@ mod tests {
             threads: 20,
             disk_mb: 1.0,
         }
+    }
+
+    #[test]
+    fn the_chart_draws_a_mean_per_minute() {
+        let samples = [
+            sample(10.0, 0, 60.0, 30),
+            sample(50.0, 0, 70.0, 30),
+            sample(70.0, 0, 80.0, 30),
+        ];
+        assert_eq!(minute_means(samples.iter()), vec![(0.5, 65.0), (1.5, 80.0)]);
     }
 
     #[test]
