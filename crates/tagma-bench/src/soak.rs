@@ -402,21 +402,23 @@ fn inject(
     transfers_before_kills: &Mutex<u64>,
     start: Instant,
 ) -> Result<String> {
-    let restarted = |i: usize| {
+    // Kills the restarted follower, keeps it down for `down`, starts it again.
+    let mut bounce = |down: Duration| -> Result<usize> {
+        let v = victim(cluster, n);
+        *transfers_before_kills.lock().expect("transfers") +=
+            cluster.metric(v, "tagma_state_transfers_total") as u64;
+        cluster.kill(v);
+        std::thread::sleep(down);
+        cluster.start(v)?;
+        cluster.wait_ready(v, Duration::from_secs(30))?;
         let mut r = restarts.lock().expect("restarts");
-        r[i].0 += 1;
-        r[i].1 = start.elapsed().as_secs_f64();
+        r[v].0 += 1;
+        r[v].1 = start.elapsed().as_secs_f64();
+        Ok(v)
     };
     match k % 3 {
         0 => {
-            let v = victim(cluster, n);
-            *transfers_before_kills.lock().expect("transfers") +=
-                cluster.metric(v, "tagma_state_transfers_total") as u64;
-            cluster.kill(v);
-            std::thread::sleep(Duration::from_secs(1));
-            cluster.start(v)?;
-            cluster.wait_ready(v, Duration::from_secs(30))?;
-            restarted(v);
+            let v = bounce(Duration::from_secs(1))?;
             Ok(format!("replica {v} killed and restarted"))
         }
         1 => {
@@ -430,14 +432,7 @@ fn inject(
             Ok(format!("leader {leader} paused 3 s"))
         }
         _ => {
-            let v = victim(cluster, n);
-            *transfers_before_kills.lock().expect("transfers") +=
-                cluster.metric(v, "tagma_state_transfers_total") as u64;
-            cluster.kill(v);
-            std::thread::sleep(Duration::from_secs(20));
-            cluster.start(v)?;
-            cluster.wait_ready(v, Duration::from_secs(30))?;
-            restarted(v);
+            let v = bounce(Duration::from_secs(20))?;
             Ok(format!("replica {v} down 20 s"))
         }
     }
