@@ -226,12 +226,11 @@ pub fn run(
         events: Mutex::new(Vec::new()),
         heals: Mutex::new(Vec::new()),
     };
-    let (result, counts) = under_load(&proxies, Some(&history), |counts| {
+    let ((), counts) = under_load(&proxies, Some(&history), |counts| {
         sampled(&timeline, counts, || {
             inject(&net, &cluster, scenario, opts, net_opts.seed, &timeline)
         })
     })?;
-    result?;
     let history = history.finish()?;
     let reader = cluster.proxy(ready)?;
     let (lost, duplicated) = account(&reader, &counts)?;
@@ -280,9 +279,9 @@ fn default_history(scenario: Scenario, opts: &ChaosOptions) -> PathBuf {
 }
 
 /// Runs `body` while a thread samples the completed increments every [`SAMPLE`].
-fn sampled<T>(timeline: &Timeline, counts: &[Counts], body: impl FnOnce() -> T) -> Result<T> {
+fn sampled<T>(timeline: &Timeline, counts: &[Counts], body: impl FnOnce() -> T) -> T {
     let stop = AtomicBool::new(false);
-    Ok(std::thread::scope(|s| {
+    std::thread::scope(|s| {
         s.spawn(|| {
             while !stop.load(Ordering::Relaxed) {
                 let sample = (timeline.now(), total(counts));
@@ -293,7 +292,7 @@ fn sampled<T>(timeline: &Timeline, counts: &[Counts], body: impl FnOnce() -> T) 
         let result = body();
         stop.store(true, Ordering::Relaxed);
         result
-    }))
+    })
 }
 
 /// The load before the fault, the fault, the heals, and the load after.

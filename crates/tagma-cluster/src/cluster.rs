@@ -259,19 +259,15 @@ impl LocalCluster {
         opts: &LaunchOptions,
         edit: impl Fn(&mut tagma_core::Config),
     ) -> Result<Self> {
-        let mut last = None;
-        for _ in 0..3 {
+        with_new_ports(|| {
             let mut c = LocalCluster::create_with_f(exe, opts.replicas, opts.mode, opts.f, None)?;
             c.service = opts.service.clone();
             c.replica_args = opts.replica_args.clone();
             c.unreplicated = opts.unreplicated;
             c.reconfigure(&edit)?;
-            match c.start_all() {
-                Ok(()) => return Ok(c),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("at least one attempt"))
+            c.start_all()?;
+            Ok(c)
+        })
     }
 
     /// The process id of replica `i`, if it was started and not killed.
@@ -379,6 +375,20 @@ impl LocalCluster {
             }
         }
     }
+}
+
+/// Runs `attempt` (write a deployment with freshly picked ports and start it) up to three
+/// times: another process may take a port between the moment it is picked and the moment
+/// a server binds it. Returns the first success, or the last failure.
+pub(crate) fn with_new_ports<T>(mut attempt: impl FnMut() -> Result<T>) -> Result<T> {
+    let mut last = None;
+    for _ in 0..3 {
+        match attempt() {
+            Ok(started) => return Ok(started),
+            Err(e) => last = Some(e),
+        }
+    }
+    Err(last.expect("three attempts"))
 }
 
 /// Starts a server process with its output appended to `log` (`RUST_LOG` from

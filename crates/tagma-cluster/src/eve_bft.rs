@@ -165,14 +165,7 @@ impl EveBft {
         lies: &[(usize, &str)],
         edit: impl Fn(&mut tagma_config::eve::EveSection),
     ) -> Result<Self> {
-        let mut last = None;
-        for _ in 0..3 {
-            match Self::launch_once(exe, dir, u, r, lies, &edit) {
-                Ok(d) => return Ok(d),
-                Err(e) => last = Some(e),
-            }
-        }
-        Err(last.expect("three attempts"))
+        crate::cluster::with_new_ports(|| Self::launch_once(exe, dir, u, r, lies, &edit))
     }
 
     fn launch_once(
