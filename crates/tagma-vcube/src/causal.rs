@@ -320,8 +320,9 @@ impl<T: Carried> Causal<T> {
 
     /// Predecessors that buffered messages have waited on since before `before_ms`, neither
     /// delivered nor buffered here, that `want` accepts: what to fetch, at most `max` of
-    /// them, each named once. The work is bounded by `max` and the buffer, not by the gap a
-    /// message's counter claims (a counter far ahead names billions of predecessors).
+    /// them, each named once. The work is bounded by `max`, the buffer and what `want`
+    /// refuses, not by the gap a message's counter claims (a counter far ahead names
+    /// billions of predecessors) nor by how many buffered messages share a gap.
     pub fn missing(
         &self,
         before_ms: u64,
@@ -337,10 +338,19 @@ impl<T: Carried> Causal<T> {
             .filter(|(_, w)| w.since_ms <= before_ms)
             .collect();
         waiting.sort_unstable_by_key(|(id, _)| **id);
+        // The publisher whose gap is walked, and up to which counter: the waiting messages
+        // come sorted, so each publisher's gap is walked once, not once per message.
+        let mut walked: Option<(NodeId, u64)> = None;
         for (id, w) in waiting {
             // The publisher's earlier messages, then the barrier.
-            let previous = self.delivered_of(id.source);
-            let gap = (previous + 1..id.counter).map(|counter| MsgId {
+            let mut first = self.delivered_of(id.source) + 1;
+            if let Some((source, upto)) = walked
+                && source == id.source
+            {
+                first = first.max(upto + 1);
+            }
+            walked = Some((id.source, id.counter));
+            let gap = (first..id.counter).map(|counter| MsgId {
                 source: id.source,
                 counter,
             });
@@ -466,6 +476,26 @@ mod tests {
         let next = r.missing(0, 64, |m| m.counter > 64);
         assert_eq!(next[0], id(0, 65));
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[test]
+    fn messages_sharing_a_gap_walk_it_once() {
+        // A thousand messages from one publisher wait on the same 2,000 missing ones, all
+        // asked for already: finding nothing new to ask looks at each missing one once,
+        // not once per waiting message.
+        let mut r = Bare::new(NodeId(3), 1_000);
+        for counter in 2_001..=3_000 {
+            assert_eq!(receive(&mut r, id(0, counter), vec![], 0), Some(vec![]));
+        }
+        let mut looked = 0;
+        let asked = r.missing(0, 64, |m| {
+            looked += 1;
+            m.counter > 2_000
+        });
+        assert_eq!(asked, vec![]);
+        assert_eq!(looked, 2_000);
+        // The first one not asked yet is named.
+        assert_eq!(r.missing(0, 64, |m| m.counter > 1_999), vec![id(0, 2_000)]);
     }
 
     #[test]

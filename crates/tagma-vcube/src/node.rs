@@ -176,7 +176,8 @@ struct InFlight {
 struct Topic {
     causal: Causal<Data>,
     log: Log,
-    /// When each missing predecessor was last fetched.
+    /// When each missing predecessor was last fetched, for those fetched less than
+    /// `fetch_after_ms` ago.
     fetched: BTreeMap<MsgId, u64>,
     /// A joining node: when it last asked for the snapshot, and how often.
     joining: Option<(u64, u32)>,

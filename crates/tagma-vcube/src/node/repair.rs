@@ -3,7 +3,9 @@
 //!
 //! - **Fetch**: a buffered message that has waited `fetch_after_ms` for a predecessor makes
 //!   the node ask for the predecessor — its publisher if believed correct, otherwise a
-//!   subscriber — at most once per `fetch_after_ms`.
+//!   subscriber — at most once per `fetch_after_ms`, with at most `repair_batch_max` asks
+//!   outstanding per topic (a counter far ahead names more missing messages than any
+//!   buffer holds; the next batch is asked for as the answers deliver).
 //! - **Anti-entropy**: every `sync_ms` the node sends what it delivered on each topic
 //!   (one counter per publisher) to one subscriber, the first eligible node of its
 //!   clusters in turn; the peer answers with the logged messages the node lacks that it
@@ -46,17 +48,22 @@ impl<S: Store> Node<S> {
         let mut asks: BTreeMap<(TopicId, NodeId), Vec<MsgId>> = BTreeMap::new();
         let topics: Vec<TopicId> = self.topics.keys().copied().collect();
         for topic in topics {
+            let t = self.topics.get_mut(&topic).expect("listed");
+            // Asks older than `fetch_after_ms` may be repeated: they are forgotten. One
+            // batch is outstanding at a time; the next goes out as the answers deliver.
+            t.fetched.retain(|_, at| *at > before);
+            let room = (self.config.repair_batch_max).saturating_sub(t.fetched.len());
             let t = &self.topics[&topic];
             let missing = t
                 .causal
-                .missing(before, self.config.repair_batch_max, |id| {
-                    t.fetched.get(&id).is_none_or(|&at| at <= before)
-                });
+                .missing(before, room, |id| !t.fetched.contains_key(&id));
+            // Asked of a subscriber when the publisher is not eligible: the same one for all.
+            let mut subscriber = None;
             for id in missing {
                 let to = if self.eligible(topic, id.source) {
                     Some(id.source)
                 } else {
-                    self.peer(topic, self.sync_round)
+                    *subscriber.get_or_insert_with(|| self.peer(topic, self.sync_round))
                 };
                 if let Some(to) = to {
                     asks.entry((topic, to)).or_default().push(id);

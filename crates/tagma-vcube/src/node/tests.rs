@@ -553,3 +553,60 @@ fn a_message_the_causal_order_refuses_is_still_relayed_once() {
     assert_eq!(relays(&mut node), 0, "seen already");
     assert_eq!(node.stats().duplicates, 1);
 }
+
+#[test]
+fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_buffer() {
+    // One message whose counter is far ahead names more missing predecessors than any
+    // buffer holds: the node asks for one batch, and when no answer comes within
+    // `fetch_after_ms` asks for the oldest missing ones again; it never remembers more
+    // than a batch of asks.
+    let cube = Cube::new(4).unwrap();
+    let subs = BTreeMap::from([(T, (0..4).map(NodeId).collect::<BTreeSet<_>>())]);
+    // No test round ends within the minute: the publisher is not suspected for its silence.
+    let tight = NodeConfig {
+        repair_batch_max: 30,
+        detector: DetectorConfig {
+            round_ms: 3_600_000,
+            ..config().detector
+        },
+        ..config()
+    };
+    let mut node = Node::new(cube, NodeId(1), tight.clone(), &subs, Log::default(), false, 0)
+        .unwrap();
+    node.handle(
+        0,
+        Input::Message {
+            from: NodeId(0),
+            message: tree_message(0, u64::MAX - 1),
+        },
+    );
+    let mut asked = BTreeSet::new();
+    let mut last_ask_ms = 0;
+    let mut most = 0;
+    let mut now_ms = 0;
+    while now_ms < 60_000 {
+        now_ms += tight.tick_ms;
+        node.handle(now_ms, Input::Tick);
+        for action in std::iter::from_fn(|| node.poll_action()) {
+            if let Action::Send {
+                message: Message::Fetch { ids, .. },
+                ..
+            } = action
+            {
+                assert!(ids.len() <= tight.repair_batch_max);
+                asked.extend(ids);
+                last_ask_ms = now_ms;
+            }
+        }
+        most = most.max(node.topics[&T].fetched.len());
+    }
+    assert!(most <= tight.repair_batch_max, "{most} asks remembered");
+    let oldest: BTreeSet<MsgId> = (1..=tight.repair_batch_max as u64)
+        .map(|counter| MsgId {
+            source: NodeId(0),
+            counter,
+        })
+        .collect();
+    assert_eq!(asked, oldest, "the oldest missing messages are asked for");
+    assert!(now_ms - last_ask_ms <= tight.fetch_after_ms, "asking went on");
+}
