@@ -70,6 +70,10 @@ pub struct SoakSample {
     pub threads: u64,
     /// Bytes of its data directory (log segments, checkpoints, votes), in MiB.
     pub disk_mb: f64,
+    /// What its allocator reports (from its metrics; 0 when they did not answer): bytes
+    /// allocated and not freed, and bytes it keeps resident, in MiB.
+    pub heap_allocated_mb: f64,
+    pub heap_resident_mb: f64,
 }
 
 /// What one replica did over the run.
@@ -82,6 +86,11 @@ pub struct ReplicaSoak {
     pub rss_first_quarter_mb: f64,
     pub rss_last_quarter_mb: f64,
     pub rss_growth_pct: f64,
+    /// The same for the bytes allocated and not freed: a leak grows both, the allocator's
+    /// caches and fragmentation only the resident memory.
+    pub heap_first_quarter_mb: f64,
+    pub heap_last_quarter_mb: f64,
+    pub heap_growth_pct: f64,
     /// Medians of the first and the last quarter.
     pub fds_first: f64,
     pub fds_last: f64,
@@ -123,7 +132,7 @@ impl SoakReport {
     pub fn table(&self) -> String {
         let mut out = format!(
             "soak: {:.1} min, BFT n={}, {} operations ({:.0}/s, {} failed), {} faults, {} leader changes, {} state transfers\n\
-             replica restarts samples  rss first→last MiB  growth   fds first→last  threads first→last  disk max/last MiB\n",
+             replica restarts samples  rss first→last MiB  growth   heap first→last MiB  growth   fds first→last  threads first→last  disk max/last MiB\n",
             self.minutes,
             self.n,
             self.operations,
@@ -135,13 +144,16 @@ impl SoakReport {
         );
         for r in &self.replicas {
             out.push_str(&format!(
-                "{:>7} {:>8} {:>7}  {:>7.1} → {:<7.1}  {:>+6.1}%  {:>5.0} → {:<5.0}  {:>7.0} → {:<7.0}  {:>7.1} / {:.1}\n",
+                "{:>7} {:>8} {:>7}  {:>7.1} → {:<7.1}  {:>+6.1}%  {:>8.1} → {:<8.1}  {:>+6.1}%  {:>5.0} → {:<5.0}  {:>7.0} → {:<7.0}  {:>7.1} / {:.1}\n",
                 r.replica,
                 r.restarts,
                 r.samples,
                 r.rss_first_quarter_mb,
                 r.rss_last_quarter_mb,
                 r.rss_growth_pct,
+                r.heap_first_quarter_mb,
+                r.heap_last_quarter_mb,
+                r.heap_growth_pct,
                 r.fds_first,
                 r.fds_last,
                 r.threads_first,
@@ -271,6 +283,12 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
         .iter()
         .map(|r| tagma_node::cluster_dir::data_dir(&cluster.dir, &cluster.cfg, r.id))
         .collect();
+    let metrics_addrs: Vec<Option<std::net::SocketAddr>> = cluster
+        .cfg
+        .replicas
+        .iter()
+        .map(|r| r.metrics_addr)
+        .collect();
     let pids = Mutex::new(vec![None; n]);
     std::thread::scope(|s| -> Result<()> {
         for (c, proxy) in proxies.iter().enumerate() {
@@ -281,7 +299,8 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
             *pids.lock().expect("pids") = (0..n).map(|i| cluster.pid(i)).collect();
         };
         refresh(&cluster);
-        let (samples, pids, stop, data_dirs) = (&samples, &pids, &stop, &data_dirs);
+        let (samples, pids, stop, data_dirs, metrics_addrs) =
+            (&samples, &pids, &stop, &data_dirs, &metrics_addrs);
         s.spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 let at_s = start.elapsed().as_secs_f64();
@@ -298,6 +317,11 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
                         fds: p.fds,
                         threads: p.threads,
                         disk_mb: dir_bytes(&data_dirs[replica]) as f64 / (1 << 20) as f64,
+                        heap_allocated_mb: heap(
+                            metrics_addrs[replica],
+                            "tagma_heap_allocated_bytes",
+                        ),
+                        heap_resident_mb: heap(metrics_addrs[replica], "tagma_heap_resident_bytes"),
                     });
                 }
                 samples.lock().expect("samples").extend(taken);
@@ -571,17 +595,18 @@ fn summarize(i: usize, (restarts, last_start): (u64, f64), all: &[SoakSample]) -
     };
     let rss_first = mean(first, |s| s.rss_mb);
     let rss_last = mean(last, |s| s.rss_mb);
+    let heap_first = mean(first, |s| s.heap_allocated_mb);
+    let heap_last = mean(last, |s| s.heap_allocated_mb);
     ReplicaSoak {
         replica: i,
         restarts,
         samples: mine.len(),
         rss_first_quarter_mb: rss_first,
         rss_last_quarter_mb: rss_last,
-        rss_growth_pct: if rss_first > 0.0 {
-            (rss_last - rss_first) / rss_first * 100.0
-        } else {
-            0.0
-        },
+        rss_growth_pct: growth_pct(rss_first, rss_last),
+        heap_first_quarter_mb: heap_first,
+        heap_last_quarter_mb: heap_last,
+        heap_growth_pct: growth_pct(heap_first, heap_last),
         fds_first: median(first, |s| s.fds as f64),
         fds_last: median(last, |s| s.fds as f64),
         threads_first: median(first, |s| s.threads as f64),
@@ -589,6 +614,26 @@ fn summarize(i: usize, (restarts, last_start): (u64, f64), all: &[SoakSample]) -
         disk_max_mb: mine.iter().map(|s| s.disk_mb).fold(0.0, f64::max),
         disk_last_mb: mine.last().map_or(0.0, |s| s.disk_mb),
     }
+}
+
+/// From `first` to `last`, in percent of `first` (0 without a first).
+fn growth_pct(first: f64, last: f64) -> f64 {
+    if first > 0.0 {
+        (last - first) / first * 100.0
+    } else {
+        0.0
+    }
+}
+
+/// One of a replica's heap gauges, in MiB (0 when its metrics do not answer).
+fn heap(metrics_addr: Option<std::net::SocketAddr>, name: &str) -> f64 {
+    metrics_addr
+        .and_then(|addr| {
+            tagma_node::metrics::scrape_within(addr, Duration::from_secs(1), Duration::from_secs(1))
+                .ok()
+        })
+        .and_then(|text| tagma_node::metrics::value(&text, name))
+        .map_or(0.0, |bytes| bytes / (1 << 20) as f64)
 }
 
 fn progress(show: bool, duration: Duration) -> indicatif::ProgressBar {
@@ -616,6 +661,8 @@ mod tests {
             fds,
             threads: 20,
             disk_mb: 1.0,
+            heap_allocated_mb: rss_mb / 2.0,
+            heap_resident_mb: rss_mb,
         }
     }
 
@@ -640,6 +687,7 @@ mod tests {
         assert_eq!(r0.samples, 8);
         // Quarters of two: (100+101)/2 and (106+107)/2.
         assert!((r0.rss_growth_pct - 6.0 / 100.5 * 100.0).abs() < 1e-9);
+        assert!((r0.heap_growth_pct - 3.0 / 50.25 * 100.0).abs() < 1e-9);
         let r1 = summarize(1, (1, 4.0), &all);
         assert_eq!(r1.samples, 4);
         assert_eq!(r1.rss_growth_pct, 0.0);

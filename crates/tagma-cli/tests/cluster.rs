@@ -69,6 +69,15 @@ fn bft_four_replicas_serve_concurrent_clients() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let c = cluster(4, Mode::Bft);
     serve_and_check(&c, 6, 600, &c.cfg.members());
+    // Each replica's metrics carry its allocator's view of the heap.
+    for i in 0..4 {
+        let allocated = c.metric(i, "tagma_heap_allocated_bytes");
+        let resident = c.metric(i, "tagma_heap_resident_bytes");
+        assert!(
+            allocated > 0.0 && resident >= allocated,
+            "replica {i}: {allocated} allocated, {resident} resident"
+        );
+    }
 }
 
 #[test]

@@ -87,6 +87,19 @@ pub struct Metrics {
     rejections: Mutex<BTreeMap<&'static str, u64>>,
 }
 
+/// A gauge of the process itself (the allocator's heap, say): its name, help and value.
+pub type ProcessGauge = (&'static str, &'static str, u64);
+
+/// Reads the process gauges when metrics are rendered; set once by the program, which knows
+/// its allocator (see [`set_process_gauges`]).
+static PROCESS_GAUGES: std::sync::OnceLock<fn() -> Vec<ProcessGauge>> = std::sync::OnceLock::new();
+
+/// Names the function whose gauges every replica's metrics carry besides its counters; the
+/// first call wins.
+pub fn set_process_gauges(read: fn() -> Vec<ProcessGauge>) {
+    let _ = PROCESS_GAUGES.set(read);
+}
+
 impl Metrics {
     /// Counts a rejection; returns true the first time this reason is seen (log it loudly).
     pub fn reject(&self, reason: &'static str) -> bool {
@@ -303,6 +316,11 @@ impl Metrics {
                 v.load(Ordering::Relaxed)
             ));
         }
+        for (name, help, v) in PROCESS_GAUGES.get().map(|read| read()).unwrap_or_default() {
+            s.push_str(&format!(
+                "# HELP {name} {help}\n# TYPE {name} gauge\n{name}{{replica=\"{r}\"}} {v}\n"
+            ));
+        }
         s.push_str("# HELP tagma_rejections_total Inputs rejected, by typed reason\n# TYPE tagma_rejections_total counter\n");
         let map = self.rejections.lock().unwrap_or_else(|e| e.into_inner());
         for (reason, v) in map.iter() {
@@ -487,5 +505,15 @@ mod tests {
         );
         assert_eq!(value(&text, "tagma_regency"), Some(0.0));
         assert_eq!(value(&text, "tagma_nonexistent"), None);
+    }
+
+    #[test]
+    fn the_process_gauges_are_rendered_with_the_counters() {
+        set_process_gauges(|| vec![("tagma_heap_allocated_bytes", "Heap", 4096)]);
+        let text = Metrics::default().render(ReplicaId(1));
+        assert!(
+            text.contains("# TYPE tagma_heap_allocated_bytes gauge\ntagma_heap_allocated_bytes{replica=\"1\"} 4096\n"),
+            "{text}"
+        );
     }
 }

@@ -571,8 +571,16 @@ fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_buffer() {
         },
         ..config()
     };
-    let mut node = Node::new(cube, NodeId(1), tight.clone(), &subs, Log::default(), false, 0)
-        .unwrap();
+    let mut node = Node::new(
+        cube,
+        NodeId(1),
+        tight.clone(),
+        &subs,
+        Log::default(),
+        false,
+        0,
+    )
+    .unwrap();
     node.handle(
         0,
         Input::Message {
@@ -608,5 +616,8 @@ fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_buffer() {
         })
         .collect();
     assert_eq!(asked, oldest, "the oldest missing messages are asked for");
-    assert!(now_ms - last_ask_ms <= tight.fetch_after_ms, "asking went on");
+    assert!(
+        now_ms - last_ask_ms <= tight.fetch_after_ms,
+        "asking went on"
+    );
 }
