@@ -571,16 +571,7 @@ fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_buffer() {
         },
         ..config()
     };
-    let mut node = Node::new(
-        cube,
-        NodeId(1),
-        tight.clone(),
-        &subs,
-        Log::default(),
-        false,
-        0,
-    )
-    .unwrap();
+    let mut node = Node::new(cube, NodeId(1), tight, &subs, Log::default(), false, 0).unwrap();
     node.handle(
         0,
         Input::Message {
