@@ -129,6 +129,10 @@ impl DecisionLog {
             self.kept.last_key_value().is_none_or(|(c, _)| *c < cid),
             "decisions logged out of order"
         );
+        // A batch received from the leader is a slice of the connection's read buffer, and
+        // a slice keeps the whole buffer (64 KiB at least) alive: the decisions kept for
+        // forwarding hold copies, so they pin only their own bytes.
+        let batch = Bytes::copy_from_slice(&batch);
         self.kept.insert(
             cid,
             Logged {
@@ -253,6 +257,30 @@ mod tests {
             .map(|i| IdentityKey::from_seed([i as u8 + 1; 32]))
             .collect();
         (ids, keys)
+    }
+
+    #[test]
+    fn a_kept_decision_holds_its_own_bytes_not_the_buffer_it_came_in() {
+        // The batch arrives as a slice of a connection's 64 KiB read buffer.
+        let received = Bytes::from(vec![7u8; 64 << 10]);
+        let batch = received.slice(100..600);
+        let hash = tagma_crypto::digest(&batch);
+        let mut log = DecisionLog::new(4);
+        log.record(
+            ConsensusId(1),
+            Epoch(0),
+            hash,
+            batch.clone(),
+            BTreeMap::new(),
+            None,
+        );
+        let kept = log.as_decided(ConsensusId(1)).expect("kept").batch;
+        assert_eq!(kept, batch);
+        let buffer = received.as_ptr_range();
+        assert!(
+            !buffer.contains(&kept.as_ptr()),
+            "the kept batch points into the read buffer"
+        );
     }
 
     #[test]
