@@ -225,6 +225,12 @@ fn a_short_soak_samples_every_replica_through_each_kind_of_fault() {
         assert!(replica.samples > 0, "{replica:?}");
         assert!(replica.rss_first_quarter_mb > 0.0 && replica.threads_first > 0.0);
         assert!(replica.fds_first > 0.0 && replica.disk_max_mb > 0.0);
+        // The allocated heap, from the replica's metrics, lies within its resident memory.
+        assert!(
+            replica.heap_first_quarter_mb > 0.0
+                && replica.heap_first_quarter_mb < replica.rss_first_quarter_mb,
+            "{replica:?}"
+        );
     }
     // One follower is the one restarted; the others ran the whole time.
     assert!(r.replicas.iter().filter(|x| x.restarts == 0).count() >= 2);
