@@ -310,6 +310,7 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
                     let Some(p) = pid.and_then(ProcessSample::read) else {
                         continue;
                     };
+                    let metrics = scrape(metrics_addrs[replica]);
                     taken.push(SoakSample {
                         at_s,
                         replica,
@@ -317,11 +318,8 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
                         fds: p.fds,
                         threads: p.threads,
                         disk_mb: dir_bytes(&data_dirs[replica]) as f64 / (1 << 20) as f64,
-                        heap_allocated_mb: heap(
-                            metrics_addrs[replica],
-                            "tagma_heap_allocated_bytes",
-                        ),
-                        heap_resident_mb: heap(metrics_addrs[replica], "tagma_heap_resident_bytes"),
+                        heap_allocated_mb: heap_mb(&metrics, "tagma_heap_allocated_bytes"),
+                        heap_resident_mb: heap_mb(&metrics, "tagma_heap_resident_bytes"),
                     });
                 }
                 samples.lock().expect("samples").extend(taken);
@@ -625,14 +623,16 @@ fn growth_pct(first: f64, last: f64) -> f64 {
     }
 }
 
-/// One of a replica's heap gauges, in MiB (0 when its metrics do not answer).
-fn heap(metrics_addr: Option<std::net::SocketAddr>, name: &str) -> f64 {
-    metrics_addr
-        .and_then(|addr| {
-            tagma_node::metrics::scrape_within(addr, Duration::from_secs(1), Duration::from_secs(1))
-                .ok()
-        })
-        .and_then(|text| tagma_node::metrics::value(&text, name))
+/// A replica's metrics text, once per sample (`None` when they do not answer).
+fn scrape(metrics_addr: Option<std::net::SocketAddr>) -> Option<String> {
+    let secs = Duration::from_secs(1);
+    tagma_node::metrics::scrape_within(metrics_addr?, secs, secs).ok()
+}
+
+/// One of the heap gauges in a scraped text, in MiB (0 when absent).
+fn heap_mb(metrics: &Option<String>, name: &str) -> f64 {
+    (metrics.as_deref())
+        .and_then(|text| tagma_node::metrics::value(text, name))
         .map_or(0.0, |bytes| bytes / (1 << 20) as f64)
 }
 
