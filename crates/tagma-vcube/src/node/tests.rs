@@ -555,7 +555,7 @@ fn a_message_the_causal_order_refuses_is_still_relayed_once() {
 }
 
 #[test]
-fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_buffer() {
+fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_batch() {
     // One message whose counter is far ahead names more missing predecessors than any
     // buffer holds: the node asks for one batch, and when no answer comes within
     // `fetch_after_ms` asks for the oldest missing ones again; it never remembers more
