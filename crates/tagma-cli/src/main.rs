@@ -1,6 +1,8 @@
 //! The `tagma` command: parses the command line and hands each subcommand to its module in
 //! [`tagma_cli::cmd`]. Run `tagma --help`.
 
+mod allocator;
+
 use std::io::IsTerminal;
 
 use clap::{Parser, Subcommand};
@@ -91,43 +93,8 @@ enum Cmd {
     Crdt(tagma_cli::cmd::crdt::CrdtArgs),
 }
 
-/// jemalloc: the replicas allocate on one thread and free on another all the time (requests
-/// read by a connection thread, executed and dropped by the execution thread), where it
-/// costs glibc's allocator a large share of the CPU.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
-/// The allocator's view of the heap, as gauges in every replica's metrics: bytes the
-/// program holds against bytes the allocator keeps resident tell a leak (both grow) from
-/// fragmentation or cached pages (only the second does).
-fn heap_gauges() -> Vec<tagma_node::metrics::ProcessGauge> {
-    use tikv_jemalloc_ctl::{epoch, stats};
-    // The statistics are cached; advancing the epoch refreshes them.
-    if epoch::advance().is_err() {
-        return Vec::new();
-    }
-    let read = |r: tikv_jemalloc_ctl::Result<usize>| r.map_or(0, |v| v as u64);
-    vec![
-        (
-            "tagma_heap_allocated_bytes",
-            "Bytes the program has allocated and not freed (jemalloc stats.allocated)",
-            read(stats::allocated::read()),
-        ),
-        (
-            "tagma_heap_active_bytes",
-            "Bytes in the allocator's active pages (jemalloc stats.active)",
-            read(stats::active::read()),
-        ),
-        (
-            "tagma_heap_resident_bytes",
-            "Bytes the allocator keeps resident, its metadata and cached pages included (jemalloc stats.resident)",
-            read(stats::resident::read()),
-        ),
-    ]
-}
-
 fn main() {
-    tagma_node::metrics::set_process_gauges(heap_gauges);
+    tagma_node::metrics::set_process_gauges(allocator::heap_gauges);
     let cli = Cli::parse();
     let default_level = if matches!(
         cli.command,
@@ -145,6 +112,7 @@ fn main() {
         // Colour codes only on a terminal: logs redirected to a file stay plain text.
         .with_ansi(std::io::stderr().is_terminal())
         .init();
+    allocator::tune();
     let result = match cli.command {
         Cmd::Demo(args) => tagma_cli::cmd::demo::run(args),
         Cmd::Chaos(args) => tagma_cli::cmd::chaos::run(args),
