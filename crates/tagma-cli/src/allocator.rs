@@ -41,14 +41,15 @@ pub fn heap_gauges() -> Vec<tagma_node::metrics::ProcessGauge> {
 /// pages beyond its heap, a figure that moves by ±5 MiB from minute to minute with the
 /// transient allocations of checkpoints, state transfers and connection buffers, so its
 /// resident memory says little about its heap; one second or a tenth of one change little.
-/// Returning them at once keeps the resident memory 12 MiB (sd 1.5) above the heap, at a
+/// Returning them at once keeps the resident memory 12 to 15 MiB above the heap (standard
+/// deviation about 2 MiB over an hour's samples), at a
 /// cost of page faults when the pages are used again (a few percent of throughput on the
 /// key-value benchmark, within its noise on a two-core machine).
 const DIRTY_DECAY_MS: isize = 0;
 
-/// Turns on jemalloc's background threads (they purge on time, also in arenas whose threads
-/// have gone quiet) and sets the decay of freed pages to [`DIRTY_DECAY_MS`],
-/// for the arenas that exist and those created later. An operator's own settings in
+/// Sets the decay of freed pages to [`DIRTY_DECAY_MS`], for the arenas that exist and those
+/// created later, and turns on jemalloc's background threads (the configuration the soak
+/// measured; with no decay the pages go back as they are freed and the threads mostly sleep). An operator's own settings in
 /// `_RJEM_MALLOC_CONF` are left as they are.
 pub fn tune() {
     use tikv_jemalloc_ctl::{Access, AsName, arenas, background_thread};
