@@ -318,8 +318,11 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
                         fds: p.fds,
                         threads: p.threads,
                         disk_mb: dir_bytes(&data_dirs[replica]) as f64 / (1 << 20) as f64,
-                        heap_allocated_mb: heap_mb(&metrics, "tagma_heap_allocated_bytes"),
-                        heap_resident_mb: heap_mb(&metrics, "tagma_heap_resident_bytes"),
+                        heap_allocated_mb: heap_mb(
+                            metrics.as_deref(),
+                            "tagma_heap_allocated_bytes",
+                        ),
+                        heap_resident_mb: heap_mb(metrics.as_deref(), "tagma_heap_resident_bytes"),
                     });
                 }
                 samples.lock().expect("samples").extend(taken);
@@ -630,8 +633,8 @@ fn scrape(metrics_addr: Option<std::net::SocketAddr>) -> Option<String> {
 }
 
 /// One of the heap gauges in a scraped text, in MiB (0 when absent).
-fn heap_mb(metrics: &Option<String>, name: &str) -> f64 {
-    (metrics.as_deref())
+fn heap_mb(metrics: Option<&str>, name: &str) -> f64 {
+    metrics
         .and_then(|text| tagma_node::metrics::value(text, name))
         .map_or(0.0, |bytes| bytes / (1 << 20) as f64)
 }

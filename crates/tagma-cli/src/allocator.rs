@@ -42,15 +42,15 @@ pub fn heap_gauges() -> Vec<tagma_node::metrics::ProcessGauge> {
 /// transient allocations of checkpoints, state transfers and connection buffers, so its
 /// resident memory says little about its heap; one second or a tenth of one change little.
 /// Returning them at once keeps the resident memory 12 to 15 MiB above the heap (standard
-/// deviation about 2 MiB over an hour's samples), at a
-/// cost of page faults when the pages are used again (a few percent of throughput on the
-/// key-value benchmark, within its noise on a two-core machine).
+/// deviation about 2 MiB over an hour's samples), at the cost of page faults when the pages
+/// are used again (a few percent of throughput on the key-value benchmark, within its noise
+/// on a two-core machine).
 const DIRTY_DECAY_MS: isize = 0;
 
 /// Sets the decay of freed pages to [`DIRTY_DECAY_MS`], for the arenas that exist and those
 /// created later, and turns on jemalloc's background threads (the configuration the soak
-/// measured; with no decay the pages go back as they are freed and the threads mostly sleep). An operator's own settings in
-/// `_RJEM_MALLOC_CONF` are left as they are.
+/// measured; with no decay the pages go back as they are freed and the threads mostly
+/// sleep). An operator's own settings in `_RJEM_MALLOC_CONF` are left as they are.
 pub fn tune() {
     use tikv_jemalloc_ctl::{Access, AsName, arenas, background_thread};
     if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
