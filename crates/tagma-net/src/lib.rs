@@ -537,8 +537,15 @@ fn frame_missing(buf: &[u8]) -> Option<usize> {
     Some(total.saturating_sub(buf.len()))
 }
 
-/// The receiving half: reads in large chunks, returns MAC-verified frame bodies as zero-copy
-/// `Bytes`.
+/// The receiving half: reads in large chunks, returns MAC-verified frame bodies.
+///
+/// A body of up to [`READ_CHUNK`] bytes is copied out of the read buffer: a slice of it would
+/// keep the whole 64 KiB chunk alive for as long as the body lives (a request in a batch, a
+/// reply in a cache), and the next read would have to allocate a fresh chunk — at thousands of
+/// reads a second, hundreds of MiB a second through the allocator. Copied out, the chunk is
+/// free again when the next read comes, and one chunk serves the connection. A larger body,
+/// read into a buffer the size of its frame, is returned as a slice of that buffer, without a
+/// copy.
 pub struct FrameReader {
     stream: TcpStream,
     key: MacKey,
@@ -557,7 +564,11 @@ impl FrameReader {
                 open_frame(&mut self.buf, &self.key, self.counter, self.frame_bytes_max)?
             {
                 self.counter += 1;
-                return Ok(body);
+                return Ok(if body.len() <= READ_CHUNK {
+                    Bytes::copy_from_slice(&body)
+                } else {
+                    body
+                });
             }
             // Incomplete: reserve room for the whole frame at once, then read.
             let missing = frame_missing(&self.buf).unwrap_or(0);

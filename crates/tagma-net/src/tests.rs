@@ -731,3 +731,25 @@ fn handshake_cost() {
     server.join().unwrap();
     println!("handshake (connect + 4 messages, loopback): {per:?} per connection");
 }
+
+#[test]
+fn small_frames_arrive_as_copies_that_free_the_read_buffer() {
+    let ((_cr, mut cw), (mut sr, _sw)) = pair();
+    for i in 0..1000u32 {
+        cw.push(format!("frame {i}").as_bytes()).unwrap();
+    }
+    let big = vec![7u8; 200_000];
+    cw.push(&big).unwrap();
+    cw.flush().unwrap();
+    // Every small body is kept, as a batch or a cache would keep it: each owns its bytes, so
+    // none of them holds the read buffer (and the next read can reuse it).
+    let kept: Vec<Bytes> = (0..1000).map(|_| sr.read_frame().unwrap()).collect();
+    for (i, body) in kept.into_iter().enumerate() {
+        assert_eq!(body, format!("frame {i}").as_bytes());
+        assert!(body.is_unique(), "frame {i} shares its buffer");
+    }
+    // A large body is a slice of a buffer of its own, not a copy.
+    let large = sr.read_frame().unwrap();
+    assert_eq!(large, &big[..]);
+    assert!(!large.is_unique());
+}
