@@ -601,7 +601,12 @@ impl<S: Service> Executor<S> {
             let len = b.get_u32_le() as usize;
             need(&b, len, "truncated reply")?;
             match tagma_wire::ReplicaMessage::decode(&b.split_to(len)) {
-                Ok(tagma_wire::ReplicaMessage::Reply(r)) => reply_cache.insert(r),
+                // The payload is copied: a slice would keep the whole checkpoint alive for
+                // as long as the reply stays cached (a client that never comes back).
+                Ok(tagma_wire::ReplicaMessage::Reply(mut r)) => {
+                    r.payload = Bytes::copy_from_slice(&r.payload);
+                    reply_cache.insert(r)
+                }
                 _ => return Err(bad("a cached reply does not decode")),
             }
         }

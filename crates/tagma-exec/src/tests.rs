@@ -330,6 +330,28 @@ fn unordered_request_in_batch_trips_debug_assertion() {
     );
 }
 
+/// Replies restored from a checkpoint hold their own bytes: a slice would keep the whole
+/// checkpoint alive for as long as a reply of a client that never comes back stays cached.
+#[test]
+fn restored_replies_share_no_bytes_with_the_checkpoint() {
+    let mut a = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    a.execute_batch(
+        ConsensusId(0),
+        &batch(vec![request(1, 1, RequestKind::Ordered, b"payload")]),
+    );
+    let ckp = a.checkpoint();
+    let mut b = Executor::new(EchoService { executed: 0 }, ViewId(0), 2, 16);
+    b.restore(&ckp).unwrap();
+    let reply = b.cached_reply(ClientId(1), RequestSeq(1)).expect("cached");
+    assert_eq!(reply, a.cached_reply(ClientId(1), RequestSeq(1)).unwrap());
+    let start = ckp.as_ptr() as usize;
+    let at = reply.payload.as_ptr() as usize;
+    assert!(
+        !(start..start + ckp.len()).contains(&at),
+        "the reply is a slice of the checkpoint"
+    );
+}
+
 /// A checkpoint carries everything: an executor restored from it continues exactly like the
 /// one that took it (position, sessions, cached replies, service state), and a damaged one is
 /// refused.

@@ -1,6 +1,8 @@
 //! The store keeps copies, never slices of the buffer a request arrived in: a stored slice
 //! would keep the whole buffer (a batch, a connection's read buffer) alive as long as its
-//! key, and memory would grow with keys times buffers instead of with the state.
+//! key, and memory would grow with keys times buffers instead of with the state. Nor slices
+//! of a snapshot it was restored from: one key never written again would keep the whole
+//! snapshot alive next to the state.
 
 use bytes::{Bytes, BytesMut};
 use tagma_exec::{Context, Service};
@@ -37,6 +39,13 @@ fn outside(bytes: &Bytes, buffer: &std::ops::Range<usize>) -> bool {
 
 #[test]
 fn stored_keys_and_values_share_no_buffer_with_their_request() {
+    let (service, buffers) = filled_from_big_buffers();
+    assert_owned(&service, &buffers);
+}
+
+/// A service with a plain key, a string set through Redis commands and a hash, each written by
+/// a request that was a slice of a 1 MiB buffer (their ranges returned).
+fn filled_from_big_buffers() -> (KvService, Vec<std::ops::Range<usize>>) {
     let mut service = KvService::new();
     let put = KvOp::Put {
         key: Bytes::from_static(b"plain"),
@@ -65,6 +74,10 @@ fn stored_keys_and_values_share_no_buffer_with_their_request() {
         run(&mut service, &slice);
         buffers.push(range);
     }
+    (service, buffers)
+}
+
+fn assert_owned(service: &KvService, buffers: &[std::ops::Range<usize>]) {
     let store = service.store();
     let all_outside = |b: &Bytes| buffers.iter().all(|r| outside(b, r));
     for key in store.keys() {
@@ -82,4 +95,15 @@ fn stored_keys_and_values_share_no_buffer_with_their_request() {
         }
     }
     assert_eq!(store.len(), 3);
+}
+
+#[test]
+fn a_restored_state_shares_no_buffer_with_its_snapshot() {
+    let (service, _) = filled_from_big_buffers();
+    let snapshot = service.snapshot();
+    let start = snapshot.as_ptr() as usize;
+    let mut restored = KvService::new();
+    restored.install_snapshot(&snapshot).unwrap();
+    assert_eq!(restored.state_digest(), service.state_digest());
+    assert_owned(&restored, &[start..start + snapshot.len()]);
 }
