@@ -234,6 +234,9 @@ pub struct LimitSection {
     pub signature_threads: usize,
     /// Decided instances kept in memory, with their proofs, for replicas that fell behind.
     pub decisions_kept: usize,
+    /// Bytes of requests kept after their check on the client's connection, so that a
+    /// PROPOSE relaying one is accepted by comparison instead of a second check (0: none).
+    pub verified_requests_bytes: usize,
 }
 
 impl Default for LimitSection {
@@ -252,6 +255,7 @@ impl Default for LimitSection {
             connections_max: 4096,
             signature_threads: 2,
             decisions_kept: 256,
+            verified_requests_bytes: 4 << 20,
         }
     }
 }

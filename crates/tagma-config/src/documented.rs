@@ -157,6 +157,12 @@ impl Config {
                 l.decisions_kept,
                 d.decisions_kept,
             ),
+            (
+                "verified_requests_bytes",
+                "Bytes of requests kept after their check on the client's connection, so that a\n# PROPOSE relaying one needs no second check (0: none)",
+                l.verified_requests_bytes,
+                d.verified_requests_bytes,
+            ),
         ];
         for (k, doc, v, def) in lim {
             s.push_str(&format!("# {doc}. Default {def}.\n{k} = {v}\n"));

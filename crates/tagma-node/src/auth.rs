@@ -15,7 +15,9 @@ use std::{
 use crossbeam_channel::{Receiver, Sender, bounded};
 use tagma_core::ValidConfig;
 use tagma_crypto::{IdentityKey, MacKey};
-use tagma_wire::{PublicKey, ReplicaId, RequestAuth, RequestEnvelope, View, ViewId};
+use tagma_wire::{PublicKey, ReplicaId, Request, RequestAuth, RequestEnvelope, View, ViewId};
+
+use crate::verified::VerifiedRequests;
 
 /// Views whose authenticator position a replica remembers (requests of older views are
 /// answered with the installed view before they are authenticated).
@@ -62,6 +64,8 @@ pub struct RequestVerifier {
     my_index: RwLock<BTreeMap<ViewId, usize>>,
     signed_requests: bool,
     clients: BTreeMap<u32, ClientKeys>,
+    /// Requests authenticated on their clients' connections, recognised again in PROPOSEs.
+    verified: VerifiedRequests,
 }
 
 impl RequestVerifier {
@@ -91,6 +95,7 @@ impl RequestVerifier {
             my_index: RwLock::new(my_index.into_iter().collect()),
             signed_requests: cfg.raw.cluster.signed_requests,
             clients,
+            verified: VerifiedRequests::new(cfg.raw.limits.verified_requests_bytes),
         })
     }
 
@@ -147,17 +152,28 @@ impl RequestVerifier {
         }
     }
 
-    /// Checks every request of a batch; signatures of large batches are checked on several
-    /// threads. Returns the first failure.
+    /// `request` passed [`RequestVerifier::verify`] on its client's own connection: kept
+    /// for a while, so that a PROPOSE relaying it need not check it again.
+    pub fn keep(&self, request: &Request) {
+        self.verified.insert(request);
+    }
+
+    /// Checks every request of a batch relayed by a replica: those equal to a request kept
+    /// after its check on the client's connection pass at once, the others are checked;
+    /// signatures of large batches are checked on several threads. Returns the first failure.
     pub fn verify_all(
         &self,
         requests: &[RequestEnvelope],
         threads: usize,
     ) -> Result<(), AuthError> {
         const PARALLEL_FROM: usize = 64;
-        if !self.signed_requests || requests.len() < PARALLEL_FROM || threads <= 1 {
-            return requests.iter().try_for_each(|r| self.verify(r));
+        let unknown: Vec<&RequestEnvelope> = (requests.iter())
+            .filter(|r| !self.verified.take_equal(&r.request))
+            .collect();
+        if !self.signed_requests || unknown.len() < PARALLEL_FROM || threads <= 1 {
+            return unknown.into_iter().try_for_each(|r| self.verify(r));
         }
+        let requests = &unknown[..];
         let chunk = requests.len().div_ceil(threads);
         thread::scope(|s| {
             let handles: Vec<_> = requests
@@ -208,5 +224,78 @@ impl SignaturePool {
     /// connection that sent it).
     pub fn submit(&self, job: impl FnOnce(&RequestVerifier) + Send + 'static) {
         let _ = self.tx.send(Box::new(job));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use bytes::Bytes;
+    use tagma_wire::{ClientId, MacTag, RequestKind, RequestSeq};
+
+    use super::*;
+
+    /// A BFT configuration of four replicas and one client principal (0); the verifier of
+    /// replica 0, and the MAC keys the client shares with each replica.
+    fn setup() -> (RequestVerifier, Vec<MacKey>) {
+        let replicas: Vec<IdentityKey> = (0..4).map(|_| IdentityKey::generate()).collect();
+        let client = IdentityKey::generate();
+        let mut toml = String::from("[cluster]\nf = 1\n");
+        for (i, r) in replicas.iter().enumerate() {
+            toml += &format!(
+                "[[replica]]\nid = {i}\naddr = \"127.0.0.1:{}\"\npublic_key = \"{}\"\n",
+                7000 + i,
+                r.public().to_hex()
+            );
+        }
+        toml += &format!(
+            "[[client]]\nid = 0\npublic_key = \"{}\"\n",
+            client.public().to_hex()
+        );
+        let cfg = tagma_core::Config::from_toml(&toml).expect("valid configuration");
+        let verifier = RequestVerifier::new(&cfg, ReplicaId(0), &replicas[0]).expect("keys");
+        let macs = (replicas.iter())
+            .map(|r| client.request_mac_key(&r.public()).expect("key"))
+            .collect();
+        (verifier, macs)
+    }
+
+    fn envelope(macs: &[MacKey], seq: u64, payload: &'static [u8]) -> RequestEnvelope {
+        let request = Request {
+            client: ClientId::new(0, 1),
+            seq: RequestSeq(seq),
+            kind: RequestKind::Ordered,
+            view: ViewId(0),
+            payload: Bytes::from_static(payload),
+        };
+        let digest = tagma_crypto::request_digest(&request);
+        let tags = (macs.iter())
+            .map(|k| k.tag_parts(&[digest.as_bytes()]))
+            .collect();
+        RequestEnvelope {
+            request,
+            auth: RequestAuth::Macs(tags),
+        }
+    }
+
+    #[test]
+    fn a_relayed_request_equal_to_a_kept_one_passes_and_any_other_is_checked() {
+        let (verifier, macs) = setup();
+        let genuine = envelope(&macs, 1, b"put x 1");
+        assert_eq!(verifier.verify(&genuine), Ok(()));
+        verifier.keep(&genuine.request);
+        // A leader relays it with a broken authenticator: the kept copy vouches for it.
+        let mut relayed = genuine.clone();
+        relayed.auth = RequestAuth::Macs(vec![MacTag([0; 16]); 4]);
+        assert_eq!(verifier.verify_all(&[relayed.clone()], 1), Ok(()));
+        // Once only: a second relay of it is checked, and its authenticator is broken.
+        assert_eq!(verifier.verify_all(&[relayed], 1), Err(AuthError::BadMac));
+        // An altered payload under the genuine authenticator is not the kept request.
+        verifier.keep(&genuine.request);
+        let mut altered = genuine.clone();
+        altered.request.payload = Bytes::from_static(b"put x 2");
+        assert_eq!(verifier.verify_all(&[altered], 1), Err(AuthError::BadMac));
+        // A request never kept is checked, and passes with a good authenticator.
+        let other = envelope(&macs, 2, b"put y 1");
+        assert_eq!(verifier.verify_all(&[genuine, other], 1), Ok(()));
     }
 }

@@ -305,6 +305,7 @@ pub(crate) fn accept_request(
                     let sh2 = sh.clone();
                     pool.submit(move |verifier| match verifier.verify(&request) {
                         Ok(()) => {
+                            verifier.keep(&request.request);
                             let _ = order(&sh2, request);
                         }
                         Err(e) => sh2.reject(
@@ -318,7 +319,12 @@ pub(crate) fn accept_request(
                     true
                 }
                 None => match sh.verifier.verify(&request) {
-                    Ok(()) => order(sh, request),
+                    Ok(()) => {
+                        if !sh.unreplicated {
+                            sh.verifier.keep(&request.request);
+                        }
+                        order(sh, request)
+                    }
                     Err(e) => {
                         sh.reject(
                             e.reason(),

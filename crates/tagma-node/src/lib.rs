@@ -23,6 +23,8 @@
 //! - `client_link.rs`, `peer_link.rs`: connections to clients and to the other replicas;
 //! - `consensus_thread.rs`, `execution_thread.rs`: the pipeline around the core and the
 //!   service; `shared.rs`: what they share and the events on their queues;
+//!   `verified.rs`: requests authenticated on client connections, recognised again when a
+//!   PROPOSE relays them;
 //! - `storage/`: the log, checkpoint and transfer threads (on disk, or in memory without
 //!   durability), local recovery, vote records;
 //! - `membership.rs`: the replicas known and the installed view; `auth.rs`: request
@@ -40,6 +42,7 @@ mod peer_link;
 mod shared;
 mod startup;
 mod storage;
+mod verified;
 
 use std::{
     net::SocketAddr,
