@@ -105,5 +105,8 @@ fn a_restored_state_shares_no_buffer_with_its_snapshot() {
     let mut restored = KvService::new();
     restored.install_snapshot(&snapshot).unwrap();
     assert_eq!(restored.state_digest(), service.state_digest());
-    assert_owned(&restored, &[start..start + snapshot.len()]);
+    assert_owned(
+        &restored,
+        std::slice::from_ref(&(start..start + snapshot.len())),
+    );
 }
