@@ -37,23 +37,20 @@ pub fn heap_gauges() -> Vec<tagma_node::metrics::ProcessGauge> {
 }
 
 /// How long pages freed by the program stay cached in the allocator before they go back to
-/// the kernel: 10 ms. With jemalloc's default (10 s) a replica holds 20 to 35 MiB of freed
+/// the kernel: none. With jemalloc's default (10 s) a replica holds 20 to 35 MiB of freed
 /// pages beyond its heap, a figure that moves by ±5 MiB from minute to minute with the
 /// transient allocations of checkpoints, state transfers and connection buffers, so its
 /// resident memory says little about its heap; one second or a tenth of one change little.
-/// Returning pages the moment they are freed keeps the resident memory 12 to 15 MiB above
-/// the heap, but every large buffer freed (a batch of 1 KiB requests is about 115 KiB, and
-/// each replica frees several per consensus instance) then costs an `madvise` with its TLB
-/// shootdown, and its reuse a page fault and a page clear. With a 10 ms decay a buffer
-/// allocated again soon after another was freed keeps its pages, and the background threads
-/// return the others: 8 % less CPU per request than with no decay with 1 KiB requests (15 %
-/// with 100 ms), the resident memory still close to the heap.
-const DIRTY_DECAY_MS: isize = 10;
+/// Returning them at once keeps the resident memory 12 to 15 MiB above the heap (standard
+/// deviation about 2 MiB over an hour's samples), at the cost of page faults when the pages
+/// are used again (a few percent of throughput on the key-value benchmark, within its noise
+/// on a two-core machine).
+const DIRTY_DECAY_MS: isize = 0;
 
 /// Sets the decay of freed pages to [`DIRTY_DECAY_MS`], for the arenas that exist and those
 /// created later, and turns on jemalloc's background threads (the configuration the soak
-/// measured: the threads return the pages whose decay ran out, off the program's
-/// threads). An operator's own settings in `_RJEM_MALLOC_CONF` are left as they are.
+/// measured; with no decay the pages go back as they are freed and the threads mostly
+/// sleep). An operator's own settings in `_RJEM_MALLOC_CONF` are left as they are.
 pub fn tune() {
     use tikv_jemalloc_ctl::{Access, AsName, arenas, background_thread};
     if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
