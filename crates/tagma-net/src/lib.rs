@@ -497,18 +497,6 @@ pub fn open_frame(
     counter: u64,
     frame_bytes_max: usize,
 ) -> Result<Option<Bytes>, NetError> {
-    match take_frame(buf, frame_bytes_max)? {
-        Some((body, tag)) => check_frame(key, counter, body, &tag).map(Some),
-        None => Ok(None),
-    }
-}
-
-/// The body of `buf`'s first frame and its tag, unchecked, removed from `buf`; `Ok(None)`
-/// if the frame is still incomplete (nothing is consumed).
-fn take_frame(
-    buf: &mut BytesMut,
-    frame_bytes_max: usize,
-) -> Result<Option<(Bytes, MacTag)>, NetError> {
     let Some(header) = buf.first_chunk::<FRAME_HEADER_LEN>() else {
         return Ok(None);
     };
@@ -532,42 +520,13 @@ fn take_frame(
     let body_end = FRAME_HEADER_LEN + len;
     let mut tag = [0u8; FRAME_TAG_LEN];
     tag.copy_from_slice(&frame[body_end..]);
-    Ok(Some((frame.slice(FRAME_HEADER_LEN..body_end), MacTag(tag))))
-}
-
-/// `body` if `tag` is its MAC as the frame numbered `counter` under `key`.
-fn check_frame(key: &MacKey, counter: u64, body: Bytes, tag: &MacTag) -> Result<Bytes, NetError> {
-    if key.verify_parts(&[&counter.to_le_bytes(), &body], tag) {
-        Ok(body)
-    } else {
-        Err(NetError::BadMac)
+    if !key.verify_parts(
+        &[&counter.to_le_bytes(), &frame[FRAME_HEADER_LEN..body_end]],
+        &MacTag(tag),
+    ) {
+        return Err(NetError::BadMac);
     }
-}
-
-/// A frame read whole but not yet authenticated ([`FrameReader::read_unchecked`]): its body
-/// can be looked at, as untrusted bytes, to decide whether it matters at all, and
-/// [`UncheckedFrame::check`] authenticates it. A frame dropped unchecked is skipped; the next
-/// one is checked as the frame after it all the same, so a forged or corrupted frame skipped
-/// this way still breaks the connection at the next check if it changed the framing.
-pub struct UncheckedFrame<'r> {
-    key: &'r MacKey,
-    counter: u64,
-    body: Bytes,
-    tag: MacTag,
-}
-
-impl UncheckedFrame<'_> {
-    /// The body, not authenticated yet: whatever is done with it must not depend on its
-    /// being genuine (a decoder that refuses malformed input, a look-up that only decides
-    /// whether to check it).
-    pub fn unchecked_body(&self) -> &Bytes {
-        &self.body
-    }
-
-    /// The body, once its MAC checks.
-    pub fn check(self) -> Result<Bytes, NetError> {
-        check_frame(self.key, self.counter, self.body, &self.tag)
-    }
+    Ok(Some(frame.slice(FRAME_HEADER_LEN..body_end)))
 }
 
 /// Bytes still missing for the frame at the start of `buf`, when its header is there.
@@ -600,27 +559,15 @@ pub struct FrameReader {
 impl FrameReader {
     /// Blocks until a whole frame arrived; verifies its MAC.
     pub fn read_frame(&mut self) -> Result<Bytes, NetError> {
-        self.read_unchecked()?.check()
-    }
-
-    /// Blocks until a whole frame arrived and returns it before its MAC is checked, for a
-    /// reader that may find, from the body, that the frame does not matter and spare the
-    /// check (a client reading the replies that come after it has its answer).
-    pub fn read_unchecked(&mut self) -> Result<UncheckedFrame<'_>, NetError> {
         loop {
-            if let Some((body, tag)) = take_frame(&mut self.buf, self.frame_bytes_max)? {
-                let counter = self.counter;
+            if let Some(body) =
+                open_frame(&mut self.buf, &self.key, self.counter, self.frame_bytes_max)?
+            {
                 self.counter += 1;
-                let body = if body.len() <= READ_CHUNK {
+                return Ok(if body.len() <= READ_CHUNK {
                     Bytes::copy_from_slice(&body)
                 } else {
                     body
-                };
-                return Ok(UncheckedFrame {
-                    key: &self.key,
-                    counter,
-                    body,
-                    tag,
                 });
             }
             // Incomplete: reserve room for the whole frame at once, then read.

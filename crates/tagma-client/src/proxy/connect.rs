@@ -240,23 +240,13 @@ fn reader_loop(
     mut reader: FrameReader,
 ) {
     loop {
-        let frame = reader.read_unchecked();
+        let frame = reader.read_frame();
         let Some(inner) = inner.upgrade() else { return };
-        // A reply that no call waits for any more (its call has its answer from the replies
-        // before it) is dropped unread: its MAC goes unchecked, as nothing depends on it.
-        let checked = frame.and_then(|frame| {
-            let msg = ReplicaMessage::decode(frame.unchecked_body());
-            if let Ok(ReplicaMessage::Reply(reply)) = &msg
-                && !inner.awaits(reply)
-            {
-                return Ok(None);
-            }
-            frame.check().map(|_| Some(msg))
-        });
-        match checked {
-            Ok(None) => {}
-            Ok(Some(Ok(msg))) => inner.on_reply(from, msg),
-            Ok(Some(Err(e))) => debug!("malformed reply from replica {from}: {e}"),
+        match frame {
+            Ok(frame) => match ReplicaMessage::decode(&frame) {
+                Ok(msg) => inner.on_reply(from, msg),
+                Err(e) => debug!("malformed reply from replica {from}: {e}"),
+            },
             Err(e) => {
                 debug!("connection to replica {from} lost: {e}");
                 link.drop_connection(generation);

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use tagma_wire::{
-    ClientMessage, Encode, ReplicaId, ReplicaMessage, Reply, Request, RequestAuth, RequestEnvelope,
+    ClientMessage, Encode, ReplicaId, ReplicaMessage, Request, RequestAuth, RequestEnvelope,
     RequestKind, RequestSeq,
 };
 use tracing::debug;
@@ -108,14 +108,6 @@ impl Inner {
 
     pub(super) fn send_all(&self, frame: &Bytes) {
         send_all(&self.members(), frame);
-    }
-
-    /// Whether `reply` may still count: it is for this client and is an unordered reply
-    /// (which a query of every replica may take) or answers a call still waiting.
-    pub(super) fn awaits(&self, reply: &Reply) -> bool {
-        reply.client == self.client
-            && (reply.kind == RequestKind::Unordered
-                || lock(&self.calls).contains_key(&(reply.kind, reply.seq)))
     }
 
     pub(super) fn on_reply(&self, from: ReplicaId, msg: ReplicaMessage) {
