@@ -167,12 +167,12 @@ impl RequestVerifier {
         threads: usize,
     ) -> Result<(), AuthError> {
         const PARALLEL_FROM: usize = 64;
-        let unknown: Vec<&RequestEnvelope> = (requests.iter())
-            .filter(|r| !self.verified.take_equal(&r.request))
-            .collect();
-        if !self.signed_requests || unknown.len() < PARALLEL_FROM || threads <= 1 {
-            return unknown.into_iter().try_for_each(|r| self.verify(r));
+        let mut unknown = (requests.iter()).filter(|r| !self.verified.take_equal(&r.request));
+        if !self.signed_requests || requests.len() < PARALLEL_FROM || threads <= 1 {
+            // MACs: checked in place, with no list of the unknown requests built per batch.
+            return unknown.try_for_each(|r| self.verify(r));
         }
+        let unknown: Vec<&RequestEnvelope> = unknown.collect();
         let requests = &unknown[..];
         let chunk = requests.len().div_ceil(threads);
         thread::scope(|s| {
