@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Unmodified Redis clients against `tagma gateway` in front of a 4-replica BFT cluster:
 # redis-cli (every command family the gateway offers), redis-py (pipelining, transactions,
-# WATCH, errors) and a short redis-benchmark run.
+# WATCH, errors), a short redis-benchmark run, and redis-benchmark incrementing a counter while
+# the leader replica is killed (every acknowledged INCR must be in the counter, once).
 #
 # Usage: scripts/gateway-clients.sh [TAGMA_BINARY]   (default: target/debug/tagma)
 # Needs redis-cli and redis-benchmark (Debian: redis-tools) and the `redis` Python package.
@@ -121,4 +122,26 @@ echo "== redis-benchmark (short)"
 out=$(redis-benchmark -p "$PORT" -t set,get,incr,hset,mset -n 5000 -P 16 -c 20 -q 2>&1 | tr '\r' '\n' | grep 'requests per second')
 echo "$out"
 [[ $(echo "$out" | wc -l) == 5 ]] || { echo "FAIL: redis-benchmark did not finish every test"; exit 1; }
+
+# The leader is killed while redis-benchmark increments one counter: every INCR it saw
+# acknowledged must be in the counter, once (the clients' retries are not applied twice).
+echo "== redis-benchmark while the leader is killed"
+leader=$("$TAGMA" status --dir "$DIR/c" --json | python3 -c 'import json,sys; print(next(r["leader"] for r in json.load(sys.stdin)["replicas"] if r["leader"] is not None))')
+[[ "$leader" =~ ^[0-3]$ ]] || { echo "FAIL: no leader in tagma status ($leader)"; exit 1; }
+INCRS=200000
+redis-benchmark -p "$PORT" -n "$INCRS" -c 50 -P 16 INCR bench:killed >"$DIR/kill-bench.log" 2>&1 &
+bench=$!
+sleep 1
+kill -0 "$bench" 2>/dev/null || { echo "FAIL: redis-benchmark ended before the leader was killed"; exit 1; }
+kill -9 "${PIDS[$leader]}"
+echo "killed replica $leader (the leader) during the run"
+wait "$bench" || { echo "FAIL: redis-benchmark exited with an error"; tail -5 "$DIR/kill-bench.log"; exit 1; }
+if grep -qi "error" "$DIR/kill-bench.log"; then
+  echo "FAIL: redis-benchmark saw errors:"; grep -i 'error' "$DIR/kill-bench.log" | head -5; exit 1
+fi
+grep -q "$INCRS requests completed" "$DIR/kill-bench.log" || { echo "FAIL: redis-benchmark did not complete $INCRS requests"; tail -5 "$DIR/kill-bench.log"; exit 1; }
+grep "requests completed" "$DIR/kill-bench.log" | tail -1
+counter=$(redis-cli -p "$PORT" get bench:killed)
+[[ "$counter" == "$INCRS" ]] || { echo "FAIL: $INCRS INCRs acknowledged, the counter holds $counter"; exit 1; }
+echo "all $INCRS acknowledged INCRs are in the counter after the leader's death"
 echo "gateway clients: all passed"
