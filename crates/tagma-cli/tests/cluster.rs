@@ -419,6 +419,60 @@ fn the_leader_is_killed_twice_under_load_and_every_request_completes() {
     );
 }
 
+/// Ordered requests a replica received from clients directly.
+fn received(c: &LocalCluster, i: usize) -> f64 {
+    c.metric(i, "tagma_requests_received_total")
+}
+
+/// `count` sequential puts through `proxy`.
+fn puts(proxy: &Proxy, tag: &str, count: usize) {
+    for k in 0..count {
+        let op = KvOp::Put {
+            key: Bytes::from(format!("{tag}/{}", k % 10)),
+            value: Bytes::from(format!("{k}")),
+        };
+        proxy
+            .invoke_ordered(op.encode())
+            .unwrap_or_else(|e| panic!("{tag} put {k}: {e}"));
+    }
+}
+
+#[test]
+fn ordered_requests_go_to_the_leader_first_and_follow_a_new_one() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut c = LocalCluster::launch(exe(), 4, Mode::Bft, |cfg| {
+        cfg.timeouts.request_timeout_ms = 300;
+    })
+    .unwrap();
+    let proxy = c.proxy(READY).unwrap();
+    let before: Vec<f64> = (0..4).map(|i| received(&c, i)).collect();
+    puts(&proxy, "first", 200);
+    let got: Vec<f64> = (0..4).map(|i| received(&c, i) - before[i]).collect();
+    // The leader (replica 0) received every request; a follower only the one that set up
+    // its reply route, and those spread because the leader was slow to answer (a loaded
+    // test machine).
+    assert!(got[0] >= 200.0, "{got:?}");
+    for (i, g) in got.iter().enumerate().skip(1) {
+        assert!(
+            *g < 100.0,
+            "follower {i} received {g} of 200 requests: {got:?}"
+        );
+    }
+    // The leader dies: requests go to every member (the first ones make the followers' timers
+    // replace the leader) until f + 1 replicas name the new leader (replica 1, regency 1);
+    // then to it first.
+    c.kill(0);
+    puts(&proxy, "after-kill", 20);
+    wait_until("regency 1 is installed", READY, || {
+        (1..4).all(|i| regency_of(&c, i) >= 1)
+    });
+    let before: Vec<f64> = (1..4).map(|i| received(&c, i)).collect();
+    puts(&proxy, "second", 200);
+    let got: Vec<f64> = (1..4).map(|i| received(&c, i) - before[i - 1]).collect();
+    assert!(got[0] >= 200.0, "the new leader: {got:?}");
+    assert!(got[1] < 100.0 && got[2] < 100.0, "followers: {got:?}");
+}
+
 #[test]
 fn a_replica_that_stops_reading_does_not_block_clients() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

@@ -289,6 +289,7 @@ impl EveBft {
         let key = IdentityKey::read_file(&cluster_dir::client_key_path(&self.dir))?;
         let options = ClientOptions {
             reply_quorum: Some(self.dirs.executors.raw.eve.r + 1),
+            leader_first: false,
             ..ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL)
         };
         connect_proxy(&self.dirs.executors, &key, &options, timeout)

@@ -132,7 +132,11 @@ impl EvePair {
     /// first reply counts).
     pub fn proxy(&self, timeout: Duration) -> Result<Proxy> {
         let key = IdentityKey::read_file(&cluster_dir::client_key_path(&self.dir))?;
-        let options = ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL);
+        // The pair's servers take requests from clients directly; no leader reports them.
+        let options = ClientOptions {
+            leader_first: false,
+            ..ClientOptions::new(DEFAULT_CLIENT_PRINCIPAL)
+        };
         connect_proxy(&self.cfg, &key, &options, timeout)
     }
 

@@ -178,7 +178,9 @@ pub struct TimeoutSection {
     /// leases and waits run out (the agreed time is at most this far ahead of a correct
     /// replica's clock); the replicas' clocks must agree to well within it.
     pub clock_skew_max_ms: u64,
-    /// Client proxy: retransmit a request not answered within this time.
+    /// Client proxy: retransmit a request not answered within this time, to every replica
+    /// (an ordered request first goes to the replica the client believes leads, and to every
+    /// replica sooner when that one is slow to answer: see `tagma-client`'s `proxy::leader`).
     pub client_retransmit_ms: u64,
     /// Client proxy: give up on an invocation after this time.
     pub client_invoke_timeout_ms: u64,

@@ -63,7 +63,7 @@ impl Config {
         s.push_str("[timeouts]\n");
         s.push_str(&format!("# Replica request timer (first expiry forwards, second suspects the leader). Default {}.\nrequest_timeout_ms = {}\n", dt.request_timeout_ms, t.request_timeout_ms));
         s.push_str(&format!("# How far ahead of a replica's clock a leader's batch may be timestamped (a later one is\n# refused): bounds how early a faulty leader can make leases and waits run out. Default {}.\nclock_skew_max_ms = {}\n", dt.clock_skew_max_ms, t.clock_skew_max_ms));
-        s.push_str(&format!("# Client retransmits an unanswered request after this long. Default {}.\nclient_retransmit_ms = {}\n", dt.client_retransmit_ms, t.client_retransmit_ms));
+        s.push_str(&format!("# Client retransmits an unanswered request to every replica after this long (an ordered request goes to the leader first, and to every replica after four smoothed latencies, at most this long or half request_timeout_ms). Default {}.\nclient_retransmit_ms = {}\n", dt.client_retransmit_ms, t.client_retransmit_ms));
         s.push_str(&format!("# Client gives up on an invocation after this long. Default {}.\nclient_invoke_timeout_ms = {}\n", dt.client_invoke_timeout_ms, t.client_invoke_timeout_ms));
         s.push_str(&format!(
             "# TCP connect timeout. Default {}.\nconnect_timeout_ms = {}\n",

@@ -14,7 +14,8 @@ use bytes::Bytes;
 use crossbeam_channel::bounded;
 use tagma_net::{FrameReader, FrameWriter, LocalIdentity, NetError};
 use tagma_wire::{
-    ClientId, ClientMessage, Decode, Encode, ReplicaMessage, RequestEnvelope, RequestKind, Role,
+    ClientId, ClientMessage, Decode, Encode, LeaderHint, Regency, ReplicaId, ReplicaMessage,
+    RequestEnvelope, RequestKind, Role, ViewId,
 };
 use tracing::{debug, info_span};
 
@@ -131,6 +132,7 @@ pub(crate) fn client_connection(
     });
     debug!(conn = id, principal, "client connected");
     let mut routed: HashSet<ClientId> = HashSet::new();
+    let mut hinted = None;
     let reason = loop {
         let frame = match reader.read_frame() {
             Ok(f) => f,
@@ -174,6 +176,9 @@ pub(crate) fn client_connection(
                     {
                         break None;
                     }
+                }
+                if request.request.kind == RequestKind::Ordered {
+                    hint_leader(sh, &conn, &mut hinted);
                 }
                 if !accept_request(sh, request, &conn) {
                     break None;
@@ -234,6 +239,27 @@ pub(crate) fn client_connection(
     sh.metrics
         .client_connections
         .fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Tells a client that sent this replica an ordered request which replica leads, when this
+/// one does not: clients send ordered requests to the leader first, and learn a new one from
+/// these hints. At most one hint per connection and regency (`hinted`: the last one sent).
+fn hint_leader(sh: &Shared, conn: &ConnHandle, hinted: &mut Option<LeaderHint>) {
+    if sh.unreplicated {
+        return;
+    }
+    let m = &sh.metrics;
+    let hint = LeaderHint {
+        view: ViewId(m.view.load(Ordering::Relaxed) as u32),
+        regency: Regency(m.regency.load(Ordering::Relaxed) as u32),
+        leader: ReplicaId(m.leader.load(Ordering::Relaxed) as u32),
+    };
+    if hint.leader == sh.me || *hinted == Some(hint) {
+        return;
+    }
+    *hinted = Some(hint);
+    // A full queue drops the hint: the client falls back to every replica meanwhile.
+    let _ = conn.tx.try_send(ReplicaMessage::Leader(hint).to_bytes());
 }
 
 /// Authenticates a client request and hands it on. Returns false when the replica is

@@ -98,6 +98,10 @@ pub(crate) fn start_node<S: Service>(
     metrics
         .view
         .store(u64::from(params.view.0), Ordering::Relaxed);
+    if let Some(first) = params.members.first() {
+        // Regency 0's leader until the core installs another regency.
+        metrics.leader.store(u64::from(first.0), Ordering::Relaxed);
+    }
     // Durability: recover before anything else runs.
     let recovered = match &data_dir {
         Some(dir) if cfg.raw.storage.durability == Durability::Fsync => Some(

@@ -365,6 +365,19 @@ pub enum ReplicaMessage {
     /// Every view change installed since the configured view, in order, each as the
     /// administrator signed it (the answer to [`ClientMessage::ViewHistoryQuery`]).
     ViewHistory(Vec<ViewChange>),
+    /// The leader of the replica's installed regency, sent by a replica that is not the
+    /// leader to a client that sent it an ordered request (at most once per connection and
+    /// regency). Clients send ordered requests to the leader first; a client believes a hint
+    /// once enough replicas agree on it.
+    Leader(LeaderHint),
+}
+
+/// Which replica leads a view's regency, as one replica sees it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeaderHint {
+    pub view: ViewId,
+    pub regency: Regency,
+    pub leader: ReplicaId,
 }
 
 /// Who is at the other end of a connection, as claimed in the handshake.

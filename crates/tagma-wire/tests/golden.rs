@@ -60,6 +60,7 @@ const GROUP_NONE: &str = "00 6f70";
 const GROUP_ALL: &str = "01 6f70";
 const GROUP_WORKER: &str = "02 03000000 6f70";
 const GROUP_CUSTOM: &str = "03 4d000000";
+const REPLICA_LEADER: &str = "01 05 02000000 03000000 03000000";
 const REPLICA_STATE_INFO: &str = "01 02 4d00000000000000 01000000 0a00000000000000 fa00000000000000 dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd";
 
 fn unhex(spaced: &str) -> Vec<u8> {
@@ -210,6 +211,7 @@ fn golden_replica() {
     let r = common::replica_messages;
     golden("reply", &find(r(), "reply"), REPLICA_REPLY);
     golden("state_info", &find(r(), "state_info"), REPLICA_STATE_INFO);
+    golden("leader", &find(r(), "leader"), REPLICA_LEADER);
 }
 
 #[test]

@@ -210,6 +210,7 @@ pub fn run(args: KvArgs) -> Result<()> {
     if cfg.raw.eve.deployment == tagma_core::eve::Deployment::Bft {
         // The executors of an execute-verify BFT deployment: r + 1 matching replies.
         options.reply_quorum = Some(cfg.raw.eve.r + 1);
+        options.leader_first = false;
     }
     let proxy = Proxy::connect(&cfg, key, options)?;
     let reply = if args.unordered && op.is_read_only() {

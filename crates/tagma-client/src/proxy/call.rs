@@ -28,6 +28,8 @@ pub(super) struct Call {
     /// one would block every later request of this client. It still holds its
     /// `outstanding` slot, which bounds how many such requests can pile up.
     pub(super) abandoned: bool,
+    /// The request went to every member (not only to the guessed leader).
+    pub(super) spread: bool,
 }
 
 /// A fresh voter for a call of `kind` among `members`.

@@ -15,7 +15,7 @@ use tracing::debug;
 
 use super::Inner;
 use super::call::{Call, voter};
-use super::links::{Members, send_all};
+use super::links::{Link, Members, send_all};
 use crate::error::ClientError;
 use crate::future::Slot;
 use crate::locking::lock;
@@ -56,6 +56,7 @@ impl Inner {
         let seq = RequestSeq(sequence.fetch_add(1, Ordering::Relaxed));
         let members = self.members();
         let frame = self.build_frame(&members, kind, seq, payload.clone());
+        let leader = self.leader_link(&members, kind);
         let now = Instant::now();
         let call = Call {
             payload,
@@ -67,9 +68,22 @@ impl Inner {
             last_sent: now,
             slot,
             abandoned: false,
+            spread: leader.is_none(),
         };
         lock(&self.calls).insert((kind, seq), call);
-        send_all(&members, &frame);
+        match leader {
+            Some(leader) => {
+                leader.send(&frame);
+                // A connection that never carried this client's request gets it too: the
+                // replica sends replies where the client's requests arrive.
+                for link in &members.links {
+                    if !Arc::ptr_eq(link, &leader) {
+                        link.send_if_unrouted(&frame);
+                    }
+                }
+            }
+            None => send_all(&members, &frame),
+        }
         // The client may have moved to another view between the snapshot and the insertion
         // (`move_to_view` rebuilds only the calls it finds): rebuild this one.
         let now_members = self.members();
@@ -85,10 +99,22 @@ impl Inner {
                 call.frame = self.build_frame(&now_members, kind, seq, call.payload.clone());
                 call.voter = voter(&now_members, kind);
                 call.members = now_members.clone();
+                call.spread = true;
                 call.frame.clone()
             };
             send_all(&now_members, &frame);
         }
+    }
+
+    /// The link to the guessed leader, when a request of `kind` goes to it first: ordered
+    /// requests of a leader-first proxy whose guessed leader is connected.
+    fn leader_link(&self, members: &Members, kind: RequestKind) -> Option<Arc<Link>> {
+        if !self.leader_first || kind != RequestKind::Ordered {
+            return None;
+        }
+        let id = self.leader.leader(members)?;
+        let link = members.links.iter().find(|l| l.info.id == id)?;
+        link.is_connected().then(|| link.clone())
     }
 
     pub(super) fn finish(&self, call: Call, result: Result<Bytes, ClientError>) {
@@ -128,6 +154,10 @@ impl Inner {
                     .retain(|tx| tx.try_send((from, history.clone())).is_ok());
                 return;
             }
+            ReplicaMessage::Leader(hint) => {
+                self.leader.on_hint(from, hint, &self.members());
+                return;
+            }
         };
         if reply.client != self.client {
             return;
@@ -148,6 +178,9 @@ impl Inner {
         if let Some(result) = call.voter.add(from, reply.payload) {
             let call = calls.remove(&key).expect("present");
             drop(calls);
+            if reply.kind == RequestKind::Ordered {
+                self.leader.observe(call.first_sent.elapsed());
+            }
             self.finish(call, Ok(result));
         } else if call.voter.exhausted() {
             let call = calls.remove(&key).expect("present");

@@ -4,7 +4,7 @@
 
 use std::fmt;
 use std::net::SocketAddr;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -74,6 +74,11 @@ pub(super) struct Link {
     /// its own queue (frames beyond it are dropped; retransmission covers them).
     pub(super) writer: Mutex<Option<(u64, crossbeam_channel::Sender<Bytes>)>>,
     pub(super) generation: AtomicU64,
+    /// One more than the generation of the last connection that carried a request of this
+    /// client (0: none): the replica routes the client's replies to the connection its
+    /// requests arrive on, so every new connection carries one before requests go to the
+    /// leader alone.
+    routed: AtomicU64,
     pub(super) last_attempt: Mutex<Option<Instant>>,
     /// `Some` while a connection attempt runs (on its own thread), with who waits for its
     /// outcome; at most one attempt per link at a time.
@@ -86,6 +91,7 @@ impl Link {
             info,
             writer: Mutex::new(None),
             generation: AtomicU64::new(0),
+            routed: AtomicU64::new(0),
             last_attempt: Mutex::new(None),
             connecting: Mutex::new(None),
         })
@@ -98,12 +104,28 @@ impl Link {
 
     /// Queues `frame` without blocking.
     pub(super) fn send(&self, frame: &Bytes) {
+        self.send_if(frame, false);
+    }
+
+    /// Queues `frame` if the current connection has not carried a request of this client
+    /// yet (see `routed`).
+    pub(super) fn send_if_unrouted(&self, frame: &Bytes) {
+        self.send_if(frame, true);
+    }
+
+    fn send_if(&self, frame: &Bytes, only_unrouted: bool) {
         let mut guard = lock(&self.writer);
-        if let Some((_, tx)) = guard.as_ref()
-            && let Err(crossbeam_channel::TrySendError::Disconnected(_)) =
-                tx.try_send(frame.clone())
-        {
-            *guard = None;
+        let Some((generation, tx)) = guard.as_ref() else {
+            return;
+        };
+        let mark = generation + 1;
+        if only_unrouted && self.routed.load(Ordering::Relaxed) == mark {
+            return;
+        }
+        match tx.try_send(frame.clone()) {
+            Ok(()) => self.routed.store(mark, Ordering::Relaxed),
+            Err(crossbeam_channel::TrySendError::Disconnected(_)) => *guard = None,
+            Err(crossbeam_channel::TrySendError::Full(_)) => {}
         }
     }
 
@@ -130,6 +152,8 @@ pub(super) struct Members {
     pub(super) auth: Authenticator,
     pub(super) ordered_quorum: usize,
     pub(super) unordered_quorum: usize,
+    /// Members whose reports of a new leader the proxy believes (f + 1 in BFT, one in CFT).
+    pub(super) hint_quorum: usize,
 }
 
 impl Members {
@@ -178,11 +202,42 @@ pub(super) fn members_of(
         auth,
         ordered_quorum: reply_quorum.unwrap_or(q.reply_quorum(readonly)),
         unordered_quorum: q.unordered_reply_quorum(),
+        hint_quorum: match mode {
+            tagma_config::Mode::Bft => view.f as usize + 1,
+            tagma_config::Mode::Cft => 1,
+        },
     })
 }
 
 pub(super) fn send_all(members: &Members, frame: &Bytes) {
     for link in &members.links {
         link.send(frame);
+    }
+}
+
+#[cfg(test)]
+pub(super) mod tests {
+    use super::*;
+
+    /// Members `ids` of view 0 at unreachable addresses, believing `hint_quorum` reports.
+    pub(in crate::proxy) fn members_with(ids: &[u32], hint_quorum: usize) -> Members {
+        let links = (ids.iter())
+            .map(|&id| {
+                Link::new(ReplicaInfo {
+                    id: ReplicaId(id),
+                    addr: "127.0.0.1:9".parse().expect("address"),
+                    public_key: tagma_wire::PublicKey([id as u8; 32]),
+                    metrics_addr: None,
+                })
+            })
+            .collect();
+        Members {
+            view: ViewId(0),
+            links,
+            auth: Authenticator { keys: Vec::new() },
+            ordered_quorum: hint_quorum,
+            unordered_quorum: hint_quorum,
+            hint_quorum,
+        }
     }
 }

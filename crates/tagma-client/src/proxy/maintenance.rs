@@ -1,5 +1,6 @@
-//! The maintenance thread: retransmissions, unordered fallbacks on timeout, invocation
-//! timeouts and reconnections, every quarter of a retransmission period.
+//! The maintenance thread: requests the guessed leader left unanswered sent to every member,
+//! retransmissions, unordered fallbacks on timeout, invocation timeouts and reconnections,
+//! every quarter of a retransmission period (at most 50 ms).
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
@@ -38,6 +39,7 @@ impl Inner {
         let mut resend = Vec::new();
         let mut expired = Vec::new();
         let mut fallback = Vec::new();
+        let spread_after = self.leader.spread_after(self.spread_most);
         {
             let mut calls = lock(&self.calls);
             let keys: Vec<_> = calls.keys().copied().collect();
@@ -54,8 +56,14 @@ impl Inner {
                         fallback.push(calls.remove(&key).expect("present"));
                     } else {
                         call.last_sent = now;
+                        call.spread = true;
                         resend.push(call.frame.clone());
                     }
+                } else if !call.spread && now.duration_since(call.first_sent) >= spread_after {
+                    // The guessed leader has not answered soon: every member gets it, and
+                    // their request timers watch the leader.
+                    call.spread = true;
+                    resend.push(call.frame.clone());
                 }
             }
         }

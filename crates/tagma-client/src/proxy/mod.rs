@@ -5,13 +5,14 @@
 //! `connect` (handshakes, reader and writer threads), `invoke` (frames, sending, voting),
 //! `each` (unordered requests every replica answers for itself, collected without voting),
 //! `views` (following the installed view), `maintenance` (the periodic work). `links` (the
-//! replicas and the view's members) and `call` (one invocation in flight) hold the state
-//! they work on.
+//! replicas and the view's members), `call` (one invocation in flight) and `leader` (which
+//! replica ordered requests go to first) hold the state they work on.
 
 mod call;
 mod connect;
 mod each;
 mod invoke;
+mod leader;
 mod links;
 mod maintenance;
 mod views;
@@ -32,6 +33,7 @@ use tagma_wire::{
 use self::call::Call;
 use self::each::EachCall;
 pub use self::each::EachReply;
+use self::leader::LeaderGuess;
 use self::links::{Members, members_of};
 use crate::error::ClientError;
 use crate::future::{ReplyFuture, Slot};
@@ -51,6 +53,11 @@ pub struct ClientOptions {
     /// servers of an execute-verify BFT deployment are `u + max(u, r) + 1` executors whose
     /// clients accept `r + 1` matching replies.
     pub reply_quorum: Option<usize>,
+    /// Send ordered requests to the replica believed to lead first, and to every member only
+    /// when it does not answer soon (see `proxy::leader`); `false` sends every request to
+    /// every member. Servers that are not tagma replicas ordering with a leader (the
+    /// executors of an execute-verify deployment) want `false`.
+    pub leader_first: bool,
 }
 
 impl ClientOptions {
@@ -60,6 +67,7 @@ impl ClientOptions {
             instance: None,
             outstanding_max: 128,
             reply_quorum: None,
+            leader_first: true,
         }
     }
 }
@@ -79,6 +87,12 @@ struct Inner {
     reply_quorum: Option<usize>,
     /// Read on every send; replaced on a view change (see [`Members`]).
     members: RwLock<Arc<Members>>,
+    /// Where ordered requests go first, when `leader_first`.
+    leader: LeaderGuess,
+    leader_first: bool,
+    /// The longest a request waits for the guessed leader before it goes to every member:
+    /// the retransmission period or half the replicas' request timeout, whichever is shorter.
+    spread_most: Duration,
     request_bytes_max: usize,
     limits: NetLimits,
     connect_timeout: Duration,
@@ -146,6 +160,7 @@ impl Proxy {
             &cfg.initial_view(),
             None,
         )?;
+        let leader = LeaderGuess::new(&members);
         let inner = Arc::new(Inner {
             client: ClientId::new(options.principal, instance),
             key,
@@ -154,6 +169,11 @@ impl Proxy {
             readonly: raw.cluster.readonly_requests,
             reply_quorum: options.reply_quorum,
             members: RwLock::new(Arc::new(members)),
+            leader,
+            leader_first: options.leader_first,
+            spread_most: Duration::from_millis(
+                (raw.timeouts.client_retransmit_ms).min(raw.timeouts.request_timeout_ms / 2),
+            ),
             request_bytes_max: raw.limits.request_bytes_max,
             limits: NetLimits {
                 frame_bytes_max: raw.limits.frame_bytes_max,

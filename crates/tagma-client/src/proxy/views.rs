@@ -180,6 +180,7 @@ impl Inner {
                 }
             }
             *current = next.clone();
+            self.leader.reset(&next);
             next
         };
         tracing::info!(
@@ -194,6 +195,7 @@ impl Inner {
             call.voter = voter(&members, *kind);
             call.members = members.clone();
             call.last_sent = Instant::now();
+            call.spread = true;
             resend.push(call.frame.clone());
         }
         for frame in resend {

@@ -11,6 +11,7 @@
 //! | `ReplicaMessage::StateInfo` | 2 | nonce `u64`, replica `u32`, executed_instances `u64`, executed_requests `u64`, state_digest 32 bytes |
 //! | `ReplicaMessage::CurrentView` | 3 | `View` |
 //! | `ReplicaMessage::ViewHistory` | 4 | count `u32`, count × `ViewChange` |
+//! | `ReplicaMessage::Leader` | 5 | view `u32`, regency `u32`, leader `u32` |
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -31,6 +32,7 @@ const REPLICA_REPLY: u8 = 1;
 const REPLICA_STATE_INFO: u8 = 2;
 const REPLICA_CURRENT_VIEW: u8 = 3;
 const REPLICA_VIEW_HISTORY: u8 = 4;
+const REPLICA_LEADER: u8 = 5;
 
 impl Encode for ClientMessage {
     fn encode(&self, out: &mut BytesMut) {
@@ -107,6 +109,12 @@ impl Encode for ReplicaMessage {
                 put_header(out, REPLICA_VIEW_HISTORY);
                 put_view_history(out, changes);
             }
+            ReplicaMessage::Leader(hint) => {
+                put_header(out, REPLICA_LEADER);
+                out.put_u32_le(hint.view.0);
+                out.put_u32_le(hint.regency.0);
+                out.put_u32_le(hint.leader.0);
+            }
         }
     }
     fn encoded_len(&self) -> usize {
@@ -116,6 +124,7 @@ impl Encode for ReplicaMessage {
                 ReplicaMessage::StateInfo(_) => STATE_INFO_LEN,
                 ReplicaMessage::CurrentView(view) => view_len(view),
                 ReplicaMessage::ViewHistory(changes) => view_history_len(changes),
+                ReplicaMessage::Leader(_) => 12,
             }
     }
 }
@@ -139,6 +148,11 @@ impl Decode for ReplicaMessage {
             })),
             REPLICA_CURRENT_VIEW => Ok(ReplicaMessage::CurrentView(read_view(r)?)),
             REPLICA_VIEW_HISTORY => Ok(ReplicaMessage::ViewHistory(read_view_history(r)?)),
+            REPLICA_LEADER => Ok(ReplicaMessage::Leader(LeaderHint {
+                view: ViewId(r.u32()?),
+                regency: Regency(r.u32()?),
+                leader: ReplicaId(r.u32()?),
+            })),
             tag => Err(WireError::UnknownTag {
                 what: "replica message",
                 tag,

@@ -247,6 +247,13 @@ fn arb_replica() -> impl Strategy<Value = ReplicaMessage> {
                 executed_requests: q,
                 state_digest: Digest(d),
             })),
+        (any::<u32>(), any::<u32>(), any::<u32>()).prop_map(|(v, g, l)| {
+            ReplicaMessage::Leader(LeaderHint {
+                view: ViewId(v),
+                regency: Regency(g),
+                leader: ReplicaId(l),
+            })
+        }),
     ]
 }
 

@@ -323,6 +323,14 @@ pub fn replica_messages() -> Vec<(&'static str, ReplicaMessage)> {
             }),
         ),
         ("current_view", ReplicaMessage::CurrentView(view())),
+        (
+            "leader",
+            ReplicaMessage::Leader(LeaderHint {
+                view: ViewId(2),
+                regency: Regency(3),
+                leader: ReplicaId(3),
+            }),
+        ),
     ]
 }
 
