@@ -257,9 +257,15 @@ fn hint_leader(sh: &Shared, conn: &ConnHandle, hinted: &mut Option<LeaderHint>) 
     if hint.leader == sh.me || *hinted == Some(hint) {
         return;
     }
-    *hinted = Some(hint);
-    // A full queue drops the hint: the client falls back to every replica meanwhile.
-    let _ = conn.tx.try_send(ReplicaMessage::Leader(hint).to_bytes());
+    // A full queue drops the hint, to be sent with a later request (the client sends to every
+    // replica meanwhile).
+    if conn
+        .tx
+        .try_send(ReplicaMessage::Leader(hint).to_bytes())
+        .is_ok()
+    {
+        *hinted = Some(hint);
+    }
 }
 
 /// Authenticates a client request and hands it on. Returns false when the replica is

@@ -178,7 +178,9 @@ impl Inner {
         if let Some(result) = call.voter.add(from, reply.payload) {
             let call = calls.remove(&key).expect("present");
             drop(calls);
-            if reply.kind == RequestKind::Ordered {
+            if reply.kind == RequestKind::Ordered && call.timeout == self.invoke_timeout {
+                // Calls whose reply may come long after their execution (a blocked take)
+                // say nothing of the leader's latency.
                 self.leader.observe(call.first_sent.elapsed());
             }
             self.finish(call, Ok(result));
