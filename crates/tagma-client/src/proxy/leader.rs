@@ -72,7 +72,7 @@ impl LeaderGuess {
         let first = members
             .links
             .first()
-            .map_or(u64::MAX, |l| l.info.id.0.into());
+            .map_or(UNKNOWN, |l| l.info.id.0.into());
         self.leader.store(first, Ordering::Relaxed);
     }
 
