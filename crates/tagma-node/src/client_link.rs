@@ -241,6 +241,13 @@ pub(crate) fn client_connection(
         .fetch_sub(1, Ordering::Relaxed);
 }
 
+/// Whether a request checked on a client connection may come back in a PROPOSE to this
+/// replica, so that keeping it (`verified.rs`) spares a second check: not at the leader, which
+/// relays requests rather than receiving them relayed, nor at the unreplicated server.
+fn may_be_relayed_here(sh: &Shared) -> bool {
+    !sh.unreplicated && sh.metrics.leader.load(Ordering::Relaxed) != u64::from(sh.me.0)
+}
+
 /// Tells a client that sent this replica an ordered request which replica leads, when this
 /// one does not: clients send ordered requests to the leader first, and learn a new one from
 /// these hints. At most one hint per connection and regency (`hinted`: the last one sent).
@@ -337,7 +344,9 @@ pub(crate) fn accept_request(
                     let sh2 = sh.clone();
                     pool.submit(move |verifier| match verifier.verify(&request) {
                         Ok(()) => {
-                            verifier.keep(&request.request);
+                            if may_be_relayed_here(&sh2) {
+                                verifier.keep(&request.request);
+                            }
                             let _ = order(&sh2, request);
                         }
                         Err(e) => sh2.reject(
@@ -352,7 +361,7 @@ pub(crate) fn accept_request(
                 }
                 None => match sh.verifier.verify(&request) {
                     Ok(()) => {
-                        if !sh.unreplicated {
+                        if may_be_relayed_here(sh) {
                             sh.verifier.keep(&request.request);
                         }
                         order(sh, request)
