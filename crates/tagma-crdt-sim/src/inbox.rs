@@ -48,11 +48,11 @@ pub struct Inbox<M> {
     spare: Vec<Vec<Incoming<M>>>,
     /// Messages in `buckets`.
     incoming: usize,
-    /// Room to put a window's messages in order.
-    placing: Vec<Incoming<M>>,
-    /// In handling order: (handling time, sender, message).
-    queue: VecDeque<(u64, NodeId, M)>,
-    /// When the node is done with the last message in `queue`.
+    /// In handling order; each is handled `receive_cost_us` after it arrives or after the
+    /// node is done with the one before, whichever is later.
+    queue: VecDeque<Incoming<M>>,
+    receive_cost_us: u64,
+    /// When the node is done with the last message taken from `queue`.
     busy_until_us: u64,
 }
 
@@ -66,8 +66,8 @@ impl<M> Inbox<M> {
             first_bucket: 0,
             spare: Vec::new(),
             incoming: 0,
-            placing: Vec::new(),
             queue: VecDeque::new(),
+            receive_cost_us: 0,
             busy_until_us: 0,
         }
     }
@@ -103,9 +103,16 @@ impl<M> Inbox<M> {
     /// Puts the messages arriving before `horizon_us` in handling order (every message
     /// arriving before then must be in).
     pub fn place(&mut self, horizon_us: u64, receive_cost_us: u64) {
+        self.receive_cost_us = receive_cost_us;
         if self.incoming == 0 {
             return;
         }
+        if self.queue.is_empty() {
+            // Start from the front of the queue's room, so that what comes in stays in one
+            // piece.
+            self.queue.clear();
+        }
+        let placed = self.queue.len();
         let last = horizon_us / self.bucket_us;
         // Whole buckets before the horizon's own.
         while self.first_bucket < last
@@ -113,7 +120,7 @@ impl<M> Inbox<M> {
         {
             self.first_bucket += 1;
             self.incoming -= bucket.len();
-            self.placing.append(&mut bucket);
+            self.queue.extend(bucket.drain(..));
             self.spare.push(bucket);
         }
         // The part of the horizon's bucket before it.
@@ -123,7 +130,7 @@ impl<M> Inbox<M> {
             let mut k = 0;
             while k < bucket.len() {
                 if bucket[k].arrive_us < horizon_us {
-                    self.placing.push(bucket.swap_remove(k));
+                    self.queue.push_back(bucket.swap_remove(k));
                     self.incoming -= 1;
                 } else {
                     k += 1;
@@ -137,17 +144,13 @@ impl<M> Inbox<M> {
                 self.spare.push(bucket);
             }
         }
-        self.placing.sort_unstable_by_key(Incoming::key);
-        for m in self.placing.drain(..) {
-            let handle_us = self.busy_until_us.max(m.arrive_us) + receive_cost_us;
-            self.busy_until_us = handle_us;
-            self.queue.push_back((handle_us, m.from, m.message));
-        }
+        // Those placed before arrive before the last horizon, so before these.
+        self.queue.make_contiguous()[placed..].sort_unstable_by_key(Incoming::key);
     }
 
     /// When the next message in order is handled.
     pub fn next_handle_us(&self) -> Option<u64> {
-        self.queue.front().map(|(at, _, _)| *at)
+        (self.queue.front()).map(|m| self.busy_until_us.max(m.arrive_us) + self.receive_cost_us)
     }
 
     /// No message not yet in order is handled before this.
@@ -160,7 +163,10 @@ impl<M> Inbox<M> {
 
     /// The next message in order: its handling time, sender and contents.
     pub fn pop(&mut self) -> Option<(u64, NodeId, M)> {
-        self.queue.pop_front()
+        let handle_us = self.next_handle_us()?;
+        let m = self.queue.pop_front()?;
+        self.busy_until_us = handle_us;
+        Some((handle_us, m.from, m.message))
     }
 
     /// Drops every message (its node crashed).

@@ -43,9 +43,9 @@ impl Protocol for VcubeNode {
                     detector: 0,
                 }
             }
-            Message::Snapshot { state, .. } => Sizes {
-                payload: state.len(),
-                control: total - state.len(),
+            Message::Snapshot(s) => Sizes {
+                payload: s.state.len(),
+                control: total - s.state.len(),
                 ..Sizes::default()
             },
             Message::Test | Message::TestReply { .. } => Sizes {

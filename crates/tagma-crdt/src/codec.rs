@@ -32,7 +32,7 @@ use bytes::Bytes;
 use crate::counter::{Counter, CounterMark, CounterOp, NodeTally, ResetCounter};
 use crate::crdt::{Crdt, Op};
 use crate::dot::Dot;
-use crate::error::CodecError;
+use crate::error::{CodecError, CrdtError};
 use crate::kind::Kind;
 use crate::map::{Entry, Map, MapOp, NestedOp};
 use crate::register::{Register, RegisterOp, Stamp, Winner};
@@ -330,6 +330,13 @@ impl<'a> Reader<'a> {
     }
 
     fn bytes(&mut self) -> Result<Bytes, CodecError> {
+        // Copied, never a slice of the message: a replica keeps the value as long as the
+        // element lives, and a slice would keep the whole frame it arrived in alive with it.
+        self.bytes_ref().map(Bytes::copy_from_slice)
+    }
+
+    /// A byte string, checked, not copied.
+    fn bytes_ref(&mut self) -> Result<&'a [u8], CodecError> {
         let len = self.uvarint()?;
         if len > self.limits.value_bytes_max as u64 {
             return Err(CodecError::ValueTooLarge {
@@ -340,10 +347,8 @@ impl<'a> Reader<'a> {
         if len > self.remaining() as u64 {
             return Err(CodecError::Truncated);
         }
-        // Copied, never a slice of the message: a replica keeps the value as long as the
-        // element lives, and a slice would keep the whole frame it arrived in alive with it.
         let end = self.pos + len as usize;
-        let bytes = Bytes::copy_from_slice(&self.input[self.pos..end]);
+        let bytes = &self.input[self.pos..end];
         self.pos = end;
         Ok(bytes)
     }
@@ -409,15 +414,20 @@ impl<'a> Reader<'a> {
     }
 
     fn register_op(&mut self) -> Result<RegisterOp, CodecError> {
+        let (stamp, value) = self.register_assign()?;
+        Ok(RegisterOp::Assign {
+            stamp,
+            value: Bytes::copy_from_slice(value),
+        })
+    }
+
+    /// A register assignment's stamp and value, the value not copied.
+    fn register_assign(&mut self) -> Result<(Stamp, &'a [u8]), CodecError> {
         match self.u8()? {
             0 => {
                 let lamport = self.uvarint()?;
                 let node = self.node()?;
-                let value = self.bytes()?;
-                Ok(RegisterOp::Assign {
-                    stamp: Stamp { lamport, node },
-                    value,
-                })
+                Ok((Stamp { lamport, node }, self.bytes_ref()?))
             }
             tag => Err(CodecError::UnknownTag {
                 what: "register operation",
@@ -644,6 +654,37 @@ pub fn decode_op_with(input: &[u8], limits: &Limits) -> Result<Op, CodecError> {
     let op = reader.op()?;
     reader.finish()?;
     Ok(op)
+}
+
+/// Decodes an operation under the default [`Limits`] and applies it to `crdt` with id
+/// `dot`: what [`decode_op`] and [`Crdt::apply`] do one after the other, except that a
+/// register assignment's value is copied only if the assignment wins. A register that many
+/// replicas assign concurrently receives mostly assignments that lose, and decoding each
+/// would copy its value for nothing.
+pub fn decode_and_apply(
+    crdt: &mut Crdt,
+    dot: Dot,
+    input: &[u8],
+) -> Result<Result<(), CrdtError>, CodecError> {
+    let limits = Limits::default();
+    let mut reader = Reader::new(input, &limits);
+    match crdt {
+        Crdt::Register(register) if input.first() == Some(&TAG_REGISTER) => {
+            reader.kind(1)?;
+            let (stamp, value) = reader.register_assign()?;
+            reader.finish()?;
+            if register.wins(stamp, dot) {
+                let value = Bytes::copy_from_slice(value);
+                register.apply(dot, &RegisterOp::Assign { stamp, value });
+            }
+            Ok(Ok(()))
+        }
+        crdt => {
+            let op = reader.op()?;
+            reader.finish()?;
+            Ok(crdt.apply(dot, &op))
+        }
+    }
 }
 
 /// Decodes a state under the default [`Limits`].

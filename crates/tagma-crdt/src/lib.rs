@@ -47,7 +47,8 @@ pub mod set;
 pub mod value;
 
 pub use codec::{
-    Limits, decode_op, decode_op_with, decode_state, decode_state_with, encode_op, encode_state,
+    Limits, decode_and_apply, decode_op, decode_op_with, decode_state, decode_state_with,
+    encode_op, encode_state,
 };
 pub use counter::{Counter, CounterMark, CounterOp, NodeTally, ResetCounter};
 pub use crdt::{Crdt, Op};

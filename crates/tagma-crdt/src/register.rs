@@ -97,14 +97,15 @@ impl Register {
         }
     }
 
+    /// Whether an assignment with `stamp` and id `dot` would replace the winner so far.
+    pub fn wins(&self, stamp: Stamp, dot: Dot) -> bool {
+        (self.winner.as_ref()).is_none_or(|winner| (stamp, dot) > (winner.stamp, winner.dot))
+    }
+
     /// Applies the operation with id `dot`.
     pub fn apply(&mut self, dot: Dot, op: &RegisterOp) {
         let RegisterOp::Assign { stamp, value } = op;
-        let wins = self
-            .winner
-            .as_ref()
-            .is_none_or(|winner| (*stamp, dot) > (winner.stamp, winner.dot));
-        if wins {
+        if self.wins(*stamp, dot) {
             self.winner = Some(Winner {
                 stamp: *stamp,
                 dot,

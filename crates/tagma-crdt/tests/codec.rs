@@ -8,8 +8,8 @@ use proptest::prelude::*;
 use support::Network;
 use tagma_crdt::{
     CodecError, CounterMark, CounterOp, Crdt, Dot, Kind, Limits, MapOp, NestedOp, Op, RegisterOp,
-    SetOp, Stamp, decode_op, decode_op_with, decode_state, decode_state_with, encode_op,
-    encode_state,
+    SetOp, Stamp, decode_and_apply, decode_op, decode_op_with, decode_state, decode_state_with,
+    encode_op, encode_state,
 };
 
 fn bytes() -> impl Strategy<Value = Bytes> {
@@ -113,6 +113,32 @@ proptest! {
         let decoded = decode_state(&encoded).unwrap();
         prop_assert_eq!(decoded.digest(), crdt.digest());
         prop_assert_eq!(decoded, crdt);
+    }
+
+    /// Decoding and applying in one step ends in the state, and the error, of decoding and
+    /// then applying: for encoded operations of every kind (registers whose assignments win
+    /// and lose) and for corrupted ones.
+    #[test]
+    fn decoding_and_applying_at_once_matches_the_two_steps(
+        kind in kind(),
+        steps in steps(),
+        op in op(),
+        dot in (any::<u32>(), any::<u64>()).prop_map(|(n, c)| Dot::new(n, c)),
+        cut in any::<prop::sample::Index>(),
+        flip in any::<u8>(),
+    ) {
+        let start = state(kind, &steps);
+        let encoded = encode_op(&op);
+        let mut corrupt = encoded.clone();
+        let at = cut.index(corrupt.len());
+        corrupt[at] ^= flip;
+        for input in [encoded.clone(), corrupt, encoded[..at].to_vec()] {
+            let mut two_steps = start.clone();
+            let expected = decode_op(&input).map(|op| two_steps.apply(dot, &op));
+            let mut at_once = start.clone();
+            prop_assert_eq!(decode_and_apply(&mut at_once, dot, &input), expected);
+            prop_assert_eq!(at_once, two_steps);
+        }
     }
 
     #[test]

@@ -16,7 +16,6 @@
 
 use std::collections::BTreeMap;
 
-use bit_set::BitSet;
 use smallvec::SmallVec;
 
 use crate::cube::NodeId;
@@ -26,6 +25,10 @@ use crate::varint::varint_len;
 
 /// Node ids at or above this are refused (a cube holds at most 2^20 nodes).
 const ID_LIMIT: u32 = 1 << 20;
+
+/// The top bit of a publisher's delivered counter marks it as a barrier entry; counters
+/// stay below it (a message counter of 2^63 or more is refused).
+const IN_BARRIER: u64 = 1 << 63;
 
 /// A message's id: its publisher and the publisher's counter on the topic (from 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,13 +107,13 @@ type Waiters = SmallVec<[MsgId; 2]>;
 /// One topic's causal state at one node, buffering messages carried by `T`.
 pub struct Causal<T> {
     me: NodeId,
-    /// The highest counter delivered from each publisher, by node id (0: none).
+    /// The highest counter delivered from each publisher, by node id (0: none), with
+    /// [`IN_BARRIER`] set for the publishers whose last delivered message is a direct
+    /// predecessor of this node's next message (the barrier holds at most one message per
+    /// publisher, since a publisher's earlier messages precede its later ones, and only its
+    /// last delivered one: a later one covers it). One word per publisher, so that checking
+    /// a barrier entry and then taking it out of this node's barrier read the same memory.
     delivered: Vec<u64>,
-    /// The publishers whose last delivered message is a direct predecessor of this node's
-    /// next message (the barrier holds at most one message per publisher, since a
-    /// publisher's earlier messages precede its later ones, and only its last delivered
-    /// one: a later one covers it).
-    barrier: BitSet,
     /// Buffered messages (never iterated in the map's order: walks sort by id).
     buffer: FastMap<MsgId, Waiting<T>>,
     /// Buffered messages by the predecessor they wait on (one each at a time).
@@ -125,7 +128,6 @@ impl<T: Carried> Causal<T> {
         Causal {
             me,
             delivered: Vec::new(),
-            barrier: BitSet::new(),
             buffer: FastMap::default(),
             waiters: FastMap::default(),
             buffer_max,
@@ -151,7 +153,7 @@ impl<T: Carried> Causal<T> {
 
     /// The highest counter delivered from `source`.
     pub fn delivered_of(&self, source: NodeId) -> u64 {
-        self.delivered.get(source.0 as usize).copied().unwrap_or(0)
+        counter_of(&self.delivered, source)
     }
 
     /// Whether `id` is delivered or waiting.
@@ -162,28 +164,30 @@ impl<T: Carried> Causal<T> {
     /// The highest counter delivered from each publisher that delivered any.
     pub fn delivered(&self) -> Vec<(NodeId, u64)> {
         (self.delivered.iter().enumerate())
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, &c)| (NodeId(i as u32), c))
+            .filter(|(_, c)| **c & !IN_BARRIER > 0)
+            .map(|(i, &c)| (NodeId(i as u32), c & !IN_BARRIER))
             .collect()
     }
 
     /// The direct predecessors of this node's next message.
     pub fn barrier(&self) -> Vec<MsgId> {
-        (self.barrier.iter())
-            .map(|i| MsgId {
+        (self.delivered.iter().enumerate())
+            .filter(|(_, c)| **c & IN_BARRIER != 0)
+            .map(|(i, &c)| MsgId {
                 source: NodeId(i as u32),
-                counter: self.delivered[i],
+                counter: c & !IN_BARRIER,
             })
             .collect()
     }
 
-    /// Records `counter` as `source`'s highest delivered.
-    fn set_delivered(&mut self, source: NodeId, counter: u64) {
+    /// Records `counter` as `source`'s highest delivered, a barrier entry or not.
+    fn set_delivered(&mut self, source: NodeId, counter: u64, in_barrier: bool) {
+        debug_assert!(counter < IN_BARRIER, "counters are checked on receipt");
         let i = source.0 as usize;
         if i >= self.delivered.len() {
             self.delivered.resize(i + 1, 0);
         }
-        self.delivered[i] = counter;
+        self.delivered[i] = counter | if in_barrier { IN_BARRIER } else { 0 };
     }
 
     pub fn buffered(&self) -> usize {
@@ -199,9 +203,10 @@ impl<T: Carried> Causal<T> {
             counter,
         };
         let barrier = self.barrier();
-        self.set_delivered(self.me, counter);
-        self.barrier.make_empty();
-        self.barrier.insert(self.me.0 as usize);
+        for c in &mut self.delivered {
+            *c &= !IN_BARRIER;
+        }
+        self.set_delivered(self.me, counter, true);
         (id, barrier)
     }
 
@@ -236,6 +241,9 @@ impl<T: Carried> Causal<T> {
                 id: highest.0,
                 n: ID_LIMIT,
             });
+        }
+        if id.counter >= IN_BARRIER {
+            return Err(VcubeError::Malformed("a message counter of 2^63 or more"));
         }
         let barrier = message.barrier();
         if self.buffer.len() >= self.buffer_max {
@@ -308,14 +316,16 @@ impl<T: Carried> Causal<T> {
             barrier.iter().all(|&p| self.is_delivered(p)),
             "causal order"
         );
+        // An entry that is still its publisher's last delivered message leaves the barrier:
+        // this message covers it.
         for b in barrier {
-            let p = b.source.0 as usize;
-            if self.delivered.get(p) == Some(&b.counter) {
-                self.barrier.remove(p);
+            if let Some(c) = self.delivered.get_mut(b.source.0 as usize)
+                && *c == b.counter | IN_BARRIER
+            {
+                *c = b.counter;
             }
         }
-        self.set_delivered(id.source, id.counter);
-        self.barrier.insert(id.source.0 as usize);
+        self.set_delivered(id.source, id.counter, true);
     }
 
     /// Predecessors that buffered messages have waited on since before `before_ms`, neither
@@ -372,17 +382,17 @@ impl<T: Carried> Causal<T> {
     pub fn install(&mut self, delivered: &BTreeMap<NodeId, u64>) -> Vec<Delivered<T>> {
         self.held = false;
         for (&source, &counter) in delivered {
-            if source.0 < ID_LIMIT && counter > self.delivered_of(source) {
-                self.set_delivered(source, counter);
+            if source.0 < ID_LIMIT && counter < IN_BARRIER && counter > self.delivered_of(source) {
+                self.set_delivered(source, counter, true);
             }
+        }
+        // Every publisher's last message is a barrier entry.
+        for c in self.delivered.iter_mut().filter(|c| **c > 0) {
+            *c |= IN_BARRIER;
         }
         let delivered = &self.delivered;
         self.buffer
-            .retain(|id, _| delivered.get(id.source.0 as usize).copied().unwrap_or(0) < id.counter);
-        self.barrier = (delivered.iter().enumerate())
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, _)| i)
-            .collect();
+            .retain(|id, _| counter_of(delivered, id.source) < id.counter);
         self.waiters.clear();
         let mut candidates: Vec<MsgId> = self.buffer.keys().copied().collect();
         candidates.sort_unstable();
@@ -390,6 +400,13 @@ impl<T: Carried> Causal<T> {
         self.settle(&candidates, &mut out);
         out
     }
+}
+
+/// The highest counter delivered from `source` according to `delivered`.
+fn counter_of(delivered: &[u64], source: NodeId) -> u64 {
+    delivered
+        .get(source.0 as usize)
+        .map_or(0, |c| c & !IN_BARRIER)
 }
 
 /// The first predecessor of `id` not delivered according to `delivered` (the highest
@@ -402,7 +419,7 @@ fn first_missing(
     barrier: &[MsgId],
     checked: &mut usize,
 ) -> Option<MsgId> {
-    let of = |source: NodeId| delivered.get(source.0 as usize).copied().unwrap_or(0);
+    let of = |source: NodeId| counter_of(delivered, source);
     if id.counter > 1 && of(id.source) < id.counter - 1 {
         return Some(MsgId {
             source: id.source,
@@ -465,7 +482,7 @@ mod tests {
     fn a_counter_far_ahead_names_at_most_the_batch() {
         let mut r = Bare::new(NodeId(3), 16);
         assert_eq!(
-            receive(&mut r, id(0, u64::MAX - 1), vec![], 0),
+            receive(&mut r, id(0, IN_BARRIER - 1), vec![], 0),
             Some(vec![])
         );
         let start = std::time::Instant::now();
@@ -476,6 +493,66 @@ mod tests {
         let next = r.missing(0, 64, |m| m.counter > 64);
         assert_eq!(next[0], id(0, 65));
         assert!(start.elapsed() < std::time::Duration::from_secs(1));
+    }
+
+    #[test]
+    fn counters_of_2_63_or_more_are_refused_and_barrier_entries_beyond_never_deliver() {
+        let mut r = Bare::new(NodeId(3), 16);
+        let mut out = Vec::new();
+        for counter in [IN_BARRIER, u64::MAX] {
+            assert_eq!(
+                r.receive(id(0, counter), vec![], 0, &mut out),
+                Err(VcubeError::Malformed("a message counter of 2^63 or more"))
+            );
+        }
+        assert_eq!(r.buffered(), 0);
+        // A predecessor that no message can be waits in the buffer, bounded as any other.
+        assert_eq!(
+            receive(&mut r, id(1, 1), vec![id(0, u64::MAX)], 0),
+            Some(vec![])
+        );
+        assert_eq!(r.buffered(), 1);
+        assert!(out.is_empty());
+        assert!(!r.is_delivered(id(0, IN_BARRIER)));
+        assert_eq!(r.delivered(), vec![]);
+    }
+
+    #[test]
+    fn the_barrier_follows_deliveries_publishes_and_snapshots() {
+        let mut r = Bare::new(NodeId(3), 16);
+        assert_eq!(receive(&mut r, id(0, 1), vec![], 0), Some(vec![id(0, 1)]));
+        assert_eq!(receive(&mut r, id(1, 1), vec![], 0), Some(vec![id(1, 1)]));
+        // Node 2's message follows node 0's only: node 1's stays in the barrier.
+        assert_eq!(
+            receive(&mut r, id(2, 1), vec![id(0, 1)], 0),
+            Some(vec![id(2, 1)])
+        );
+        assert_eq!(r.barrier(), vec![id(1, 1), id(2, 1)]);
+        assert_eq!(
+            r.delivered_of(NodeId(0)),
+            1,
+            "out of the barrier, still delivered"
+        );
+        let (mine, barrier) = r.publish();
+        assert_eq!((mine, barrier), (id(3, 1), vec![id(1, 1), id(2, 1)]));
+        assert_eq!(r.barrier(), vec![mine]);
+        assert_eq!(
+            r.delivered(),
+            vec![
+                (NodeId(0), 1),
+                (NodeId(1), 1),
+                (NodeId(2), 1),
+                (NodeId(3), 1)
+            ]
+        );
+        // A snapshot makes each publisher's last message a barrier entry.
+        let snapshot = BTreeMap::from([(NodeId(0), 4), (NodeId(5), 2), (NodeId(6), IN_BARRIER)]);
+        assert!(r.install(&snapshot).is_empty());
+        assert_eq!(
+            r.barrier(),
+            vec![id(0, 4), id(1, 1), id(2, 1), id(3, 1), id(5, 2)],
+            "a counter of 2^63 or more in a snapshot is left out"
+        );
     }
 
     #[test]

@@ -12,7 +12,7 @@ use crate::cube::NodeId;
 use crate::message::TopicId;
 use crate::store::Store;
 use bytes::Bytes;
-use tagma_crdt::{Crdt, Dot, Kind, Op, decode_op, decode_state, encode_op, encode_state};
+use tagma_crdt::{Crdt, Dot, Kind, Op, decode_and_apply, decode_state, encode_op, encode_state};
 
 /// The CRDT kind of a topic no kind was declared for.
 pub fn kind_of(topic: TopicId) -> Kind {
@@ -127,8 +127,7 @@ impl Kernel {
 impl Store for Kernel {
     fn apply(&mut self, topic: TopicId, id: MsgId, payload: &Bytes) {
         let dot = Dot::new(id.source.0, id.counter);
-        let applied = decode_op(payload).map(|op| self.replica(topic).apply(dot, &op).is_ok());
-        if applied != Ok(true) {
+        if decode_and_apply(self.replica(topic), dot, payload) != Ok(Ok(())) {
             self.refused += 1;
         }
     }

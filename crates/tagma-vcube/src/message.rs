@@ -112,27 +112,32 @@ pub enum Message {
     Data { data: Data, repair: bool },
     /// The receiver of these tree messages took them (hop-by-hop reliable channel); a node
     /// gathers its acknowledgements to one sender until its next tick.
-    Ack { topic: TopicId, ids: Vec<MsgId> },
+    Ack { topic: TopicId, ids: Box<[MsgId]> },
     /// A failure detector test.
     Test,
     /// The answer to a test: the tested node's non-zero event counters.
-    TestReply { events: Vec<(u32, u32)> },
+    TestReply { events: Box<[(u32, u32)]> },
     /// Anti-entropy: what the sender delivered on a topic; the receiver sends back what
     /// it holds beyond that.
     SyncRequest {
         topic: TopicId,
-        delivered: Vec<(NodeId, u64)>,
+        delivered: Box<[(NodeId, u64)]>,
     },
     /// Fetch these messages (predecessors that buffered messages have waited on).
-    Fetch { topic: TopicId, ids: Vec<MsgId> },
+    Fetch { topic: TopicId, ids: Box<[MsgId]> },
     /// A joining or lagging node asks for the topic's state.
     SnapshotRequest { topic: TopicId },
-    /// The topic's replicated state and the counters it covers.
-    Snapshot {
-        topic: TopicId,
-        delivered: Vec<(NodeId, u64)>,
-        state: Bytes,
-    },
+    /// The topic's replicated state and the counters it covers (boxed: it is rare, and
+    /// inline it would double the size of every message).
+    Snapshot(Box<TopicSnapshot>),
+}
+
+/// A topic's replicated state and the counters it covers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicSnapshot {
+    pub topic: TopicId,
+    pub delivered: Vec<(NodeId, u64)>,
+    pub state: Bytes,
 }
 
 /// Bounds on what a decoded message may hold.
@@ -219,11 +224,12 @@ impl Message {
                 out.put_u8(8);
                 put_varint(&mut out, u64::from(topic.0));
             }
-            Message::Snapshot {
-                topic,
-                delivered,
-                state,
-            } => {
+            Message::Snapshot(s) => {
+                let TopicSnapshot {
+                    topic,
+                    delivered,
+                    state,
+                } = &**s;
                 out.put_u8(9);
                 put_varint(&mut out, u64::from(topic.0));
                 put_counters(&mut out, delivered);
@@ -264,11 +270,9 @@ impl Message {
             }
             Message::Fetch { topic, ids } => varint_len(u64::from(topic.0)) + barrier_len(ids),
             Message::SnapshotRequest { topic } => varint_len(u64::from(topic.0)),
-            Message::Snapshot {
-                topic,
-                delivered,
-                state,
-            } => varint_len(u64::from(topic.0)) + counters(delivered) + bytes(state),
+            Message::Snapshot(s) => {
+                varint_len(u64::from(s.topic.0)) + counters(&s.delivered) + bytes(&s.state)
+            }
         }
     }
 
@@ -289,7 +293,7 @@ impl Message {
             }
             3 => Message::Ack {
                 topic: r.topic()?,
-                ids: r.ids(limits)?,
+                ids: r.ids(limits)?.into(),
             },
             4 => Message::Test,
             5 => {
@@ -301,18 +305,18 @@ impl Message {
             }
             6 => Message::SyncRequest {
                 topic: r.topic()?,
-                delivered: r.counters(limits)?,
+                delivered: r.counters(limits)?.into(),
             },
             7 => Message::Fetch {
                 topic: r.topic()?,
-                ids: r.ids(limits)?,
+                ids: r.ids(limits)?.into(),
             },
             8 => Message::SnapshotRequest { topic: r.topic()? },
-            9 => Message::Snapshot {
+            9 => Message::Snapshot(Box::new(TopicSnapshot {
                 topic: r.topic()?,
                 delivered: r.counters(limits)?,
                 state: r.bytes(limits.state_bytes_max)?,
-            },
+            })),
             _ => return Err(VcubeError::Malformed("unknown message tag")),
         };
         if r.at != bytes.len() {
@@ -439,26 +443,26 @@ mod tests {
             },
             Message::Ack {
                 topic: TopicId(1),
-                ids: vec![id(5, 9), id(300, 1 << 33)],
+                ids: vec![id(5, 9), id(300, 1 << 33)].into(),
             },
             Message::Test,
             Message::TestReply {
-                events: vec![(3, 1), (70_000, 4)],
+                events: vec![(3, 1), (70_000, 4)].into(),
             },
             Message::SyncRequest {
                 topic: TopicId(2),
-                delivered: vec![(NodeId(1), 10), (NodeId(2), 0)],
+                delivered: vec![(NodeId(1), 10), (NodeId(2), 0)].into(),
             },
             Message::Fetch {
                 topic: TopicId(2),
-                ids: vec![id(8, 3)],
+                ids: vec![id(8, 3)].into(),
             },
             Message::SnapshotRequest { topic: TopicId(3) },
-            Message::Snapshot {
+            Message::Snapshot(Box::new(TopicSnapshot {
                 topic: TopicId(3),
                 delivered: vec![(NodeId(9), 4)],
                 state: Bytes::from_static(b"state"),
-            },
+            })),
         ];
         for m in messages {
             let bytes = m.encode();

@@ -411,7 +411,12 @@ impl<S: Store> Node<S> {
             }
             Message::Test => {
                 let events = self.detector.events();
-                self.send(from, Message::TestReply { events });
+                self.send(
+                    from,
+                    Message::TestReply {
+                        events: events.into(),
+                    },
+                );
             }
             Message::TestReply { events } => {
                 let changes = self.detector.on_reply(from, &events);
@@ -422,11 +427,7 @@ impl<S: Store> Node<S> {
             }
             Message::Fetch { topic, ids } => self.on_fetch(from, topic, &ids),
             Message::SnapshotRequest { topic } => self.on_snapshot_request(from, topic),
-            Message::Snapshot {
-                topic,
-                delivered,
-                state,
-            } => self.on_snapshot(now_ms, topic, &delivered, &state),
+            Message::Snapshot(s) => self.on_snapshot(now_ms, s.topic, &s.delivered, &s.state),
         }
     }
 

@@ -22,7 +22,7 @@ use bytes::Bytes;
 use super::{Action, MEMBERSHIP, Node};
 use crate::causal::MsgId;
 use crate::cube::NodeId;
-use crate::message::{Data, Message, TopicId};
+use crate::message::{Data, Message, TopicId, TopicSnapshot};
 use crate::store::Store;
 
 impl<S: Store> Node<S> {
@@ -74,7 +74,13 @@ impl<S: Store> Node<S> {
         }
         for ((topic, to), ids) in asks {
             self.stats.fetches_sent += 1;
-            self.send(to, Message::Fetch { topic, ids });
+            self.send(
+                to,
+                Message::Fetch {
+                    topic,
+                    ids: ids.into(),
+                },
+            );
         }
     }
 
@@ -106,7 +112,13 @@ impl<S: Store> Node<S> {
                 continue;
             };
             let delivered = self.topics[&topic].causal.delivered();
-            self.send(to, Message::SyncRequest { topic, delivered });
+            self.send(
+                to,
+                Message::SyncRequest {
+                    topic,
+                    delivered: delivered.into(),
+                },
+            );
         }
     }
 
@@ -193,11 +205,11 @@ impl<S: Store> Node<S> {
         };
         self.send(
             to,
-            Message::Snapshot {
+            Message::Snapshot(Box::new(TopicSnapshot {
                 topic,
                 delivered,
                 state,
-            },
+            })),
         );
     }
 

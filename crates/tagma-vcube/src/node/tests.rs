@@ -412,7 +412,7 @@ fn acks_sent(node: &mut Node<Log>) -> Vec<(NodeId, Vec<MsgId>)> {
             Action::Send {
                 to,
                 message: Message::Ack { ids, .. },
-            } => Some((to, ids)),
+            } => Some((to, ids.into_vec())),
             _ => None,
         })
         .collect()
@@ -576,7 +576,7 @@ fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_batch() {
         0,
         Input::Message {
             from: NodeId(0),
-            message: tree_message(0, u64::MAX - 1),
+            message: tree_message(0, (1 << 63) - 1),
         },
     );
     let mut asked = BTreeSet::new();
