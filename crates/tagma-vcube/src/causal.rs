@@ -15,6 +15,7 @@
 //! the caller), so delivering hands back the very value the node received.
 
 use std::collections::BTreeMap;
+use std::collections::hash_map::Entry;
 
 use smallvec::SmallVec;
 
@@ -281,25 +282,23 @@ impl<T: Carried> Causal<T> {
         Ok(Received::Taken)
     }
 
-    /// The first predecessor of a buffered message not delivered yet.
-    fn blocker(&mut self, id: MsgId) -> Option<MsgId> {
-        let w = self.buffer.get_mut(&id)?;
-        first_missing(&self.delivered, id, w.message.barrier(), &mut w.checked)
-    }
-
     /// Delivers each of `candidates` that nothing blocks, and whatever that unblocks; the
     /// others wait on their first blocker.
     fn settle(&mut self, first: &[MsgId], out: &mut Vec<Delivered<T>>) {
         let mut candidates: SmallVec<[MsgId; 8]> = SmallVec::from_slice(first);
         while let Some(id) = candidates.pop() {
-            if !self.buffer.contains_key(&id) {
+            // One lookup: the entry is checked, and taken if nothing blocks it.
+            let Entry::Occupied(mut entry) = self.buffer.entry(id) else {
                 continue; // delivered meanwhile, or dropped by a snapshot
-            }
-            if let Some(blocker) = self.blocker(id) {
+            };
+            let w = entry.get_mut();
+            if let Some(blocker) =
+                first_missing(&self.delivered, id, w.message.barrier(), &mut w.checked)
+            {
                 self.waiters.entry(blocker).or_default().push(id);
                 continue;
             }
-            let w = self.buffer.remove(&id).expect("found");
+            let w = entry.remove();
             self.deliver(id, w.message.barrier());
             if let Some(unblocked) = self.waiters.remove(&id) {
                 candidates.extend(unblocked);

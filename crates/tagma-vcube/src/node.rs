@@ -152,11 +152,15 @@ pub struct NodeStats {
     pub given_up: u64,
 }
 
+/// A child a tree message awaits an acknowledgement from (16 bytes: every message in
+/// flight holds one or two).
 struct Child {
-    cluster: u32,
-    node: NodeId,
     sent_ms: u64,
-    misses: u32,
+    node: NodeId,
+    /// The child's cluster (at most 20: a cube holds at most 2^20 nodes).
+    cluster: u16,
+    /// Retransmissions unacknowledged (saturating).
+    misses: u16,
 }
 
 /// The children a tree message awaits acknowledgements from (most nodes relay a message to
@@ -561,7 +565,7 @@ impl<S: Store> Node<S> {
         let topic = data.topic();
         let children: Children = relays(&self.cube, self.me, clusters, |j| self.eligible(topic, j))
             .map(|(cluster, node)| Child {
-                cluster,
+                cluster: cluster as u16,
                 node,
                 sent_ms: now_ms,
                 misses: 0,
@@ -682,9 +686,9 @@ impl<S: Store> Node<S> {
                     continue;
                 }
                 again = true;
-                c.misses += 1;
+                c.misses = c.misses.saturating_add(1);
                 c.sent_ms = now_ms;
-                if c.misses >= self.config.ack_misses_max {
+                if u32::from(c.misses) >= self.config.ack_misses_max {
                     suspects.push(c.node);
                 } else {
                     resend.push((key, c.node));
@@ -743,7 +747,7 @@ impl<S: Store> Node<S> {
                 }
                 let next = self
                     .cube
-                    .first_in(self.me, c.cluster, |j| self.eligible(key.0, j));
+                    .first_in(self.me, u32::from(c.cluster), |j| self.eligible(key.0, j));
                 if let Some(node) = next {
                     replaced = true;
                     self.stats.replacements += 1;
