@@ -1,5 +1,6 @@
 //! The process's memory allocator: jemalloc, tuned so that the resident memory follows the
-//! heap, and its statistics exported as gauges in every replica's metrics.
+//! heap (in every command but the simulations, which keep jemalloc's default), and its
+//! statistics exported as gauges in every replica's metrics.
 
 /// jemalloc: the replicas allocate on one thread and free on another all the time (requests
 /// read by a connection thread, executed and dropped by the execution thread), where it
