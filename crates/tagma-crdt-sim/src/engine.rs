@@ -9,8 +9,7 @@
 //! a window the nodes are independent of each other. A window runs node by node, each
 //! node's events in time order ([`crate::station`]) — a node's state stays in the
 //! processor's caches while it handles its messages of the window — and runs of
-//! consecutive nodes ([`Chunk`]) go through it on threads of their own, each thread taking
-//! the same chunks in every window. When the window
+//! consecutive nodes ([`Chunk`]) go through it on threads of their own. When the window
 //! ends, what the chunks found, counted and sent is merged in chunk order. Nothing a node
 //! does depends on the order in which nodes run or on the number of threads, so a run is
 //! reproducible and gives the same report on any number of threads.
@@ -21,6 +20,7 @@
 
 use std::time::Instant;
 
+use rayon::prelude::*;
 use tagma_vcube::NodeId;
 
 use crate::checker::Checker;
@@ -104,8 +104,8 @@ where
             let subscribe = !plan.subscriptions[&topic].contains(&node);
             slots[node.0 as usize].change_at(end_publish_us * 2 / 5, topic, subscribe);
         }
-        // A few chunks per thread (each thread takes the same run of them in every window;
-        // the mail between them is sorted by chunk).
+        // A few chunks per thread, so that a thread the machine runs less than the others
+        // takes fewer of them.
         let chunks_wanted = if threads == 1 {
             1
         } else {
@@ -255,24 +255,11 @@ where
     }
 }
 
-/// Runs `f` on every item, on the pool's threads when `parallel`: each thread takes the same
-/// run of items every time, so that a chunk's nodes stay in the caches of one processor
-/// from window to window.
+/// Runs `f` on every item, on the pool's threads when `parallel`.
 fn for_each<T: Send>(items: &mut [T], parallel: bool, f: impl Fn(&mut T) + Sync + Send) {
-    if !parallel {
+    if parallel {
+        items.par_iter_mut().for_each(f);
+    } else {
         items.iter_mut().for_each(f);
-        return;
     }
-    let threads = rayon::current_num_threads().max(1);
-    let per_thread = items.len().div_ceil(threads).max(1);
-    let runs: Vec<std::sync::Mutex<&mut [T]>> = items
-        .chunks_mut(per_thread)
-        .map(std::sync::Mutex::new)
-        .collect();
-    rayon::broadcast(|ctx| {
-        if let Some(run) = runs.get(ctx.index()) {
-            let mut run = run.lock().unwrap_or_else(|e| e.into_inner());
-            run.iter_mut().for_each(&f);
-        }
-    });
 }
