@@ -195,8 +195,15 @@ impl<T: Carried> Causal<T> {
         self.buffer.len()
     }
 
+    /// Whether this node has numbered its last message (counters stay below 2^63): then
+    /// [`Causal::publish`] must not be called.
+    pub fn counters_exhausted(&self) -> bool {
+        self.delivered_of(self.me) >= IN_BARRIER - 1
+    }
+
     /// Publishes a message: its id and barrier; it is delivered here at once and the
-    /// barrier becomes the message alone.
+    /// barrier becomes the message alone. The caller checks [`Causal::counters_exhausted`]
+    /// first.
     pub fn publish(&mut self) -> (MsgId, Vec<MsgId>) {
         let counter = self.delivered_of(self.me) + 1;
         let id = MsgId {
@@ -514,6 +521,10 @@ mod tests {
         assert!(out.is_empty());
         assert!(!r.is_delivered(id(0, IN_BARRIER)));
         assert_eq!(r.delivered(), vec![]);
+        // A snapshot may bring this node's own counter to the last one: no further message.
+        assert!(!r.counters_exhausted());
+        r.install(&BTreeMap::from([(NodeId(3), IN_BARRIER - 1)]));
+        assert!(r.counters_exhausted());
     }
 
     #[test]

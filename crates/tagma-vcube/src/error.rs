@@ -19,6 +19,10 @@ pub enum VcubeError {
     BufferFull { topic: u32, max: usize },
     #[error("{pending} publishes await acknowledgement (at most {max}): publish more slowly")]
     Backpressure { pending: usize, max: usize },
+    #[error(
+        "this node has numbered 2^63 - 1 messages on topic {topic}: no further one can be numbered"
+    )]
+    CounterExhausted { topic: u32 },
     #[error("malformed message: {0}")]
     Malformed(&'static str),
     #[error("message too large: {bytes} bytes (at most {max})")]

@@ -377,6 +377,9 @@ impl<S: Store> Node<S> {
                 max: self.config.publish_pending_max,
             });
         }
+        if t.causal.counters_exhausted() {
+            return Err(VcubeError::CounterExhausted { topic: topic.0 });
+        }
         let (id, barrier) = t.causal.publish();
         let data = Data::new(Published::new(topic, id, barrier, payload), 0);
         self.stats.published += 1;
