@@ -94,7 +94,25 @@ enum Cmd {
     Crdt(CrdtArgs),
 }
 
+/// Output piped into a reader that stops early (`tagma ... --json | head`) ends the program
+/// quietly, as the shell's own tools do, instead of with a panic message: printing to a
+/// closed pipe fails, and `println!` panics on failure.
+fn quiet_on_closed_stdout() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let message = (info.payload().downcast_ref::<String>().map(String::as_str))
+            .or_else(|| info.payload().downcast_ref::<&str>().copied())
+            .unwrap_or("");
+        if message.starts_with("failed printing to stdout") && message.contains("Broken pipe") {
+            // 128 + SIGPIPE, what a shell reports for a writer the pipe closed on.
+            std::process::exit(141);
+        }
+        default(info);
+    }));
+}
+
 fn main() {
+    quiet_on_closed_stdout();
     tagma_node::metrics::set_process_gauges(allocator::heap_gauges);
     let cli = Cli::parse();
     let default_level = if matches!(

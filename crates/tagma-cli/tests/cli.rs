@@ -62,6 +62,35 @@ fn run_server(args: &[&str], wait: Duration) -> (Option<std::process::ExitStatus
     (status, std::fs::read_to_string(log.path()).unwrap())
 }
 
+/// `tagma ... --json | head` that stops reading early: the program ends quietly with the
+/// status a shell gives a writer whose pipe closed (128 + SIGPIPE), not with a panic.
+#[test]
+fn output_into_a_closed_pipe_ends_quietly() {
+    let mut child = Command::new(exe())
+        .args([
+            "crdt",
+            "sim",
+            "--nodes",
+            "16",
+            "--duration-s",
+            "1",
+            "--drain-s",
+            "1",
+        ])
+        .args(["--protocol", "vcube", "--json"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("run tagma");
+    // The reader goes away before anything is written.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().expect("wait for tagma");
+    let err = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(141), "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+}
+
 #[test]
 fn init_refuses_ports_past_65535() {
     let dir = tempfile::tempdir().unwrap();
