@@ -210,9 +210,16 @@ impl<T: Carried> Causal<T> {
             source: self.me,
             counter,
         };
-        let barrier = self.barrier();
-        for c in &mut self.delivered {
-            *c &= !IN_BARRIER;
+        // The barrier goes out with the message and is emptied, in one pass.
+        let mut barrier = Vec::new();
+        for (i, c) in self.delivered.iter_mut().enumerate() {
+            if *c & IN_BARRIER != 0 {
+                *c &= !IN_BARRIER;
+                barrier.push(MsgId {
+                    source: NodeId(i as u32),
+                    counter: *c,
+                });
+            }
         }
         self.set_delivered(self.me, counter, true);
         (id, barrier)
