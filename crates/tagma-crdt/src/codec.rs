@@ -673,10 +673,7 @@ pub fn decode_and_apply(
             reader.kind(1)?;
             let (stamp, value) = reader.register_assign()?;
             reader.finish()?;
-            if register.wins(stamp, dot) {
-                let value = Bytes::copy_from_slice(value);
-                register.apply(dot, &RegisterOp::Assign { stamp, value });
-            }
+            register.apply_lazily(dot, stamp, || Bytes::copy_from_slice(value));
             Ok(Ok(()))
         }
         crdt => {

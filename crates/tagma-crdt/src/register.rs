@@ -97,19 +97,22 @@ impl Register {
         }
     }
 
-    /// Whether an assignment with `stamp` and id `dot` would replace the winner so far.
-    pub fn wins(&self, stamp: Stamp, dot: Dot) -> bool {
-        (self.winner.as_ref()).is_none_or(|winner| (stamp, dot) > (winner.stamp, winner.dot))
-    }
-
     /// Applies the operation with id `dot`.
     pub fn apply(&mut self, dot: Dot, op: &RegisterOp) {
         let RegisterOp::Assign { stamp, value } = op;
-        if self.wins(*stamp, dot) {
+        self.apply_lazily(dot, *stamp, || value.clone());
+    }
+
+    /// Applies an assignment with id `dot` and `stamp`; `value` makes its value, called only
+    /// if the assignment wins (a decoder copies the value out of the message only then).
+    pub(crate) fn apply_lazily(&mut self, dot: Dot, stamp: Stamp, value: impl FnOnce() -> Bytes) {
+        let wins =
+            (self.winner.as_ref()).is_none_or(|winner| (stamp, dot) > (winner.stamp, winner.dot));
+        if wins {
             self.winner = Some(Winner {
-                stamp: *stamp,
+                stamp,
                 dot,
-                value: Some(value.clone()),
+                value: Some(value()),
             });
         }
     }
