@@ -16,6 +16,7 @@
 //! is soon enough since no message reaches another node within the stretch it was sent in.
 
 use tagma_vcube::fast::FastMap;
+use tagma_vcube::varint::varint_len;
 use tagma_vcube::{MsgId, NodeId, TopicId};
 
 /// No publisher index: the node does not publish on the topic.
@@ -37,16 +38,87 @@ pub fn publisher_index(nodes: u32, publishers: &[Vec<NodeId>]) -> Vec<Vec<u32>> 
         .collect()
 }
 
+/// A row of counters, one per publisher, in words as narrow as the run allows: 16 bits
+/// when no counter of the run reaches 2^16 (what a publisher's counter reaches is known
+/// from the workload), 32 bits otherwise. The witnesses read a whole row of every
+/// operation they deliver, so the row's size is what their checks cost.
+#[derive(Clone, Debug)]
+enum Words {
+    Narrow(Box<[u16]>),
+    Wide(Box<[u32]>),
+}
+
+/// A counter in a row.
+trait Word: Copy + Ord + Default {
+    fn of(counter: u64) -> Self;
+    fn get(self) -> u64;
+    /// The row, if its words are of this width.
+    fn row(words: &Words) -> Option<&[Self]>;
+    fn row_mut(words: &mut Words) -> Option<&mut [Self]>;
+    fn words(row: Box<[Self]>) -> Words;
+}
+
+macro_rules! word {
+    ($t:ty, $variant:ident) => {
+        impl Word for $t {
+            fn of(counter: u64) -> $t {
+                // Counters of the run fit (the checker's width comes from the workload);
+                // a larger one is a violation counted already, since every counter
+                // follows its publisher's previous one.
+                counter as $t
+            }
+
+            fn get(self) -> u64 {
+                u64::from(self)
+            }
+
+            fn row(words: &Words) -> Option<&[$t]> {
+                match words {
+                    Words::$variant(row) => Some(row),
+                    _ => None,
+                }
+            }
+
+            fn row_mut(words: &mut Words) -> Option<&mut [$t]> {
+                match words {
+                    Words::$variant(row) => Some(row),
+                    _ => None,
+                }
+            }
+
+            fn words(row: Box<[$t]>) -> Words {
+                Words::$variant(row)
+            }
+        }
+    };
+}
+
+word!(u16, Narrow);
+word!(u32, Wide);
+
+/// Runs `$body` with `$W` the width of the checker's words.
+macro_rules! with_width {
+    ($narrow:expr, $W:ident => $body:expr) => {
+        if $narrow {
+            type $W = u16;
+            $body
+        } else {
+            type $W = u32;
+            $body
+        }
+    };
+}
+
 /// An operation's causal past, kept until every expected witness delivered it.
 pub struct Op {
-    clock: Box<[u32]>,
+    clock: Words,
     /// Deliveries still expected.
     remaining: u32,
 }
 
 /// What one node delivered on each topic, from each publisher, in publisher order: the
 /// topics' rows one after the other ([`Checker::clock`] reads one).
-pub struct Clocks(Box<[u32]>);
+pub struct Clocks(Words);
 
 /// What the checks of a stretch of the run found, before [`Checker::merge`] takes it in:
 /// nodes check their deliveries on their own, in parallel, against the operations
@@ -66,6 +138,8 @@ pub struct Checker {
     index: Vec<Vec<u32>>,
     /// Where each topic's row starts in [`Clocks`] (and, last, their length).
     starts: Vec<usize>,
+    /// Counters fit in 16 bits.
+    narrow: bool,
     ops: FastMap<(TopicId, MsgId), Op>,
     /// Every `stride`-th node compares clocks.
     stride: u32,
@@ -78,12 +152,14 @@ pub struct Checker {
 
 impl Checker {
     /// `publishers[t]` and `subscribers[t]`: the publishers and subscribers of topic `t`;
-    /// full clock comparisons at most about `budget` steps per operation.
+    /// full clock comparisons at most about `budget` steps per operation; no publisher's
+    /// counter goes beyond `counter_max`.
     pub fn new(
         nodes: u32,
         publishers: &[Vec<NodeId>],
         subscribers: &[Vec<NodeId>],
         budget: u64,
+        counter_max: u64,
     ) -> Checker {
         let width = publishers.iter().map(Vec::len).max().unwrap_or(1).max(1) as u64;
         let stride = (u64::from(nodes) * width)
@@ -97,6 +173,7 @@ impl Checker {
                     Some(*end)
                 }))
                 .collect(),
+            narrow: counter_max <= u64::from(u16::MAX),
             ops: FastMap::default(),
             stride,
             witness_subscribers: (subscribers.iter())
@@ -113,17 +190,34 @@ impl Checker {
 
     /// A node's clocks before it delivered anything.
     pub fn clocks(&self) -> Clocks {
-        Clocks(vec![0u32; self.starts.last().copied().unwrap_or(0)].into_boxed_slice())
+        let len = self.starts.last().copied().unwrap_or(0);
+        with_width!(self.narrow, W => Clocks(W::words(vec![W::default(); len].into_boxed_slice())))
     }
 
     /// What the node of `clocks` delivered on `topic` from each publisher.
-    pub fn clock<'c>(&self, clocks: &'c Clocks, topic: TopicId) -> &'c [u32] {
-        let t = topic.0 as usize;
-        &clocks.0[self.starts[t]..self.starts[t + 1]]
+    pub fn clock(&self, clocks: &Clocks, topic: TopicId) -> Vec<u64> {
+        let range = self.range(topic.0 as usize);
+        match &clocks.0 {
+            Words::Narrow(row) => row[range].iter().map(|&c| c.get()).collect(),
+            Words::Wide(row) => row[range].iter().map(|&c| c.get()).collect(),
+        }
     }
 
-    fn clock_mut<'c>(&self, clocks: &'c mut Clocks, t: usize) -> &'c mut [u32] {
-        &mut clocks.0[self.starts[t]..self.starts[t + 1]]
+    /// Bytes of the node's clock on `topic` as a dense vector clock: its length, then each
+    /// counter (varints).
+    pub fn vector_clock_len(&self, clocks: &Clocks, topic: TopicId) -> usize {
+        let range = self.range(topic.0 as usize);
+        let len = |counters: &mut dyn Iterator<Item = u64>| {
+            varint_len(range.len() as u64) + counters.map(varint_len).sum::<usize>()
+        };
+        match &clocks.0 {
+            Words::Narrow(row) => len(&mut row[range.clone()].iter().map(|&c| c.get())),
+            Words::Wide(row) => len(&mut row[range.clone()].iter().map(|&c| c.get())),
+        }
+    }
+
+    fn range(&self, t: usize) -> std::ops::Range<usize> {
+        self.starts[t]..self.starts[t + 1]
     }
 
     /// Nodes that compare clocks (all of them within the budget).
@@ -152,22 +246,32 @@ impl Checker {
     /// `id` was published by the node of `clocks`; every witness among the topic's other
     /// subscribers is expected to deliver it.
     pub fn published(&self, clocks: &mut Clocks, topic: TopicId, id: MsgId, found: &mut Findings) {
+        with_width!(self.narrow, W => self.published_in::<W>(clocks, topic, id, found))
+    }
+
+    fn published_in<W: Word>(
+        &self,
+        clocks: &mut Clocks,
+        topic: TopicId,
+        id: MsgId,
+        found: &mut Findings,
+    ) {
         let t = topic.0 as usize;
         let witnesses = self.witness_subscribers.get(t).copied().unwrap_or(0);
         let receivers = witnesses.saturating_sub(u32::from(self.is_witness(id.source)));
-        let Some(p) = self.publisher(t, id.source) else {
+        let (Some(p), Some(row)) = (self.publisher(t, id.source), W::row_mut(&mut clocks.0)) else {
             found.violations += 1;
             return;
         };
-        let clock = self.clock_mut(clocks, t);
-        if u64::from(clock[p]) + 1 != id.counter {
+        let clock = &mut row[self.range(t)];
+        if clock[p].get() + 1 != id.counter {
             found.violations += 1;
         }
-        clock[p] = id.counter as u32;
+        clock[p] = W::of(id.counter);
         found.published.push((
             (topic, id),
             Op {
-                clock: clock.to_vec().into_boxed_slice(),
+                clock: W::words(clock.to_vec().into_boxed_slice()),
                 remaining: receivers,
             },
         ));
@@ -186,44 +290,68 @@ impl Checker {
         if node == id.source {
             return;
         }
+        with_width!(self.narrow, W => self.delivered_in::<W>(node, clocks, topic, id, found))
+    }
+
+    fn delivered_in<W: Word>(
+        &self,
+        node: NodeId,
+        clocks: &mut Clocks,
+        topic: TopicId,
+        id: MsgId,
+        found: &mut Findings,
+    ) {
         let t = topic.0 as usize;
-        let Some(p) = self.publisher(t, id.source) else {
+        let (Some(p), Some(row)) = (self.publisher(t, id.source), W::row_mut(&mut clocks.0)) else {
             found.violations += 1;
             return;
         };
-        let mine = self.clock_mut(clocks, t);
-        if u64::from(mine[p]) >= id.counter {
+        let mine = &mut row[self.range(t)];
+        if mine[p].get() >= id.counter {
             found.double_deliveries += 1;
             return;
         }
         if !self.is_witness(node) {
-            if u64::from(mine[p]) + 1 != id.counter {
+            if mine[p].get() + 1 != id.counter {
                 found.violations += 1;
             }
-            mine[p] = id.counter as u32;
+            mine[p] = W::of(id.counter);
             return;
         }
-        let Some(op) = self.ops.get(&(topic, id)) else {
+        let Some(op) = (self.ops.get(&(topic, id))).and_then(|op| W::row(&op.clock)) else {
             found.violations += 1;
             return;
         };
-        let in_order = u64::from(mine[p]) + 1 == id.counter
-            && covers(&mine[..p], &op.clock[..p])
-            && covers(&mine[p + 1..], &op.clock[p + 1..]);
+        let in_order = mine[p].get() + 1 == id.counter
+            && covers(&mine[..p], &op[..p])
+            && covers(&mine[p + 1..], &op[p + 1..]);
         if !in_order {
             found.violations += 1;
         }
-        mine[p] = id.counter as u32;
+        mine[p] = W::of(id.counter);
         found.witnessed.push((topic, id));
     }
 
     /// The node of `clocks` installed a snapshot covering `delivered`.
     pub fn installed(&self, clocks: &mut Clocks, topic: TopicId, delivered: &[(NodeId, u64)]) {
+        with_width!(self.narrow, W => self.installed_in::<W>(clocks, topic, delivered))
+    }
+
+    fn installed_in<W: Word>(
+        &self,
+        clocks: &mut Clocks,
+        topic: TopicId,
+        delivered: &[(NodeId, u64)],
+    ) {
         let t = topic.0 as usize;
+        let range = self.range(t);
+        let Some(row) = W::row_mut(&mut clocks.0) else {
+            return;
+        };
         for (source, counter) in delivered {
             if let Some(p) = self.publisher(t, *source) {
-                let c = &mut self.clock_mut(clocks, t)[p];
-                *c = (*c).max(*counter as u32);
+                let c = &mut row[range.clone()][p];
+                *c = (*c).max(W::of(*counter));
             }
         }
     }
@@ -245,7 +373,7 @@ impl Checker {
 }
 
 /// Whether `have` is at least `need` everywhere (no early exit, so it runs on vectors).
-fn covers(have: &[u32], need: &[u32]) -> bool {
+fn covers<W: Word>(have: &[W], need: &[W]) -> bool {
     have.len() == need.len()
         && (have.iter().zip(need)).fold(true, |covered, (have, need)| covered & (have >= need))
 }
@@ -263,31 +391,37 @@ mod tests {
 
     #[test]
     fn an_operation_delivered_before_its_causal_past_is_a_violation() {
-        let t = TopicId(0);
-        let all = [(0..3).map(NodeId).collect()];
-        let mut c = Checker::new(3, &[vec![NodeId(0), NodeId(1)]], &all, 1 << 20);
-        let mut clocks: Vec<Clocks> = (0..3).map(|_| c.clocks()).collect();
-        let mut found = Findings::default();
-        c.published(&mut clocks[0], t, id(0, 1), &mut found);
-        c.merge(&mut found);
-        c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1), &mut found);
-        c.published(&mut clocks[1], t, id(1, 1), &mut found); // after 0's
-        c.merge(&mut found);
-        c.delivered(NodeId(2), &mut clocks[2], t, id(1, 1), &mut found); // before 0's
-        c.merge(&mut found);
-        assert_eq!(c.violations(), 1);
-        c.delivered(NodeId(2), &mut clocks[2], t, id(0, 1), &mut found);
-        c.delivered(NodeId(2), &mut clocks[2], t, id(0, 1), &mut found);
-        c.merge(&mut found);
-        assert_eq!((c.violations(), c.double_deliveries()), (1, 1));
-        assert_eq!(c.clock(&clocks[2], t), &[1, 1]);
+        // Counters in 16-bit words, then in 32-bit ones (a run whose counters go beyond).
+        for counter_max in [10, 1 << 20] {
+            let t = TopicId(0);
+            let all = [(0..3).map(NodeId).collect()];
+            let publishers = [vec![NodeId(0), NodeId(1)]];
+            let mut c = Checker::new(3, &publishers, &all, 1 << 20, counter_max);
+            assert_eq!(c.narrow, counter_max < 1 << 16);
+            let mut clocks: Vec<Clocks> = (0..3).map(|_| c.clocks()).collect();
+            let mut found = Findings::default();
+            c.published(&mut clocks[0], t, id(0, 1), &mut found);
+            c.merge(&mut found);
+            c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1), &mut found);
+            c.published(&mut clocks[1], t, id(1, 1), &mut found); // after 0's
+            c.merge(&mut found);
+            c.delivered(NodeId(2), &mut clocks[2], t, id(1, 1), &mut found); // before 0's
+            c.merge(&mut found);
+            assert_eq!(c.violations(), 1);
+            c.delivered(NodeId(2), &mut clocks[2], t, id(0, 1), &mut found);
+            c.delivered(NodeId(2), &mut clocks[2], t, id(0, 1), &mut found);
+            c.merge(&mut found);
+            assert_eq!((c.violations(), c.double_deliveries()), (1, 1));
+            assert_eq!(c.clock(&clocks[2], t), vec![1, 1]);
+            assert_eq!(c.vector_clock_len(&clocks[2], t), 3);
+        }
     }
 
     #[test]
     fn an_operation_is_forgotten_once_every_witness_delivered_it() {
         let t = TopicId(0);
         let all = [(0..3).map(NodeId).collect()];
-        let mut c = Checker::new(3, &[vec![NodeId(0)]], &all, 1 << 20);
+        let mut c = Checker::new(3, &[vec![NodeId(0)]], &all, 1 << 20, 10);
         let mut clocks: Vec<Clocks> = (0..3).map(|_| c.clocks()).collect();
         let mut found = Findings::default();
         c.published(&mut clocks[0], t, id(0, 1), &mut found);
@@ -305,7 +439,13 @@ mod tests {
         // operation of node 1 is expected at both, one of node 3 at node 0 only.
         let t = TopicId(0);
         let all: Vec<NodeId> = (0..4).map(NodeId).collect();
-        let mut c = Checker::new(4, std::slice::from_ref(&all), std::slice::from_ref(&all), 6);
+        let mut c = Checker::new(
+            4,
+            std::slice::from_ref(&all),
+            std::slice::from_ref(&all),
+            6,
+            10,
+        );
         assert_eq!(c.witnesses(), 2);
         let mut clocks: Vec<Clocks> = (0..4).map(|_| c.clocks()).collect();
         let mut found = Findings::default();

@@ -74,9 +74,17 @@ where
         let subscribers: Vec<Vec<NodeId>> = (plan.subscriptions.iter())
             .map(|(t, members)| members.union(&finally[t]).copied().collect())
             .collect();
-        let checker = Checker::new(workload.nodes, &publishers, &subscribers, 1 << 16);
         let end_publish_us = (workload.duration_s * 1e6) as u64;
         let interval_us = (1e6 / workload.ops_per_s) as u64;
+        // A publisher publishes once per interval until the end of publishing.
+        let counter_max = end_publish_us / interval_us.max(1) + 2;
+        let checker = Checker::new(
+            workload.nodes,
+            &publishers,
+            &subscribers,
+            1 << 16,
+            counter_max,
+        );
         let link = &workload.link;
         let latency_min_us =
             (link.latency_min_ms.min(link.latency_max_ms).max(0.0) * 1_000.0).floor() as u64;
@@ -219,14 +227,14 @@ where
             let digests: Vec<[u8; 32]> = (live.iter())
                 .map(|n| slot(n).protocol.as_ref().expect("live").digest(*topic))
                 .collect();
-            let clocks: Vec<&[u32]> = (live.iter())
+            let clocks: Vec<Vec<u64>> = (live.iter())
                 .map(|n| self.checker.clock(&slot(n).clocks, *topic))
                 .collect();
             let equal =
                 digests.windows(2).all(|w| w[0] == w[1]) && clocks.windows(2).all(|w| w[0] == w[1]);
             if !equal {
                 convergent = false;
-                let reference = clocks.first().copied().unwrap_or(&[]);
+                let reference = clocks.first().cloned().unwrap_or_default();
                 let behind = clocks.iter().filter(|c| *c != &reference).count();
                 diverged.push(format!(
                     "topic {}: {behind} of {} live subscribers differ from the first",

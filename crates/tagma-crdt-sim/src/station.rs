@@ -8,7 +8,6 @@
 //! the node's own order of events, so neither the order in which nodes run nor their split
 //! into chunks changes a run.
 
-use tagma_vcube::varint::varint_len;
 use tagma_vcube::{NodeId, TopicId};
 
 use crate::checker::{Checker, Clocks, Findings};
@@ -300,11 +299,8 @@ impl<P: Protocol> Chunk<P> {
                                 let receivers = members.len().saturating_sub(1) as u32;
                                 let found = &mut self.findings;
                                 (judges.checker).published(&mut slot.clocks, topic, id, found);
-                                let clock = judges.checker.clock(&slot.clocks, topic);
-                                let vector_clock = varint_len(clock.len() as u64)
-                                    + (clock.iter())
-                                        .map(|&c| varint_len(u64::from(c)))
-                                        .sum::<usize>();
+                                let vector_clock =
+                                    judges.checker.vector_clock_len(&slot.clocks, topic);
                                 (self.tally).published(
                                     topic,
                                     id,

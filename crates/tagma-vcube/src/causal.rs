@@ -19,6 +19,7 @@ use std::collections::hash_map::Entry;
 
 use smallvec::SmallVec;
 
+use self::counters::{COUNTER_LIMIT, Counters};
 use crate::cube::NodeId;
 use crate::error::VcubeError;
 use crate::fast::FastMap;
@@ -27,9 +28,7 @@ use crate::varint::varint_len;
 /// Node ids at or above this are refused (a cube holds at most 2^20 nodes).
 const ID_LIMIT: u32 = 1 << 20;
 
-/// The top bit of a publisher's delivered counter marks it as a barrier entry; counters
-/// stay below it (a message counter of 2^63 or more is refused).
-const IN_BARRIER: u64 = 1 << 63;
+mod counters;
 
 /// A message's id: its publisher and the publisher's counter on the topic (from 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -108,13 +107,13 @@ type Waiters = SmallVec<[MsgId; 2]>;
 /// One topic's causal state at one node, buffering messages carried by `T`.
 pub struct Causal<T> {
     me: NodeId,
-    /// The highest counter delivered from each publisher, by node id (0: none), with
-    /// [`IN_BARRIER`] set for the publishers whose last delivered message is a direct
-    /// predecessor of this node's next message (the barrier holds at most one message per
-    /// publisher, since a publisher's earlier messages precede its later ones, and only its
-    /// last delivered one: a later one covers it). One word per publisher, so that checking
-    /// a barrier entry and then taking it out of this node's barrier read the same memory.
-    delivered: Vec<u64>,
+    /// The highest counter delivered from each publisher, marked for the publishers whose
+    /// last delivered message is a direct predecessor of this node's next message (the
+    /// barrier holds at most one message per publisher, since a publisher's earlier messages
+    /// precede its later ones, and only its last delivered one: a later one covers it). One
+    /// word per publisher, so that checking a barrier entry and then taking it out of this
+    /// node's barrier read the same memory.
+    delivered: Counters,
     /// Buffered messages (never iterated in the map's order: walks sort by id).
     buffer: FastMap<MsgId, Waiting<T>>,
     /// Buffered messages by the predecessor they wait on (one each at a time).
@@ -128,7 +127,7 @@ impl<T: Carried> Causal<T> {
     pub fn new(me: NodeId, buffer_max: usize) -> Causal<T> {
         Causal {
             me,
-            delivered: Vec::new(),
+            delivered: Counters::default(),
             buffer: FastMap::default(),
             waiters: FastMap::default(),
             buffer_max,
@@ -154,7 +153,7 @@ impl<T: Carried> Causal<T> {
 
     /// The highest counter delivered from `source`.
     pub fn delivered_of(&self, source: NodeId) -> u64 {
-        counter_of(&self.delivered, source)
+        self.delivered.get(source)
     }
 
     /// Whether `id` is delivered or waiting.
@@ -164,31 +163,17 @@ impl<T: Carried> Causal<T> {
 
     /// The highest counter delivered from each publisher that delivered any.
     pub fn delivered(&self) -> Vec<(NodeId, u64)> {
-        (self.delivered.iter().enumerate())
-            .filter(|(_, c)| **c & !IN_BARRIER > 0)
-            .map(|(i, &c)| (NodeId(i as u32), c & !IN_BARRIER))
+        (self.delivered.entries().into_iter())
+            .map(|(source, counter, _)| (source, counter))
             .collect()
     }
 
     /// The direct predecessors of this node's next message.
     pub fn barrier(&self) -> Vec<MsgId> {
-        (self.delivered.iter().enumerate())
-            .filter(|(_, c)| **c & IN_BARRIER != 0)
-            .map(|(i, &c)| MsgId {
-                source: NodeId(i as u32),
-                counter: c & !IN_BARRIER,
-            })
+        (self.delivered.entries().into_iter())
+            .filter(|e| e.2)
+            .map(|(source, counter, _)| MsgId { source, counter })
             .collect()
-    }
-
-    /// Records `counter` as `source`'s highest delivered, a barrier entry or not.
-    fn set_delivered(&mut self, source: NodeId, counter: u64, in_barrier: bool) {
-        debug_assert!(counter < IN_BARRIER, "counters are checked on receipt");
-        let i = source.0 as usize;
-        if i >= self.delivered.len() {
-            self.delivered.resize(i + 1, 0);
-        }
-        self.delivered[i] = counter | if in_barrier { IN_BARRIER } else { 0 };
     }
 
     pub fn buffered(&self) -> usize {
@@ -198,7 +183,7 @@ impl<T: Carried> Causal<T> {
     /// Whether this node has numbered its last message (counters stay below 2^63): then
     /// [`Causal::publish`] must not be called.
     pub fn counters_exhausted(&self) -> bool {
-        self.delivered_of(self.me) >= IN_BARRIER - 1
+        self.delivered_of(self.me) >= COUNTER_LIMIT - 1
     }
 
     /// Publishes a message: its id and barrier; it is delivered here at once and the
@@ -211,17 +196,8 @@ impl<T: Carried> Causal<T> {
             counter,
         };
         // The barrier goes out with the message and is emptied, in one pass.
-        let mut barrier = Vec::new();
-        for (i, c) in self.delivered.iter_mut().enumerate() {
-            if *c & IN_BARRIER != 0 {
-                *c &= !IN_BARRIER;
-                barrier.push(MsgId {
-                    source: NodeId(i as u32),
-                    counter: *c,
-                });
-            }
-        }
-        self.set_delivered(self.me, counter, true);
+        let barrier = self.delivered.take_barrier();
+        self.delivered.set(self.me, counter, true);
         (id, barrier)
     }
 
@@ -257,7 +233,7 @@ impl<T: Carried> Causal<T> {
                 n: ID_LIMIT,
             });
         }
-        if id.counter >= IN_BARRIER {
+        if id.counter >= COUNTER_LIMIT {
             return Err(VcubeError::Malformed("a message counter of 2^63 or more"));
         }
         let barrier = message.barrier();
@@ -271,7 +247,7 @@ impl<T: Carried> Causal<T> {
         let blocker = if self.held {
             None
         } else {
-            first_missing(&self.delivered, id, barrier, &mut checked)
+            self.delivered.first_missing(id, barrier, &mut checked)
         };
         if self.held || blocker.is_some() {
             self.buffer.insert(
@@ -307,7 +283,7 @@ impl<T: Carried> Causal<T> {
             };
             let w = entry.get_mut();
             if let Some(blocker) =
-                first_missing(&self.delivered, id, w.message.barrier(), &mut w.checked)
+                (self.delivered).first_missing(id, w.message.barrier(), &mut w.checked)
             {
                 self.waiters.entry(blocker).or_default().push(id);
                 continue;
@@ -329,16 +305,7 @@ impl<T: Carried> Causal<T> {
             barrier.iter().all(|&p| self.is_delivered(p)),
             "causal order"
         );
-        // An entry that is still its publisher's last delivered message leaves the barrier:
-        // this message covers it.
-        for b in barrier {
-            if let Some(c) = self.delivered.get_mut(b.source.0 as usize)
-                && *c == b.counter | IN_BARRIER
-            {
-                *c = b.counter;
-            }
-        }
-        self.set_delivered(id.source, id.counter, true);
+        self.delivered.deliver(id, barrier);
     }
 
     /// Predecessors that buffered messages have waited on since before `before_ms`, neither
@@ -395,17 +362,16 @@ impl<T: Carried> Causal<T> {
     pub fn install(&mut self, delivered: &BTreeMap<NodeId, u64>) -> Vec<Delivered<T>> {
         self.held = false;
         for (&source, &counter) in delivered {
-            if source.0 < ID_LIMIT && counter < IN_BARRIER && counter > self.delivered_of(source) {
-                self.set_delivered(source, counter, true);
+            if source.0 < ID_LIMIT && counter < COUNTER_LIMIT && counter > self.delivered_of(source)
+            {
+                self.delivered.set(source, counter, true);
             }
         }
         // Every publisher's last message is a barrier entry.
-        for c in self.delivered.iter_mut().filter(|c| **c > 0) {
-            *c |= IN_BARRIER;
-        }
+        self.delivered.mark_all();
         let delivered = &self.delivered;
         self.buffer
-            .retain(|id, _| counter_of(delivered, id.source) < id.counter);
+            .retain(|id, _| delivered.get(id.source) < id.counter);
         self.waiters.clear();
         let mut candidates: Vec<MsgId> = self.buffer.keys().copied().collect();
         candidates.sort_unstable();
@@ -413,39 +379,6 @@ impl<T: Carried> Causal<T> {
         self.settle(&candidates, &mut out);
         out
     }
-}
-
-/// The highest counter delivered from `source` according to `delivered`.
-fn counter_of(delivered: &[u64], source: NodeId) -> u64 {
-    delivered
-        .get(source.0 as usize)
-        .map_or(0, |c| c & !IN_BARRIER)
-}
-
-/// The first predecessor of `id` not delivered according to `delivered` (the highest
-/// counter by publisher): its publisher's previous message, then its barrier from entry
-/// `checked` on. `checked` moves past the entries found delivered (deliveries only grow, so
-/// each entry is checked once).
-fn first_missing(
-    delivered: &[u64],
-    id: MsgId,
-    barrier: &[MsgId],
-    checked: &mut usize,
-) -> Option<MsgId> {
-    let of = |source: NodeId| counter_of(delivered, source);
-    if id.counter > 1 && of(id.source) < id.counter - 1 {
-        return Some(MsgId {
-            source: id.source,
-            counter: id.counter - 1,
-        });
-    }
-    while let Some(&p) = barrier.get(*checked) {
-        if of(p.source) < p.counter {
-            return Some(p);
-        }
-        *checked += 1;
-    }
-    None
 }
 
 #[cfg(test)]
@@ -495,7 +428,7 @@ mod tests {
     fn a_counter_far_ahead_names_at_most_the_batch() {
         let mut r = Bare::new(NodeId(3), 16);
         assert_eq!(
-            receive(&mut r, id(0, IN_BARRIER - 1), vec![], 0),
+            receive(&mut r, id(0, COUNTER_LIMIT - 1), vec![], 0),
             Some(vec![])
         );
         let start = std::time::Instant::now();
@@ -512,7 +445,7 @@ mod tests {
     fn counters_of_2_63_or_more_are_refused_and_barrier_entries_beyond_never_deliver() {
         let mut r = Bare::new(NodeId(3), 16);
         let mut out = Vec::new();
-        for counter in [IN_BARRIER, u64::MAX] {
+        for counter in [COUNTER_LIMIT, u64::MAX] {
             assert_eq!(
                 r.receive(id(0, counter), vec![], 0, &mut out),
                 Err(VcubeError::Malformed("a message counter of 2^63 or more"))
@@ -526,11 +459,11 @@ mod tests {
         );
         assert_eq!(r.buffered(), 1);
         assert!(out.is_empty());
-        assert!(!r.is_delivered(id(0, IN_BARRIER)));
+        assert!(!r.is_delivered(id(0, COUNTER_LIMIT)));
         assert_eq!(r.delivered(), vec![]);
         // A snapshot may bring this node's own counter to the last one: no further message.
         assert!(!r.counters_exhausted());
-        r.install(&BTreeMap::from([(NodeId(3), IN_BARRIER - 1)]));
+        r.install(&BTreeMap::from([(NodeId(3), COUNTER_LIMIT - 1)]));
         assert!(r.counters_exhausted());
     }
 
@@ -563,7 +496,7 @@ mod tests {
             ]
         );
         // A snapshot makes each publisher's last message a barrier entry.
-        let snapshot = BTreeMap::from([(NodeId(0), 4), (NodeId(5), 2), (NodeId(6), IN_BARRIER)]);
+        let snapshot = BTreeMap::from([(NodeId(0), 4), (NodeId(5), 2), (NodeId(6), COUNTER_LIMIT)]);
         assert!(r.install(&snapshot).is_empty());
         assert_eq!(
             r.barrier(),

@@ -12,7 +12,7 @@
 //! `i` in `c(j, s)`), so only `k = 0` (the neighbour) counts until a node of `i`'s own lower
 //! clusters is suspected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use crate::cube::{Cube, NodeId};
 
@@ -56,10 +56,16 @@ pub struct Detector {
     config: DetectorConfig,
     /// Event counters: even correct, odd suspected.
     counters: Vec<u32>,
+    /// The nodes whose counter is not zero, for the test replies (in a long run without
+    /// faults, none: a reply does not walk every counter).
+    nonzero: BTreeSet<u32>,
     /// Nodes suspected now (the odd counters), for the testing rule.
-    suspected: std::collections::BTreeSet<u32>,
+    suspected: BTreeSet<u32>,
     next_round_ms: u64,
     outstanding: BTreeMap<NodeId, Outstanding>,
+    /// When the earliest outstanding test times out (`u64::MAX`: none), kept as tests come
+    /// and go because the node's next timeout is asked after every input.
+    outstanding_due_ms: u64,
 }
 
 impl Detector {
@@ -69,9 +75,11 @@ impl Detector {
             me,
             config,
             counters: vec![0; cube.len() as usize],
-            suspected: Default::default(),
+            nonzero: BTreeSet::new(),
+            suspected: BTreeSet::new(),
             next_round_ms: now_ms,
             outstanding: BTreeMap::new(),
+            outstanding_due_ms: u64::MAX,
         }
     }
 
@@ -87,9 +95,8 @@ impl Detector {
 
     /// The counters a test reply carries: the non-zero ones.
     pub fn events(&self) -> Vec<(u32, u32)> {
-        (self.counters.iter().enumerate())
-            .filter(|(_, c)| **c > 0)
-            .map(|(i, c)| (i as u32, *c))
+        (self.nonzero.iter())
+            .map(|&i| (i, self.counters[i as usize]))
             .collect()
     }
 
@@ -128,11 +135,15 @@ impl Detector {
 
     /// When [`Detector::tick`] next has work.
     pub fn next_timeout_ms(&self) -> u64 {
-        let pending = (self.outstanding.values())
+        self.outstanding_due_ms.min(self.next_round_ms)
+    }
+
+    /// Finds when the earliest outstanding test times out, after tests came or went.
+    fn outstanding_changed(&mut self) {
+        self.outstanding_due_ms = (self.outstanding.values())
             .map(|o| o.sent_ms + self.config.test_timeout_ms)
             .min()
             .unwrap_or(u64::MAX);
-        pending.min(self.next_round_ms)
     }
 
     /// Advances to `now_ms`: returns the nodes to send a TEST to, and the changes of view
@@ -170,6 +181,7 @@ impl Detector {
                 }
             }
         }
+        self.outstanding_changed();
         (tests, changes)
     }
 
@@ -179,7 +191,9 @@ impl Detector {
         if !self.cube.contains(from) {
             return changes;
         }
-        self.outstanding.remove(&from);
+        if self.outstanding.remove(&from).is_some() {
+            self.outstanding_changed();
+        }
         if let Some(change) = self.set(from, false) {
             changes.push(change);
         }
@@ -191,6 +205,7 @@ impl Detector {
             if counter > mine {
                 let was = mine % 2 == 1;
                 self.counters[id as usize] = counter;
+                self.nonzero.insert(id);
                 let now = counter % 2 == 1;
                 if now {
                     self.suspected.insert(id);
@@ -215,7 +230,9 @@ impl Detector {
         if !self.cube.contains(j) || j == self.me {
             return None;
         }
-        self.outstanding.remove(&j);
+        if self.outstanding.remove(&j).is_some() {
+            self.outstanding_changed();
+        }
         self.set(j, true)
     }
 
@@ -226,6 +243,7 @@ impl Detector {
             return None;
         }
         *c += 1;
+        self.nonzero.insert(j.0);
         if suspect {
             self.suspected.insert(j.0);
             Some(Change::Suspected(j))

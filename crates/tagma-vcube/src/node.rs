@@ -25,6 +25,7 @@ mod repair;
 
 pub use membership::MEMBERSHIP;
 
+use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bit_set::BitSet;
@@ -612,14 +613,14 @@ impl<S: Store> Node<S> {
     }
 
     fn on_ack(&mut self, topic: TopicId, id: MsgId, from: NodeId) {
-        let key = (topic, id);
-        let Some(f) = self.in_flight.get_mut(&key) else {
+        // One lookup: the entry is found, and taken out once no child awaits it.
+        let Entry::Occupied(mut entry) = self.in_flight.entry((topic, id)) else {
             return;
         };
-        f.children.retain(|c| c.node != from);
-        if f.children.is_empty()
-            && let Some(done) = self.in_flight.remove(&key)
-        {
+        let children = &mut entry.get_mut().children;
+        children.retain(|c| c.node != from);
+        if children.is_empty() {
+            let done = entry.remove();
             self.forget(&done);
         }
     }
