@@ -28,7 +28,10 @@ use crate::varint::varint_len;
 /// Node ids at or above this are refused (a cube holds at most 2^20 nodes).
 const ID_LIMIT: u32 = 1 << 20;
 
+mod barrier;
 mod counters;
+
+pub use self::barrier::{Barrier, Ids, NarrowId};
 
 /// A message's id: its publisher and the publisher's counter on the topic (from 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -60,7 +63,7 @@ pub fn highest_node(id: MsgId, barrier: &[MsgId]) -> NodeId {
 
 /// What carries a message: its causal barrier, the message's direct predecessors.
 pub trait Carried {
-    fn barrier(&self) -> &[MsgId];
+    fn barrier(&self) -> Ids<'_>;
 
     /// The highest node id among the publisher and the barrier's entries.
     fn highest_node(&self) -> NodeId;
@@ -68,8 +71,8 @@ pub trait Carried {
 
 /// A bare barrier carries a message with nothing else.
 impl Carried for Vec<MsgId> {
-    fn barrier(&self) -> &[MsgId] {
-        self
+    fn barrier(&self) -> Ids<'_> {
+        Ids::Wide(self)
     }
 
     fn highest_node(&self) -> NodeId {
@@ -300,11 +303,8 @@ impl<T: Carried> Causal<T> {
         }
     }
 
-    fn deliver(&mut self, id: MsgId, barrier: &[MsgId]) {
-        debug_assert!(
-            barrier.iter().all(|&p| self.is_delivered(p)),
-            "causal order"
-        );
+    fn deliver(&mut self, id: MsgId, barrier: Ids) {
+        debug_assert!(barrier.iter().all(|p| self.is_delivered(p)), "causal order");
         self.delivered.deliver(id, barrier);
     }
 
@@ -344,7 +344,7 @@ impl<T: Carried> Causal<T> {
                 source: id.source,
                 counter,
             });
-            for p in gap.chain(w.message.barrier().iter().copied()) {
+            for p in gap.chain(w.message.barrier().iter()) {
                 if !self.has(p) && want(p) && named.insert(p) {
                     out.push(p);
                     if out.len() == max {

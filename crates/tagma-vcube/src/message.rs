@@ -9,7 +9,7 @@ use bytes::{BufMut, Bytes, BytesMut};
 
 pub use crate::causal::barrier_len;
 use crate::causal::highest_node;
-use crate::causal::{Carried, MsgId};
+use crate::causal::{Barrier, Carried, Ids, MsgId};
 use crate::cube::NodeId;
 use crate::error::VcubeError;
 use crate::varint::put_varint;
@@ -25,7 +25,7 @@ pub struct Published {
     topic: TopicId,
     id: MsgId,
     /// The publisher's causal barrier: the message's direct predecessors.
-    barrier: Box<[MsgId]>,
+    barrier: Barrier,
     /// Bytes of the barrier as encoded.
     barrier_len: usize,
     /// The highest node id among the publisher and the barrier's entries.
@@ -40,7 +40,7 @@ impl Published {
             id,
             barrier_len: barrier_len(&barrier),
             highest_node: highest_node(id, &barrier),
-            barrier: barrier.into_boxed_slice(),
+            barrier: Barrier::from(barrier),
             payload,
         }
     }
@@ -54,8 +54,8 @@ impl Published {
     }
 
     /// The message's direct causal predecessors.
-    pub fn barrier(&self) -> &[MsgId] {
-        &self.barrier
+    pub fn barrier(&self) -> Ids<'_> {
+        self.barrier.ids()
     }
 
     /// Bytes of the barrier as encoded ([`barrier_len`]), known without walking it.
@@ -95,7 +95,7 @@ impl Deref for Data {
 }
 
 impl Carried for Data {
-    fn barrier(&self) -> &[MsgId] {
+    fn barrier(&self) -> Ids<'_> {
         self.published.barrier()
     }
 
@@ -192,7 +192,11 @@ impl Message {
                 out.put_u8(if *repair { 2 } else { 1 });
                 put_varint(&mut out, u64::from(data.topic().0));
                 put_id(&mut out, &data.id());
-                put_ids(&mut out, data.barrier());
+                let barrier = data.barrier();
+                put_varint(&mut out, barrier.len() as u64);
+                for id in barrier.iter() {
+                    put_id(&mut out, &id);
+                }
                 out.put_u8(data.hops);
                 put_bytes(&mut out, data.payload());
             }

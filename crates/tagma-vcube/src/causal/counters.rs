@@ -10,6 +10,7 @@
 //! counter no longer fits; it never narrows.
 
 use crate::causal::MsgId;
+use crate::causal::barrier::{Entry, Ids, with_ids};
 use crate::cube::NodeId;
 
 /// Counters stay below this: the top bit of a 64-bit word is the barrier mark.
@@ -119,22 +120,22 @@ impl Counters {
     pub(super) fn first_missing(
         &self,
         id: MsgId,
-        barrier: &[MsgId],
+        barrier: Ids,
         checked: &mut usize,
     ) -> Option<MsgId> {
-        with_words!(self, words => first_missing(words, id, barrier, checked))
+        with_words!(self, words => with_ids!(barrier, ids => first_missing(words, id, ids, checked)))
     }
 
     /// Records `id`, whose predecessors `barrier` are delivered, as delivered and as a
     /// barrier entry; the entries of `barrier` that are still their publisher's last
     /// delivered message leave the barrier (`id` covers them).
-    pub(super) fn deliver(&mut self, id: MsgId, barrier: &[MsgId]) {
+    pub(super) fn deliver(&mut self, id: MsgId, barrier: Ids) {
         debug_assert!(
             id.counter < COUNTER_LIMIT,
             "counters are checked on receipt"
         );
         self.widen_for(id.counter);
-        with_words!(self, words => deliver(words, id, barrier))
+        with_words!(self, words => with_ids!(barrier, ids => deliver(words, id, ids)))
     }
 
     /// Widens the words so that `counter` fits.
@@ -188,10 +189,10 @@ fn take_barrier<W: Word>(words: &mut [W]) -> Vec<MsgId> {
     barrier
 }
 
-fn first_missing<W: Word>(
+fn first_missing<W: Word, E: Entry>(
     words: &[W],
     id: MsgId,
-    barrier: &[MsgId],
+    barrier: &[E],
     checked: &mut usize,
 ) -> Option<MsgId> {
     if id.counter > 1 && counter_of(words, id.source) < id.counter - 1 {
@@ -203,7 +204,7 @@ fn first_missing<W: Word>(
     // The position stays in a register while the loop runs.
     let mut at = *checked;
     let missing = loop {
-        let Some(&p) = barrier.get(at) else {
+        let Some(p) = barrier.get(at).map(|e| e.id()) else {
             break None;
         };
         if counter_of(words, p.source) < p.counter {
@@ -215,8 +216,8 @@ fn first_missing<W: Word>(
     missing
 }
 
-fn deliver<W: Word>(words: &mut Vec<W>, id: MsgId, barrier: &[MsgId]) {
-    for b in barrier {
+fn deliver<W: Word, E: Entry>(words: &mut Vec<W>, id: MsgId, barrier: &[E]) {
+    for b in barrier.iter().map(|e| e.id()) {
         if let Some(w) = words.get_mut(b.source.0 as usize)
             && w.in_barrier()
             && w.counter() == b.counter
@@ -230,6 +231,7 @@ fn deliver<W: Word>(words: &mut Vec<W>, id: MsgId, barrier: &[MsgId]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::causal::Barrier;
 
     fn id(source: u32, counter: u64) -> MsgId {
         MsgId::new(NodeId(source), counter)
@@ -241,7 +243,7 @@ mod tests {
         c.set(NodeId(0), 3, true);
         c.set(NodeId(2), (1 << 15) - 1, false);
         assert!(matches!(c, Counters::Narrow(_)));
-        c.deliver(id(1, 1 << 15), &[id(0, 3)]);
+        c.deliver(id(1, 1 << 15), Ids::Wide(&[id(0, 3)]));
         assert!(matches!(c, Counters::Medium(_)));
         assert_eq!(
             c.entries(),
@@ -265,28 +267,34 @@ mod tests {
 
     #[test]
     fn every_width_finds_the_same_first_missing_predecessor() {
-        let barrier = [id(0, 2), id(3, 1), id(5, 9)];
-        for width_of in [1, 1 << 20, 1 << 40] {
+        let ids = [id(0, 2), id(3, 1), id(5, 9)];
+        let narrow = Barrier::from(ids.to_vec());
+        assert!(matches!(narrow, Barrier::Narrow(_)));
+        let barriers = [narrow.ids(), Ids::Wide(&ids)];
+        for (width_of, barrier) in [1, 1 << 20, 1 << 40]
+            .into_iter()
+            .flat_map(|w| barriers.map(|b| (w, b)))
+        {
             let mut c = Counters::default();
             c.set(NodeId(7), width_of, false); // widens as far as needed
             c.set(NodeId(0), 2, true);
             c.set(NodeId(4), 4, false);
             let mut checked = 0;
             assert_eq!(
-                c.first_missing(id(4, 6), &barrier, &mut checked),
+                c.first_missing(id(4, 6), barrier, &mut checked),
                 Some(id(4, 5))
             );
             assert_eq!(checked, 0);
             assert_eq!(
-                c.first_missing(id(4, 5), &barrier, &mut checked),
+                c.first_missing(id(4, 5), barrier, &mut checked),
                 Some(id(3, 1))
             );
             assert_eq!(checked, 1);
             c.set(NodeId(3), 1, true);
             c.set(NodeId(5), 9, true);
-            assert_eq!(c.first_missing(id(4, 5), &barrier, &mut checked), None);
+            assert_eq!(c.first_missing(id(4, 5), barrier, &mut checked), None);
             assert_eq!(checked, 3);
-            c.deliver(id(4, 5), &barrier);
+            c.deliver(id(4, 5), barrier);
             let marked: Vec<MsgId> = (c.entries().into_iter())
                 .filter(|e| e.2)
                 .map(|(s, n, _)| MsgId::new(s, n))
