@@ -161,6 +161,11 @@ impl<M> Inbox<M> {
         earliest.map_or(u64::MAX, |at| at.saturating_add(receive_cost_us))
     }
 
+    /// The message in order after the next one, if in order already.
+    pub fn second(&self) -> Option<&M> {
+        self.queue.get(1).map(|m| &m.message)
+    }
+
     /// The next message in order: its handling time, sender and contents.
     pub fn pop(&mut self) -> Option<(u64, NodeId, M)> {
         let handle_us = self.next_handle_us()?;

@@ -51,6 +51,11 @@ pub trait Protocol {
     /// The message's bytes by class, as it would be encoded.
     fn sizes(message: &Self::Message) -> Sizes;
 
+    /// Reads what handling `message` will read first, a message ahead: its memory is then
+    /// on its way into the cache while the node handles the message before it (a message's
+    /// contents, shared by the nodes it passes, are mostly out of a node's cache).
+    fn warm(_message: &Self::Message) {}
+
     fn handle(
         &mut self,
         now_ms: u64,

@@ -275,6 +275,9 @@ impl<P: Protocol> Chunk<P> {
             let slot = &mut self.slots[i];
             match next {
                 Next::Message => {
+                    if let Some(after) = slot.inbox.second() {
+                        P::warm(after);
+                    }
                     let (_, from, message) = slot.inbox.pop().expect("a message");
                     if let Some(p) = slot.protocol.as_mut() {
                         p.handle(now_ms, from, message, &mut self.effects);

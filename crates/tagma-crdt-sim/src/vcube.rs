@@ -1,7 +1,7 @@
 //! VCube-Sync in the simulator: the very node of `tagma-vcube`, its actions turned into the
 //! simulator's effects and its messages sized by their encoding.
 
-use tagma_vcube::{Action, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
+use tagma_vcube::{Action, Carried, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
 
 use crate::proto::{Effect, Protocol, Sizes};
 use tagma_vcube::Kernel;
@@ -56,6 +56,14 @@ impl Protocol for VcubeNode {
                 control: total,
                 ..Sizes::default()
             },
+        }
+    }
+
+    fn warm(message: &Message) {
+        if let Message::Data { data, .. } = message {
+            // The message's id, then the start of its barrier (a further pointer away).
+            std::hint::black_box(data.id());
+            std::hint::black_box(data.barrier().iter().next());
         }
     }
 
