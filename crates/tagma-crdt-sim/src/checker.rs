@@ -50,7 +50,8 @@ enum Words {
 
 /// A counter in a row.
 trait Word: Copy + Ord + Default {
-    fn of(counter: u64) -> Self;
+    /// The counter as a word, if it fits.
+    fn of(counter: u64) -> Option<Self>;
     fn get(self) -> u64;
     /// The row, if its words are of this width.
     fn row(words: &Words) -> Option<&[Self]>;
@@ -61,11 +62,10 @@ trait Word: Copy + Ord + Default {
 macro_rules! word {
     ($t:ty, $variant:ident) => {
         impl Word for $t {
-            fn of(counter: u64) -> $t {
-                // Counters of the run fit (the checker's width comes from the workload);
-                // a larger one is a violation counted already, since every counter
-                // follows its publisher's previous one.
-                counter as $t
+            fn of(counter: u64) -> Option<$t> {
+                // The counters of a run fit (the checker's width comes from the
+                // workload); one that does not is counted as a violation.
+                <$t>::try_from(counter).ok()
             }
 
             fn get(self) -> u64 {
@@ -259,7 +259,11 @@ impl Checker {
         let t = topic.0 as usize;
         let witnesses = self.witness_subscribers.get(t).copied().unwrap_or(0);
         let receivers = witnesses.saturating_sub(u32::from(self.is_witness(id.source)));
-        let (Some(p), Some(row)) = (self.publisher(t, id.source), W::row_mut(&mut clocks.0)) else {
+        let (Some(p), Some(row), Some(counter)) = (
+            self.publisher(t, id.source),
+            W::row_mut(&mut clocks.0),
+            W::of(id.counter),
+        ) else {
             found.violations += 1;
             return;
         };
@@ -267,7 +271,7 @@ impl Checker {
         if clock[p].get() + 1 != id.counter {
             found.violations += 1;
         }
-        clock[p] = W::of(id.counter);
+        clock[p] = counter;
         found.published.push((
             (topic, id),
             Op {
@@ -302,7 +306,11 @@ impl Checker {
         found: &mut Findings,
     ) {
         let t = topic.0 as usize;
-        let (Some(p), Some(row)) = (self.publisher(t, id.source), W::row_mut(&mut clocks.0)) else {
+        let (Some(p), Some(row), Some(counter)) = (
+            self.publisher(t, id.source),
+            W::row_mut(&mut clocks.0),
+            W::of(id.counter),
+        ) else {
             found.violations += 1;
             return;
         };
@@ -315,7 +323,7 @@ impl Checker {
             if mine[p].get() + 1 != id.counter {
                 found.violations += 1;
             }
-            mine[p] = W::of(id.counter);
+            mine[p] = counter;
             return;
         }
         let Some(op) = (self.ops.get(&(topic, id))).and_then(|op| W::row(&op.clock)) else {
@@ -328,13 +336,20 @@ impl Checker {
         if !in_order {
             found.violations += 1;
         }
-        mine[p] = W::of(id.counter);
+        mine[p] = counter;
         found.witnessed.push((topic, id));
     }
 
-    /// The node of `clocks` installed a snapshot covering `delivered`.
-    pub fn installed(&self, clocks: &mut Clocks, topic: TopicId, delivered: &[(NodeId, u64)]) {
-        with_width!(self.narrow, W => self.installed_in::<W>(clocks, topic, delivered))
+    /// The node of `clocks` installed a snapshot covering `delivered` (a counter beyond
+    /// what the run publishes is a violation).
+    pub fn installed(
+        &self,
+        clocks: &mut Clocks,
+        topic: TopicId,
+        delivered: &[(NodeId, u64)],
+        found: &mut Findings,
+    ) {
+        with_width!(self.narrow, W => self.installed_in::<W>(clocks, topic, delivered, found))
     }
 
     fn installed_in<W: Word>(
@@ -342,16 +357,22 @@ impl Checker {
         clocks: &mut Clocks,
         topic: TopicId,
         delivered: &[(NodeId, u64)],
+        found: &mut Findings,
     ) {
         let t = topic.0 as usize;
         let range = self.range(t);
         let Some(row) = W::row_mut(&mut clocks.0) else {
+            found.violations += 1;
             return;
         };
         for (source, counter) in delivered {
             if let Some(p) = self.publisher(t, *source) {
+                let Some(counter) = W::of(*counter) else {
+                    found.violations += 1;
+                    continue;
+                };
                 let c = &mut row[range.clone()][p];
-                *c = (*c).max(W::of(*counter));
+                *c = (*c).max(counter);
             }
         }
     }
@@ -415,6 +436,22 @@ mod tests {
             assert_eq!(c.clock(&clocks[2], t), vec![1, 1]);
             assert_eq!(c.vector_clock_len(&clocks[2], t), 3);
         }
+    }
+
+    #[test]
+    fn a_counter_beyond_the_runs_width_is_a_violation() {
+        let t = TopicId(0);
+        let all = [(0..2).map(NodeId).collect()];
+        let mut c = Checker::new(2, &[vec![NodeId(0)]], &all, 1 << 20, 10);
+        assert!(c.narrow);
+        let mut clocks: Vec<Clocks> = (0..2).map(|_| c.clocks()).collect();
+        let mut found = Findings::default();
+        c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1 << 16), &mut found);
+        c.installed(&mut clocks[1], t, &[(NodeId(0), 1 << 16)], &mut found);
+        c.published(&mut clocks[0], t, id(0, 1 << 16), &mut found);
+        c.merge(&mut found);
+        assert_eq!((c.violations(), c.double_deliveries()), (3, 0));
+        assert_eq!(c.clock(&clocks[1], t), vec![0], "nothing cut short is kept");
     }
 
     #[test]

@@ -378,7 +378,8 @@ impl<P: Protocol> Chunk<P> {
                     (self.tally).delivered(judges.metrics, me, topic, id, hops, self.now_us);
                 }
                 Effect::Installed { topic, delivered } => {
-                    (judges.checker).installed(&mut slot.clocks, topic, &delivered);
+                    let found = &mut self.findings;
+                    (judges.checker).installed(&mut slot.clocks, topic, &delivered, found);
                     self.tally.snapshots += 1;
                 }
             }

@@ -31,7 +31,8 @@ const ID_LIMIT: u32 = 1 << 20;
 mod barrier;
 mod counters;
 
-pub use self::barrier::{Barrier, Ids, NarrowId};
+pub(crate) use self::barrier::Barrier;
+pub use self::barrier::{Ids, NarrowId};
 
 /// A message's id: its publisher and the publisher's counter on the topic (from 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -290,15 +290,30 @@ mod tests {
         let mut d = Detector::new(cube, NodeId(0), config, 0);
         let (tests, _) = d.tick(0);
         assert_eq!(tests, vec![NodeId(1), NodeId(2)]);
+        assert_eq!(
+            d.next_timeout_ms(),
+            30,
+            "the tests time out before the next round"
+        );
         d.on_reply(NodeId(2), &[]);
+        assert_eq!(d.next_timeout_ms(), 30, "node 1's test is still out");
         let (again, changes) = d.tick(30);
         assert_eq!((again, changes), (vec![NodeId(1)], vec![]));
+        assert_eq!(d.next_timeout_ms(), 60, "sent again at 30");
         let (_, changes) = d.tick(60);
         assert_eq!(changes, vec![Change::Suspected(NodeId(1))]);
         assert!(!d.is_correct(NodeId(1)));
         assert_eq!(d.events(), vec![(1, 1)]);
+        assert_eq!(d.next_timeout_ms(), 100, "no test out: the next round");
         assert_eq!(d.on_reply(NodeId(1), &[]), vec![Change::Trusted(NodeId(1))]);
         assert_eq!(d.events(), vec![(1, 2)]);
+        // A test out, then its node suspected on other evidence: nothing times out.
+        d.tick(100);
+        assert!(d.next_timeout_ms() < 200);
+        d.suspect(NodeId(1));
+        d.suspect(NodeId(2));
+        assert_eq!(d.next_timeout_ms(), 200);
+        assert_eq!(d.events(), vec![(1, 3), (2, 1)]);
     }
 
     #[test]

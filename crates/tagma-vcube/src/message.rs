@@ -445,6 +445,19 @@ mod tests {
                 ),
                 repair: true,
             },
+            // A barrier with a counter beyond 32 bits, kept in 16-byte ids.
+            Message::Data {
+                data: Data::new(
+                    Published::new(
+                        TopicId(1),
+                        id(2, 5),
+                        vec![id(1, 1 << 32), id(9, 3)],
+                        Bytes::from_static(b"x"),
+                    ),
+                    1,
+                ),
+                repair: false,
+            },
             Message::Ack {
                 topic: TopicId(1),
                 ids: vec![id(5, 9), id(300, 1 << 33)].into(),

@@ -25,7 +25,6 @@ mod repair;
 
 pub use membership::MEMBERSHIP;
 
-use std::collections::hash_map::Entry;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bit_set::BitSet;
@@ -621,14 +620,16 @@ impl<S: Store> Node<S> {
     }
 
     fn on_ack(&mut self, topic: TopicId, id: MsgId, from: NodeId) {
-        // One lookup: the entry is found, and taken out once no child awaits it.
-        let Entry::Occupied(mut entry) = self.in_flight.entry((topic, id)) else {
+        let key = (topic, id);
+        // Not the entry API: it would make room for a key that is absent (a late
+        // acknowledgement), growing the table.
+        let Some(f) = self.in_flight.get_mut(&key) else {
             return;
         };
-        let children = &mut entry.get_mut().children;
-        children.retain(|c| c.node != from);
-        if children.is_empty() {
-            let done = entry.remove();
+        f.children.retain(|c| c.node != from);
+        if f.children.is_empty()
+            && let Some(done) = self.in_flight.remove(&key)
+        {
             self.forget(&done);
         }
     }

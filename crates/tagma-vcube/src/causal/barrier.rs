@@ -35,9 +35,10 @@ impl Entry for MsgId {
     }
 }
 
-/// A barrier: its ids, in 8 bytes each where every counter fits 32 bits.
+/// A barrier: its ids, in 8 bytes each where every counter fits 32 bits. Made only from
+/// a list of ids ([`Barrier::from`]), which picks the form, so equal barriers compare equal.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Barrier {
+pub(crate) enum Barrier {
     Narrow(Box<[NarrowId]>),
     Wide(Box<[MsgId]>),
 }

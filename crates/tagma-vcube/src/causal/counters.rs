@@ -6,8 +6,8 @@
 //! A receiver reads this array once for every barrier entry of every message, at random
 //! places, so its size is what the receiver's caches hold of it. Words are therefore as
 //! narrow as the counters allow: 16 bits while every counter is below 2^15, 32 bits below
-//! 2^31, 64 bits otherwise (counters stay below 2^63). The array widens, once, when a
-//! counter no longer fits; it never narrows.
+//! 2^31, 64 bits otherwise (counters stay below 2^63). The array widens when a counter no
+//! longer fits (to each width at most once); it never narrows.
 
 use crate::causal::MsgId;
 use crate::causal::barrier::{Entry, Ids, with_ids};
