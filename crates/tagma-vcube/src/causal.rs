@@ -167,17 +167,13 @@ impl<T: Carried> Causal<T> {
 
     /// The highest counter delivered from each publisher that delivered any.
     pub fn delivered(&self) -> Vec<(NodeId, u64)> {
-        (self.delivered.entries().into_iter())
-            .map(|(source, counter, _)| (source, counter))
-            .collect()
+        (self.delivered).collect(|source, counter, _| Some((source, counter)))
     }
 
     /// The direct predecessors of this node's next message.
     pub fn barrier(&self) -> Vec<MsgId> {
-        (self.delivered.entries().into_iter())
-            .filter(|e| e.2)
-            .map(|(source, counter, _)| MsgId { source, counter })
-            .collect()
+        (self.delivered)
+            .collect(|source, counter, marked| marked.then_some(MsgId { source, counter }))
     }
 
     pub fn buffered(&self) -> usize {

@@ -93,10 +93,17 @@ impl Counters {
     }
 
     /// Every publisher that delivered any: its node id, highest counter and barrier mark.
-    pub(super) fn entries(&self) -> Vec<(NodeId, u64, bool)> {
+    #[cfg(test)]
+    fn entries(&self) -> Vec<(NodeId, u64, bool)> {
+        self.collect(|source, counter, marked| Some((source, counter, marked)))
+    }
+
+    /// What `f` makes of each publisher that delivered any (node id, highest counter,
+    /// barrier mark), in node order, those it keeps.
+    pub(super) fn collect<T>(&self, mut f: impl FnMut(NodeId, u64, bool) -> Option<T>) -> Vec<T> {
         with_words!(self, words => (words.iter().enumerate())
             .filter(|(_, w)| w.counter() > 0)
-            .map(|(i, w)| (NodeId(i as u32), w.counter(), w.in_barrier()))
+            .filter_map(|(i, w)| f(NodeId(i as u32), w.counter(), w.in_barrier()))
             .collect())
     }
 
