@@ -144,9 +144,6 @@ pub struct Chunk<P: Protocol> {
     /// A lower bound of when each node has its next event, so that a window skips idle
     /// nodes without touching their state.
     next_us: Vec<u64>,
-    /// Whether messages to each node may still be handled ([`Slot::reachable`]), so that
-    /// taking mail in reads a node's state only to store the message.
-    reachable: Vec<bool>,
     /// Mail sent in the window, by receiving chunk.
     pub outbox: Vec<Vec<Mail<P::Message>>>,
     pub tally: Tally,
@@ -160,7 +157,6 @@ impl<P: Protocol> Chunk<P> {
         Chunk {
             first,
             next_us: vec![0; slots.len()],
-            reachable: slots.iter().map(Slot::reachable).collect(),
             slots,
             outbox: (0..chunks).map(|_| Vec::new()).collect(),
             tally: Tally::default(),
@@ -198,10 +194,11 @@ impl<P: Protocol> Chunk<P> {
     pub fn receive(&mut self, receive_cost_us: u64, bag: &mut Vec<Mail<P::Message>>) {
         for m in bag.drain(..) {
             let i = m.to.0 as usize - self.first;
-            if !self.reachable[i] {
+            let slot = &mut self.slots[i];
+            if !slot.reachable() {
                 continue; // crashed, or never started: the message is lost
             }
-            (self.slots[i].inbox).push(m.seq, m.from, m.arrive_us, m.message);
+            (slot.inbox).push(m.seq, m.from, m.arrive_us, m.message);
             self.next_us[i] = self.next_us[i].min(m.arrive_us + receive_cost_us);
         }
     }
@@ -210,7 +207,6 @@ impl<P: Protocol> Chunk<P> {
         let id = NodeId((self.first + i) as u32);
         let p = (shared.factory)(id, joining, self.now_us / 1_000);
         self.slots[i].protocol = Some(p);
-        self.reachable[i] = true;
         self.schedule_timer(i);
     }
 
@@ -333,7 +329,6 @@ impl<P: Protocol> Chunk<P> {
                 }
                 Next::Crash => {
                     slot.protocol = None;
-                    self.reachable[i] = slot.reachable();
                     slot.crash_us = u64::MAX;
                     slot.inbox.clear();
                 }
