@@ -48,6 +48,17 @@ enum Words {
     Wide(Box<[u32]>),
 }
 
+impl Words {
+    /// The counters of `range`, whatever their width.
+    fn counters(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = u64> + '_ {
+        let (narrow, wide) = match self {
+            Words::Narrow(row) => (&row[range], &[][..]),
+            Words::Wide(row) => (&[][..], &row[range]),
+        };
+        (narrow.iter().map(|&c| c.get())).chain(wide.iter().map(|&c| c.get()))
+    }
+}
+
 /// A counter in a row.
 trait Word: Copy + Ord + Default {
     /// The counter as a word, if it fits.
@@ -196,24 +207,14 @@ impl Checker {
 
     /// What the node of `clocks` delivered on `topic` from each publisher.
     pub fn clock(&self, clocks: &Clocks, topic: TopicId) -> Vec<u64> {
-        let range = self.range(topic.0 as usize);
-        match &clocks.0 {
-            Words::Narrow(row) => row[range].iter().map(|&c| c.get()).collect(),
-            Words::Wide(row) => row[range].iter().map(|&c| c.get()).collect(),
-        }
+        clocks.0.counters(self.range(topic.0 as usize)).collect()
     }
 
     /// Bytes of the node's clock on `topic` as a dense vector clock: its length, then each
     /// counter (varints).
     pub fn vector_clock_len(&self, clocks: &Clocks, topic: TopicId) -> usize {
         let range = self.range(topic.0 as usize);
-        let len = |counters: &mut dyn Iterator<Item = u64>| {
-            varint_len(range.len() as u64) + counters.map(varint_len).sum::<usize>()
-        };
-        match &clocks.0 {
-            Words::Narrow(row) => len(&mut row[range.clone()].iter().map(|&c| c.get())),
-            Words::Wide(row) => len(&mut row[range.clone()].iter().map(|&c| c.get())),
-        }
+        varint_len(range.len() as u64) + clocks.0.counters(range).map(varint_len).sum::<usize>()
     }
 
     fn range(&self, t: usize) -> std::ops::Range<usize> {
