@@ -38,12 +38,13 @@ pub fn publisher_index(nodes: u32, publishers: &[Vec<NodeId>]) -> Vec<Vec<u32>> 
         .collect()
 }
 
-/// A row of counters, one per publisher, in words as narrow as the run allows: 16 bits
-/// when no counter of the run reaches 2^16 (what a publisher's counter reaches is known
-/// from the workload), 32 bits otherwise. The witnesses read a whole row of every
+/// A row of counters, one per publisher, in words as narrow as the run allows: 8 bits when
+/// no counter of the run reaches 2^8, 16 bits when none reaches 2^16 (what a publisher's
+/// counter reaches is known from the workload), 32 bits otherwise. The witnesses read a whole row of every
 /// operation they deliver, so the row's size is what their checks cost.
 #[derive(Clone, Debug)]
 enum Words {
+    Tiny(Box<[u8]>),
     Narrow(Box<[u16]>),
     Wide(Box<[u32]>),
 }
@@ -51,11 +52,14 @@ enum Words {
 impl Words {
     /// The counters of `range`, whatever their width.
     fn counters(&self, range: std::ops::Range<usize>) -> impl Iterator<Item = u64> + '_ {
-        let (narrow, wide) = match self {
-            Words::Narrow(row) => (&row[range], &[][..]),
-            Words::Wide(row) => (&[][..], &row[range]),
+        let (tiny, narrow, wide) = match self {
+            Words::Tiny(row) => (&row[range], &[][..], &[][..]),
+            Words::Narrow(row) => (&[][..], &row[range], &[][..]),
+            Words::Wide(row) => (&[][..], &[][..], &row[range]),
         };
-        (narrow.iter().map(|&c| c.get())).chain(wide.iter().map(|&c| c.get()))
+        (tiny.iter().map(|&c| c.get()))
+            .chain(narrow.iter().map(|&c| c.get()))
+            .chain(wide.iter().map(|&c| c.get()))
     }
 }
 
@@ -104,18 +108,47 @@ macro_rules! word {
     };
 }
 
+word!(u8, Tiny);
 word!(u16, Narrow);
 word!(u32, Wide);
 
+/// The width of a run's counters.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Width {
+    Tiny,
+    Narrow,
+    Wide,
+}
+
+impl Width {
+    /// The narrowest width that holds counters up to `counter_max`.
+    fn of(counter_max: u64) -> Width {
+        if counter_max <= u64::from(u8::MAX) {
+            Width::Tiny
+        } else if counter_max <= u64::from(u16::MAX) {
+            Width::Narrow
+        } else {
+            Width::Wide
+        }
+    }
+}
+
 /// Runs `$body` with `$W` the width of the checker's words.
 macro_rules! with_width {
-    ($narrow:expr, $W:ident => $body:expr) => {
-        if $narrow {
-            type $W = u16;
-            $body
-        } else {
-            type $W = u32;
-            $body
+    ($width:expr, $W:ident => $body:expr) => {
+        match $width {
+            Width::Tiny => {
+                type $W = u8;
+                $body
+            }
+            Width::Narrow => {
+                type $W = u16;
+                $body
+            }
+            Width::Wide => {
+                type $W = u32;
+                $body
+            }
         }
     };
 }
@@ -149,8 +182,8 @@ pub struct Checker {
     index: Vec<Vec<u32>>,
     /// Where each topic's row starts in [`Clocks`] (and, last, their length).
     starts: Vec<usize>,
-    /// Counters fit in 16 bits.
-    narrow: bool,
+    /// The width of the run's counters.
+    width: Width,
     ops: FastMap<(TopicId, MsgId), Op>,
     /// Every `stride`-th node compares clocks.
     stride: u32,
@@ -184,7 +217,7 @@ impl Checker {
                     Some(*end)
                 }))
                 .collect(),
-            narrow: counter_max <= u64::from(u16::MAX),
+            width: Width::of(counter_max),
             ops: FastMap::default(),
             stride,
             witness_subscribers: (subscribers.iter())
@@ -202,7 +235,7 @@ impl Checker {
     /// A node's clocks before it delivered anything.
     pub fn clocks(&self) -> Clocks {
         let len = self.starts.last().copied().unwrap_or(0);
-        with_width!(self.narrow, W => Clocks(W::words(vec![W::default(); len].into_boxed_slice())))
+        with_width!(self.width, W => Clocks(W::words(vec![W::default(); len].into_boxed_slice())))
     }
 
     /// What the node of `clocks` delivered on `topic` from each publisher.
@@ -247,7 +280,7 @@ impl Checker {
     /// `id` was published by the node of `clocks`; every witness among the topic's other
     /// subscribers is expected to deliver it.
     pub fn published(&self, clocks: &mut Clocks, topic: TopicId, id: MsgId, found: &mut Findings) {
-        with_width!(self.narrow, W => self.published_in::<W>(clocks, topic, id, found))
+        with_width!(self.width, W => self.published_in::<W>(clocks, topic, id, found))
     }
 
     fn published_in<W: Word>(
@@ -295,7 +328,7 @@ impl Checker {
         if node == id.source {
             return;
         }
-        with_width!(self.narrow, W => self.delivered_in::<W>(node, clocks, topic, id, found))
+        with_width!(self.width, W => self.delivered_in::<W>(node, clocks, topic, id, found))
     }
 
     fn delivered_in<W: Word>(
@@ -350,7 +383,7 @@ impl Checker {
         delivered: &[(NodeId, u64)],
         found: &mut Findings,
     ) {
-        with_width!(self.narrow, W => self.installed_in::<W>(clocks, topic, delivered, found))
+        with_width!(self.width, W => self.installed_in::<W>(clocks, topic, delivered, found))
     }
 
     fn installed_in<W: Word>(
@@ -413,13 +446,18 @@ mod tests {
 
     #[test]
     fn an_operation_delivered_before_its_causal_past_is_a_violation() {
-        // Counters in 16-bit words, then in 32-bit ones (a run whose counters go beyond).
-        for counter_max in [10, 1 << 20] {
+        // Counters in 8-bit words, 16-bit ones, then 32-bit ones (runs whose counters go
+        // beyond each).
+        for (counter_max, width) in [
+            (10, Width::Tiny),
+            (1_000, Width::Narrow),
+            (1 << 20, Width::Wide),
+        ] {
             let t = TopicId(0);
             let all = [(0..3).map(NodeId).collect()];
             let publishers = [vec![NodeId(0), NodeId(1)]];
             let mut c = Checker::new(3, &publishers, &all, 1 << 20, counter_max);
-            assert_eq!(c.narrow, counter_max < 1 << 16);
+            assert_eq!(c.width, width);
             let mut clocks: Vec<Clocks> = (0..3).map(|_| c.clocks()).collect();
             let mut found = Findings::default();
             c.published(&mut clocks[0], t, id(0, 1), &mut found);
@@ -444,12 +482,12 @@ mod tests {
         let t = TopicId(0);
         let all = [(0..2).map(NodeId).collect()];
         let mut c = Checker::new(2, &[vec![NodeId(0)]], &all, 1 << 20, 10);
-        assert!(c.narrow);
+        assert_eq!(c.width, Width::Tiny);
         let mut clocks: Vec<Clocks> = (0..2).map(|_| c.clocks()).collect();
         let mut found = Findings::default();
-        c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1 << 16), &mut found);
-        c.installed(&mut clocks[1], t, &[(NodeId(0), 1 << 16)], &mut found);
-        c.published(&mut clocks[0], t, id(0, 1 << 16), &mut found);
+        c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1 << 8), &mut found);
+        c.installed(&mut clocks[1], t, &[(NodeId(0), 1 << 8)], &mut found);
+        c.published(&mut clocks[0], t, id(0, 1 << 8), &mut found);
         c.merge(&mut found);
         assert_eq!((c.violations(), c.double_deliveries()), (3, 0));
         assert_eq!(c.clock(&clocks[1], t), vec![0], "nothing cut short is kept");

@@ -5,9 +5,10 @@
 //!
 //! A receiver reads this array once for every barrier entry of every message, at random
 //! places, so its size is what the receiver's caches hold of it. Words are therefore as
-//! narrow as the counters allow: 16 bits while every counter is below 2^15, 32 bits below
-//! 2^31, 64 bits otherwise (counters stay below 2^63). The array widens when a counter no
-//! longer fits (to each width at most once); it never narrows.
+//! narrow as the counters allow: 8 bits while every counter is below 2^7 (a topic's first
+//! 127 messages from each publisher), 16 bits below 2^15, 32 bits below 2^31, 64 bits
+//! otherwise (counters stay below 2^63). The array widens when a counter no longer fits (to
+//! each width at most once); it never narrows.
 
 use crate::causal::MsgId;
 use crate::causal::barrier::{Entry, Ids, with_ids};
@@ -49,6 +50,7 @@ macro_rules! word {
     };
 }
 
+word!(u8);
 word!(u16);
 word!(u32);
 word!(u64);
@@ -56,6 +58,7 @@ word!(u64);
 /// The highest delivered counter and barrier mark of each publisher, by node id.
 #[derive(Clone, Debug)]
 pub(super) enum Counters {
+    Tiny(Vec<u8>),
     Narrow(Vec<u16>),
     Medium(Vec<u32>),
     Wide(Vec<u64>),
@@ -65,6 +68,7 @@ pub(super) enum Counters {
 macro_rules! with_words {
     ($counters:expr, $words:ident => $body:expr) => {
         match $counters {
+            Counters::Tiny($words) => $body,
             Counters::Narrow($words) => $body,
             Counters::Medium($words) => $body,
             Counters::Wide($words) => $body,
@@ -74,7 +78,7 @@ macro_rules! with_words {
 
 impl Default for Counters {
     fn default() -> Self {
-        Counters::Narrow(Vec::new())
+        Counters::Tiny(Vec::new())
     }
 }
 
@@ -148,6 +152,11 @@ impl Counters {
     /// Widens the words so that `counter` fits.
     fn widen_for(&mut self, counter: u64) {
         match self {
+            Counters::Tiny(words) if counter >= u8::LIMIT => {
+                let wider: Vec<u16> = widened(words);
+                *self = Counters::Narrow(wider);
+                self.widen_for(counter);
+            }
             Counters::Narrow(words) if counter >= u16::LIMIT => {
                 let wider: Vec<u32> = widened(words);
                 *self = Counters::Medium(wider);
@@ -248,6 +257,13 @@ mod tests {
     fn words_widen_once_a_counter_does_not_fit_and_keep_counters_and_marks() {
         let mut c = Counters::default();
         c.set(NodeId(0), 3, true);
+        c.set(NodeId(2), 127, false);
+        assert!(matches!(c, Counters::Tiny(_)));
+        c.set(NodeId(2), 128, false);
+        assert!(matches!(c, Counters::Narrow(_)), "128 needs the eighth bit");
+        assert_eq!(c.get(NodeId(0)), 3);
+        assert_eq!(c.take_barrier(), vec![id(0, 3)]);
+        c.set(NodeId(0), 3, true);
         c.set(NodeId(2), (1 << 15) - 1, false);
         assert!(matches!(c, Counters::Narrow(_)));
         c.deliver(id(1, 1 << 15), Ids::Wide(&[id(0, 3)]));
@@ -260,7 +276,7 @@ mod tests {
                 (NodeId(2), (1 << 15) - 1, false)
             ]
         );
-        // From 16 straight to 64 bits.
+        // From 8 straight to 64 bits.
         let mut d = Counters::default();
         d.set(NodeId(1), 7, true);
         d.set(NodeId(0), COUNTER_LIMIT - 1, false);
@@ -278,7 +294,7 @@ mod tests {
         let narrow = Barrier::from(ids.to_vec());
         assert!(matches!(narrow, Barrier::Narrow(_)));
         let barriers = [narrow.ids(), Ids::Wide(&ids)];
-        for (width_of, barrier) in [1, 1 << 20, 1 << 40]
+        for (width_of, barrier) in [1, 1 << 10, 1 << 20, 1 << 40]
             .into_iter()
             .flat_map(|w| barriers.map(|b| (w, b)))
         {
