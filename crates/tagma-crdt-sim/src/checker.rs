@@ -481,16 +481,20 @@ mod tests {
     fn a_counter_beyond_the_runs_width_is_a_violation() {
         let t = TopicId(0);
         let all = [(0..2).map(NodeId).collect()];
-        let mut c = Checker::new(2, &[vec![NodeId(0)]], &all, 1 << 20, 10);
-        assert_eq!(c.width, Width::Tiny);
-        let mut clocks: Vec<Clocks> = (0..2).map(|_| c.clocks()).collect();
-        let mut found = Findings::default();
-        c.delivered(NodeId(1), &mut clocks[1], t, id(0, 1 << 8), &mut found);
-        c.installed(&mut clocks[1], t, &[(NodeId(0), 1 << 8)], &mut found);
-        c.published(&mut clocks[0], t, id(0, 1 << 8), &mut found);
-        c.merge(&mut found);
-        assert_eq!((c.violations(), c.double_deliveries()), (3, 0));
-        assert_eq!(c.clock(&clocks[1], t), vec![0], "nothing cut short is kept");
+        for (counter_max, width, beyond) in
+            [(10, Width::Tiny, 1 << 8), (1_000, Width::Narrow, 1 << 16)]
+        {
+            let mut c = Checker::new(2, &[vec![NodeId(0)]], &all, 1 << 20, counter_max);
+            assert_eq!(c.width, width);
+            let mut clocks: Vec<Clocks> = (0..2).map(|_| c.clocks()).collect();
+            let mut found = Findings::default();
+            c.delivered(NodeId(1), &mut clocks[1], t, id(0, beyond), &mut found);
+            c.installed(&mut clocks[1], t, &[(NodeId(0), beyond)], &mut found);
+            c.published(&mut clocks[0], t, id(0, beyond), &mut found);
+            c.merge(&mut found);
+            assert_eq!((c.violations(), c.double_deliveries()), (3, 0));
+            assert_eq!(c.clock(&clocks[1], t), vec![0], "nothing cut short is kept");
+        }
     }
 
     #[test]
