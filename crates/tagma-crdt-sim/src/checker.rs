@@ -40,8 +40,9 @@ pub fn publisher_index(nodes: u32, publishers: &[Vec<NodeId>]) -> Vec<Vec<u32>> 
 
 /// A row of counters, one per publisher, in words as narrow as the run allows: 8 bits when
 /// no counter of the run reaches 2^8, 16 bits when none reaches 2^16 (what a publisher's
-/// counter reaches is known from the workload), 32 bits otherwise. The witnesses read a whole row of every
-/// operation they deliver, so the row's size is what their checks cost.
+/// counter reaches is known from the workload), 32 bits otherwise. Every node reads its row
+/// at each delivery, and the witnesses read a whole row of every operation they deliver, so
+/// the row's size is what the checks cost.
 #[derive(Clone, Debug)]
 enum Words {
     Tiny(Box<[u8]>),
