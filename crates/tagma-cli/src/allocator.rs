@@ -1,6 +1,6 @@
 //! The process's memory allocator: jemalloc, tuned so that the resident memory follows the
-//! heap (in every command but the simulations, which keep jemalloc's default), and its
-//! statistics exported as gauges in every replica's metrics.
+//! heap (in every command but the simulations, which run on transparent huge pages
+//! instead), and its statistics exported as gauges in every replica's metrics.
 
 /// jemalloc: the replicas allocate on one thread and free on another all the time (requests
 /// read by a connection thread, executed and dropped by the execution thread), where it
@@ -75,6 +75,40 @@ pub fn tune() {
     for e in results.into_iter().filter_map(Result::err) {
         tracing::warn!(error = %e, "could not tune the allocator; freed pages stay cached longer");
     }
+}
+
+/// jemalloc's settings for the simulations: every mapping of the heap, its metadata too,
+/// asks the kernel for transparent huge pages (`madvise(MADV_HUGEPAGE)`).
+pub const SIMULATION_MALLOC_CONF: &str = "thp:always,metadata_thp:always";
+
+/// Runs the program again from the start with [`SIMULATION_MALLOC_CONF`], unless an
+/// operator's `_RJEM_MALLOC_CONF` is set (then it is kept). jemalloc reads its settings
+/// once, before `main`, so a setting for one command alone takes a new start.
+///
+/// A simulation of many nodes touches each node's state at random between windows of
+/// simulated time: hundreds of megabytes in 4 KiB pages miss the processor's address
+/// translation cache on most of those touches, 2 MiB pages far less often. A 1,024-node
+/// VCube-Sync simulation takes 0.91 of the wall time and 0.85 of the processor time on huge
+/// pages (alternating 4-second runs on two cores). Where the kernel offers no huge pages
+/// (`/sys/kernel/mm/transparent_hugepage/enabled` set to `never`) the setting changes
+/// nothing. Returns only if the new start fails, after a warning: the simulation then runs
+/// on ordinary pages, with the same results.
+pub fn restart_on_huge_pages() {
+    use std::os::unix::process::CommandExt;
+    if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
+        return;
+    }
+    let error = match std::env::current_exe() {
+        Ok(program) => std::process::Command::new(program)
+            .args(std::env::args_os().skip(1))
+            .env("_RJEM_MALLOC_CONF", SIMULATION_MALLOC_CONF)
+            .exec(),
+        Err(e) => e,
+    };
+    tracing::warn!(
+        error = %error,
+        "could not start again on huge pages; the simulation runs on ordinary pages"
+    );
 }
 
 #[cfg(test)]

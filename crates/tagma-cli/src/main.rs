@@ -134,7 +134,7 @@ fn main() {
     // Simulations free and reuse memory at a high rate, in a short process whose resident
     // memory nobody watches: returning freed pages to the kernel at once would cost them
     // page faults, page clears and TLB shootdowns for nothing (about 7 % of the wall time
-    // of a 1,024-node VCube-Sync simulation).
+    // of a 1,024-node VCube-Sync simulation). They run on huge pages instead.
     let simulates = matches!(
         &cli.command,
         Cmd::Sim(_)
@@ -142,7 +142,9 @@ fn main() {
                 what: CrdtCmd::Sim(_) | CrdtCmd::Figures(_)
             })
     );
-    if !simulates {
+    if simulates {
+        allocator::restart_on_huge_pages();
+    } else {
         allocator::tune();
     }
     let result = match cli.command {

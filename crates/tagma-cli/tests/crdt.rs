@@ -62,3 +62,46 @@ fn the_simulator_compares_the_protocols_on_one_workload() {
     assert_eq!(vcube["duplicates"], 0);
     assert!(vcube["bytes_total"].as_u64() < runs[2]["report"]["bytes_total"].as_u64());
 }
+
+/// A simulation starts again on huge pages unless the operator set jemalloc's options; the
+/// report is the same either way (but for the wall time).
+#[test]
+fn the_simulator_reports_the_same_on_huge_pages_and_on_the_operators_allocator_settings() {
+    let args = [
+        "crdt",
+        "sim",
+        "--nodes",
+        "32",
+        "--protocol",
+        "vcube",
+        "--duration-s",
+        "3",
+        "--drain-s",
+        "2",
+        "--json",
+    ];
+    let run = |conf: Option<&str>| {
+        let mut cmd = std::process::Command::new(common::exe());
+        cmd.args(args).env_remove("_RJEM_MALLOC_CONF");
+        if let Some(conf) = conf {
+            cmd.env("_RJEM_MALLOC_CONF", conf);
+        }
+        let out = cmd.output().expect("run tagma crdt sim");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let mut report: serde_json::Value =
+            serde_json::from_slice(&out.stdout).expect("one JSON object");
+        report["runs"][0]["report"]
+            .as_object_mut()
+            .expect("a report")
+            .remove("sim_wall_s")
+            .expect("the wall time");
+        report
+    };
+    let restarted = run(None);
+    assert_eq!(restarted["runs"][0]["report"]["convergent"], true);
+    assert_eq!(restarted, run(Some("thp:default")));
+}
