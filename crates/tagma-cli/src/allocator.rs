@@ -88,11 +88,11 @@ pub const SIMULATION_MALLOC_CONF: &str = "thp:always,metadata_thp:always";
 /// A simulation of many nodes touches each node's state at random between windows of
 /// simulated time: hundreds of megabytes in 4 KiB pages miss the processor's address
 /// translation cache on most of those touches, 2 MiB pages far less often. A 1,024-node
-/// VCube-Sync simulation takes 0.91 of the wall time and 0.85 of the processor time on huge
-/// pages (alternating 4-second runs on two cores). Where the kernel offers no huge pages
-/// (`/sys/kernel/mm/transparent_hugepage/enabled` set to `never`) the setting changes
-/// nothing. Returns only if the new start fails, after a warning: the simulation then runs
-/// on ordinary pages, with the same results.
+/// VCube-Sync simulation on huge pages takes about 0.95 of the wall time and 0.90 of the
+/// processor time (4-second runs on two cores, alternating, in both orders). Where the
+/// kernel offers no huge pages (`/sys/kernel/mm/transparent_hugepage/enabled` set to
+/// `never`) the setting changes nothing. Returns only if the new start fails, after a
+/// warning: the simulation then runs on ordinary pages, with the same results.
 pub fn restart_on_huge_pages() {
     use std::os::unix::process::CommandExt;
     if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
