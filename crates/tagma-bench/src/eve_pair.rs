@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result};
 use bytes::Bytes;
 use serde::Serialize;
-use tagma_cluster::eve_bft::EveBft;
+use tagma_cluster::eve_bft::{EveBft, log_tails};
 use tagma_cluster::eve_pair::EvePair;
 use tagma_cluster::workload::{self, FailoverProbe, WorkloadOptions};
 use tagma_cluster::{converged_states, digests_equal};
@@ -372,7 +372,18 @@ pub fn run(exe: &Path, opts: &PairRunOptions) -> Result<PairReport> {
         pair.restart(1)?;
     }
     let reader = pair.proxy(ready)?;
-    let states = converged_states(&reader, &pair.ids(), ready)?;
+    let states = match converged_states(&reader, &pair.ids(), ready) {
+        Ok(states) => states,
+        Err(e) => {
+            // The servers' logs tell why: keep them, and show their last lines.
+            let logs = pair.keep().join("logs");
+            let tails = log_tails(&logs, 12, |_| true);
+            anyhow::bail!(
+                "{e:#} (the servers' logs are kept in {}){tails}",
+                logs.display()
+            );
+        }
+    };
     let reply = reader.invoke_ordered(
         KvOp::Get {
             key: Bytes::from_static(COUNTER),

@@ -323,6 +323,12 @@ impl Drop for EveBft {
 
 /// The last lines of every log in `logs` that ends in an error, for a failure message.
 fn last_log_lines(logs: &Path) -> String {
+    log_tails(logs, 3, |tail| tail.iter().any(|l| l.contains("rror")))
+}
+
+/// The last `lines` lines of every log in `logs` (in name order) whose tail `keep` accepts,
+/// each under its file's name: what a failure message shows of the processes' side.
+pub fn log_tails(logs: &Path, lines: usize, keep: impl Fn(&[&str]) -> bool) -> String {
     let mut out = String::new();
     let Ok(entries) = std::fs::read_dir(logs) else {
         return out;
@@ -331,9 +337,9 @@ fn last_log_lines(logs: &Path) -> String {
     paths.sort();
     for path in paths {
         let text = std::fs::read_to_string(&path).unwrap_or_default();
-        let lines: Vec<&str> = text.lines().collect();
-        let tail = &lines[lines.len().saturating_sub(3)..];
-        if tail.iter().any(|l| l.contains("rror")) {
+        let all: Vec<&str> = text.lines().collect();
+        let tail = &all[all.len().saturating_sub(lines)..];
+        if keep(tail) {
             let name = path.file_name().unwrap_or_default().to_string_lossy();
             out.push_str(&format!("\n{name}:\n  {}", tail.join("\n  ")));
         }
