@@ -14,7 +14,9 @@
 //! does depends on the order in which nodes run or on the number of threads, so a run is
 //! reproducible and gives the same report on any number of threads.
 //!
-//! A node handles its messages one at a time in the order they arrive ([`crate::inbox`]).
+//! Mail waits in a calendar per chunk ([`crate::calendar`]) until a window's horizon passes
+//! its arrival; a node handles its messages one at a time in the order they arrive
+//! ([`crate::inbox`]).
 //! At equal times a node crashes or starts first, then handles its messages, then
 //! publishes, then changes its subscription, then fires its timer.
 
@@ -92,7 +94,12 @@ where
         let mut slots: Vec<Slot<P>> = (0..n)
             .map(|i| {
                 let clocks = checker.clocks();
-                Slot::new(workload.seed, NodeId(i as u32), clocks, arrival_min_us)
+                Slot::new(
+                    workload.seed,
+                    NodeId(i as u32),
+                    clocks,
+                    link.receive_cost_us,
+                )
             })
             .collect();
         let publishing =
@@ -124,7 +131,12 @@ where
         let mut rest = slots.into_iter();
         for first in (0..n).step_by(chunk_len) {
             let part: Vec<Slot<P>> = rest.by_ref().take(chunk_len).collect();
-            chunks.push(Chunk::new(first, part, n.div_ceil(chunk_len)));
+            chunks.push(Chunk::new(
+                first,
+                part,
+                n.div_ceil(chunk_len),
+                arrival_min_us,
+            ));
         }
         Sim {
             chunks,

@@ -4,6 +4,7 @@
 //! ([`metrics`]), judged by one causal-order checker ([`checker`]). The event loop
 //! ([`engine`]) runs the nodes on several threads and gives the same report on any number.
 
+pub mod calendar;
 pub mod checker;
 pub mod engine;
 pub mod error;

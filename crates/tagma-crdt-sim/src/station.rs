@@ -1,8 +1,9 @@
 //! The nodes' side of the simulation: each node's protocol state machine with its inbox,
 //! uplink, timer, publishes and faults ([`Slot`]), and a run of consecutive nodes that one
-//! thread takes through a window ([`Chunk`]): their events in time order, node by node,
-//! what they send put in mailbags by receiving chunk, what they count and check kept apart
-//! until the window ends ([`crate::engine`] merges it all in a fixed order).
+//! thread takes through a window ([`Chunk`]): the mail on its way to them
+//! ([`crate::calendar`]), their events in time order, node by node, what they send put in
+//! mailbags by receiving chunk, what they count and check kept apart until the window ends
+//! ([`crate::engine`] merges it all in a fixed order).
 //!
 //! Randomness is per node (the losses of its sends, the operations it publishes), drawn in
 //! the node's own order of events, so neither the order in which nodes run nor their split
@@ -10,6 +11,7 @@
 
 use tagma_vcube::{NodeId, TopicId};
 
+use crate::calendar::Calendar;
 use crate::checker::{Checker, Clocks, Findings};
 use crate::inbox::Inbox;
 use crate::metrics::{Metrics, Tally};
@@ -44,11 +46,11 @@ pub struct Slot<P: Protocol> {
 }
 
 impl<P: Protocol> Slot<P> {
-    /// Node `node`'s slot; messages reach it at least `arrival_min_us` after they are sent.
-    pub fn new(seed: u64, node: NodeId, clocks: Clocks, arrival_min_us: u64) -> Slot<P> {
+    /// Node `node`'s slot; it spends `receive_cost_us` on each message.
+    pub fn new(seed: u64, node: NodeId, clocks: Clocks, receive_cost_us: u64) -> Slot<P> {
         Slot {
             protocol: None,
-            inbox: Inbox::new(arrival_min_us),
+            inbox: Inbox::new(receive_cost_us),
             uplink_free_us: 0,
             timer_us: u64::MAX,
             publishes: Vec::new(),
@@ -79,11 +81,6 @@ impl<P: Protocol> Slot<P> {
     pub fn change_at(&mut self, at_us: u64, topic: TopicId, subscribe: bool) {
         self.change = Some((at_us, topic, subscribe));
     }
-
-    /// Whether messages to the node may still be handled (it runs, or will start).
-    fn reachable(&self) -> bool {
-        self.protocol.is_some() || self.join_us != u64::MAX
-    }
 }
 
 /// A seed of its own for each node.
@@ -96,11 +93,12 @@ fn mix(seed: u64, node: NodeId) -> u64 {
 
 /// A message on its way to a node.
 pub struct Mail<M> {
-    to: NodeId,
-    seq: u64,
-    from: NodeId,
-    arrive_us: u64,
-    message: M,
+    pub(crate) to: NodeId,
+    /// The sender's count of its sends, at this one.
+    pub(crate) seq: u64,
+    pub(crate) from: NodeId,
+    pub(crate) arrive_us: u64,
+    pub(crate) message: M,
 }
 
 /// What every chunk reads while it runs a window.
@@ -144,6 +142,16 @@ pub struct Chunk<P: Protocol> {
     /// A lower bound of when each node has its next event, so that a window skips idle
     /// nodes without touching their state.
     next_us: Vec<u64>,
+    /// Mail on its way to these nodes, not yet in their inboxes.
+    calendar: Calendar<P::Message>,
+    /// By node: messages in the calendar, and a lower bound of when the first arrives.
+    unplaced: Vec<u32>,
+    unplaced_from_us: Vec<u64>,
+    /// By node: whether messages to it may still be handled (it runs, or will start: a
+    /// crashed node's are dropped).
+    reachable: Vec<bool>,
+    /// The calendar's mail due in the window, by node (room kept between windows).
+    due: Vec<Mail<P::Message>>,
     /// Mail sent in the window, by receiving chunk.
     pub outbox: Vec<Vec<Mail<P::Message>>>,
     pub tally: Tally,
@@ -153,10 +161,18 @@ pub struct Chunk<P: Protocol> {
 }
 
 impl<P: Protocol> Chunk<P> {
-    pub fn new(first: usize, slots: Vec<Slot<P>>, chunks: usize) -> Chunk<P> {
+    /// Nodes `first..` in `slots`, among `chunks` chunks; messages reach them at least
+    /// `arrival_min_us` after they are sent.
+    pub fn new(first: usize, slots: Vec<Slot<P>>, chunks: usize, arrival_min_us: u64) -> Chunk<P> {
+        let n = slots.len();
         Chunk {
             first,
-            next_us: vec![0; slots.len()],
+            next_us: vec![0; n],
+            calendar: Calendar::new(arrival_min_us),
+            unplaced: vec![0; n],
+            unplaced_from_us: vec![u64::MAX; n],
+            reachable: vec![true; n],
+            due: Vec::new(),
             slots,
             outbox: (0..chunks).map(|_| Vec::new()).collect(),
             tally: Tally::default(),
@@ -183,23 +199,51 @@ impl<P: Protocol> Chunk<P> {
 
     /// Runs these nodes' events of the window from `start_us` to `end_us`.
     pub fn run_window(&mut self, shared: &Shared<P>, judges: Judges, start_us: u64, end_us: u64) {
+        // Every message arriving before the horizon is in: the rest of the window sends
+        // none that arrives sooner.
+        let horizon_us = start_us.saturating_add(shared.arrival_min_us);
+        let mut due = std::mem::take(&mut self.due);
+        self.calendar.take_before(horizon_us, &mut due);
+        // By node, so that each node's messages go to its inbox just before it runs.
+        due.sort_unstable_by_key(|m| m.to);
+        let mut due_mail = due.drain(..).peekable();
         for i in 0..self.slots.len() {
+            let to = NodeId((self.first + i) as u32);
+            let mut placed = 0;
+            let mine = std::iter::from_fn(|| due_mail.next_if(|m| m.to == to));
+            let mine = mine.inspect(|_| placed += 1);
+            if self.reachable[i] {
+                let messages = mine.map(|m| (m.seq, m.from, m.arrive_us, m.message));
+                self.slots[i].inbox.place(messages);
+            } else {
+                mine.for_each(drop); // crashed: the messages are lost
+            }
+            self.unplaced[i] -= placed;
+            // What is left arrives from the horizon on.
+            self.unplaced_from_us[i] = if self.unplaced[i] > 0 {
+                self.unplaced_from_us[i].max(horizon_us)
+            } else {
+                u64::MAX
+            };
             if self.next_us[i] < end_us {
-                self.run_node(shared, judges, i, start_us, end_us);
+                self.run_node(shared, judges, i, end_us);
             }
         }
+        drop(due_mail);
+        self.due = due;
     }
 
     /// Takes in mail for these nodes.
     pub fn receive(&mut self, receive_cost_us: u64, bag: &mut Vec<Mail<P::Message>>) {
         for m in bag.drain(..) {
             let i = m.to.0 as usize - self.first;
-            let slot = &mut self.slots[i];
-            if !slot.reachable() {
-                continue; // crashed, or never started: the message is lost
+            if !self.reachable[i] {
+                continue; // crashed: the message is lost
             }
-            (slot.inbox).push(m.seq, m.from, m.arrive_us, m.message);
+            self.unplaced[i] += 1;
+            self.unplaced_from_us[i] = self.unplaced_from_us[i].min(m.arrive_us);
             self.next_us[i] = self.next_us[i].min(m.arrive_us + receive_cost_us);
+            self.calendar.push(m);
         }
     }
 
@@ -246,23 +290,14 @@ impl<P: Protocol> Chunk<P> {
         next
     }
 
-    /// Runs node `i`'s events of the window from `start_us` to `end_us`.
-    fn run_node(
-        &mut self,
-        shared: &Shared<P>,
-        judges: Judges,
-        i: usize,
-        start_us: u64,
-        end_us: u64,
-    ) {
+    /// Runs node `i`'s events of the window, up to `end_us`.
+    fn run_node(&mut self, shared: &Shared<P>, judges: Judges, i: usize, end_us: u64) {
         let receive_cost_us = shared.workload.link.receive_cost_us;
-        let horizon_us = start_us.saturating_add(shared.arrival_min_us);
-        self.slots[i].inbox.place(horizon_us, receive_cost_us);
         let me = NodeId((self.first + i) as u32);
         loop {
             let (at_us, next) = self.next_event(i);
             if at_us >= end_us {
-                let incoming_us = self.slots[i].inbox.incoming_after_us(receive_cost_us);
+                let incoming_us = self.unplaced_from_us[i].saturating_add(receive_cost_us);
                 self.next_us[i] = at_us.min(incoming_us);
                 return;
             }
@@ -331,6 +366,7 @@ impl<P: Protocol> Chunk<P> {
                     slot.protocol = None;
                     slot.crash_us = u64::MAX;
                     slot.inbox.clear();
+                    self.reachable[i] = false;
                 }
                 Next::Join => {
                     slot.join_us = u64::MAX;
