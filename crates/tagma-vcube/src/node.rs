@@ -19,7 +19,6 @@
 //! its peers keep) installs a snapshot of the topic's state. Subscriptions change at run time
 //! through a reserved topic every node belongs to ([`membership`]).
 
-mod in_flight;
 mod log;
 mod membership;
 mod repair;
@@ -32,12 +31,12 @@ use bit_set::BitSet;
 use bytes::Bytes;
 use smallvec::SmallVec;
 
-use self::in_flight::InFlightTable;
 use self::log::{Log, Logged};
 use crate::causal::{Causal, Delivered, MsgId, Received};
 use crate::cube::{Cube, NodeId};
 use crate::detector::{Change, Detector, DetectorConfig};
 use crate::error::VcubeError;
+use crate::fast::FastMap;
 use crate::message::{Data, Limits, Message, Published, TopicId};
 use crate::store::Store;
 use crate::tree::{clusters_below, relays};
@@ -201,8 +200,11 @@ pub struct Node<S: Store> {
     topics: BTreeMap<TopicId, Topic>,
     /// Who subscribes to each topic, in this node's view (node ids).
     subscribers: BTreeMap<TopicId, BitSet>,
-    /// Tree messages awaiting acknowledgement, oldest first.
-    in_flight: InFlightTable<InFlight>,
+    /// Tree messages awaiting acknowledgement (never walked in the map's order).
+    in_flight: FastMap<(TopicId, MsgId), InFlight>,
+    /// The keys of `in_flight` in the order they came, to give up the oldest first; keys
+    /// acknowledged since stay until the queue is compacted.
+    in_flight_order: VecDeque<(TopicId, MsgId)>,
     /// When tree messages are due for retransmission, in time order: every child awaiting
     /// an acknowledgement has an entry due when it is; entries of keys acknowledged since,
     /// or refreshed by a later entry, are skipped when they come up.
@@ -260,7 +262,8 @@ impl<S: Store> Node<S> {
             subscribers: (subscriptions.iter())
                 .map(|(topic, members)| (*topic, members.iter().map(|j| j.0 as usize).collect()))
                 .collect(),
-            in_flight: InFlightTable::default(),
+            in_flight: FastMap::default(),
+            in_flight_order: VecDeque::new(),
             retransmit_due: VecDeque::new(),
             own_pending: 0,
             refused: 0,
@@ -604,14 +607,17 @@ impl<S: Store> Node<S> {
             },
         );
         self.own_pending += usize::from(own);
+        self.in_flight_order.push_back(key);
         self.retransmit_due
             .push_back((now_ms + self.config.retransmit_ms, key));
         while self.in_flight.len() > self.config.in_flight_max {
-            let Some((_, gone)) = self.in_flight.pop_oldest() else {
+            let Some(old) = self.in_flight_order.pop_front() else {
                 break;
             };
-            self.forget(&gone);
-            self.stats.given_up += 1;
+            if let Some(gone) = self.in_flight.remove(&old) {
+                self.forget(&gone);
+                self.stats.given_up += 1;
+            }
         }
     }
 
@@ -658,11 +664,15 @@ impl<S: Store> Node<S> {
         self.compact();
     }
 
-    /// Drops what acknowledged messages left in the queues once it outnumbers the messages
-    /// in flight (each is dropped once: constant time per message, amortized).
+    /// Drops the keys of acknowledged messages from the queues once they outnumber the
+    /// messages in flight (each key is dropped once: constant time per key, amortized).
     fn compact(&mut self) {
         let live = self.in_flight.len();
-        self.in_flight.compact();
+        if self.in_flight_order.len() > 2 * live + 64 {
+            let in_flight = &self.in_flight;
+            self.in_flight_order
+                .retain(|key| in_flight.contains_key(key));
+        }
         if self.retransmit_due.len() > 2 * self.config.in_flight_max.max(live) {
             let in_flight = &self.in_flight;
             self.retransmit_due
@@ -706,7 +716,7 @@ impl<S: Store> Node<S> {
         // Stable: a message's children keep their order.
         resend.sort_by_key(|(key, _)| *key);
         for (key, to) in resend {
-            let data = (self.in_flight.get(&key).expect("in flight").data).clone();
+            let data = self.in_flight[&key].data.clone();
             self.stats.retransmissions += 1;
             self.send(
                 to,
@@ -742,12 +752,10 @@ impl<S: Store> Node<S> {
             .collect();
         keys.sort_unstable();
         for key in keys {
-            // Changed where it is: the entry keeps its age.
-            let f = self.in_flight.get_mut(&key).expect("listed");
-            let (data, old) = (f.data.clone(), std::mem::take(&mut f.children));
+            let mut f = self.in_flight.remove(&key).expect("listed");
             let mut children = Children::new();
             let mut replaced = false;
-            for c in old {
+            for c in std::mem::take(&mut f.children) {
                 if !suspected.contains(&c.node) {
                     children.push(c);
                     continue;
@@ -761,7 +769,7 @@ impl<S: Store> Node<S> {
                     self.send(
                         node,
                         Message::Data {
-                            data: data.clone(),
+                            data: f.data.clone(),
                             repair: false,
                         },
                     );
@@ -778,10 +786,10 @@ impl<S: Store> Node<S> {
                     .push_back((now_ms + self.config.retransmit_ms, key));
             }
             if children.is_empty() {
-                let gone = self.in_flight.remove(&key).expect("listed");
-                self.forget(&gone);
+                self.forget(&f);
             } else {
-                self.in_flight.get_mut(&key).expect("listed").children = children;
+                f.children = children;
+                self.in_flight.insert(key, f);
             }
         }
     }
