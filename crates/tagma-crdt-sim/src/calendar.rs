@@ -16,7 +16,7 @@
 
 use std::collections::VecDeque;
 
-use crate::station::Mail;
+use crate::inbox::Mail;
 
 /// The shortest bucket: a link with (almost) no delay would make buckets too many.
 const BUCKET_MIN_US: u64 = 1_000;

@@ -26,10 +26,11 @@ use rayon::prelude::*;
 use tagma_vcube::NodeId;
 
 use crate::checker::Checker;
+use crate::inbox::Mail;
 use crate::metrics::{Metrics, Report, Tally};
 use crate::proto::Protocol;
 pub use crate::station::Factory;
-use crate::station::{Chunk, Judges, Mail, Shared, Slot};
+use crate::station::{Chunk, Judges, Shared, Slot};
 use crate::workload::{Plan, Workload};
 
 /// The mail for one chunk, in bags by sending chunk.

@@ -11,17 +11,18 @@ use std::collections::VecDeque;
 
 use tagma_vcube::NodeId;
 
-/// A message sent to the node, in order.
-struct Incoming<M> {
-    from: NodeId,
+/// A message on its way to a node.
+pub struct Mail<M> {
+    pub to: NodeId,
     /// The sender's count of its sends, at this one.
-    seq: u64,
-    arrive_us: u64,
-    message: M,
+    pub seq: u64,
+    pub from: NodeId,
+    pub arrive_us: u64,
+    pub message: M,
 }
 
-impl<M> Incoming<M> {
-    /// The order of arrival (unique: a sender numbers its sends).
+impl<M> Mail<M> {
+    /// The order of arrival at its node (unique: a sender numbers its sends).
     fn key(&self) -> (u64, NodeId, u64) {
         (self.arrive_us, self.from, self.seq)
     }
@@ -31,7 +32,7 @@ impl<M> Incoming<M> {
 pub struct Inbox<M> {
     /// In handling order; each is handled `receive_cost_us` after it arrives or after the
     /// node is done with the one before, whichever is later.
-    queue: VecDeque<Incoming<M>>,
+    queue: VecDeque<Mail<M>>,
     receive_cost_us: u64,
     /// When the node is done with the last message taken from `queue`.
     busy_until_us: u64,
@@ -47,24 +48,18 @@ impl<M> Inbox<M> {
         }
     }
 
-    /// Puts in handling order the messages `(seq, from, arrive_us, message)` arriving
-    /// before a horizon, every one arriving before then and not placed yet, in any order.
-    pub fn place(&mut self, messages: impl Iterator<Item = (u64, NodeId, u64, M)>) {
+    /// Puts in handling order the node's messages arriving before a horizon, every one
+    /// arriving before then and not placed yet, in any order.
+    pub fn place(&mut self, messages: impl Iterator<Item = Mail<M>>) {
         if self.queue.is_empty() {
             // Start from the front of the queue's room, so that what comes in stays in one
             // piece.
             self.queue.clear();
         }
         let placed = self.queue.len();
-        self.queue
-            .extend(messages.map(|(seq, from, arrive_us, message)| Incoming {
-                from,
-                seq,
-                arrive_us,
-                message,
-            }));
+        self.queue.extend(messages);
         // Those placed before arrive before the last horizon, so before these.
-        self.queue.make_contiguous()[placed..].sort_unstable_by_key(Incoming::key);
+        self.queue.make_contiguous()[placed..].sort_unstable_by_key(Mail::key);
     }
 
     /// When the next message in order is handled.
@@ -95,22 +90,33 @@ impl<M> Inbox<M> {
 mod tests {
     use super::*;
 
+    fn mail(seq: u64, from: u32, arrive_us: u64, message: &str) -> Mail<&str> {
+        let (to, from) = (NodeId(9), NodeId(from));
+        Mail {
+            to,
+            seq,
+            from,
+            arrive_us,
+            message,
+        }
+    }
+
     #[test]
     fn messages_are_handled_in_the_order_they_arrive() {
         let mut inbox = Inbox::new(5);
         // Placed out of order.
         inbox.place(
             [
-                (3, NodeId(1), 40, "second"),
-                (4, NodeId(3), 35, "first"),
-                (1, NodeId(1), 40, "tie: same time, same sender, sent before"),
-                (1, NodeId(0), 40, "tie: same time, lower sender"),
+                mail(3, 1, 40, "second"),
+                mail(4, 3, 35, "first"),
+                mail(1, 1, 40, "tie: same time, same sender, sent before"),
+                mail(1, 0, 40, "tie: same time, lower sender"),
             ]
             .into_iter(),
         );
         assert_eq!(inbox.pop().map(|(at, _, m)| (at, m)), Some((40, "first")));
         // A later horizon: behind those placed before.
-        inbox.place([(2, NodeId(2), 100, "beyond the first horizon")].into_iter());
+        inbox.place([mail(2, 2, 100, "beyond the first horizon")].into_iter());
         let placed: Vec<(u64, &str)> =
             std::iter::from_fn(|| inbox.pop().map(|(at, _, m)| (at, m))).collect();
         assert_eq!(

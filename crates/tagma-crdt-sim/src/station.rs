@@ -13,7 +13,7 @@ use tagma_vcube::{NodeId, TopicId};
 
 use crate::calendar::Calendar;
 use crate::checker::{Checker, Clocks, Findings};
-use crate::inbox::Inbox;
+use crate::inbox::{Inbox, Mail};
 use crate::metrics::{Metrics, Tally};
 use crate::proto::{Effect, Protocol};
 use crate::workload::{Plan, Workload};
@@ -89,16 +89,6 @@ fn mix(seed: u64, node: NodeId) -> u64 {
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^ (z >> 31)
-}
-
-/// A message on its way to a node.
-pub struct Mail<M> {
-    pub(crate) to: NodeId,
-    /// The sender's count of its sends, at this one.
-    pub(crate) seq: u64,
-    pub(crate) from: NodeId,
-    pub(crate) arrive_us: u64,
-    pub(crate) message: M,
 }
 
 /// What every chunk reads while it runs a window.
@@ -210,13 +200,14 @@ impl<P: Protocol> Chunk<P> {
         for i in 0..self.slots.len() {
             let to = NodeId((self.first + i) as u32);
             let mut placed = 0;
-            let mine = std::iter::from_fn(|| due_mail.next_if(|m| m.to == to));
-            let mine = mine.inspect(|_| placed += 1);
-            if self.reachable[i] {
-                let messages = mine.map(|m| (m.seq, m.from, m.arrive_us, m.message));
-                self.slots[i].inbox.place(messages);
-            } else {
-                mine.for_each(drop); // crashed: the messages are lost
+            if due_mail.peek().is_some_and(|m| m.to == to) {
+                let mine = std::iter::from_fn(|| due_mail.next_if(|m| m.to == to));
+                let mine = mine.inspect(|_| placed += 1);
+                if self.reachable[i] {
+                    self.slots[i].inbox.place(mine);
+                } else {
+                    mine.for_each(drop); // crashed: the messages are lost
+                }
             }
             self.unplaced[i] -= placed;
             // What is left arrives from the horizon on.
