@@ -1,16 +1,20 @@
 //! VCube-Sync in the simulator: the very node of `tagma-vcube`, its actions turned into the
 //! simulator's effects and its messages sized by their encoding.
 
-use tagma_vcube::{Action, Carried, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
+use std::sync::Arc;
+
+use tagma_vcube::{
+    Action, Carried, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, Published, Share, TopicId,
+};
 
 use crate::proto::{Effect, Protocol, Sizes};
 use tagma_vcube::Kernel;
 
 /// A VCube-Sync node with its replicas.
-pub struct VcubeNode(pub Node<Kernel>);
+pub struct VcubeNode<P: Share = Arc<Published>>(pub Node<Kernel, P>);
 
-impl VcubeNode {
-    fn drain(&mut self, out: &mut Vec<Effect<Message>>) {
+impl<P: Share> VcubeNode<P> {
+    fn drain(&mut self, out: &mut Vec<Effect<Message<P>>>) {
         while let Some(action) = self.0.poll_action() {
             match action {
                 Action::Send { to, message } => out.push(Effect::Send { to, message }),
@@ -27,10 +31,10 @@ impl VcubeNode {
     }
 }
 
-impl Protocol for VcubeNode {
-    type Message = Message;
+impl<P: Share> Protocol for VcubeNode<P> {
+    type Message = Message<P>;
 
-    fn sizes(message: &Message) -> Sizes {
+    fn sizes(message: &Message<P>) -> Sizes {
         let total = message.encoded_len();
         match message {
             Message::Data { data, .. } => {
@@ -59,7 +63,7 @@ impl Protocol for VcubeNode {
         }
     }
 
-    fn warm(message: &Message) {
+    fn warm(message: &Message<P>) {
         if let Message::Data { data, .. } = message {
             // The message's id, then the start of its barrier (a further pointer away).
             std::hint::black_box(data.id());
@@ -71,14 +75,14 @@ impl Protocol for VcubeNode {
         &mut self,
         now_ms: u64,
         from: NodeId,
-        message: Message,
-        out: &mut Vec<Effect<Message>>,
+        message: Message<P>,
+        out: &mut Vec<Effect<Message<P>>>,
     ) {
         self.0.handle(now_ms, Input::Message { from, message });
         self.drain(out);
     }
 
-    fn tick(&mut self, now_ms: u64, out: &mut Vec<Effect<Message>>) {
+    fn tick(&mut self, now_ms: u64, out: &mut Vec<Effect<Message<P>>>) {
         self.0.handle(now_ms, Input::Tick);
         self.drain(out);
     }
@@ -92,7 +96,7 @@ impl Protocol for VcubeNode {
         now_ms: u64,
         topic: TopicId,
         draw: u64,
-        out: &mut Vec<Effect<Message>>,
+        out: &mut Vec<Effect<Message<P>>>,
     ) -> Option<(MsgId, usize)> {
         let op = self.0.store().operation(topic, draw);
         let len = op.len();
@@ -106,7 +110,7 @@ impl Protocol for VcubeNode {
         now_ms: u64,
         topic: TopicId,
         subscribe: bool,
-        out: &mut Vec<Effect<Message>>,
+        out: &mut Vec<Effect<Message<P>>>,
     ) -> bool {
         let changed = if subscribe {
             self.0.subscribe(now_ms, topic)

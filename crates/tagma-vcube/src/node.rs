@@ -26,6 +26,7 @@ mod repair;
 pub use membership::MEMBERSHIP;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
 
 use bit_set::BitSet;
 use bytes::Bytes;
@@ -37,7 +38,7 @@ use crate::cube::{Cube, NodeId};
 use crate::detector::{Change, Detector, DetectorConfig};
 use crate::error::VcubeError;
 use crate::fast::FastMap;
-use crate::message::{Data, Limits, Message, Published, TopicId};
+use crate::message::{Data, Limits, Message, Published, Share, TopicId};
 use crate::store::Store;
 use crate::tree::{clusters_below, relays};
 
@@ -104,10 +105,10 @@ impl Default for NodeConfig {
 
 /// What the node does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action {
+pub enum Action<P = Arc<Published>> {
     Send {
         to: NodeId,
-        message: Message,
+        message: Message<P>,
     },
     /// An operation was delivered (and applied to the store), in causal order.
     Deliver {
@@ -125,10 +126,10 @@ pub enum Action {
 
 /// An input.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Input {
+pub enum Input<P = Arc<Published>> {
     Message {
         from: NodeId,
-        message: Message,
+        message: Message<P>,
     },
     /// Time passed: timers that are due fire.
     Tick,
@@ -170,8 +171,8 @@ struct Child {
 /// one or two).
 type Children = SmallVec<[Child; 2]>;
 
-struct InFlight {
-    data: Data,
+struct InFlight<P: Share> {
+    data: Data<P>,
     children: Children,
     /// Whether this node published it.
     own: bool,
@@ -180,9 +181,9 @@ struct InFlight {
     refused: bool,
 }
 
-struct Topic {
-    causal: Causal<Data>,
-    log: Log,
+struct Topic<P: Share> {
+    causal: Causal<Data<P>>,
+    log: Log<P>,
     /// When each missing predecessor was last fetched, for those fetched less than
     /// `fetch_after_ms` ago.
     fetched: BTreeMap<MsgId, u64>,
@@ -191,17 +192,17 @@ struct Topic {
 }
 
 /// One VCube-Sync node.
-pub struct Node<S: Store> {
+pub struct Node<S: Store, P: Share = Arc<Published>> {
     cube: Cube,
     me: NodeId,
     config: NodeConfig,
     detector: Detector,
     store: S,
-    topics: BTreeMap<TopicId, Topic>,
+    topics: BTreeMap<TopicId, Topic<P>>,
     /// Who subscribes to each topic, in this node's view (node ids).
     subscribers: BTreeMap<TopicId, BitSet>,
     /// Tree messages awaiting acknowledgement (never walked in the map's order).
-    in_flight: FastMap<(TopicId, MsgId), InFlight>,
+    in_flight: FastMap<(TopicId, MsgId), InFlight<P>>,
     /// The keys of `in_flight` in the order they came, to give up the oldest first; keys
     /// acknowledged since stay until the queue is compacted.
     in_flight_order: VecDeque<(TopicId, MsgId)>,
@@ -212,20 +213,23 @@ pub struct Node<S: Store> {
     own_pending: usize,
     /// Entries of `in_flight` the causal order refused.
     refused: usize,
-    actions: VecDeque<Action>,
+    actions: VecDeque<Action<P>>,
     /// Acknowledgements not sent yet: sender, topic, message, in the order received.
     acks: Vec<(NodeId, TopicId, MsgId)>,
     /// Room for what one received message delivers, kept between messages.
-    delivered_scratch: Vec<Delivered<Data>>,
+    delivered_scratch: Vec<Delivered<Data<P>>>,
     next_tick_ms: u64,
     next_sync_ms: u64,
     sync_round: u32,
     stats: NodeStats,
+    /// Where the messages this node publishes go ([`Share`], [`Node::with_room`]).
+    room: P::Room,
 }
 
 impl<S: Store> Node<S> {
     /// Node `me` of `cube`, knowing who subscribes to what; `joining`: it starts without
-    /// the topics' state and fetches a snapshot of each it subscribes to.
+    /// the topics' state and fetches a snapshot of each it subscribes to. Its messages are
+    /// freed with their last copies.
     pub fn new(
         cube: Cube,
         me: NodeId,
@@ -235,6 +239,26 @@ impl<S: Store> Node<S> {
         joining: bool,
         now_ms: u64,
     ) -> Result<Node<S>, VcubeError> {
+        Node::with_room(cube, me, config, subscriptions, store, joining, now_ms, ())
+    }
+}
+
+impl<S: Store, P: Share> Node<S, P> {
+    /// [`Node::new`] for a node whose messages are shared as `P`, the ones it publishes
+    /// going to `room`: for `&Published`, one empty slot each, in storage that outlives
+    /// every copy of them (a simulation gives each node the slots for the messages it will
+    /// publish); publishing beyond them is refused ([`VcubeError::NoRoom`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn with_room(
+        cube: Cube,
+        me: NodeId,
+        config: NodeConfig,
+        subscriptions: &BTreeMap<TopicId, BTreeSet<NodeId>>,
+        store: S,
+        joining: bool,
+        now_ms: u64,
+        room: P::Room,
+    ) -> Result<Node<S, P>, VcubeError> {
         cube.check(me)?;
         if config.retransmit_ms == 0 || config.tick_ms == 0 || config.buffer_max == 0 {
             return Err(VcubeError::Config(
@@ -274,6 +298,7 @@ impl<S: Store> Node<S> {
             next_sync_ms: now_ms + config.sync_ms,
             sync_round: 0,
             stats: NodeStats::default(),
+            room,
         };
         let mine: Vec<TopicId> = (subscriptions.iter())
             .filter(|(_, members)| members.contains(&me))
@@ -317,7 +342,7 @@ impl<S: Store> Node<S> {
         self.topics.get(&topic).is_some_and(|t| t.joining.is_some())
     }
 
-    pub fn poll_action(&mut self) -> Option<Action> {
+    pub fn poll_action(&mut self) -> Option<Action<P>> {
         self.actions.pop_front()
     }
 
@@ -328,7 +353,7 @@ impl<S: Store> Node<S> {
             .min(self.next_sync_ms)
     }
 
-    fn send(&mut self, to: NodeId, message: Message) {
+    fn send(&mut self, to: NodeId, message: Message<P>) {
         self.actions.push_back(Action::Send { to, message });
     }
 
@@ -383,8 +408,16 @@ impl<S: Store> Node<S> {
         if t.causal.counters_exhausted() {
             return Err(VcubeError::CounterExhausted { topic: topic.0 });
         }
+        if !P::room_left(&self.room) {
+            return Err(VcubeError::NoRoom);
+        }
         let (id, barrier) = t.causal.publish();
-        let data = Data::new(Published::new(topic, id, barrier, payload), 0);
+        let published = Published::new(topic, id, barrier, payload);
+        let Ok(published) = P::share(published, &mut self.room) else {
+            // The room was checked just above.
+            return Err(VcubeError::NoRoom);
+        };
+        let data = Data { published, hops: 0 };
         self.stats.published += 1;
         self.delivered_now(now_ms, data.clone());
         self.relay(now_ms, &data, None, true);
@@ -392,7 +425,7 @@ impl<S: Store> Node<S> {
     }
 
     /// Takes an input at `now_ms`.
-    pub fn handle(&mut self, now_ms: u64, input: Input) {
+    pub fn handle(&mut self, now_ms: u64, input: Input<P>) {
         match input {
             Input::Tick => self.tick(now_ms),
             Input::Message { from, message } => {
@@ -405,7 +438,7 @@ impl<S: Store> Node<S> {
         }
     }
 
-    fn on_message(&mut self, now_ms: u64, from: NodeId, message: Message) {
+    fn on_message(&mut self, now_ms: u64, from: NodeId, message: Message<P>) {
         match message {
             Message::Data { data, repair } => {
                 if repair {
@@ -450,7 +483,7 @@ impl<S: Store> Node<S> {
 
     /// A tree message from `from`: acknowledge, relay below the cluster it came from,
     /// deliver in causal order.
-    fn on_tree(&mut self, now_ms: u64, from: NodeId, data: Data) {
+    fn on_tree(&mut self, now_ms: u64, from: NodeId, data: Data<P>) {
         let (topic, id) = (data.topic(), data.id());
         if !self.cube.contains(id.source) {
             self.stats.rejected += 1;
@@ -510,7 +543,7 @@ impl<S: Store> Node<S> {
 
     /// Takes a message into the topic's causal order; delivers what it unblocks. Whether
     /// the causal order holds it now (delivered or buffered, before or now).
-    fn take(&mut self, now_ms: u64, data: Data, repair: bool) -> bool {
+    fn take(&mut self, now_ms: u64, data: Data<P>, repair: bool) -> bool {
         let Some(t) = self.topics.get_mut(&data.topic()) else {
             if repair {
                 self.stats.rejected += 1;
@@ -547,7 +580,7 @@ impl<S: Store> Node<S> {
     }
 
     /// A message is delivered here: apply, log, report.
-    fn delivered_now(&mut self, now_ms: u64, data: Data) {
+    fn delivered_now(&mut self, now_ms: u64, data: Data<P>) {
         let (topic, id, hops) = (data.topic(), data.id(), data.hops);
         if topic == MEMBERSHIP {
             self.apply_change(id, data.payload());
@@ -573,7 +606,7 @@ impl<S: Store> Node<S> {
     }
 
     /// Sends `data` to the first eligible node of each cluster below the one it came from.
-    fn relay(&mut self, now_ms: u64, data: &Data, from: Option<NodeId>, own: bool) {
+    fn relay(&mut self, now_ms: u64, data: &Data<P>, from: Option<NodeId>, own: bool) {
         let clusters = clusters_below(&self.cube, self.me, from);
         let topic = data.topic();
         let children: Children = relays(&self.cube, self.me, clusters, |j| self.eligible(topic, j))
@@ -637,7 +670,7 @@ impl<S: Store> Node<S> {
     }
 
     /// Counts an entry of `in_flight` out.
-    fn forget(&mut self, gone: &InFlight) {
+    fn forget(&mut self, gone: &InFlight<P>) {
         self.own_pending -= usize::from(gone.own);
         self.refused -= usize::from(gone.refused);
     }

@@ -3,26 +3,34 @@
 //! ring buffer; the rare lookups by id ([`Log::find`]) walk the log once for a whole batch.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 use crate::causal::MsgId;
 use crate::fast::FastMap;
-use crate::message::Data;
+use crate::message::{Data, Published, Share};
 
 /// A delivered message kept for repair.
-pub(super) struct Logged {
-    pub(super) data: Data,
+pub(super) struct Logged<P: Share = Arc<Published>> {
+    pub(super) data: Data<P>,
     pub(super) delivered_ms: u64,
 }
 
 /// The delivered messages a node keeps on one topic, in delivery order.
-#[derive(Default)]
-pub(super) struct Log {
-    entries: VecDeque<Logged>,
+pub(super) struct Log<P: Share = Arc<Published>> {
+    entries: VecDeque<Logged<P>>,
 }
 
-impl Log {
+impl<P: Share> Default for Log<P> {
+    fn default() -> Self {
+        Log {
+            entries: VecDeque::new(),
+        }
+    }
+}
+
+impl<P: Share> Log<P> {
     /// Logs a delivered message, dropping the oldest beyond `max` entries.
-    pub(super) fn push(&mut self, logged: Logged, max: usize) {
+    pub(super) fn push(&mut self, logged: Logged<P>, max: usize) {
         self.entries.push_back(logged);
         while self.entries.len() > max {
             self.entries.pop_front();
@@ -31,12 +39,12 @@ impl Log {
 
     /// The logged messages of `ids`, in the order of `ids`, each once (those not logged left
     /// out).
-    pub(super) fn find(&self, ids: &[MsgId]) -> Vec<&Logged> {
+    pub(super) fn find(&self, ids: &[MsgId]) -> Vec<&Logged<P>> {
         let mut wanted: FastMap<MsgId, usize> = FastMap::default();
         for (k, id) in ids.iter().enumerate() {
             wanted.entry(*id).or_insert(k);
         }
-        let mut found: Vec<(usize, &Logged)> = (self.entries.iter())
+        let mut found: Vec<(usize, &Logged<P>)> = (self.entries.iter())
             .filter_map(|l| wanted.get(&l.data.id()).map(|&k| (k, l)))
             .collect();
         found.sort_unstable_by_key(|(k, _)| *k);
@@ -44,7 +52,7 @@ impl Log {
     }
 
     /// The logged messages, in delivery order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Logged> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Logged<P>> {
         self.entries.iter()
     }
 

@@ -612,3 +612,46 @@ fn a_counter_far_ahead_keeps_the_remembered_fetches_within_a_batch() {
         "asking went on"
     );
 }
+
+#[test]
+fn messages_published_into_a_room_are_shared_from_it_and_refused_once_it_is_full() {
+    let cube = Cube::new(4).unwrap();
+    let subs: BTreeMap<TopicId, BTreeSet<NodeId>> = [(T, (0..4).map(NodeId).collect())].into();
+    let slots: Vec<std::sync::OnceLock<Published>> = (0..2).map(|_| Default::default()).collect();
+    let mut node: Node<Log, &Published> = Node::with_room(
+        cube,
+        NodeId(0),
+        config(),
+        &subs,
+        Log::default(),
+        false,
+        0,
+        &slots[..],
+    )
+    .unwrap();
+    let first = node.publish(0, T, Bytes::from_static(b"a")).unwrap();
+    let second = node.publish(1, T, Bytes::from_static(b"b")).unwrap();
+    assert_eq!(
+        node.publish(2, T, Bytes::from_static(b"c")),
+        Err(VcubeError::NoRoom)
+    );
+    // The slots hold the messages, in order; what the node sends points into them.
+    let held: Vec<MsgId> = slots.iter().map(|s| s.get().unwrap().id()).collect();
+    assert_eq!(held, [first, second]);
+    let sent: Vec<&Published> = std::iter::from_fn(|| node.poll_action())
+        .filter_map(|a| match a {
+            Action::Send {
+                message: Message::Data { data, .. },
+                ..
+            } => Some(data.published),
+            _ => None,
+        })
+        .collect();
+    assert!(!sent.is_empty());
+    assert!(
+        sent.iter()
+            .all(|p| slots.iter().any(|s| std::ptr::eq(s.get().unwrap(), *p)))
+    );
+    // The refused publish numbered nothing: the node's next message is still the third.
+    assert_eq!(node.store().0, [(0, 1), (0, 2)]);
+}
