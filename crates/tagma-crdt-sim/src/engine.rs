@@ -79,7 +79,8 @@ where
             .collect();
         let end_publish_us = (workload.duration_s * 1e6) as u64;
         let interval_us = (1e6 / workload.ops_per_s) as u64;
-        let counter_max = workload.publishes_max();
+        // A publisher publishes once per interval until the end of publishing.
+        let counter_max = end_publish_us / interval_us.max(1) + 2;
         let checker = Checker::new(
             workload.nodes,
             &publishers,

@@ -1,20 +1,16 @@
 //! VCube-Sync in the simulator: the very node of `tagma-vcube`, its actions turned into the
 //! simulator's effects and its messages sized by their encoding.
 
-use std::sync::Arc;
-
-use tagma_vcube::{
-    Action, Carried, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, Published, Share, TopicId,
-};
+use tagma_vcube::{Action, Carried, Input, MEMBERSHIP, Message, MsgId, Node, NodeId, TopicId};
 
 use crate::proto::{Effect, Protocol, Sizes};
 use tagma_vcube::Kernel;
 
 /// A VCube-Sync node with its replicas.
-pub struct VcubeNode<P: Share = Arc<Published>>(pub Node<Kernel, P>);
+pub struct VcubeNode(pub Node<Kernel>);
 
-impl<P: Share> VcubeNode<P> {
-    fn drain(&mut self, out: &mut Vec<Effect<Message<P>>>) {
+impl VcubeNode {
+    fn drain(&mut self, out: &mut Vec<Effect<Message>>) {
         while let Some(action) = self.0.poll_action() {
             match action {
                 Action::Send { to, message } => out.push(Effect::Send { to, message }),
@@ -31,10 +27,10 @@ impl<P: Share> VcubeNode<P> {
     }
 }
 
-impl<P: Share> Protocol for VcubeNode<P> {
-    type Message = Message<P>;
+impl Protocol for VcubeNode {
+    type Message = Message;
 
-    fn sizes(message: &Message<P>) -> Sizes {
+    fn sizes(message: &Message) -> Sizes {
         let total = message.encoded_len();
         match message {
             Message::Data { data, .. } => {
@@ -63,7 +59,7 @@ impl<P: Share> Protocol for VcubeNode<P> {
         }
     }
 
-    fn warm(message: &Message<P>) {
+    fn warm(message: &Message) {
         if let Message::Data { data, .. } = message {
             // The message's id, then the start of its barrier (a further pointer away).
             std::hint::black_box(data.id());
@@ -75,14 +71,14 @@ impl<P: Share> Protocol for VcubeNode<P> {
         &mut self,
         now_ms: u64,
         from: NodeId,
-        message: Message<P>,
-        out: &mut Vec<Effect<Message<P>>>,
+        message: Message,
+        out: &mut Vec<Effect<Message>>,
     ) {
         self.0.handle(now_ms, Input::Message { from, message });
         self.drain(out);
     }
 
-    fn tick(&mut self, now_ms: u64, out: &mut Vec<Effect<Message<P>>>) {
+    fn tick(&mut self, now_ms: u64, out: &mut Vec<Effect<Message>>) {
         self.0.handle(now_ms, Input::Tick);
         self.drain(out);
     }
@@ -96,7 +92,7 @@ impl<P: Share> Protocol for VcubeNode<P> {
         now_ms: u64,
         topic: TopicId,
         draw: u64,
-        out: &mut Vec<Effect<Message<P>>>,
+        out: &mut Vec<Effect<Message>>,
     ) -> Option<(MsgId, usize)> {
         let op = self.0.store().operation(topic, draw);
         let len = op.len();
@@ -110,7 +106,7 @@ impl<P: Share> Protocol for VcubeNode<P> {
         now_ms: u64,
         topic: TopicId,
         subscribe: bool,
-        out: &mut Vec<Effect<Message<P>>>,
+        out: &mut Vec<Effect<Message>>,
     ) -> bool {
         let changed = if subscribe {
             self.0.subscribe(now_ms, topic)

@@ -138,14 +138,6 @@ impl Workload {
     }
 
     /// Draws who subscribes, publishes, crashes and joins.
-    /// The most operations one publisher publishes on one topic: once per interval until
-    /// the end of publishing, and one more.
-    pub fn publishes_max(&self) -> u64 {
-        let end_publish_us = (self.duration_s * 1e6) as u64;
-        let interval_us = (1e6 / self.ops_per_s) as u64;
-        end_publish_us / interval_us.max(1) + 2
-    }
-
     pub fn plan(&self) -> Plan {
         let mut rng = fastrand::Rng::with_seed(self.seed);
         let all: Vec<NodeId> = (0..self.nodes).map(NodeId).collect();

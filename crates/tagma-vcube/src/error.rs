@@ -23,8 +23,6 @@ pub enum VcubeError {
         "this node has numbered 2^63 - 1 messages on topic {topic}: no further one can be numbered"
     )]
     CounterExhausted { topic: u32 },
-    #[error("no room left for the messages this node publishes: give it more (Node::with_room)")]
-    NoRoom,
     #[error("malformed message: {0}")]
     Malformed(&'static str),
     #[error("message too large: {bytes} bytes (at most {max})")]

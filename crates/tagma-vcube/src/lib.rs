@@ -23,7 +23,7 @@ pub use cube::{Cube, NodeId};
 pub use detector::{Change, Detector, DetectorConfig};
 pub use error::VcubeError;
 pub use kernel::Kernel;
-pub use message::{Data, Limits, Message, Published, Share, TopicId, TopicSnapshot};
+pub use message::{Data, Limits, Message, Published, TopicId, TopicSnapshot};
 pub use node::{Action, Input, MEMBERSHIP, Node, NodeConfig, NodeStats};
 pub use replica::{CounterHandle, MapHandle, RegisterHandle, Replica, SetHandle};
 pub use store::{NoStore, Store};

@@ -3,7 +3,7 @@
 //! trailing bytes; malformed input is a [`VcubeError::Malformed`], never a panic.
 
 use std::ops::Deref;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::{BufMut, Bytes, BytesMut};
 
@@ -68,70 +68,16 @@ impl Published {
     }
 }
 
-/// How the copies of a published message share it: a pointer that cloning copies.
-///
-/// `Arc<Published>` frees a message with its last copy. `&Published` points into storage
-/// that outlives every copy (a simulation's, whose nodes all end with it), so that copying a
-/// message writes no reference count: with every node holding copies of the same messages,
-/// the simulator's threads would otherwise pass those counts between their processors'
-/// caches on nearly every copy.
-pub trait Share: Clone + Deref<Target = Published> {
-    /// Where the messages a node publishes go.
-    type Room;
-
-    /// Whether `room` takes another message.
-    fn room_left(room: &Self::Room) -> bool;
-
-    /// Shares a new message; hands it back when `room` has no space left.
-    fn share(published: Published, room: &mut Self::Room) -> Result<Self, Published>;
-}
-
-impl Share for Arc<Published> {
-    type Room = ();
-
-    fn room_left(_room: &()) -> bool {
-        true
-    }
-
-    fn share(published: Published, _room: &mut ()) -> Result<Self, Published> {
-        Ok(Arc::new(published))
-    }
-}
-
-/// A slot for each message still to publish, filled in order.
-impl<'a> Share for &'a Published {
-    type Room = &'a [OnceLock<Published>];
-
-    fn room_left(room: &Self::Room) -> bool {
-        room.first().is_some_and(|slot| slot.get().is_none())
-    }
-
-    fn share(published: Published, room: &mut Self::Room) -> Result<Self, Published> {
-        let Some((slot, rest)) = room.split_first() else {
-            return Err(published);
-        };
-        *room = rest;
-        let mut published = Some(published);
-        let shared = slot.get_or_init(|| published.take().expect("once"));
-        match published {
-            // The slot was taken already (a room handed to two nodes): not this message's.
-            Some(published) => Err(published),
-            None => Ok(shared),
-        }
-    }
-}
-
 /// A published message on its way down a topic tree: every copy of it shares what its
-/// publisher made (cloning one copies a pointer, [`Share`]) and counts its own hops.
+/// publisher made (cloning one copies a pointer) and counts its own hops.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Data<P = Arc<Published>> {
-    pub published: P,
+pub struct Data {
+    pub published: Arc<Published>,
     /// Tree hops from the publisher so far.
     pub hops: u8,
 }
 
 impl Data {
-    /// A message of its own, freed with its last copy.
     pub fn new(published: Published, hops: u8) -> Data {
         Data {
             published: Arc::new(published),
@@ -140,7 +86,7 @@ impl Data {
     }
 }
 
-impl<P: Share> Deref for Data<P> {
+impl Deref for Data {
     type Target = Published;
 
     fn deref(&self) -> &Published {
@@ -148,7 +94,7 @@ impl<P: Share> Deref for Data<P> {
     }
 }
 
-impl<P: Share> Carried for Data<P> {
+impl Carried for Data {
     fn barrier(&self) -> Ids<'_> {
         self.published.barrier()
     }
@@ -161,9 +107,9 @@ impl<P: Share> Carried for Data<P> {
 
 /// A message between nodes.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Message<P = Arc<Published>> {
+pub enum Message {
     /// A tree message (`repair`: an answer to a sync or a fetch, not to be relayed).
-    Data { data: Data<P>, repair: bool },
+    Data { data: Data, repair: bool },
     /// The receiver of these tree messages took them (hop-by-hop reliable channel); a node
     /// gathers its acknowledgements to one sender until its next tick.
     Ack { topic: TopicId, ids: Box<[MsgId]> },
@@ -238,7 +184,7 @@ fn put_bytes(out: &mut BytesMut, b: &Bytes) {
     out.put_slice(b);
 }
 
-impl<P: Share> Message<P> {
+impl Message {
     pub fn encode(&self) -> Bytes {
         let mut out = BytesMut::with_capacity(self.encoded_len());
         match self {
@@ -333,9 +279,7 @@ impl<P: Share> Message<P> {
             }
         }
     }
-}
 
-impl Message {
     pub fn decode(bytes: &Bytes, limits: &Limits) -> Result<Message, VcubeError> {
         let mut r = Reader { bytes, at: 0 };
         let tag = r.u8()?;

@@ -26,7 +26,6 @@ mod repair;
 pub use membership::MEMBERSHIP;
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::sync::Arc;
 
 use bit_set::BitSet;
 use bytes::Bytes;
@@ -38,7 +37,7 @@ use crate::cube::{Cube, NodeId};
 use crate::detector::{Change, Detector, DetectorConfig};
 use crate::error::VcubeError;
 use crate::fast::FastMap;
-use crate::message::{Data, Limits, Message, Published, Share, TopicId};
+use crate::message::{Data, Limits, Message, Published, TopicId};
 use crate::store::Store;
 use crate::tree::{clusters_below, relays};
 
@@ -105,10 +104,10 @@ impl Default for NodeConfig {
 
 /// What the node does.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Action<P = Arc<Published>> {
+pub enum Action {
     Send {
         to: NodeId,
-        message: Message<P>,
+        message: Message,
     },
     /// An operation was delivered (and applied to the store), in causal order.
     Deliver {
@@ -126,10 +125,10 @@ pub enum Action<P = Arc<Published>> {
 
 /// An input.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Input<P = Arc<Published>> {
+pub enum Input {
     Message {
         from: NodeId,
-        message: Message<P>,
+        message: Message,
     },
     /// Time passed: timers that are due fire.
     Tick,
@@ -171,8 +170,8 @@ struct Child {
 /// one or two).
 type Children = SmallVec<[Child; 2]>;
 
-struct InFlight<P: Share> {
-    data: Data<P>,
+struct InFlight {
+    data: Data,
     children: Children,
     /// Whether this node published it.
     own: bool,
@@ -181,9 +180,9 @@ struct InFlight<P: Share> {
     refused: bool,
 }
 
-struct Topic<P: Share> {
-    causal: Causal<Data<P>>,
-    log: Log<P>,
+struct Topic {
+    causal: Causal<Data>,
+    log: Log,
     /// When each missing predecessor was last fetched, for those fetched less than
     /// `fetch_after_ms` ago.
     fetched: BTreeMap<MsgId, u64>,
@@ -192,17 +191,17 @@ struct Topic<P: Share> {
 }
 
 /// One VCube-Sync node.
-pub struct Node<S: Store, P: Share = Arc<Published>> {
+pub struct Node<S: Store> {
     cube: Cube,
     me: NodeId,
     config: NodeConfig,
     detector: Detector,
     store: S,
-    topics: BTreeMap<TopicId, Topic<P>>,
+    topics: BTreeMap<TopicId, Topic>,
     /// Who subscribes to each topic, in this node's view (node ids).
     subscribers: BTreeMap<TopicId, BitSet>,
     /// Tree messages awaiting acknowledgement (never walked in the map's order).
-    in_flight: FastMap<(TopicId, MsgId), InFlight<P>>,
+    in_flight: FastMap<(TopicId, MsgId), InFlight>,
     /// The keys of `in_flight` in the order they came, to give up the oldest first; keys
     /// acknowledged since stay until the queue is compacted.
     in_flight_order: VecDeque<(TopicId, MsgId)>,
@@ -213,23 +212,20 @@ pub struct Node<S: Store, P: Share = Arc<Published>> {
     own_pending: usize,
     /// Entries of `in_flight` the causal order refused.
     refused: usize,
-    actions: VecDeque<Action<P>>,
+    actions: VecDeque<Action>,
     /// Acknowledgements not sent yet: sender, topic, message, in the order received.
     acks: Vec<(NodeId, TopicId, MsgId)>,
     /// Room for what one received message delivers, kept between messages.
-    delivered_scratch: Vec<Delivered<Data<P>>>,
+    delivered_scratch: Vec<Delivered<Data>>,
     next_tick_ms: u64,
     next_sync_ms: u64,
     sync_round: u32,
     stats: NodeStats,
-    /// Where the messages this node publishes go ([`Share`], [`Node::with_room`]).
-    room: P::Room,
 }
 
 impl<S: Store> Node<S> {
     /// Node `me` of `cube`, knowing who subscribes to what; `joining`: it starts without
-    /// the topics' state and fetches a snapshot of each it subscribes to. Its messages are
-    /// freed with their last copies.
+    /// the topics' state and fetches a snapshot of each it subscribes to.
     pub fn new(
         cube: Cube,
         me: NodeId,
@@ -239,26 +235,6 @@ impl<S: Store> Node<S> {
         joining: bool,
         now_ms: u64,
     ) -> Result<Node<S>, VcubeError> {
-        Node::with_room(cube, me, config, subscriptions, store, joining, now_ms, ())
-    }
-}
-
-impl<S: Store, P: Share> Node<S, P> {
-    /// [`Node::new`] for a node whose messages are shared as `P`, the ones it publishes
-    /// going to `room`: for `&Published`, one empty slot each, in storage that outlives
-    /// every copy of them (a simulation gives each node the slots for the messages it will
-    /// publish); publishing beyond them is refused ([`VcubeError::NoRoom`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn with_room(
-        cube: Cube,
-        me: NodeId,
-        config: NodeConfig,
-        subscriptions: &BTreeMap<TopicId, BTreeSet<NodeId>>,
-        store: S,
-        joining: bool,
-        now_ms: u64,
-        room: P::Room,
-    ) -> Result<Node<S, P>, VcubeError> {
         cube.check(me)?;
         if config.retransmit_ms == 0 || config.tick_ms == 0 || config.buffer_max == 0 {
             return Err(VcubeError::Config(
@@ -298,7 +274,6 @@ impl<S: Store, P: Share> Node<S, P> {
             next_sync_ms: now_ms + config.sync_ms,
             sync_round: 0,
             stats: NodeStats::default(),
-            room,
         };
         let mine: Vec<TopicId> = (subscriptions.iter())
             .filter(|(_, members)| members.contains(&me))
@@ -342,7 +317,7 @@ impl<S: Store, P: Share> Node<S, P> {
         self.topics.get(&topic).is_some_and(|t| t.joining.is_some())
     }
 
-    pub fn poll_action(&mut self) -> Option<Action<P>> {
+    pub fn poll_action(&mut self) -> Option<Action> {
         self.actions.pop_front()
     }
 
@@ -353,7 +328,7 @@ impl<S: Store, P: Share> Node<S, P> {
             .min(self.next_sync_ms)
     }
 
-    fn send(&mut self, to: NodeId, message: Message<P>) {
+    fn send(&mut self, to: NodeId, message: Message) {
         self.actions.push_back(Action::Send { to, message });
     }
 
@@ -408,16 +383,8 @@ impl<S: Store, P: Share> Node<S, P> {
         if t.causal.counters_exhausted() {
             return Err(VcubeError::CounterExhausted { topic: topic.0 });
         }
-        if !P::room_left(&self.room) {
-            return Err(VcubeError::NoRoom);
-        }
         let (id, barrier) = t.causal.publish();
-        let published = Published::new(topic, id, barrier, payload);
-        let Ok(published) = P::share(published, &mut self.room) else {
-            // The room was checked just above.
-            return Err(VcubeError::NoRoom);
-        };
-        let data = Data { published, hops: 0 };
+        let data = Data::new(Published::new(topic, id, barrier, payload), 0);
         self.stats.published += 1;
         self.delivered_now(now_ms, data.clone());
         self.relay(now_ms, &data, None, true);
@@ -425,7 +392,7 @@ impl<S: Store, P: Share> Node<S, P> {
     }
 
     /// Takes an input at `now_ms`.
-    pub fn handle(&mut self, now_ms: u64, input: Input<P>) {
+    pub fn handle(&mut self, now_ms: u64, input: Input) {
         match input {
             Input::Tick => self.tick(now_ms),
             Input::Message { from, message } => {
@@ -438,7 +405,7 @@ impl<S: Store, P: Share> Node<S, P> {
         }
     }
 
-    fn on_message(&mut self, now_ms: u64, from: NodeId, message: Message<P>) {
+    fn on_message(&mut self, now_ms: u64, from: NodeId, message: Message) {
         match message {
             Message::Data { data, repair } => {
                 if repair {
@@ -483,7 +450,7 @@ impl<S: Store, P: Share> Node<S, P> {
 
     /// A tree message from `from`: acknowledge, relay below the cluster it came from,
     /// deliver in causal order.
-    fn on_tree(&mut self, now_ms: u64, from: NodeId, data: Data<P>) {
+    fn on_tree(&mut self, now_ms: u64, from: NodeId, data: Data) {
         let (topic, id) = (data.topic(), data.id());
         if !self.cube.contains(id.source) {
             self.stats.rejected += 1;
@@ -543,7 +510,7 @@ impl<S: Store, P: Share> Node<S, P> {
 
     /// Takes a message into the topic's causal order; delivers what it unblocks. Whether
     /// the causal order holds it now (delivered or buffered, before or now).
-    fn take(&mut self, now_ms: u64, data: Data<P>, repair: bool) -> bool {
+    fn take(&mut self, now_ms: u64, data: Data, repair: bool) -> bool {
         let Some(t) = self.topics.get_mut(&data.topic()) else {
             if repair {
                 self.stats.rejected += 1;
@@ -580,7 +547,7 @@ impl<S: Store, P: Share> Node<S, P> {
     }
 
     /// A message is delivered here: apply, log, report.
-    fn delivered_now(&mut self, now_ms: u64, data: Data<P>) {
+    fn delivered_now(&mut self, now_ms: u64, data: Data) {
         let (topic, id, hops) = (data.topic(), data.id(), data.hops);
         if topic == MEMBERSHIP {
             self.apply_change(id, data.payload());
@@ -606,7 +573,7 @@ impl<S: Store, P: Share> Node<S, P> {
     }
 
     /// Sends `data` to the first eligible node of each cluster below the one it came from.
-    fn relay(&mut self, now_ms: u64, data: &Data<P>, from: Option<NodeId>, own: bool) {
+    fn relay(&mut self, now_ms: u64, data: &Data, from: Option<NodeId>, own: bool) {
         let clusters = clusters_below(&self.cube, self.me, from);
         let topic = data.topic();
         let children: Children = relays(&self.cube, self.me, clusters, |j| self.eligible(topic, j))
@@ -670,7 +637,7 @@ impl<S: Store, P: Share> Node<S, P> {
     }
 
     /// Counts an entry of `in_flight` out.
-    fn forget(&mut self, gone: &InFlight<P>) {
+    fn forget(&mut self, gone: &InFlight) {
         self.own_pending -= usize::from(gone.own);
         self.refused -= usize::from(gone.refused);
     }

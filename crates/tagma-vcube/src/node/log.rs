@@ -3,34 +3,26 @@
 //! ring buffer; the rare lookups by id ([`Log::find`]) walk the log once for a whole batch.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 
 use crate::causal::MsgId;
 use crate::fast::FastMap;
-use crate::message::{Data, Published, Share};
+use crate::message::Data;
 
 /// A delivered message kept for repair.
-pub(super) struct Logged<P: Share = Arc<Published>> {
-    pub(super) data: Data<P>,
+pub(super) struct Logged {
+    pub(super) data: Data,
     pub(super) delivered_ms: u64,
 }
 
 /// The delivered messages a node keeps on one topic, in delivery order.
-pub(super) struct Log<P: Share = Arc<Published>> {
-    entries: VecDeque<Logged<P>>,
+#[derive(Default)]
+pub(super) struct Log {
+    entries: VecDeque<Logged>,
 }
 
-impl<P: Share> Default for Log<P> {
-    fn default() -> Self {
-        Log {
-            entries: VecDeque::new(),
-        }
-    }
-}
-
-impl<P: Share> Log<P> {
+impl Log {
     /// Logs a delivered message, dropping the oldest beyond `max` entries.
-    pub(super) fn push(&mut self, logged: Logged<P>, max: usize) {
+    pub(super) fn push(&mut self, logged: Logged, max: usize) {
         self.entries.push_back(logged);
         while self.entries.len() > max {
             self.entries.pop_front();
@@ -39,12 +31,12 @@ impl<P: Share> Log<P> {
 
     /// The logged messages of `ids`, in the order of `ids`, each once (those not logged left
     /// out).
-    pub(super) fn find(&self, ids: &[MsgId]) -> Vec<&Logged<P>> {
+    pub(super) fn find(&self, ids: &[MsgId]) -> Vec<&Logged> {
         let mut wanted: FastMap<MsgId, usize> = FastMap::default();
         for (k, id) in ids.iter().enumerate() {
             wanted.entry(*id).or_insert(k);
         }
-        let mut found: Vec<(usize, &Logged<P>)> = (self.entries.iter())
+        let mut found: Vec<(usize, &Logged)> = (self.entries.iter())
             .filter_map(|l| wanted.get(&l.data.id()).map(|&k| (k, l)))
             .collect();
         found.sort_unstable_by_key(|(k, _)| *k);
@@ -52,7 +44,7 @@ impl<P: Share> Log<P> {
     }
 
     /// The logged messages, in delivery order.
-    pub(super) fn iter(&self) -> impl Iterator<Item = &Logged<P>> {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &Logged> {
         self.entries.iter()
     }
 

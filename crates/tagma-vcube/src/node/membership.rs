@@ -21,7 +21,7 @@ use super::{Node, Topic};
 use crate::causal::{Causal, MsgId};
 use crate::cube::NodeId;
 use crate::error::VcubeError;
-use crate::message::{Share, TopicId};
+use crate::message::TopicId;
 use crate::store::Store;
 
 /// The reserved topic of subscription changes (every node belongs to it).
@@ -30,7 +30,7 @@ pub const MEMBERSHIP: TopicId = TopicId(u32::MAX);
 const SUBSCRIBE: u8 = 1;
 const UNSUBSCRIBE: u8 = 2;
 
-impl<S: Store, P: Share> Node<S, P> {
+impl<S: Store> Node<S> {
     /// Subscribes this node to `topic`: it fetches the topic's state from a subscriber and
     /// tells every node, which then sends it the topic's messages.
     pub fn subscribe(&mut self, now_ms: u64, topic: TopicId) -> Result<(), VcubeError> {
@@ -95,7 +95,7 @@ impl<S: Store, P: Share> Node<S, P> {
 
     /// A topic's state at this node before anything is delivered (`joining`: it awaits a
     /// snapshot).
-    pub(super) fn fresh_topic(&self, joining: bool) -> Topic<P> {
+    pub(super) fn fresh_topic(&self, joining: bool) -> Topic {
         let causal = if joining {
             Causal::held(self.me, self.config.buffer_max)
         } else {

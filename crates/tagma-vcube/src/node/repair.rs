@@ -22,12 +22,12 @@ use bytes::Bytes;
 use super::{Action, MEMBERSHIP, Node};
 use crate::causal::MsgId;
 use crate::cube::NodeId;
-use crate::message::{Data, Message, Share, TopicId, TopicSnapshot};
+use crate::message::{Data, Message, TopicId, TopicSnapshot};
 use crate::store::Store;
 
-impl<S: Store, P: Share> Node<S, P> {
+impl<S: Store> Node<S> {
     /// A repair message (an answer to a fetch or an anti-entropy request): not relayed.
-    pub(super) fn on_repair(&mut self, now_ms: u64, data: Data<P>) {
+    pub(super) fn on_repair(&mut self, now_ms: u64, data: Data) {
         if !self.cube.contains(data.id().source) {
             self.stats.rejected += 1;
             return;
@@ -90,7 +90,7 @@ impl<S: Store, P: Share> Node<S, P> {
             return;
         };
         let asked = &ids[..ids.len().min(self.config.repair_batch_max)];
-        let found: Vec<Data<P>> = (t.log.find(asked).into_iter())
+        let found: Vec<Data> = (t.log.find(asked).into_iter())
             .map(|l| l.data.clone())
             .collect();
         for data in found {
@@ -178,12 +178,12 @@ impl<S: Store, P: Share> Node<S, P> {
             return;
         }
         // Sent by id, publisher by publisher.
-        let mut lacking: Vec<&Data<P>> = (t.log.iter())
+        let mut lacking: Vec<&Data> = (t.log.iter())
             .filter(|l| l.delivered_ms <= grace && !has(&l.data.id()))
             .map(|l| &l.data)
             .collect();
         lacking.sort_unstable_by_key(|data| data.id());
-        let lacking: Vec<Data<P>> = (lacking.into_iter())
+        let lacking: Vec<Data> = (lacking.into_iter())
             .take(self.config.repair_batch_max)
             .cloned()
             .collect();
