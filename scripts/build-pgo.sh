@@ -7,7 +7,9 @@
 # `tagma crdt sim --nodes 1024 --publishers-pct 100 --protocol vcube` in about 0.91 of the
 # plain release build's time (median of eight alternating pairs), with an identical report.
 #
-#   scripts/build-pgo.sh [OUT]      # OUT: where the binary goes (default target/pgo/tagma)
+#   scripts/build-pgo.sh [OUT]          # OUT: where the binary goes (default target/pgo/tagma)
+#   scripts/build-pgo.sh --check TAGMA  # runs the training set with TAGMA, without building
+#                                       # (CI does, so that the set keeps up with the CLI)
 #
 # The training set is smaller runs of the simulators (VCube-Sync, Plumtree and flooding,
 # with and without crashes and loss, and the replication simulator) and a short local
@@ -15,8 +17,30 @@
 # compiler's LLVM (`rustup component add llvm-tools`, done here when rustup is present).
 # Takes two release builds (about 5 minutes each on 2 cores) and a minute of training.
 set -euo pipefail
+
+# The training set: every command must exit 0.
+train() { # tagma binary
+  local tagma=$1
+  run() {
+    echo "   tagma $*"
+    "$tagma" "$@" >/dev/null
+  }
+  run crdt sim --nodes 256 --publishers-pct 100 --protocol vcube --duration-s 5 --drain-s 2
+  run crdt sim --nodes 200 --publishers 20 --topics 4 --crash-pct 10 --loss-pct 5 \
+    --duration-s 6 --drain-s 20
+  run crdt sim --nodes 256 --publishers-pct 25 --protocol plumtree --duration-s 5 --drain-s 2
+  run crdt sim --nodes 256 --publishers-pct 25 --protocol flood --duration-s 3 --drain-s 2
+  run sim --seed 1
+  run demo --duration-s 3 --clients 4
+}
+
+if [[ ${1:-} == --check ]]; then
+  train "${2:?usage: build-pgo.sh --check TAGMA}"
+  exit 0
+fi
+# OUT as the caller named it, before moving to the repository's root.
+out=$(realpath -m "${1:-$(dirname "$0")/../target/pgo/tagma}")
 cd "$(dirname "$0")/.."
-out=${1:-target/pgo/tagma}
 
 host=$(rustc -vV | sed -n 's/^host: //p')
 profdata="$(rustc --print sysroot)/lib/rustlib/$host/bin/llvm-profdata"
@@ -48,17 +72,7 @@ trainee="$work/gen/$host/release/tagma"
 
 echo "== 2/3: training runs"
 export LLVM_PROFILE_FILE="$profiles/%p-%m.profraw"
-train() {
-  echo "   tagma $*"
-  "$trainee" "$@" >/dev/null
-}
-train crdt sim --nodes 256 --publishers-pct 100 --protocol vcube --duration-s 5 --drain-s 2
-train crdt sim --nodes 200 --publishers 20 --topics 4 --crash-pct 10 --loss-pct 5 \
-  --duration-s 6 --drain-s 20
-train crdt sim --nodes 256 --publishers-pct 25 --protocol plumtree --duration-s 5 --drain-s 2
-train crdt sim --nodes 256 --publishers-pct 25 --protocol flood --duration-s 3 --drain-s 2
-train sim --seed 1
-train demo --duration-s 3 --clients 4
+train "$trainee"
 unset LLVM_PROFILE_FILE
 "$profdata" merge -o "$work/merged.profdata" "$profiles"/*.profraw
 
