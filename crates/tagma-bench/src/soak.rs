@@ -251,7 +251,10 @@ pub fn run(exe: &Path, opts: &SoakOptions) -> Result<SoakReport> {
         mode: Mode::Bft,
         f: Some(1),
         service: None,
-        replica_args: Vec::new(),
+        // Freed pages go back to the kernel at once, so that a replica's resident memory
+        // follows its heap: kept for reuse, they move it by several MiB from minute to
+        // minute, more than the growth the soak looks for.
+        replica_args: vec!["--freed-pages-ms".into(), "0".into()],
         unreplicated: false,
     };
     let mut cluster = LocalCluster::launch_with(exe, &launch, |cfg| {

@@ -1,6 +1,7 @@
-//! The process's memory allocator: jemalloc, tuned so that the resident memory follows the
-//! heap (in every command but the simulations, which run on transparent huge pages
-//! instead), and its statistics exported as gauges in every replica's metrics.
+//! The process's memory allocator: jemalloc, keeping the pages the program frees for a
+//! moment before they go back to the kernel (in every command but the simulations, which
+//! run on transparent huge pages instead), and its statistics exported as gauges in every
+//! replica's metrics.
 
 /// jemalloc: the replicas allocate on one thread and free on another all the time (requests
 /// read by a connection thread, executed and dropped by the execution thread), where it
@@ -37,31 +38,20 @@ pub fn heap_gauges() -> Vec<tagma_node::metrics::ProcessGauge> {
     ]
 }
 
-/// How long pages freed by the program stay cached in the allocator before they go back to
-/// the kernel: none. With jemalloc's default (10 s) a replica holds 20 to 35 MiB of freed
-/// pages beyond its heap, a figure that moves by ±5 MiB from minute to minute with the
-/// transient allocations of checkpoints, state transfers and connection buffers, so its
-/// resident memory says little about its heap; one second or a tenth of one change little.
-/// Returning them at once keeps the resident memory 12 to 15 MiB above the heap (standard
-/// deviation about 2 MiB over an hour's samples); even 10 ms keeps it 17 to 23 MiB above.
-/// The cost is CPU where large buffers come and go: each freed one is an `madvise` with its
-/// TLB shootdown, each reuse page faults and page clears. With 1 KiB requests (batches of
-/// about 115 KiB) a replica spends 8 % more CPU per request than with a 10 ms decay and 15 %
-/// more than with 100 ms; with small requests the difference is within the noise.
-const DIRTY_DECAY_MS: isize = 0;
-
-/// Sets the decay of freed pages to [`DIRTY_DECAY_MS`], for the arenas that exist and those
-/// created later, and turns on jemalloc's background threads (the configuration the soak
-/// measured; with no decay the pages go back as they are freed and the threads mostly
-/// sleep). An operator's own settings in `_RJEM_MALLOC_CONF` are left as they are.
-pub fn tune() {
+/// Keeps the pages the program frees for `freed_pages_ms` before they go back to the kernel
+/// (jemalloc's `dirty_decay_ms`, for the arenas that exist and those created later; why,
+/// and the default: [`tagma_cli::cmd::replica::MemoryArgs`]), and turns on jemalloc's
+/// background threads, which return the decayed pages off the program's threads. An operator's own settings in `_RJEM_MALLOC_CONF` are
+/// left as they are.
+pub fn tune(freed_pages_ms: u64) {
     use tikv_jemalloc_ctl::{Access, AsName, arenas, background_thread};
     if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {
         return;
     }
+    let decay = isize::try_from(freed_pages_ms).unwrap_or(isize::MAX);
     let mut results = vec![
         background_thread::write(true),
-        b"arenas.dirty_decay_ms\0".name().write(DIRTY_DECAY_MS),
+        b"arenas.dirty_decay_ms\0".name().write(decay),
     ];
     // The arenas created so far keep the decay they were born with; each is set in turn.
     // An index whose arena does not exist yet answers an error and gets the new default
@@ -69,7 +59,7 @@ pub fn tune() {
     for arena in 0..arenas::narenas::read().unwrap_or(0) {
         let key = format!("arena.{arena}.dirty_decay_ms\0");
         if key.as_bytes().name().read().map(|_: isize| ()).is_ok() {
-            results.push(key.as_bytes().name().write(DIRTY_DECAY_MS));
+            results.push(key.as_bytes().name().write(decay));
         }
     }
     for e in results.into_iter().filter_map(Result::err) {
@@ -116,14 +106,17 @@ mod tests {
     use tikv_jemalloc_ctl::{Access, AsName, background_thread};
 
     #[test]
-    fn tuning_turns_on_background_purging_and_the_short_decay() {
-        super::tune();
+    fn tuning_turns_on_background_purging_and_the_decay_asked_for() {
+        super::tune(tagma_cli::cmd::replica::FREED_PAGES_MS_DEFAULT);
         assert!(background_thread::read().unwrap());
         let default: isize = b"arenas.dirty_decay_ms\0".name().read().unwrap();
-        assert_eq!(default, super::DIRTY_DECAY_MS);
+        assert_eq!(default, 100);
         // Arena 0 exists from the first allocation, before the tuning.
         let first: isize = b"arena.0.dirty_decay_ms\0".name().read().unwrap();
-        assert_eq!(first, super::DIRTY_DECAY_MS);
+        assert_eq!(first, 100);
+        super::tune(0);
+        let first: isize = b"arena.0.dirty_decay_ms\0".name().read().unwrap();
+        assert_eq!(first, 0, "pages returned at once");
         assert!(!super::heap_gauges().is_empty());
     }
 }

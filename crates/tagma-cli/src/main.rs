@@ -132,9 +132,9 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     // Simulations free and reuse memory at a high rate, in a short process whose resident
-    // memory nobody watches: returning freed pages to the kernel at once would cost them
-    // page faults, page clears and TLB shootdowns for nothing (about 7 % of the wall time
-    // of a 1,024-node VCube-Sync simulation). They run on huge pages instead.
+    // memory nobody watches: they keep jemalloc's own decay of freed pages (10 s) and run on
+    // huge pages. Servers keep freed pages for `--freed-pages-ms`, the other commands for
+    // its default.
     let simulates = matches!(
         &cli.command,
         Cmd::Sim(_)
@@ -145,7 +145,12 @@ fn main() {
     if simulates {
         allocator::restart_on_huge_pages();
     } else {
-        allocator::tune();
+        let freed_pages_ms = match &cli.command {
+            Cmd::Replica(args) => args.memory.freed_pages_ms,
+            Cmd::Unreplicated(args) => args.memory.freed_pages_ms,
+            _ => tagma_cli::cmd::replica::FREED_PAGES_MS_DEFAULT,
+        };
+        allocator::tune(freed_pages_ms);
     }
     let result = match cli.command {
         Cmd::Demo(args) => tagma_cli::cmd::demo::run(args),
