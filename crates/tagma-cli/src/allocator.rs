@@ -41,8 +41,8 @@ pub fn heap_gauges() -> Vec<tagma_node::metrics::ProcessGauge> {
 /// Keeps the pages the program frees for `freed_pages_ms` before they go back to the kernel
 /// (jemalloc's `dirty_decay_ms`, for the arenas that exist and those created later; why,
 /// and the default: [`tagma_cli::cmd::replica::MemoryArgs`]), and turns on jemalloc's
-/// background threads, which return the decayed pages off the program's threads. An operator's own settings in `_RJEM_MALLOC_CONF` are
-/// left as they are.
+/// background threads, which return the decayed pages off the program's threads. An
+/// operator's own settings in `_RJEM_MALLOC_CONF` are left as they are.
 pub fn tune(freed_pages_ms: u64) {
     use tikv_jemalloc_ctl::{Access, AsName, arenas, background_thread};
     if std::env::var_os("_RJEM_MALLOC_CONF").is_some() {

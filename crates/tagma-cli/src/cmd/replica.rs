@@ -57,9 +57,10 @@ pub const FREED_PAGES_MS_DEFAULT: u64 = 100;
 /// A replica frees and reuses batch-sized buffers with every consensus instance (decoded
 /// batches, vote records, log records, frames). Returned to the kernel at once, each costs
 /// an `madvise` with its TLB shootdown, and its reuse page faults and clears fresh pages:
-/// with 1 KiB requests some 15 % of a replica's CPU per request; with 1 MiB batches of 1 KB
-/// tuples the coordination service ordered 17 to 19k durable inserts/s at 10,000 clients
-/// against 20 to 23k with freed pages kept 100 ms (kept 1 s or 10 s, no faster). Kept, they
+/// with 1 KiB requests up to 15 % of a replica's CPU per request (within the noise of this
+/// machine in other runs); with 1 MiB batches of 1 KB tuples the coordination service
+/// ordered 17 to 19k durable inserts/s at 10,000 clients against 20 to 23k with freed pages
+/// kept 100 ms (kept 1 s or 10 s, no faster). Kept, they
 /// make the resident memory say less about the heap: 14 to 18 MiB of freed pages beyond
 /// it, moving by ±4 to 7 MiB, against 12 to 13 MiB (±1 to 2) when they go back at once.
 #[derive(clap::Args, Clone, Copy, Debug)]
@@ -67,8 +68,9 @@ pub struct MemoryArgs {
     /// How long freed memory pages stay with the allocator for reuse before they go back
     /// to the kernel, in milliseconds (jemalloc's dirty_decay_ms). 0 returns them at once,
     /// so that the resident memory follows the heap (leak hunting, `tagma bench soak`), at
-    /// the price of page faults on reuse: some 15 % of the CPU per request with 1 KiB
-    /// requests. jemalloc's own settings in _RJEM_MALLOC_CONF, if set, take precedence.
+    /// the price of page faults on reuse: up to 15 % of the CPU per request with 1 KiB
+    /// requests, more with large batches. jemalloc's own settings in _RJEM_MALLOC_CONF, if
+    /// set, take precedence.
     #[arg(long, value_name = "MS", default_value_t = FREED_PAGES_MS_DEFAULT)]
     pub freed_pages_ms: u64,
 }
