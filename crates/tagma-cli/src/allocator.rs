@@ -107,13 +107,15 @@ mod tests {
 
     #[test]
     fn tuning_turns_on_background_purging_and_the_decay_asked_for() {
-        super::tune(tagma_cli::cmd::replica::FREED_PAGES_MS_DEFAULT);
+        // A value that is neither jemalloc's default nor the servers' own, so that only the
+        // tuning can have set it.
+        super::tune(250);
         assert!(background_thread::read().unwrap());
         let default: isize = b"arenas.dirty_decay_ms\0".name().read().unwrap();
-        assert_eq!(default, 100);
+        assert_eq!(default, 250);
         // Arena 0 exists from the first allocation, before the tuning.
         let first: isize = b"arena.0.dirty_decay_ms\0".name().read().unwrap();
-        assert_eq!(first, 100);
+        assert_eq!(first, 250);
         super::tune(0);
         let first: isize = b"arena.0.dirty_decay_ms\0".name().read().unwrap();
         assert_eq!(first, 0, "pages returned at once");

@@ -60,9 +60,9 @@ pub const FREED_PAGES_MS_DEFAULT: u64 = 100;
 /// with 1 KiB requests up to 15 % of a replica's CPU per request (within the noise of this
 /// machine in other runs); with 1 MiB batches of 1 KB tuples the coordination service
 /// ordered 17 to 19k durable inserts/s at 10,000 clients against 20 to 23k with freed pages
-/// kept 100 ms (kept 1 s or 10 s, no faster). Kept, they
-/// make the resident memory say less about the heap: 14 to 18 MiB of freed pages beyond
-/// it, moving by ±4 to 7 MiB, against 12 to 13 MiB (±1 to 2) when they go back at once.
+/// kept 100 ms (kept 1 s or 10 s, no faster). Kept, they make the resident memory say less
+/// about the heap: 14 to 18 MiB of freed pages beyond it, moving by ±4 to 7 MiB, against 12
+/// to 13 MiB (±1 to 2) when they go back at once.
 #[derive(clap::Args, Clone, Copy, Debug)]
 pub struct MemoryArgs {
     /// How long freed memory pages stay with the allocator for reuse before they go back
