@@ -55,6 +55,13 @@ pub struct InsertPoint {
     pub latency_p99_ms: f64,
     pub batch_mean: f64,
     pub errors: u64,
+    /// CPU seconds of the four replicas per 1,000 inserts.
+    pub cpu_s_per_kop: f64,
+    /// The leader's mean time per instance, vote flush and log flush (ms; 0 without
+    /// durability for the flushes).
+    pub instance_ms: f64,
+    pub vote_flush_ms: f64,
+    pub log_flush_ms: f64,
 }
 
 /// Per client count: both points and their ratio.
@@ -120,6 +127,10 @@ fn point(clients: usize, durability: Durability, m: &Measured) -> InsertPoint {
         latency_p99_ms: pct(0.99),
         batch_mean: m.batch_mean,
         errors: m.load.errors,
+        cpu_s_per_kop: m.cpu_s_per_kop(),
+        instance_ms: m.instance_ms,
+        vote_flush_ms: m.vote_flush_ms,
+        log_flush_ms: m.log_flush_ms,
     }
 }
 
@@ -195,12 +206,17 @@ pub fn run(exe: &Path, opts: &SpaceBenchOptions) -> Result<SpaceBenchReport> {
         if !opts.json {
             for p in &points {
                 eprintln!(
-                    "{clients} clients, durability {}: {:.0} ops/s, latency mean {:.1} ms, p50 {:.1}, p99 {:.1}",
+                    "{clients} clients, durability {}: {:.0} ops/s, latency mean {:.1} ms, p50 {:.1}, p99 {:.1}; batches of {:.0}, {:.2} ms per instance (vote flush {:.2}, log flush {:.2}), replica CPU {:.3} s per 1,000 inserts",
                     p.durability,
                     p.throughput_ops_s,
                     p.latency_mean_ms,
                     p.latency_p50_ms,
-                    p.latency_p99_ms
+                    p.latency_p99_ms,
+                    p.batch_mean,
+                    p.instance_ms,
+                    p.vote_flush_ms,
+                    p.log_flush_ms,
+                    p.cpu_s_per_kop
                 );
             }
         }
