@@ -569,3 +569,22 @@ fn every_backend_passes_the_storage_conformance_suite() {
     crate::conformance::checkpoints(&files);
     crate::conformance::checkpoints(&crate::MemoryCheckpoints::new());
 }
+
+#[test]
+fn a_checkpoint_larger_than_its_flush_step_reads_back_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = CheckpointStore::open(dir.path()).unwrap();
+    // The header and the state's end straddle flush steps at odd offsets.
+    let len = 2 * crate::checkpoint::CHECKPOINT_SYNC_BYTES + 12_345;
+    let state: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+    let (path, digest) = store.write(7, &state).unwrap();
+    assert_eq!(digest, *blake3::hash(&state).as_bytes());
+    assert_eq!(
+        fs::metadata(&path).unwrap().len() as usize,
+        24 + len + 32,
+        "header, state and checksum, nothing more"
+    );
+    let back = store.load_newest().unwrap().unwrap();
+    assert_eq!((back.cid, back.digest), (7, digest));
+    assert!(back.state[..] == state[..], "the state reads back unchanged");
+}
