@@ -586,5 +586,8 @@ fn a_checkpoint_larger_than_its_flush_step_reads_back_whole() {
     );
     let back = store.load_newest().unwrap().unwrap();
     assert_eq!((back.cid, back.digest), (7, digest));
-    assert!(back.state[..] == state[..], "the state reads back unchanged");
+    assert!(
+        back.state[..] == state[..],
+        "the state reads back unchanged"
+    );
 }
