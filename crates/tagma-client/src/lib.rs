@@ -9,8 +9,10 @@
 //! `client_invoke_timeout_ms` the caller gets a typed error, but the request keeps being
 //! retransmitted (replicas order a client's requests by contiguous sequence numbers).
 //! Broken connections are re-established in the background. At most
-//! `limits.reply_cache_per_client` requests are in flight per proxy, so a lost reply can always
-//! be resent from the replicas' reply cache.
+//! `limits.reply_cache_per_client` requests are in flight per proxy, and no ordered request
+//! goes that many sequence numbers or more above the lowest one still unanswered, so a lost
+//! reply can always be resent from the replicas' reply cache (which keeps each client's
+//! replies with the highest sequence numbers).
 //!
 //! [`Proxy`] offers blocking calls ([`Proxy::invoke_ordered`], [`Proxy::invoke_unordered`])
 //! and asynchronous ones ([`Proxy::invoke_async`]) that return a [`ReplyFuture`] — both a

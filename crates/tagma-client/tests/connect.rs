@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use replicas::{Behaviour, PRINCIPAL, client_key, cluster, cluster_with, stranger_key};
 use tagma_client::{ClientError, ClientOptions, Proxy};
-use tagma_wire::ReplicaId;
+use tagma_wire::{ReplicaId, RequestKind};
 
 #[test]
 fn a_key_the_replicas_do_not_know_is_reported_as_the_key_not_as_unreachable() {
@@ -93,4 +93,43 @@ fn a_call_for_a_deferred_reply_waits_beyond_the_invocation_timeout() {
         )
         .unwrap();
     assert_eq!(&reply[..], b"sleep:900");
+}
+
+/// Replicas keep only the replies of a client with the highest sequence numbers, so an
+/// unanswered ordered request holds back every ordered request `outstanding_max` or more
+/// above it, however many of those between them have completed: otherwise its reply could
+/// be evicted before a retransmission asks for it again.
+#[test]
+fn an_unanswered_ordered_request_holds_the_window_of_later_ones() {
+    let cfg = cluster_with(
+        [Behaviour::Echo; 4],
+        5_000,
+        "client_invoke_timeout_ms = 400\nclient_retransmit_ms = 5000",
+    );
+    let mut options = ClientOptions::new(PRINCIPAL);
+    options.outstanding_max = 4;
+    let proxy = Proxy::connect(&cfg, client_key(), options).unwrap();
+    let stuck = proxy
+        .invoke_async(Bytes::from_static(b"never"), RequestKind::Ordered)
+        .unwrap();
+    // Three more fit in the window (sequence numbers 2 to 4) and complete.
+    for _ in 0..3 {
+        let reply = proxy.invoke_ordered(Bytes::from_static(b"x")).unwrap();
+        assert_eq!(&reply[..], b"x");
+    }
+    // Only one request is in flight now, but a fifth would be 4 above the unanswered one.
+    let started = Instant::now();
+    let err = proxy.invoke_ordered(Bytes::from_static(b"y")).unwrap_err();
+    assert!(
+        matches!(err, ClientError::Timeout { replies: 0, .. }),
+        "{err}"
+    );
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    // Unordered requests have no window: they still go.
+    let reply = proxy.invoke_unordered(Bytes::from_static(b"z")).unwrap();
+    assert_eq!(&reply[..], b"z");
+    assert!(matches!(
+        stuck.wait(),
+        Err(ClientError::Timeout { replies: 0, .. })
+    ));
 }

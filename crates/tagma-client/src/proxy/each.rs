@@ -54,7 +54,7 @@ impl Proxy {
     ) -> Result<EachReply, ClientError> {
         let inner = &self.inner;
         inner.check_size(&request)?;
-        inner.acquire_slot()?;
+        inner.acquire_slot(false)?;
         let seq = RequestSeq(inner.next_seq[1].fetch_add(1, Ordering::Relaxed));
         let members = inner.members();
         let frame = inner.build_frame(&members, RequestKind::Unordered, seq, request);
@@ -88,7 +88,7 @@ impl Proxy {
             }
         }
         lock(&inner.each_calls).remove(&seq);
-        inner.release_slot();
+        inner.release_slot(None);
         let after_ms = timeout.as_millis() as u64;
         Ok(members
             .links

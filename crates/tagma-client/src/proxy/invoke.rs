@@ -49,11 +49,17 @@ impl Inner {
         &self,
         payload: Bytes,
         kind: RequestKind,
+        ordered_seq: Option<RequestSeq>,
         timeout: Duration,
         slot: Arc<Slot>,
     ) {
-        let sequence = &self.next_seq[usize::from(!kind.is_ordered())];
-        let seq = RequestSeq(sequence.fetch_add(1, Ordering::Relaxed));
+        debug_assert_eq!(
+            ordered_seq.is_some(),
+            kind.is_ordered(),
+            "ordered calls, and only they, come with the sequence number their slot took"
+        );
+        let seq = ordered_seq
+            .unwrap_or_else(|| RequestSeq(self.next_seq[1].fetch_add(1, Ordering::Relaxed)));
         let members = self.members();
         let frame = self.build_frame(&members, kind, seq, payload.clone());
         let leader = self.leader_link(&members, kind);
@@ -67,6 +73,7 @@ impl Inner {
             timeout,
             last_sent: now,
             slot,
+            ordered_seq,
             abandoned: false,
             spread: leader.is_none(),
         };
@@ -119,7 +126,7 @@ impl Inner {
 
     pub(super) fn finish(&self, call: Call, result: Result<Bytes, ClientError>) {
         call.slot.complete(result);
-        self.release_slot();
+        self.release_slot(call.ordered_seq);
     }
 
     /// An unordered read that cannot be decided is re-issued as an ordered request, keeping
@@ -129,7 +136,14 @@ impl Inner {
             client = self.client.0,
             "unordered replies disagree or time out: retrying ordered"
         );
-        self.start_call(call.payload, RequestKind::Ordered, call.timeout, call.slot);
+        let seq = self.next_ordered_seq();
+        self.start_call(
+            call.payload,
+            RequestKind::Ordered,
+            Some(seq),
+            call.timeout,
+            call.slot,
+        );
     }
 
     pub(super) fn send_all(&self, frame: &Bytes) {

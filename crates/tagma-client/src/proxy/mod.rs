@@ -111,7 +111,7 @@ struct Inner {
     view_queries: Mutex<Vec<crossbeam_channel::Sender<(ReplicaId, tagma_wire::View)>>>,
     /// Bootstrap in progress ([`Inner::bootstrap_view`]): view histories are copied to it.
     history_queries: Mutex<Vec<HistorySender>>,
-    outstanding: Mutex<usize>,
+    outstanding: Mutex<Outstanding>,
     outstanding_freed: Condvar,
     outstanding_max: usize,
     closed: AtomicBool,
@@ -137,6 +137,23 @@ fn random_u32() -> u32 {
         .concat(),
     );
     u32::from_le_bytes([h.0[0], h.0[1], h.0[2], h.0[3]])
+}
+
+/// The requests in flight: how many hold a slot, and the sequence numbers of the ordered
+/// ones.
+#[derive(Default)]
+struct Outstanding {
+    count: usize,
+    ordered: std::collections::BTreeSet<u64>,
+}
+
+impl Outstanding {
+    /// Takes the next ordered sequence number from `next` and records it in flight.
+    fn take_ordered(&mut self, next: &AtomicU64) -> RequestSeq {
+        let seq = next.fetch_add(1, Ordering::Relaxed);
+        self.ordered.insert(seq);
+        RequestSeq(seq)
+    }
 }
 
 impl Proxy {
@@ -191,10 +208,12 @@ impl Proxy {
             follower: Mutex::new(ViewFollower::new(cfg.mode, &cfg.initial_view())),
             view_queries: Mutex::new(Vec::new()),
             history_queries: Mutex::new(Vec::new()),
-            outstanding: Mutex::new(0),
+            outstanding: Mutex::new(Outstanding::default()),
             outstanding_freed: Condvar::new(),
-            // Replicas cache `reply_cache_per_client` replies per client: with more requests
-            // in flight, a lost reply could be evicted before the retransmission asks for it.
+            // Replicas cache the `reply_cache_per_client` replies of a client with the highest
+            // sequence numbers: with more requests in flight, or ordered ones spread over a
+            // wider range of numbers, a lost reply could be evicted before the retransmission
+            // asks for it.
             outstanding_max: options
                 .outstanding_max
                 .clamp(1, raw.limits.reply_cache_per_client),
@@ -300,11 +319,12 @@ impl Proxy {
     ) -> Result<ReplyFuture, ClientError> {
         let inner = &self.inner;
         inner.check_size(&request)?;
-        inner.acquire_slot()?;
+        let seq = inner.acquire_slot(kind.is_ordered())?;
         let slot = Arc::new(Slot::default());
         inner.start_call(
             request,
             kind,
+            seq,
             inner.invoke_timeout.saturating_add(wait),
             slot.clone(),
         );
@@ -362,11 +382,24 @@ impl Inner {
     }
 
     /// Takes one of the `outstanding_max` slots of requests in flight, waiting up to the
-    /// invocation timeout for one to be freed.
-    fn acquire_slot(&self) -> Result<(), ClientError> {
+    /// invocation timeout for one to be freed. An `ordered` request also gets its sequence
+    /// number here, and waits while it would lie `outstanding_max` or more above the lowest
+    /// ordered request still in flight: replies may complete out of order, and the replicas
+    /// keep only the replies with the highest numbers, so a count alone would let a slow
+    /// request's reply be evicted before its retransmission asks for it.
+    fn acquire_slot(&self, ordered: bool) -> Result<Option<RequestSeq>, ClientError> {
         let waited = Instant::now();
-        let mut n = lock(&self.outstanding);
-        while *n >= self.outstanding_max {
+        let mut state = lock(&self.outstanding);
+        loop {
+            let next = self.next_seq[0].load(Ordering::Relaxed);
+            let window_full = ordered
+                && state
+                    .ordered
+                    .first()
+                    .is_some_and(|low| next - low >= self.outstanding_max as u64);
+            if state.count < self.outstanding_max && !window_full {
+                break;
+            }
             if self.closed.load(Ordering::Relaxed) {
                 return Err(ClientError::Closed);
             }
@@ -377,21 +410,32 @@ impl Inner {
                     quorum: self.members().ordered_quorum,
                 });
             }
-            n = self
+            state = self
                 .outstanding_freed
-                .wait_timeout(n, Duration::from_millis(100))
+                .wait_timeout(state, Duration::from_millis(100))
                 .map(|(g, _)| g)
                 .unwrap_or_else(|e| e.into_inner().0);
         }
-        *n += 1;
-        Ok(())
+        state.count += 1;
+        Ok(ordered.then(|| state.take_ordered(&self.next_seq[0])))
     }
 
-    /// Frees a slot taken by [`Inner::acquire_slot`].
-    fn release_slot(&self) {
-        let mut n = lock(&self.outstanding);
-        *n = n.saturating_sub(1);
-        self.outstanding_freed.notify_one();
+    /// The next ordered sequence number, for a request that already holds a slot (an
+    /// unordered read re-issued as ordered): it does not wait for the window.
+    fn next_ordered_seq(&self) -> RequestSeq {
+        lock(&self.outstanding).take_ordered(&self.next_seq[0])
+    }
+
+    /// Frees a slot taken by [`Inner::acquire_slot`] (and the ordered sequence number of
+    /// the request that held it).
+    fn release_slot(&self, ordered: Option<RequestSeq>) {
+        let mut state = lock(&self.outstanding);
+        state.count = state.count.saturating_sub(1);
+        if let Some(seq) = ordered {
+            state.ordered.remove(&seq.0);
+        }
+        // Both the count and the window may have opened: every waiter looks again.
+        self.outstanding_freed.notify_all();
     }
 
     fn members(&self) -> Arc<Members> {

@@ -2,7 +2,8 @@
 //! (`tagma-net`), without consensus. An echo replica answers every request with its payload
 //! (a payload `sleep:<ms>` after that many milliseconds, as a service that defers its reply;
 //! `whoami` with `replica <id>`, a reply that differs by replica; `silent:<id>` from every
-//! replica but `<id>`, which does not answer it), a view query with the configured view and
+//! replica but `<id>`, which does not answer it; `never`, which no replica answers), a view
+//! query with the configured view and
 //! a state query with an empty state;
 //! a hung replica's listener accepts TCP connections and never reads (a stopped process: the
 //! kernel completes the connection, nobody answers the handshake).
@@ -130,7 +131,8 @@ fn echo(stream: TcpStream, id: u32, clients: &Clients, view: &View, limits: NetL
                 if let Some(ms) = text.strip_prefix("sleep:").and_then(|ms| ms.parse().ok()) {
                     thread::sleep(Duration::from_millis(ms));
                 }
-                if text.strip_prefix("silent:") == Some(id.to_string().as_str()) {
+                if text == "never" || text.strip_prefix("silent:") == Some(id.to_string().as_str())
+                {
                     continue;
                 }
                 let payload = match text {
