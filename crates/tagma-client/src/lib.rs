@@ -10,7 +10,9 @@
 //! retransmitted (replicas order a client's requests by contiguous sequence numbers).
 //! Broken connections are re-established in the background. At most
 //! `limits.reply_cache_per_client` requests are in flight per proxy, and no ordered request
-//! goes that many sequence numbers or more above the lowest one still unanswered, so a lost
+//! goes that many sequence numbers or more above the lowest one still unanswered (but for
+//! requests whose reply is deferred, such as a blocked take, which would stall the client's
+//! later requests), so a lost
 //! reply can always be resent from the replicas' reply cache (which keeps each client's
 //! replies with the highest sequence numbers).
 //!

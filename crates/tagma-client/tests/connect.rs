@@ -108,6 +108,8 @@ fn an_unanswered_ordered_request_holds_the_window_of_later_ones() {
     );
     let mut options = ClientOptions::new(PRINCIPAL);
     options.outstanding_max = 4;
+    // Every stand-in answers only what it receives: no leader relays requests here.
+    options.leader_first = false;
     let proxy = Proxy::connect(&cfg, client_key(), options).unwrap();
     let stuck = proxy
         .invoke_async(Bytes::from_static(b"never"), RequestKind::Ordered)
@@ -132,4 +134,23 @@ fn an_unanswered_ordered_request_holds_the_window_of_later_ones() {
         stuck.wait(),
         Err(ClientError::Timeout { replies: 0, .. })
     ));
+
+    // A request whose reply is deferred (a blocked take) holds a slot but not the window:
+    // the client's later requests go on while it waits.
+    let mut options = ClientOptions::new(PRINCIPAL);
+    options.outstanding_max = 4;
+    // Every stand-in answers only what it receives: no leader relays requests here.
+    options.leader_first = false;
+    let proxy = Proxy::connect(&cfg, client_key(), options).unwrap();
+    let _blocked = proxy
+        .invoke_async_waiting(
+            Bytes::from_static(b"never"),
+            RequestKind::Ordered,
+            Duration::from_secs(30),
+        )
+        .unwrap();
+    for _ in 0..8 {
+        let reply = proxy.invoke_ordered(Bytes::from_static(b"x")).unwrap();
+        assert_eq!(&reply[..], b"x");
+    }
 }

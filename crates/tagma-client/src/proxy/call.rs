@@ -23,9 +23,9 @@ pub(super) struct Call {
     pub(super) timeout: Duration,
     pub(super) last_sent: Instant,
     pub(super) slot: Arc<Slot>,
-    /// An ordered call's sequence number, which holds the window of ordered requests in
-    /// flight open below it until the call ends (`Inner::acquire_slot`).
-    pub(super) ordered_seq: Option<tagma_wire::RequestSeq>,
+    /// An ordered call's sequence number, and whether it holds the window of ordered
+    /// requests in flight open below it until the call ends (`Inner::acquire_slot`).
+    pub(super) ordered_seq: Option<super::OrderedSeq>,
     /// The caller was told the call timed out, but the request keeps being retransmitted:
     /// replicas order a client's requests by contiguous sequence numbers, so giving up on
     /// one would block every later request of this client. It still holds its

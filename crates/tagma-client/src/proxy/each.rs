@@ -54,7 +54,7 @@ impl Proxy {
     ) -> Result<EachReply, ClientError> {
         let inner = &self.inner;
         inner.check_size(&request)?;
-        inner.acquire_slot(false)?;
+        inner.acquire_slot(false, false)?;
         let seq = RequestSeq(inner.next_seq[1].fetch_add(1, Ordering::Relaxed));
         let members = inner.members();
         let frame = inner.build_frame(&members, RequestKind::Unordered, seq, request);

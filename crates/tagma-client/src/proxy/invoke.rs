@@ -49,7 +49,7 @@ impl Inner {
         &self,
         payload: Bytes,
         kind: RequestKind,
-        ordered_seq: Option<RequestSeq>,
+        ordered_seq: Option<super::OrderedSeq>,
         timeout: Duration,
         slot: Arc<Slot>,
     ) {
@@ -58,8 +58,10 @@ impl Inner {
             kind.is_ordered(),
             "ordered calls, and only they, come with the sequence number their slot took"
         );
-        let seq = ordered_seq
-            .unwrap_or_else(|| RequestSeq(self.next_seq[1].fetch_add(1, Ordering::Relaxed)));
+        let seq = ordered_seq.map_or_else(
+            || RequestSeq(self.next_seq[1].fetch_add(1, Ordering::Relaxed)),
+            |o| o.seq,
+        );
         let members = self.members();
         let frame = self.build_frame(&members, kind, seq, payload.clone());
         let leader = self.leader_link(&members, kind);

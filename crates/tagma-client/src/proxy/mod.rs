@@ -148,12 +148,26 @@ struct Outstanding {
 }
 
 impl Outstanding {
-    /// Takes the next ordered sequence number from `next` and records it in flight.
-    fn take_ordered(&mut self, next: &AtomicU64) -> RequestSeq {
+    /// Takes the next ordered sequence number from `next`, recorded in flight if the request
+    /// holds the window.
+    fn take_ordered(&mut self, next: &AtomicU64, holds_window: bool) -> OrderedSeq {
         let seq = next.fetch_add(1, Ordering::Relaxed);
-        self.ordered.insert(seq);
-        RequestSeq(seq)
+        if holds_window {
+            self.ordered.insert(seq);
+        }
+        OrderedSeq {
+            seq: RequestSeq(seq),
+            holds_window,
+        }
     }
+}
+
+/// An ordered request's sequence number, and whether it holds the window of later ones
+/// open below it until its call ends ([`Inner::acquire_slot`]).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct OrderedSeq {
+    pub(super) seq: RequestSeq,
+    pub(super) holds_window: bool,
 }
 
 impl Proxy {
@@ -319,7 +333,9 @@ impl Proxy {
     ) -> Result<ReplyFuture, ClientError> {
         let inner = &self.inner;
         inner.check_size(&request)?;
-        let seq = inner.acquire_slot(kind.is_ordered())?;
+        // A request whose reply may come long after its execution (a blocked take) does
+        // not hold the window: later requests of this client must not wait for it.
+        let seq = inner.acquire_slot(kind.is_ordered(), wait.is_zero())?;
         let slot = Arc::new(Slot::default());
         inner.start_call(
             request,
@@ -384,10 +400,16 @@ impl Inner {
     /// Takes one of the `outstanding_max` slots of requests in flight, waiting up to the
     /// invocation timeout for one to be freed. An `ordered` request also gets its sequence
     /// number here, and waits while it would lie `outstanding_max` or more above the lowest
-    /// ordered request still in flight: replies may complete out of order, and the replicas
-    /// keep only the replies with the highest numbers, so a count alone would let a slow
-    /// request's reply be evicted before its retransmission asks for it.
-    fn acquire_slot(&self, ordered: bool) -> Result<Option<RequestSeq>, ClientError> {
+    /// ordered request in flight that `holds_window`: replies may complete out of order, and
+    /// the replicas keep only the replies with the highest numbers, so a count alone would let
+    /// a slow request's reply be evicted before its retransmission asks for it. A request
+    /// whose reply is deferred (a blocked take) does not hold the window, or it would stall
+    /// every later request of the client while it waits.
+    fn acquire_slot(
+        &self,
+        ordered: bool,
+        holds_window: bool,
+    ) -> Result<Option<OrderedSeq>, ClientError> {
         let waited = Instant::now();
         let mut state = lock(&self.outstanding);
         loop {
@@ -417,21 +439,24 @@ impl Inner {
                 .unwrap_or_else(|e| e.into_inner().0);
         }
         state.count += 1;
-        Ok(ordered.then(|| state.take_ordered(&self.next_seq[0])))
+        Ok(ordered.then(|| state.take_ordered(&self.next_seq[0], holds_window)))
     }
 
-    /// The next ordered sequence number, for a request that already holds a slot (an
-    /// unordered read re-issued as ordered): it does not wait for the window.
-    fn next_ordered_seq(&self) -> RequestSeq {
-        lock(&self.outstanding).take_ordered(&self.next_seq[0])
+    /// The next ordered sequence number, holding the window, for a request that already
+    /// holds a slot (an unordered read re-issued as ordered): it does not wait for the window.
+    fn next_ordered_seq(&self) -> OrderedSeq {
+        lock(&self.outstanding).take_ordered(&self.next_seq[0], true)
     }
 
-    /// Frees a slot taken by [`Inner::acquire_slot`] (and the ordered sequence number of
-    /// the request that held it).
-    fn release_slot(&self, ordered: Option<RequestSeq>) {
+    /// Frees a slot taken by [`Inner::acquire_slot`] (and the window the request held).
+    fn release_slot(&self, ordered: Option<OrderedSeq>) {
         let mut state = lock(&self.outstanding);
         state.count = state.count.saturating_sub(1);
-        if let Some(seq) = ordered {
+        if let Some(OrderedSeq {
+            seq,
+            holds_window: true,
+        }) = ordered
+        {
             state.ordered.remove(&seq.0);
         }
         // Both the count and the window may have opened: every waiter looks again.
