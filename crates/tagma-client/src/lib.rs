@@ -8,13 +8,14 @@
 //! Unanswered ordered requests are retransmitted every `client_retransmit_ms`; after
 //! `client_invoke_timeout_ms` the caller gets a typed error, but the request keeps being
 //! retransmitted (replicas order a client's requests by contiguous sequence numbers).
-//! Broken connections are re-established in the background. At most
-//! `limits.reply_cache_per_client` requests are in flight per proxy, and no ordered request
-//! goes that many sequence numbers or more above the lowest one still unanswered (but for
-//! requests whose reply is deferred, such as a blocked take, which would stall the client's
-//! later requests), so a lost
-//! reply can always be resent from the replicas' reply cache (which keeps each client's
-//! replies with the highest sequence numbers).
+//! Broken connections are re-established in the background.
+//!
+//! Replicas cache each client's `limits.reply_cache_per_client` replies with the highest
+//! sequence numbers, so a proxy keeps at most that many requests in flight, and no ordered
+//! request goes that many numbers or more above the lowest one still unanswered: a lost reply
+//! is still cached when the retransmission asks for it. A request whose reply is deferred
+//! (a blocked take) is outside that window, or it would stall its client's later requests
+//! while it waits.
 //!
 //! [`Proxy`] offers blocking calls ([`Proxy::invoke_ordered`], [`Proxy::invoke_unordered`])
 //! and asynchronous ones ([`Proxy::invoke_async`]) that return a [`ReplyFuture`] — both a

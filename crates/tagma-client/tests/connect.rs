@@ -95,6 +95,15 @@ fn a_call_for_a_deferred_reply_waits_beyond_the_invocation_timeout() {
     assert_eq!(&reply[..], b"sleep:900");
 }
 
+/// A proxy with at most four requests in flight that sends every request to every stand-in
+/// (they answer only what they receive: no leader relays requests here).
+fn four_in_flight(cfg: &tagma_config::ValidConfig) -> Proxy {
+    let mut options = ClientOptions::new(PRINCIPAL);
+    options.outstanding_max = 4;
+    options.leader_first = false;
+    Proxy::connect(cfg, client_key(), options).unwrap()
+}
+
 /// Replicas keep only the replies of a client with the highest sequence numbers, so an
 /// unanswered ordered request holds back every ordered request `outstanding_max` or more
 /// above it, however many of those between them have completed: otherwise its reply could
@@ -106,11 +115,7 @@ fn an_unanswered_ordered_request_holds_the_window_of_later_ones() {
         5_000,
         "client_invoke_timeout_ms = 400\nclient_retransmit_ms = 5000",
     );
-    let mut options = ClientOptions::new(PRINCIPAL);
-    options.outstanding_max = 4;
-    // Every stand-in answers only what it receives: no leader relays requests here.
-    options.leader_first = false;
-    let proxy = Proxy::connect(&cfg, client_key(), options).unwrap();
+    let proxy = four_in_flight(&cfg);
     let stuck = proxy
         .invoke_async(Bytes::from_static(b"never"), RequestKind::Ordered)
         .unwrap();
@@ -137,11 +142,7 @@ fn an_unanswered_ordered_request_holds_the_window_of_later_ones() {
 
     // A request whose reply is deferred (a blocked take) holds a slot but not the window:
     // the client's later requests go on while it waits.
-    let mut options = ClientOptions::new(PRINCIPAL);
-    options.outstanding_max = 4;
-    // Every stand-in answers only what it receives: no leader relays requests here.
-    options.leader_first = false;
-    let proxy = Proxy::connect(&cfg, client_key(), options).unwrap();
+    let proxy = four_in_flight(&cfg);
     let _blocked = proxy
         .invoke_async_waiting(
             Bytes::from_static(b"never"),
